@@ -1,0 +1,596 @@
+"""Fused causal forgetting attention (FoX) in Triton: forward and backward.
+
+    logit_ij = q_i . k_j * sm_scale + c_i - c_j,   c = cumsum(log_fgate) over T,   j <= i
+    o_i = softmax_j(logit_ij) v_j
+
+FlashAttention-2 structure: the forward streams key blocks through an online softmax and keeps
+only the row log-sum-exp; the backward recomputes P in two passes, one per key block (dK, dV and
+the gate gradient) and one per query block (dQ). No atomics anywhere, so every gradient is
+bitwise deterministic.
+
+Precision of the gate. c is a running sum that grows like T * |log g| (1e5 for T = 32768 and
+strong forgetting), while the logit needs c_i - c_j, which is small exactly where it matters
+(a decay below about -100 is a weight under e^-100). Stored as one float32, c carries an absolute
+error of half an ulp of |c|: 4e-3 at |c| = 1e5, a 0.4 % error in every nearby attention weight,
+above the bf16 band. So the cumsum is taken in float64 and split into two float32 words,
+c = hi + lo. Inside the kernel each tile picks an anchor row a in its own block and forms
+    c_i - c_j = (hi_i - hi_a + lo_i - lo_a) + (hi_a - hi_j + lo_a - lo_j),
+two O(block) vectors. hi_i - hi_a is exact when the two are within a factor 2 of each other
+(Sterbenz), so each vector has a relative error of a few float32 ulps of the decay it
+represents, independent of |c|: the logit's error is ~1e-7 * |c_i - c_j|, negligible for every
+weight that is not already ~0. The per-element cost is the same single add as c_i - c_j.
+
+Gate gradient. With S_ij = logit_ij and dS = P * (dP - Delta), Delta_i = rowsum(dO_i * O_i):
+    dc_t = rowsum_t(dS) - colsum_t(dS),   dlog_fgate_t = sum_{s >= t} dc_s
+(c_s depends on log_fgate_t for every s >= t; the suffix sum is taken in float64). In exact
+arithmetic rowsum(dS) = 0 (softmax is shift-invariant per row) and dc = -colsum(dS) alone, which
+the dK/dV pass produces. In floating point Delta comes from the rounded O, and each row's dS then
+sums to a rounding residual delta_i instead of 0; the colsum-only form adds all of them,
+sum_{i >= t} delta_i, into dlog_fgate_t, while the true dlog_fgate_t = sum_{i >= t > j} dS_ij is
+small under strong forgetting. So the dQ pass also writes rowsum(dS) (one row reduction per tile)
+and dc keeps both terms: dlog_fgate_t is then (up to float32 rounding) the sum of the kernel's own dS over
+{i >= t > j}, and the residuals enter only weighted by the attention mass on keys before t.
+Measured in bf16 (T = 200, log g ~ -3 U(0, 1)): relative error 7.1e-2 with colsum only, 2.1e-3
+with both terms; no change for gates near 1.
+"""
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+def _interpreting():
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+# ----------------------------------------------------------------------------------------------
+# kernels
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _dot(a, b, PREC: tl.constexpr):
+    # PREC: "ieee" for float32 inputs (a true float32 product, not tf32), "tf32" (ignored by
+    # 16-bit inputs), or "upcast": the CPU interpreter gets bf16 dots wrong (Triton 3.9), so there
+    # the 16-bit operands go in as float32, which is exact (a product of two bf16 fits in float32)
+    # and so computes what a bf16 MMA with float32 accumulation computes.
+    if PREC == "upcast":
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a, b, input_precision=PREC)
+
+
+@triton.jit
+def _cast(x, dtype: tl.constexpr, PREC: tl.constexpr):
+    # The CPU interpreter converts float32 -> bf16 by truncation (Triton 3.9), twice the error of
+    # the GPU's round-to-nearest-even; there, round the bits to nearest even first.
+    if PREC == "upcast":
+        if dtype == tl.bfloat16:
+            bits = x.to(tl.uint32, bitcast=True)
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+            x = bits.to(tl.float32, bitcast=True)
+    return x.to(dtype)
+
+
+@triton.jit
+def _seq_bounds(CU, b, TQ, TK, VARLEN: tl.constexpr):
+    # (batch row, first token, Tq, Tk) of program row b; in a packed batch (B == 1) b is a sequence
+    if VARLEN:
+        bos = tl.load(CU + b)
+        tq = tl.load(CU + b + 1) - bos
+        return b * 0, bos, tq, tq
+    else:
+        return b, b * 0, TQ + b * 0, TK + b * 0
+
+
+@triton.jit
+def _fwd_inner(acc, m_i, l_i, q, u, ha, la, pos_m, k_base, v_base, ch_base, cl_base, s_kt,
+               lo, hi, Tk, qk_scale,
+               D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    for n0 in range(lo, hi, BLOCK_N):
+        n0 = tl.multiple_of(n0, BLOCK_N)
+        cols = n0 + offs_n
+        if MASK:  # diagonal blocks: causal mask, which also hides keys past Tk
+            n_ok = cols < Tk
+            k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+            v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+            hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)
+            lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
+        else:     # blocks wholly below the diagonal are in bounds and need no mask
+            k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :])
+            v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :])
+            hj = tl.load(ch_base + cols)
+            lj = tl.load(cl_base + cols)
+        w = (ha - hj) + (la - lj)                                    # (BLOCK_N,) c_a - c_j
+        s = _dot(q, tl.trans(k), PREC) * qk_scale + u[:, None] + w[None, :]
+        if MASK:
+            s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))   # key block 0 comes first and holds key 0: finite
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + _dot(_cast(p, v.dtype, PREC), v, PREC)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _fwd_kernel(Q, K, V, CH, CL, O, ORES, LSE, CU,
+                s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
+                H, GROUP, TQ, TK, qk_scale,
+                D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                VARLEN: tl.constexpr, PREC: tl.constexpr, RES: tl.constexpr):
+    # one program: BLOCK_M queries of one (batch, head). q, o: (B, Tq, H, D); k, v: (B, Tk, Hkv, D),
+    # all with stride 1 on D. CH, CL: hi and lo words of log2(e) * c, (B, H, Tk) float32.
+    # LSE: (B, H, Tq) float32, the row's log2-sum-exp, kept for the backward. ORES (if RES): the
+    # rounding residual of O in O's dtype, so that the backward's Delta sees O to ~u^2.
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    h = pid_bh % H
+    b, bos, Tq, Tk = _seq_bounds(CU, pid_bh // H, TQ, TK, VARLEN)
+    m0 = pid_m * BLOCK_M
+    if m0 >= Tq:
+        return
+    off = Tk - Tq                                   # queries are the last Tq positions
+    b64 = b.to(tl.int64)
+    t64 = bos.to(tl.int64)
+    q_base = Q + b64 * s_qb + t64 * s_qt + h * s_qh
+    kv_off = b64 * s_kb + t64 * s_kt + (h // GROUP) * s_kh
+    c_off = b64 * s_cb + h * s_ch + bos
+
+    offs_m = m0 + tl.arange(0, BLOCK_M)             # query rows within the sequence
+    offs_d = tl.arange(0, D)
+    m_ok = offs_m < Tq
+    pos_m = offs_m + off                            # their absolute positions
+    q = tl.load(q_base + offs_m[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
+
+    # anchor a = first query of the block: u_i = c_i - c_a here, w_j = c_a - c_j per key block
+    a = off + m0
+    ha = tl.load(CH + c_off + a)
+    la = tl.load(CL + c_off + a)
+    u = (tl.load(CH + c_off + pos_m, mask=m_ok, other=0.0) - ha) \
+        + (tl.load(CL + c_off + pos_m, mask=m_ok, other=0.0) - la)   # (BLOCK_M,)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    n_full = ((a + 1) // BLOCK_N) * BLOCK_N         # key blocks [0, n_full) lie below the diagonal
+    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, u, ha, la, pos_m, K + kv_off, V + kv_off,
+                               CH + c_off, CL + c_off, s_kt, 0, n_full, Tk, qk_scale,
+                               D, BLOCK_N, False, PREC)
+    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, u, ha, la, pos_m, K + kv_off, V + kv_off,
+                               CH + c_off, CL + c_off, s_kt, n_full, tl.minimum(a + BLOCK_M, Tk),
+                               Tk, qk_scale, D, BLOCK_N, True, PREC)
+
+    acc = acc / l_i[:, None]
+    o_ptr = b64 * s_qb + t64 * s_qt + h * s_qh + offs_m[:, None] * s_qt + offs_d[None, :]
+    o = _cast(acc, O.dtype.element_ty, PREC)
+    tl.store(O + o_ptr, o, mask=m_ok[:, None])
+    if RES:
+        tl.store(ORES + o_ptr, _cast(acc - o.to(tl.float32), O.dtype.element_ty, PREC),
+                 mask=m_ok[:, None])
+    # u + w = c_i - c_j exactly, so the row's log-sum-exp carries no anchor term
+    tl.store(LSE + b64 * s_lb + h * s_lh + bos + offs_m, m_i + tl.math.log2(l_i), mask=m_ok)
+
+
+@triton.jit
+def _bwd_delta_kernel(O, ORES, DO, DELTA, s_qb, s_qt, s_qh, s_lb, s_lh, H, TQ,
+                      D: tl.constexpr, BLOCK_M: tl.constexpr, RES: tl.constexpr):
+    # Delta_i = rowsum(dO_i * O_i) = sum_j P_ij dP_ij, the softmax backward's row term. Where
+    # attention is peaked (strong forgetting) dS = P (dP - Delta) is a small difference, and O
+    # rounded to bf16 alone would put an error of u |dO| |O| into it (measured: dq 9e-3 instead
+    # of 2.5e-3 at log g ~ -3); O + its stored rounding residual is O to ~u^2.
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = (pid_bh // H).to(tl.int64)
+    h = pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    m_ok = offs_m < TQ
+    ptr = b * s_qb + h * s_qh + offs_m[:, None] * s_qt + offs_d[None, :]
+    o = tl.load(O + ptr, mask=m_ok[:, None], other=0.0).to(tl.float32)
+    if RES:
+        o += tl.load(ORES + ptr, mask=m_ok[:, None], other=0.0).to(tl.float32)
+    do = tl.load(DO + ptr, mask=m_ok[:, None], other=0.0).to(tl.float32)
+    tl.store(DELTA + b * s_lb + h * s_lh + offs_m, tl.sum(o * do, 1), mask=m_ok)
+
+
+@triton.jit
+def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, cl_base,
+                    lse_base, delta_base, s_qt, lo, hi, Tq, off, qk_scale,
+                    D: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
+                    PREC: tl.constexpr):
+    # P^T and dS^T for one key block against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles
+    offs_d = tl.arange(0, D)
+    for m0 in range(lo, hi, BLOCK_M):
+        m0 = tl.multiple_of(m0, BLOCK_M)
+        rows = m0 + tl.arange(0, BLOCK_M)
+        m_ok = rows < Tq
+        pos_m = rows + off
+        q = tl.load(q_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
+        do = tl.load(do_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
+        # rows past Tq get lse = +inf, hence P = 0: they add nothing to dk, dv or dc
+        lse = tl.load(lse_base + rows, mask=m_ok, other=float("inf"))
+        delta = tl.load(delta_base + rows, mask=m_ok, other=0.0)
+        u = (tl.load(ch_base + pos_m, mask=m_ok, other=0.0) - ha) \
+            + (tl.load(cl_base + pos_m, mask=m_ok, other=0.0) - la)    # (BLOCK_M,) c_i - c_a
+        sT = _dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + u[None, :]
+        if MASK:
+            sT = tl.where(pos_m[None, :] >= cols[:, None], sT, float("-inf"))
+        pT = tl.math.exp2(sT - lse[None, :])
+        dv += _dot(_cast(pT, do.dtype, PREC), do, PREC)
+        dpT = _dot(v, tl.trans(do), PREC)
+        dsT = pT * (dpT - delta[None, :])
+        dk += _dot(_cast(dsT, q.dtype, PREC), q, PREC)
+        dc -= tl.sum(dsT, 1)                          # d c_j = -colsum_j(dS)
+    return dk, dv, dc
+
+
+@triton.jit
+def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, CU,
+                     s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
+                     H, GROUP, TQ, TK, qk_scale, sm_scale,
+                     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     VARLEN: tl.constexpr, PREC: tl.constexpr):
+    # one program: BLOCK_N keys of one (batch, kv head). It loops over the GROUP query heads that
+    # share the kv head, so dk, dv sum the group in a fixed order (no atomics), and writes
+    # DC = dc (B, H, Tk) float32 for each of those query heads.
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    Hkv = H // GROUP
+    hk = pid_bh % Hkv
+    b, bos, Tq, Tk = _seq_bounds(CU, pid_bh // Hkv, TQ, TK, VARLEN)
+    n0 = pid_n * BLOCK_N
+    if n0 >= Tk:
+        return
+    off = Tk - Tq
+    b64 = b.to(tl.int64)
+    t64 = bos.to(tl.int64)
+    offs_d = tl.arange(0, D)
+    cols = n0 + tl.arange(0, BLOCK_N)
+    n_ok = cols < Tk
+    kv_ptr = b64 * s_kb + t64 * s_kt + hk * s_kh + cols[:, None] * s_kt + offs_d[None, :]
+    k = tl.load(K + kv_ptr, mask=n_ok[:, None], other=0.0)
+    v = tl.load(V + kv_ptr, mask=n_ok[:, None], other=0.0)
+    dk = tl.zeros([BLOCK_N, D], tl.float32)
+    dv = tl.zeros([BLOCK_N, D], tl.float32)
+
+    # query blocks from the first that sees key n0; those before m_full touch the diagonal
+    m_lo = (tl.maximum(n0 - off, 0) // BLOCK_M) * BLOCK_M
+    m_full = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - off, 0), BLOCK_M) * BLOCK_M
+    for g in range(GROUP):
+        h = hk * GROUP + g
+        c_off = b64 * s_cb + h * s_ch + bos
+        q_off = b64 * s_qb + t64 * s_qt + h * s_qh
+        l_off = b64 * s_lb + h * s_lh + bos
+        # anchor a = first key of the block: w_j = c_a - c_j here, u_i = c_i - c_a per query block
+        ha = tl.load(CH + c_off + n0)
+        la = tl.load(CL + c_off + n0)
+        w = (ha - tl.load(CH + c_off + cols, mask=n_ok, other=0.0)) \
+            + (la - tl.load(CL + c_off + cols, mask=n_ok, other=0.0))
+        dc = tl.zeros([BLOCK_N], tl.float32)
+        dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
+                                     CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
+                                     m_lo, tl.minimum(m_full, Tq), Tq, off, qk_scale,
+                                     D, BLOCK_M, True, PREC)
+        dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
+                                     CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
+                                     m_full, Tq, Tq, off, qk_scale,
+                                     D, BLOCK_M, False, PREC)
+        tl.store(DC + c_off + cols, dc, mask=n_ok)
+    tl.store(DK + kv_ptr, _cast(dk * sm_scale, DK.dtype.element_ty, PREC), mask=n_ok[:, None])
+    tl.store(DV + kv_ptr, _cast(dv, DV.dtype.element_ty, PREC), mask=n_ok[:, None])
+
+
+@triton.jit
+def _bwd_dq_inner(dq, dr, q, do, u, ha, la, lse, delta, pos_m, k_base, v_base, ch_base, cl_base,
+                  s_kt, lo, hi, Tk, qk_scale,
+                  D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    for n0 in range(lo, hi, BLOCK_N):
+        n0 = tl.multiple_of(n0, BLOCK_N)
+        cols = n0 + offs_n
+        if MASK:
+            n_ok = cols < Tk
+            k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+            v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+            hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)
+            lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
+        else:
+            k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :])
+            v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :])
+            hj = tl.load(ch_base + cols)
+            lj = tl.load(cl_base + cols)
+        w = (ha - hj) + (la - lj)
+        s = _dot(q, tl.trans(k), PREC) * qk_scale + u[:, None] + w[None, :]
+        if MASK:
+            s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
+        p = tl.math.exp2(s - lse[:, None])
+        dp = _dot(do, tl.trans(v), PREC)
+        ds = p * (dp - delta[:, None])
+        dq += _dot(_cast(ds, k.dtype, PREC), k, PREC)
+        dr += tl.sum(ds, 1)
+    return dq, dr
+
+
+@triton.jit
+def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, CU,
+                   s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
+                   H, GROUP, TQ, TK, qk_scale, sm_scale,
+                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   VARLEN: tl.constexpr, PREC: tl.constexpr):
+    # one program: BLOCK_M queries of one (batch, head), the same key range as the forward
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    h = pid_bh % H
+    b, bos, Tq, Tk = _seq_bounds(CU, pid_bh // H, TQ, TK, VARLEN)
+    m0 = pid_m * BLOCK_M
+    if m0 >= Tq:
+        return
+    off = Tk - Tq
+    b64 = b.to(tl.int64)
+    t64 = bos.to(tl.int64)
+    kv_off = b64 * s_kb + t64 * s_kt + (h // GROUP) * s_kh
+    c_off = b64 * s_cb + h * s_ch + bos
+    l_off = b64 * s_lb + h * s_lh + bos
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, D)
+    m_ok = offs_m < Tq
+    pos_m = offs_m + off
+    q_ptr = b64 * s_qb + t64 * s_qt + h * s_qh + offs_m[:, None] * s_qt + offs_d[None, :]
+    q = tl.load(Q + q_ptr, mask=m_ok[:, None], other=0.0)
+    do = tl.load(DO + q_ptr, mask=m_ok[:, None], other=0.0)
+    lse = tl.load(LSE + l_off + offs_m, mask=m_ok, other=float("inf"))
+    delta = tl.load(DELTA + l_off + offs_m, mask=m_ok, other=0.0)
+    a = off + m0
+    ha = tl.load(CH + c_off + a)
+    la = tl.load(CL + c_off + a)
+    u = (tl.load(CH + c_off + pos_m, mask=m_ok, other=0.0) - ha) \
+        + (tl.load(CL + c_off + pos_m, mask=m_ok, other=0.0) - la)
+    dq = tl.zeros([BLOCK_M, D], tl.float32)
+    dr = tl.zeros([BLOCK_M], tl.float32)
+    n_full = ((a + 1) // BLOCK_N) * BLOCK_N
+    dq, dr = _bwd_dq_inner(dq, dr, q, do, u, ha, la, lse, delta, pos_m, K + kv_off, V + kv_off,
+                       CH + c_off, CL + c_off, s_kt, 0, n_full, Tk, qk_scale,
+                       D, BLOCK_N, False, PREC)
+    dq, dr = _bwd_dq_inner(dq, dr, q, do, u, ha, la, lse, delta, pos_m, K + kv_off, V + kv_off,
+                       CH + c_off, CL + c_off, s_kt, n_full, tl.minimum(a + BLOCK_M, Tk), Tk,
+                       qk_scale, D, BLOCK_N, True, PREC)
+    tl.store(DQ + q_ptr, _cast(dq * sm_scale, DQ.dtype.element_ty, PREC), mask=m_ok[:, None])
+    tl.store(DR + l_off + offs_m, dr, mask=m_ok)
+
+
+# ----------------------------------------------------------------------------------------------
+# launch configuration: picked by device capability, no autotuning
+# ----------------------------------------------------------------------------------------------
+# (BLOCK_M, BLOCK_N, num_warps, num_stages) for each of the three kernels. Hopper: 128-row query
+# tiles for the forward and dQ (enough rows per warpgroup to keep wgmma busy), 128-key tiles for
+# dK/dV with thin 32-row query strips so that the two fp32 accumulators stay in registers.
+_HOPPER = {
+    32: dict(fwd=(128, 128, 8, 3), dkdv=(64, 128, 8, 3), dq=(128, 64, 8, 3)),
+    64: dict(fwd=(128, 128, 8, 3), dkdv=(32, 128, 4, 4), dq=(128, 32, 4, 4)),
+    128: dict(fwd=(128, 64, 8, 3), dkdv=(32, 128, 4, 4), dq=(128, 32, 4, 4)),
+    256: dict(fwd=(64, 64, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 32, 8, 2)),
+}
+# Ampere / Ada (100-164 KB shared memory): the tutorial's safe middle.
+_AMPERE = {
+    32: dict(fwd=(128, 64, 4, 3), dkdv=(32, 64, 4, 3), dq=(64, 32, 4, 3)),
+    64: dict(fwd=(128, 64, 4, 3), dkdv=(32, 64, 4, 3), dq=(64, 32, 4, 3)),
+    128: dict(fwd=(64, 64, 4, 2), dkdv=(32, 64, 4, 2), dq=(64, 32, 4, 2)),
+    256: dict(fwd=(32, 32, 4, 1), dkdv=(16, 32, 4, 1), dq=(32, 16, 4, 1)),
+}
+# Anything else, and the retry after an out-of-resources launch: small tiles, no pipelining.
+_SAFE = dict(fwd=(32, 32, 4, 1), dkdv=(16, 32, 4, 1), dq=(32, 16, 4, 1))
+# The CPU interpreter: unequal, small tiles so that short test sequences span several blocks of
+# both kinds (off-diagonal and diagonal) in every pass.
+_INTERP = dict(fwd=(32, 16, 4, 1), dkdv=(16, 32, 4, 1), dq=(32, 16, 4, 1))
+
+_OVERRIDE = {}      # kernel name -> config tuple; set by set_config() for tuning sweeps
+_FALLBACK = set()   # (kernel, device, D, dtype) that ran out of resources and use _SAFE now
+
+
+def set_config(**cfg):
+    """Override launch configs, e.g. set_config(fwd=(128, 64, 8, 3)); set_config() resets."""
+    _OVERRIDE.clear()
+    _OVERRIDE.update(cfg)
+
+
+def _config(name, device, D):
+    if name in _OVERRIDE:
+        return _OVERRIDE[name]
+    if _interpreting() or device.type != "cuda":
+        return _INTERP[name]
+    major, _ = torch.cuda.get_device_capability(device)
+    table = _HOPPER if major == 9 else _AMPERE if major == 8 else None
+    return table[D][name] if table is not None and D in table else _SAFE[name]
+
+
+def _launch(name, kernel, n_rows, n_prog, device, D, dtype, args, consts):
+    """Launch with the device's config; on OutOfResources retry once with _SAFE (never raise
+    for an unknown GPU merely because its shared memory is smaller than we guessed)."""
+    key = (name, str(device), D, dtype)
+    cfg = _SAFE[name] if key in _FALLBACK else _config(name, device, D)
+    for attempt in (0, 1):
+        bm, bn, warps, stages = cfg
+        tile = bn if name == "dkdv" else bm
+        grid = (triton.cdiv(max(n_rows, 1), tile), n_prog)
+        try:
+            kernel[grid](*args, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **consts)
+            return
+        except triton.runtime.errors.OutOfResources:
+            if attempt == 1 or cfg == _SAFE[name]:
+                raise
+            _FALLBACK.add(key)
+            cfg = _SAFE[name]
+
+
+# ----------------------------------------------------------------------------------------------
+# autograd wrapper
+# ----------------------------------------------------------------------------------------------
+
+def _gate_words(log_fgate, cu_seqlens):
+    """c = cumsum(log_fgate) in float64, restarted per packed sequence, scaled by log2(e) and split
+    into float32 words hi + lo (the kernels work in base 2). (B, T, H) -> two (B, H, T)."""
+    c = torch.cumsum(log_fgate.to(torch.float64), dim=1)
+    if cu_seqlens is not None:  # subtract the running total before each sequence's first token
+        starts = cu_seqlens[:-1].long()
+        before = c[0, (starts - 1).clamp(min=0)] * (starts > 0)[:, None]           # (N, H)
+        seq = torch.repeat_interleave(torch.arange(len(starts), device=c.device),
+                                      (cu_seqlens[1:] - cu_seqlens[:-1]).long(),
+                                      output_size=c.shape[1])
+        c = c - before[seq][None]
+    c = (c * LOG2E).transpose(1, 2).contiguous()
+    hi = c.to(torch.float32)
+    lo = (c - hi.to(torch.float64)).to(torch.float32)
+    return hi, lo
+
+
+def _suffix_sum(dc, cu_seqlens):
+    """dlog_fgate_t = sum_{s >= t} dc_s within each sequence, in float64. (B, H, T) -> (B, T, H)."""
+    dc = dc.to(torch.float64)
+    suf = dc.flip(-1).cumsum(-1).flip(-1)
+    if cu_seqlens is not None:  # remove what later sequences added
+        ends = cu_seqlens[1:].long()
+        T = dc.shape[-1]
+        after = torch.cat([suf, torch.zeros_like(suf[..., :1])], -1)[..., ends]     # (1, H, N)
+        seq = torch.repeat_interleave(torch.arange(len(ends), device=dc.device),
+                                      (cu_seqlens[1:] - cu_seqlens[:-1]).long(), output_size=T)
+        suf = suf - after[..., seq]
+    return suf.to(torch.float32).transpose(1, 2).contiguous()
+
+
+def _precision(dtype):
+    if dtype == torch.float32:
+        return "ieee"
+    return "upcast" if _interpreting() else "tf32"
+
+
+class _FoxAttention(torch.autograd.Function):
+
+    @staticmethod
+    def forward(ctx, q, k, v, log_fgate, sm_scale, cu_seqlens, max_seqlen):
+        B, Tq, H, D = q.shape
+        Tk, Hkv = k.shape[1], k.shape[2]
+        ch, cl = _gate_words(log_fgate, cu_seqlens)
+        o = torch.empty_like(q)
+        res = q.dtype != torch.float32 and any(ctx.needs_input_grad[:4])
+        o_res = torch.empty_like(q) if res else o   # (B, Tq, H, D), only kept for the backward
+        lse = torch.empty(B, H, Tq, device=q.device, dtype=torch.float32)
+        varlen = cu_seqlens is not None
+        nb = cu_seqlens.numel() - 1 if varlen else B
+        prec = _precision(q.dtype)
+        cu = cu_seqlens if varlen else lse          # any pointer: unused when not varlen
+        _launch("fwd", _fwd_kernel, max_seqlen if varlen else Tq, nb * H, q.device, D, q.dtype,
+                (q, k, v, ch, cl, o, o_res, lse, cu,
+                 q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+                 ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1),
+                 H, H // Hkv, Tq, Tk, sm_scale * LOG2E),
+                dict(D=D, VARLEN=varlen, PREC=prec, RES=res))
+        ctx.save_for_backward(q, k, v, o, o_res, lse, ch, cl, cu_seqlens)
+        ctx.sm_scale, ctx.max_seqlen, ctx.res = sm_scale, max_seqlen, res
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, o, o_res, lse, ch, cl, cu_seqlens = ctx.saved_tensors
+        B, Tq, H, D = q.shape
+        Tk, Hkv = k.shape[1], k.shape[2]
+        do = do.contiguous()
+        varlen = cu_seqlens is not None
+        nb = cu_seqlens.numel() - 1 if varlen else B
+        prec = _precision(q.dtype)
+        cu = cu_seqlens if varlen else lse
+        delta = torch.empty_like(lse)
+        grid = (triton.cdiv(Tq, 64), B * H)
+        _bwd_delta_kernel[grid](o, o_res, do, delta, q.stride(0), q.stride(1), q.stride(2),
+                                lse.stride(0), lse.stride(1), H, Tq, D=D, BLOCK_M=64, RES=ctx.res)
+        dq = torch.empty_like(q)
+        dk = torch.empty_like(k)
+        dv = torch.empty_like(v)
+        dc = torch.empty_like(ch)                   # (B, H, Tk)
+        dr = torch.empty_like(lse)                  # (B, H, Tq)
+        strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+                   ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1))
+        scales = (H, H // Hkv, Tq, Tk, ctx.sm_scale * LOG2E, ctx.sm_scale)
+        consts = dict(D=D, VARLEN=varlen, PREC=prec)
+        _launch("dkdv", _bwd_dkdv_kernel, ctx.max_seqlen if varlen else Tk, nb * Hkv, q.device, D,
+                q.dtype, (q, k, v, do, ch, cl, lse, delta, dk, dv, dc, cu) + strides + scales, consts)
+        _launch("dq", _bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,
+                q.dtype, (q, k, v, do, ch, cl, lse, delta, dq, dr, cu) + strides + scales, consts)
+        dc[..., Tk - Tq:] += dr                     # query i sits at key position Tk - Tq + i
+        return dq, dk, dv, _suffix_sum(dc, cu_seqlens), None, None, None
+
+
+def _validate(q, k, v, log_fgate, cu_seqlens):
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"q, k, v must be 4-D (B, T, H, D); got shapes {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}")
+    B, Tq, H, D = q.shape
+    _, Tk, Hkv, _ = k.shape
+    if k.shape[0] != B or k.shape[3] != D:
+        raise ValueError(f"q and k must agree in batch and head dim; got {tuple(q.shape)} and {tuple(k.shape)}")
+    if D not in (16, 32, 64, 128, 256):
+        raise ValueError(f"head dim must be one of 16, 32, 64, 128, 256; got {D}")
+    if H % Hkv != 0:
+        raise ValueError(f"query heads ({H}) must be a multiple of key/value heads ({Hkv})")
+    if Tq > Tk:
+        raise ValueError(f"seqlen_q ({Tq}) must not exceed seqlen_k ({Tk})")
+    if Tq == 0 or B == 0 or H == 0:
+        raise ValueError(f"empty input: q has shape {tuple(q.shape)}")
+    if q.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"q, k, v must be bfloat16, float16 or float32; got {q.dtype}")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"q, k, v must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if log_fgate.shape != (B, Tk, H):
+        raise ValueError(f"log_fgate must be (B, T_k, H) = {(B, Tk, H)}; got {tuple(log_fgate.shape)}")
+    if log_fgate.dtype != torch.float32:
+        raise ValueError(f"log_fgate must be float32; got {log_fgate.dtype}")
+    if not (q.device == k.device == v.device == log_fgate.device):
+        raise ValueError(f"q, k, v, log_fgate must be on one device; got {q.device}, {k.device}, "
+                         f"{v.device}, {log_fgate.device}")
+    if cu_seqlens is None:
+        return None
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2 or cu_seqlens.dtype != torch.int32:
+        raise ValueError(f"cu_seqlens must be int32 of shape (N + 1,), N >= 1; got "
+                         f"{cu_seqlens.dtype} {tuple(cu_seqlens.shape)}")
+    if cu_seqlens.device != q.device:
+        raise ValueError(f"cu_seqlens must be on {q.device}; got {cu_seqlens.device}")
+    if B != 1 or Tq != Tk:
+        raise ValueError(f"cu_seqlens needs a packed batch: B == 1 and T_q == T_k; got q "
+                         f"{tuple(q.shape)}, k {tuple(k.shape)}")
+    cu = cu_seqlens.tolist()
+    if cu[0] != 0 or cu[-1] != Tq or any(a > b for a, b in zip(cu, cu[1:])):
+        raise ValueError(f"cu_seqlens must rise from 0 to T = {Tq} without decreasing; got {cu}")
+    return max(b - a for a, b in zip(cu, cu[1:]))
+
+
+def fox_attention_triton(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_seqlens=None):
+    """Causal forgetting attention, fused (Triton), differentiable in q, k, v and log_fgate.
+
+    q:          (B, T_q, H, D)    bfloat16 / float16 (float32 accepted, e.g. for the CPU interpreter)
+    k, v:       (B, T_k, H_kv, D) same dtype as q; H % H_kv == 0 (grouped-query attention);
+                T_q <= T_k and the queries are the last T_q positions (prefix / KV-cache decoding)
+    log_fgate:  (B, T_k, H)       float32, log forget gates (<= 0, not checked), one per query head
+    sm_scale:   float, default D ** -0.5
+    causal:     only True is implemented
+    cu_seqlens: optional int32 (N + 1,) offsets of N sequences packed along T (needs B == 1 and
+                T_q == T_k); attention and the gate cumsum both restart at each sequence
+    D must be 16, 32, 64, 128 or 256. Returns o: (B, T_q, H, D) in q.dtype. Gradients: dq, dk, dv
+    in the input dtype, dlog_fgate float32; all deterministic (no atomics).
+    """
+    if not causal:
+        raise NotImplementedError("fox_attention_triton: causal=False (the symmetric decay "
+                                  "-|c_i - c_j|) has no kernel; use forgetting_attention_reference")
+    max_seqlen = _validate(q, k, v, log_fgate, cu_seqlens)
+    scale = q.shape[-1] ** -0.5 if sm_scale is None else float(sm_scale)
+    return _FoxAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(),
+                               log_fgate.contiguous(), scale, cu_seqlens, max_seqlen)

@@ -1,0 +1,185 @@
+"""Tests of the fused FoX kernel against a float64 reference: output and all four gradients.
+
+On a CPU the kernels run in Triton's interpreter (the root conftest sets TRITON_INTERPRET=1), so
+shapes stay small; the full-size checks run only on a GPU.
+
+Thresholds (relative L2 error against float64 on the same, already-rounded inputs), from the
+unit roundoff u of the storage type: u = 2^-8 for bf16, 2^-11 for fp16.
+  - out: rounding the exact output to the storage type alone costs ~0.4 u (measured 1.6e-3 in
+    bf16); P is rounded once more before the P V product, ~0.25 u. A correct kernel lands at
+    0.45-0.5 u (bf16 1.8e-3, fp16 2.3e-4, as ANCHORS.md's 2e-3). Threshold 0.9 u: below what one
+    systematic slip costs (truncating instead of rounding to nearest gave 4.1e-3 = 1.05 u).
+  - dq, dk, dv, dlog_fgate: two more rounded operands (dS, and dq/dk/dv are stored in the
+    storage type): measured 0.55-0.75 u (bf16 2.1e-3 to 2.9e-3). Threshold 1.3 u (bf16 5.1e-3);
+    the truncation slip gave 1.7 u.
+  - float32 inputs use true float32 products (not tf32): measured 1e-7 to 4e-6 (dlog_fgate, a
+    suffix sum of terms that cancel, is the largest). Threshold 1e-5 / 2e-5: far above float32
+    rounding, far below tf32 (~3e-4), so an accidental tf32 product fails.
+"""
+import math
+
+import pytest
+import torch
+
+from fox_attention import forgetting_attention_reference
+from kernels import fox_attention_triton
+from kernels.fox_triton import _interpreting
+
+CUDA = torch.cuda.is_available()
+DEV = "cuda" if CUDA else "cpu"
+U = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+
+
+def tols(dtype):
+    if dtype == torch.float32:
+        return 1e-5, 2e-5
+    return 0.9 * U[dtype], 1.3 * U[dtype]
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    nb = b.norm().item()
+    if nb == 0.0:       # e.g. T = 1: dq = dk = 0 exactly
+        return a.norm().item()
+    return (a - b).norm().item() / nb
+
+
+def make(B, Tq, Tk, H, Hkv, D, dtype, gate, seed=0):
+    """Random inputs: q, k, v ~ N(0, 1); log g = gate * U(0.5, 1.5) (all <= 0); a dO."""
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g).to(dtype).to(DEV)
+    q, k, v = r(B, Tq, H, D), r(B, Tk, Hkv, D), r(B, Tk, Hkv, D)
+    log_fgate = (gate * (0.5 + torch.rand(B, Tk, H, generator=g))).to(DEV)
+    return q, k, v, log_fgate, r(B, Tq, H, D)
+
+
+def reference(q, k, v, log_fgate, do, sm_scale=None, cu_seqlens=None):
+    """Output and gradients in float64, per packed sequence when cu_seqlens is given."""
+    x = [t.detach().double().requires_grad_() for t in (q, k, v, log_fgate)]
+    if cu_seqlens is None:
+        o = forgetting_attention_reference(*x, sm_scale=sm_scale)
+    else:
+        cu = cu_seqlens.tolist()
+        o = torch.cat([forgetting_attention_reference(*(t[:, a:b] for t in x), sm_scale=sm_scale)
+                       for a, b in zip(cu, cu[1:]) if b > a], dim=1)
+    o.backward(do.double())
+    return [o.detach()] + [t.grad for t in x]
+
+
+def run(q, k, v, log_fgate, do, **kw):
+    x = [t.detach().clone().requires_grad_() for t in (q, k, v, log_fgate)]
+    o = fox_attention_triton(*x, **kw)
+    o.backward(do)
+    return [o.detach()] + [t.grad for t in x]
+
+
+def check(got, want, dtype):
+    t_out, t_grad = tols(dtype)
+    names = ["out", "dq", "dk", "dv", "dlog_fgate"]
+    errs = {n: rel(g, w) for n, g, w in zip(names, got, want)}
+    for n, g in zip(names, got):
+        assert torch.isfinite(g).all(), f"{n} has non-finite values"
+    assert got[0].dtype == dtype and got[4].dtype == torch.float32
+    bad = {n: e for n, e in errs.items() if not e <= (t_out if n == "out" else t_grad)}
+    assert not bad, f"errors {errs} over thresholds ({t_out:.1e}, {t_grad:.1e})"
+    return errs
+
+
+NEAR1, MODERATE, STRONG = -0.01, -0.3, -3.0
+
+CASES = [  # B, Tq, Tk, H, Hkv, D, dtype, gate
+    (1, 1, 1, 2, 2, 32, torch.float32, MODERATE),      # a single token
+    (2, 15, 15, 4, 2, 32, torch.bfloat16, NEAR1),      # GQA, under one block
+    (1, 63, 63, 2, 2, 64, torch.float16, STRONG),
+    (1, 300, 300, 2, 1, 32, torch.bfloat16, MODERATE),  # GQA 2:1, many blocks
+    (1, 100, 100, 2, 2, 128, torch.float32, STRONG),
+    (1, 1, 77, 2, 1, 32, torch.bfloat16, MODERATE),    # one query (decoding) over 77 keys
+    (1, 20, 63, 2, 2, 64, torch.bfloat16, NEAR1),      # Tq < Tk, off-block offset
+]
+
+
+@pytest.mark.parametrize("B,Tq,Tk,H,Hkv,D,dtype,gate", CASES)
+def test_matches_reference(B, Tq, Tk, H, Hkv, D, dtype, gate):
+    args = make(B, Tq, Tk, H, Hkv, D, dtype, gate)
+    check(run(*args), reference(*args), dtype)
+
+
+def test_sm_scale():
+    args = make(1, 40, 40, 2, 2, 32, torch.float32, MODERATE, seed=1)
+    check(run(*args, sm_scale=0.5), reference(*args, sm_scale=0.5), torch.float32)
+
+
+def test_large_cumulative_gate():
+    """|c| ~ 3e4 from one huge early gate: c held as one float32 word would cost ~6e-4 here."""
+    q, k, v, log_fgate, do = make(1, 100, 100, 2, 2, 32, torch.float32, MODERATE, seed=2)
+    log_fgate[:, 0] = -3e4
+    check(run(q, k, v, log_fgate, do), reference(q, k, v, log_fgate, do), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_varlen(dtype):
+    # sequences of 1, 16, 0, 63 and 70 tokens packed into one row; GQA 2:1
+    cu = torch.tensor([0, 1, 17, 17, 80, 150], dtype=torch.int32, device=DEV)
+    args = make(1, 150, 150, 2, 1, 32, dtype, STRONG if dtype == torch.float32 else MODERATE)
+    check(run(*args, cu_seqlens=cu), reference(*args, cu_seqlens=cu), dtype)
+
+
+def test_deterministic():
+    args = make(1, 70, 70, 4, 2, 32, torch.bfloat16, MODERATE, seed=3)
+    a, b = run(*args), run(*args)
+    for n, x, y in zip(["out", "dq", "dk", "dv", "dlog_fgate"], a, b):
+        assert torch.equal(x, y), f"{n} differs between two runs"
+
+
+def _bad(**over):
+    q, k, v, log_fgate, _ = make(1, 8, 8, 2, 2, 32, torch.float32, MODERATE)
+    x = dict(q=q, k=k, v=v, log_fgate=log_fgate)
+    kw = {n: over.pop(n) for n in ("cu_seqlens", "causal") if n in over}
+    x.update(over)
+    return lambda: fox_attention_triton(x["q"], x["k"], x["v"], x["log_fgate"], **kw)
+
+
+@pytest.mark.parametrize("over,word", [
+    (dict(q=torch.randn(8, 2, 32)), "4-D"),
+    (dict(v=torch.randn(1, 8, 2, 16)), "same shape"),
+    (dict(q=torch.randn(1, 9, 2, 32)), "seqlen_q"),
+    (dict(q=torch.randn(1, 8, 3, 32)), "multiple"),
+    (dict(q=torch.randn(1, 8, 2, 48), k=torch.randn(1, 8, 2, 48), v=torch.randn(1, 8, 2, 48)), "head dim"),
+    (dict(log_fgate=torch.zeros(1, 8, 3)), "log_fgate must be"),
+    (dict(log_fgate=torch.zeros(1, 8, 2, dtype=torch.float64)), "float32"),
+    (dict(q=torch.randn(1, 8, 2, 32, dtype=torch.float64)), "bfloat16, float16 or float32"),
+    (dict(q=torch.randn(1, 8, 2, 32).half()), "share one dtype"),
+    (dict(cu_seqlens=torch.tensor([0, 8])), "int32"),
+    (dict(cu_seqlens=torch.tensor([0, 5, 7], dtype=torch.int32)), "rise from 0"),
+    (dict(cu_seqlens=torch.tensor([0, 6, 5, 8], dtype=torch.int32)), "rise from 0"),
+])
+def test_bad_inputs(over, word):
+    over = {n: t.to(DEV) if torch.is_tensor(t) else t for n, t in over.items()}
+    with pytest.raises(ValueError, match=word):
+        _bad(**over)()
+
+
+def test_not_causal():
+    with pytest.raises(NotImplementedError, match="causal=False"):
+        _bad(causal=False)()
+
+
+@pytest.mark.skipif(not CUDA, reason="full-size shapes need a GPU")
+@pytest.mark.parametrize("B,Tq,Tk,H,Hkv,D,dtype,gate", [
+    (2, 777, 777, 4, 4, 128, torch.bfloat16, -0.05),   # the ANCHORS.md accuracy shape
+    (2, 777, 777, 4, 4, 128, torch.float16, STRONG),
+    (1, 777, 777, 8, 2, 64, torch.bfloat16, NEAR1),
+    (1, 500, 1030, 4, 1, 128, torch.bfloat16, MODERATE),
+    (2, 777, 777, 4, 4, 256, torch.bfloat16, MODERATE),
+    (2, 1025, 1025, 2, 2, 32, torch.bfloat16, STRONG),
+])
+def test_gpu_full_size(B, Tq, Tk, H, Hkv, D, dtype, gate):
+    args = make(B, Tq, Tk, H, Hkv, D, dtype, gate)
+    check(run(*args), reference(*args), dtype)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a GPU")
+def test_gpu_varlen_full_size():
+    cu = torch.tensor([0, 1, 300, 301, 1024, 2000], dtype=torch.int32, device=DEV)
+    args = make(1, 2000, 2000, 4, 2, 128, torch.bfloat16, MODERATE)
+    check(run(*args, cu_seqlens=cu), reference(*args, cu_seqlens=cu), torch.bfloat16)
