@@ -37,7 +37,7 @@ def _as_float_tensor(a, name):
         arr = np.asarray(a)
         if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
             raise ValueError(f"{name} must be a real-valued array; got dtype {arr.dtype}")
-        t = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float64))
+        t = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float64))      # no copy if already so
     if not torch.is_floating_point(t):
         raise ValueError(f"{name} must be a floating-point array; got dtype {t.dtype}")
     if t.dim() == 0 or t.shape[-1] == 0:
@@ -52,11 +52,13 @@ def increments_from_log_gates(log_g):
     """
     is_np = not isinstance(log_g, torch.Tensor)
     t = _as_float_tensor(log_g, "log-gates")
-    if not torch.isfinite(t).all():
-        bad = "NaN" if torch.isnan(t).any() else "infinite values"
-        raise ValueError(f"log-gates contain {bad}; gates must lie in (0, 1]")
-    if (t > 0).any():
-        raise ValueError(f"log-gates must be <= 0 (gates in (0, 1]); max is {t.max().item():.3g}")
+    hi, lo = t.max().item(), t.min().item()                # NaN propagates through both reductions
+    if math.isnan(hi) or math.isnan(lo):
+        raise ValueError("log-gates contain NaN; gates must lie in (0, 1]")
+    if math.isinf(lo):
+        raise ValueError("log-gates contain infinite values (a gate of 0); gates must lie in (0, 1]")
+    if hi > 0:
+        raise ValueError(f"log-gates must be <= 0 (gates in (0, 1]); max is {hi:.3g}")
     x = -t
     return x.numpy() if is_np else x
 
@@ -162,7 +164,14 @@ class Gate:
 
 
 def _softplus(z):
-    return np.logaddexp(0.0, z)
+    """log(1 + e^z) in float64; beyond z = 30 it equals z to 1e-13 (and exp would overflow past 709)."""
+    if np.ndim(z) == 0:
+        return float(np.logaddexp(0.0, z))
+    out = np.log1p(np.exp(np.minimum(z, 30.0)))
+    big = z > 30.0
+    if big.any():
+        out[big] = z[big]
+    return out
 
 
 class LogitNormalGate(Gate):
@@ -395,9 +404,10 @@ def first_passage_samples(gate, eps, trials, seed=0, chunk=None, max_steps=10_00
     if mom.kappa <= 0:
         raise ValueError(f"{gate} has kappa = 0: the walk never crosses L")
     chunk = chunk or 2 ** 22
-    # block of steps sized to cover most passages at once: mean + 4 sd of N (plus slack)
+    # first block covers most passages (mean + 1 sd of N); the rest continue in blocks of 3 sd
     sd = math.sqrt(max(mom.sigma2, 0.0) * L / mom.kappa ** 3)
-    block = int(min(max(L / mom.kappa + 4 * sd + 8, 8), chunk))
+    block = int(min(max(L / mom.kappa + sd + 2, 8), chunk))
+    more = int(min(max(3 * sd, 8), chunk))
     per = max(1, chunk // block)
     W = np.empty(trials, dtype=np.int64)
     R = np.empty(trials)
@@ -406,19 +416,20 @@ def first_passage_samples(gate, eps, trials, seed=0, chunk=None, max_steps=10_00
         S = np.zeros(n)                                    # partial sums of the active paths
         steps = np.zeros(n, dtype=np.int64)
         idx = np.arange(n)
-        state = None
+        state, m = None, block
         while len(idx):
-            x, state = gate.sample_paths(rng, len(idx), block, state)
-            cs = S[:, None] + np.cumsum(x, axis=1)         # (n_active, block)
-            over = cs > L
-            hit = over.any(axis=1)
-            first = np.argmax(over, axis=1)
+            x, state = gate.sample_paths(rng, len(idx), m, state)
+            cs = np.cumsum(x, axis=1)
+            cs += S[:, None]                               # (n_active, m), increasing along a row
+            first = (cs <= L).sum(axis=1)                  # index of the crossing step, m if none
+            hit = first < m
             done = idx[hit]
             W[s + done] = steps[hit] + first[hit]          # N - 1 = steps before the crossing one
             R[s + done] = cs[hit, first[hit]] - L
             keep = ~hit
-            S, steps, idx = cs[keep, -1], steps[keep] + block, idx[keep]
+            S, steps, idx = cs[keep, -1], steps[keep] + m, idx[keep]
             state = None if state is None else state[keep]
+            m = more
             if len(idx) and steps[0] > max_steps:
                 raise RuntimeError(f"{len(idx)} paths did not cross L = {L:g} within {max_steps} steps")
     return W, R

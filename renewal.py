@@ -226,8 +226,8 @@ def exact_first_passage(gate, eps, K=None, richardson=True):
         raise ValueError(f"{gate} has dependent increments: exact numerics cover iid laws only")
     m = gate.moments()
     if K is None:
-        # ~48 cells per mean increment and >= 4096 over [0, L]: moments to ~1e-9 for smooth densities
-        K = int(min(max(4096, 48 * L / m.kappa), 2 ** 15))
+        # >= 32 cells per mean increment and >= 4096 over [0, L]: moments to ~1e-8 for smooth densities
+        K = int(min(max(4096, 32 * L / m.kappa), 2 ** 15))
     s1 = _lattice_survival(gate, L, K)
     if not richardson or not gate.smooth:
         mean, var = _moments_from_survival(s1)

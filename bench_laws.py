@@ -1,0 +1,69 @@
+"""Speed of the window toolkit on this machine, against its targets. Medians of repeats, one run.
+
+python bench_laws.py [--repeats 5] [--json out.json]
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+import forget
+import heads
+import renewal
+
+
+def median_time(fn, repeats):
+    ts = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", default=None)
+    p.add_argument("--checkpoint", default=heads.DEFAULT_CHECKPOINT)
+    a = p.parse_args(argv)
+    rng = np.random.default_rng(0)
+    rows = []
+
+    lg = np.log(rng.beta(20, 1, 10_000_000))                                       # one trace, T = 1e7
+    t = median_time(lambda: forget.windows(lg, 1e-3), a.repeats)
+    rows.append(("per-query windows, numpy (T = 1e7)", t, f"{1e7 / t:.2e} rows/s", ">= 1e7 rows/s", 1e7 / t >= 1e7))
+    lgt = torch.from_numpy(np.log(rng.beta(20, 1, (16, 2048, 64))).astype(np.float32))   # (B, T, H)
+    t = median_time(lambda: forget.windows(lgt, 1e-3, dim=1), a.repeats)
+    n = lgt.numel()
+    rows.append(("per-query windows, torch (16, 2048, 64)", t, f"{n / t:.2e} rows/s", ">= 1e7 rows/s", n / t >= 1e7))
+
+    for g in forget.SEED_GATES:
+        t = median_time(lambda: renewal.exact_first_passage(g, 1e-3), a.repeats)
+        rows.append((f"exact moments {g}", t, f"{t * 1e3:.0f} ms", "< 100 ms", t < 0.1))
+    t = median_time(lambda: forget.first_passage_mc(forget.SEED_GATES[0], 1e-3, 1_000_000, seed=1), max(1, a.repeats // 2))
+    rows.append(("Monte Carlo 1e6 trials, seed gate 1", t, f"{t:.2f} s", "<= 2 s", t <= 2))
+    t = median_time(lambda: forget.synthetic_table(progress=False), 1)
+    rows.append(("forget.py --synthetic table", t, f"{t:.1f} s", "< 30 s", t < 30))
+    if os.path.exists(a.checkpoint):
+        t = median_time(lambda: heads.analyse_model(a.checkpoint, progress=False), 1)
+        rows.append(("capture + per-head analysis, 16 x 2048", t, f"{t:.1f} s", "<= 20 s", t <= 20))
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores; median of {a.repeats}")
+    w = max(len(r[0]) for r in rows)
+    print(f"{'what':{w}s} {'median':>10s} {'rate':>18s} {'target':>15s}  met")
+    for name, t, rate, target, ok in rows:
+        print(f"{name:{w}s} {t:10.4f} {rate:>18s} {target:>15s}  {'yes' if ok else 'NO'}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump([dict(what=r[0], seconds=r[1], rate=r[2], target=r[3], met=bool(r[4])) for r in rows], f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
