@@ -4,8 +4,13 @@ Statistical checks compare Monte Carlo estimates with moments computed from the 
 numerics or quadrature), never from the samples under test, at |estimate - law| <= z * SE with z
 Bonferroni-corrected over the checks in one test (THEORY.md section 6). Seeds are fixed.
 """
-import math
 import sys
+
+if __name__ == "__main__":                       # before the imports below, so pytest can rewrite them
+    import pytest
+    sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", *sys.argv[1:]]))
+
+import math
 
 import numpy as np
 import pytest
@@ -355,6 +360,3 @@ def test_empirical_gate_moments_are_the_trace_moments():
     z = bonferroni_z(1)
     assert abs(r.mean - ex.mean) <= z * r.se_mean + 0.01           # + lattice error of an atomic law (O(h))
 
-
-if __name__ == "__main__":
-    sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", *sys.argv[1:]]))
