@@ -120,7 +120,7 @@ def _fwd_inner(acc, m_i, l_i, q, u, ha, la, pos_m, k_base, v_base, ch_base, cl_b
     return acc, m_i, l_i
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
 def _fwd_kernel(Q, K, V, CH, CL, O, ORES, LSE, CU,
                 s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                 H, GROUP, TQ, TK, qk_scale,
@@ -179,7 +179,7 @@ def _fwd_kernel(Q, K, V, CH, CL, O, ORES, LSE, CU,
     tl.store(LSE + b64 * s_lb + h * s_lh + bos + offs_m, m_i + tl.math.log2(l_i), mask=m_ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["TQ"])
 def _bwd_delta_kernel(O, ORES, DO, DELTA, s_qb, s_qt, s_qh, s_lb, s_lh, H, TQ,
                       D: tl.constexpr, BLOCK_M: tl.constexpr, RES: tl.constexpr):
     # Delta_i = rowsum(dO_i * O_i) = sum_j P_ij dP_ij, the softmax backward's row term. Where
@@ -232,7 +232,7 @@ def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base,
     return dk, dv, dc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
 def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, CU,
                      s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                      H, GROUP, TQ, TK, qk_scale, sm_scale,
@@ -320,7 +320,7 @@ def _bwd_dq_inner(dq, dr, q, do, u, ha, la, lse, delta, pos_m, k_base, v_base, c
     return dq, dr
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
 def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, CU,
                    s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                    H, GROUP, TQ, TK, qk_scale, sm_scale,
@@ -371,12 +371,15 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, CU,
 # launch configuration: picked by device capability, no autotuning
 # ----------------------------------------------------------------------------------------------
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) for each of the three kernels. Hopper: 128-row query
-# tiles for the forward and dQ (enough rows per warpgroup to keep wgmma busy), 128-key tiles for
-# dK/dV with thin 32-row query strips so that the two fp32 accumulators stay in registers.
+# tiles for the forward (two warpgroups, 64 rows each, keep wgmma busy) and 128-key tiles for
+# dK/dV with thin query strips. Register budget: a (rows x D) float32 accumulator costs
+# rows * D / (32 * num_warps) registers a thread; dK/dV hold two, so BLOCK_N * D * 2 / (32 * warps)
+# must stay well under 255 (128 at BLOCK_N = 128, D = 128, 8 warps). Not yet tuned on the chip:
+# bench.py --config sweeps alternatives.
 _HOPPER = {
     32: dict(fwd=(128, 128, 8, 3), dkdv=(64, 128, 8, 3), dq=(128, 64, 8, 3)),
-    64: dict(fwd=(128, 128, 8, 3), dkdv=(32, 128, 4, 4), dq=(128, 32, 4, 4)),
-    128: dict(fwd=(128, 64, 8, 3), dkdv=(32, 128, 4, 4), dq=(128, 32, 4, 4)),
+    64: dict(fwd=(128, 128, 8, 3), dkdv=(64, 128, 8, 3), dq=(128, 64, 8, 3)),
+    128: dict(fwd=(128, 64, 8, 3), dkdv=(32, 128, 8, 3), dq=(128, 64, 8, 2)),
     256: dict(fwd=(64, 64, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 32, 8, 2)),
 }
 # Ampere / Ada (100-164 KB shared memory): the tutorial's safe middle.
@@ -398,6 +401,12 @@ _FALLBACK = set()   # (kernel, device, D, dtype) that ran out of resources and u
 
 def set_config(**cfg):
     """Override launch configs, e.g. set_config(fwd=(128, 64, 8, 3)); set_config() resets."""
+    for name, c in cfg.items():
+        if name not in _SAFE:
+            raise ValueError(f"unknown kernel {name!r}; choose from {sorted(_SAFE)}")
+        if len(c) != 4 or any(b < 16 or b & (b - 1) for b in c[:2]):
+            raise ValueError(f"{name}: want (BLOCK_M, BLOCK_N, num_warps, num_stages) with "
+                             f"power-of-two blocks >= 16; got {c}")
     _OVERRIDE.clear()
     _OVERRIDE.update(cfg)
 
@@ -508,9 +517,10 @@ class _FoxAttention(torch.autograd.Function):
         prec = _precision(q.dtype)
         cu = cu_seqlens if varlen else lse
         delta = torch.empty_like(lse)
-        grid = (triton.cdiv(Tq, 64), B * H)
-        _bwd_delta_kernel[grid](o, o_res, do, delta, q.stride(0), q.stride(1), q.stride(2),
-                                lse.stride(0), lse.stride(1), H, Tq, D=D, BLOCK_M=64, RES=ctx.res)
+        bm = 8192 // D                              # 64 float32 registers a thread per tile
+        _bwd_delta_kernel[(triton.cdiv(Tq, bm), B * H)](
+            o, o_res, do, delta, q.stride(0), q.stride(1), q.stride(2), lse.stride(0), lse.stride(1),
+            H, Tq, D=D, BLOCK_M=bm, RES=ctx.res)
         dq = torch.empty_like(q)
         dk = torch.empty_like(k)
         dv = torch.empty_like(v)
@@ -529,6 +539,11 @@ class _FoxAttention(torch.autograd.Function):
 
 
 def _validate(q, k, v, log_fgate, cu_seqlens):
+    for name, t in (("q", q), ("k", k), ("v", v), ("log_fgate", log_fgate)):
+        if not torch.is_tensor(t):
+            raise ValueError(f"{name} must be a torch.Tensor; got {type(t).__name__}")
+    if cu_seqlens is not None and not torch.is_tensor(cu_seqlens):
+        raise ValueError(f"cu_seqlens must be a torch.Tensor or None; got {type(cu_seqlens).__name__}")
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"q, k, v must be 4-D (B, T, H, D); got shapes {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
@@ -592,5 +607,7 @@ def fox_attention_triton(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_s
                                   "-|c_i - c_j|) has no kernel; use forgetting_attention_reference")
     max_seqlen = _validate(q, k, v, log_fgate, cu_seqlens)
     scale = q.shape[-1] ** -0.5 if sm_scale is None else float(sm_scale)
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"sm_scale must be a finite positive number; got {sm_scale!r}")
     return _FoxAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(),
                                log_fgate.contiguous(), scale, cu_seqlens, max_seqlen)

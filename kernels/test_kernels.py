@@ -159,6 +159,14 @@ def test_bad_inputs(over, word):
         _bad(**over)()
 
 
+def test_bad_scale_and_types():
+    q, k, v, log_fgate, _ = make(1, 8, 8, 2, 2, 32, torch.float32, MODERATE)
+    with pytest.raises(ValueError, match="sm_scale"):
+        fox_attention_triton(q, k, v, log_fgate, sm_scale=float("nan"))
+    with pytest.raises(ValueError, match="torch.Tensor"):
+        _bad(q=[[1.0]])()
+
+
 def test_not_causal():
     with pytest.raises(NotImplementedError, match="causal=False"):
         _bad(causal=False)()
