@@ -1,0 +1,75 @@
+"""Regenerate every figure: `python figures/make_figures.py` (add --fast for a quick small-trial pass).
+
+Figures 1-5 are computed from the gate laws (Monte Carlo + exact renewal numerics); figure 6 reads the
+per-head JSON of the trained model and figure 7 the kernel benchmark JSON, and each is skipped with a
+message when its JSON is absent. Output: <out>/figN_*.png and .pdf.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+from types import SimpleNamespace
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import figstyle  # noqa: E402  (also puts the repository root on sys.path)
+from tqdm import tqdm  # noqa: E402
+
+import fig1_decay  # noqa: E402
+import fig2_window_pmf  # noqa: E402
+import fig3_moments_vs_L  # noqa: E402
+import fig4_alibi_limit  # noqa: E402
+import fig5_dependent  # noqa: E402
+import fig6_heads  # noqa: E402
+import fig7_kernels  # noqa: E402
+
+FIGURES = {1: fig1_decay, 2: fig2_window_pmf, 3: fig3_moments_vs_L, 4: fig4_alibi_limit,
+           5: fig5_dependent, 6: fig6_heads, 7: fig7_kernels}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default=HERE, help="output folder (default: figures/)")
+    p.add_argument("--fast", action="store_true", help="small trial counts and grids (CI smoke run)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--trials", type=int, default=None,
+                   help="Monte Carlo trials per point (default 200000, or 4000 with --fast)")
+    p.add_argument("--only", type=int, nargs="+", choices=sorted(FIGURES), help="figure numbers to make")
+    p.add_argument("--json", default=None, help="also write the run summary as JSON to this path")
+    p.add_argument("--heads-json", default=os.path.join(HERE, "heads.json"))
+    p.add_argument("--bench-json", default=os.path.join(HERE, "kernel_bench.json"))
+    a = p.parse_args(argv)
+    trials = a.trials or (4000 if a.fast else 200_000)
+    if trials < 2:
+        p.error("--trials must be >= 2")
+    ctx = SimpleNamespace(out=a.out, fast=a.fast, seed=a.seed, trials=trials,
+                          heads_json=a.heads_json, bench_json=a.bench_json)
+    figstyle.apply()
+    results = []
+    t_all = time.time()
+    for n in tqdm(a.only or sorted(FIGURES), desc="figures", unit="fig", file=sys.stderr):
+        t0 = time.time()
+        try:
+            paths, summary = FIGURES[n].make(ctx)
+            status = "written"
+        except figstyle.Skip as e:
+            paths, summary, status = [], str(e), "skipped"
+            tqdm.write(f"figure {n} skipped: {e}", file=sys.stderr)
+        results.append(dict(figure=n, status=status, paths=paths, summary=summary,
+                            seconds=round(time.time() - t0, 2)))
+    print(f"\n{'fig':>3s}  {'status':8s} {'time':>6s}  {'file (.png and .pdf)':36s} summary")
+    for r in results:
+        files = os.path.relpath(os.path.splitext(r["paths"][0])[0]) if r["paths"] else "-"
+        print(f"{r['figure']:>3d}  {r['status']:8s} {r['seconds']:5.1f}s  {files:36s} {r['summary']}")
+    print(f"total {time.time() - t_all:.1f} s, {trials:,} trials per Monte Carlo point, seed {a.seed}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(trials=trials, seed=a.seed, fast=a.fast, figures=results), f, indent=1)
+    return results
+
+
+if __name__ == "__main__":
+    main()
