@@ -88,7 +88,7 @@ def _seq_bounds(CU, b, TQ, TK, VARLEN: tl.constexpr):
 
 
 @triton.jit
-def _fwd_inner(acc, m_i, l_i, q, u, ha, la, pos_m, k_base, v_base, ch_base, cl_base, s_kt,
+def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base, s_kt,
                lo, hi, Tk, qk_scale,
                D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
@@ -108,7 +108,9 @@ def _fwd_inner(acc, m_i, l_i, q, u, ha, la, pos_m, k_base, v_base, ch_base, cl_b
             hj = tl.load(ch_base + cols)
             lj = tl.load(cl_base + cols)
         w = (ha - hj) + (la - lj)                                    # (BLOCK_N,) c_a - c_j
-        s = _dot(q, tl.trans(k), PREC) * qk_scale + u[:, None] + w[None, :]
+        # the row term u_i = c_i - c_a is left out: softmax is shift-invariant per row, so it
+        # changes only the log-sum-exp (added back at the end). One FMA per score, as without a gate.
+        s = _dot(q, tl.trans(k), PREC) * qk_scale + w[None, :]
         if MASK:
             s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))   # key block 0 comes first and holds key 0: finite
@@ -161,10 +163,10 @@ def _fwd_kernel(Q, K, V, CH, CL, O, ORES, LSE, CU,
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     n_full = ((a + 1) // BLOCK_N) * BLOCK_N         # key blocks [0, n_full) lie below the diagonal
-    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, u, ha, la, pos_m, K + kv_off, V + kv_off,
+    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
                                CH + c_off, CL + c_off, s_kt, 0, n_full, Tk, qk_scale,
                                D, BLOCK_N, False, PREC)
-    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, u, ha, la, pos_m, K + kv_off, V + kv_off,
+    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
                                CH + c_off, CL + c_off, s_kt, n_full, tl.minimum(a + BLOCK_M, Tk),
                                Tk, qk_scale, D, BLOCK_N, True, PREC)
 
@@ -175,8 +177,8 @@ def _fwd_kernel(Q, K, V, CH, CL, O, ORES, LSE, CU,
     if RES:
         tl.store(ORES + o_ptr, _cast(acc - o.to(tl.float32), O.dtype.element_ty, PREC),
                  mask=m_ok[:, None])
-    # u + w = c_i - c_j exactly, so the row's log-sum-exp carries no anchor term
-    tl.store(LSE + b64 * s_lb + h * s_lh + bos + offs_m, m_i + tl.math.log2(l_i), mask=m_ok)
+    # the row's log2-sum-exp of the full logits: u_i + w_j = c_i - c_j, no anchor term is left
+    tl.store(LSE + b64 * s_lb + h * s_lh + bos + offs_m, m_i + tl.math.log2(l_i) + u, mask=m_ok)
 
 
 @triton.jit(do_not_specialize=["TQ"])
@@ -220,10 +222,10 @@ def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base,
         delta = tl.load(delta_base + rows, mask=m_ok, other=0.0)
         u = (tl.load(ch_base + pos_m, mask=m_ok, other=0.0) - ha) \
             + (tl.load(cl_base + pos_m, mask=m_ok, other=0.0) - la)    # (BLOCK_M,) c_i - c_a
-        sT = _dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + u[None, :]
+        sT = _dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + (u - lse)[None, :]
         if MASK:
             sT = tl.where(pos_m[None, :] >= cols[:, None], sT, float("-inf"))
-        pT = tl.math.exp2(sT - lse[None, :])
+        pT = tl.math.exp2(sT)
         dv += _dot(_cast(pT, do.dtype, PREC), do, PREC)
         dpT = _dot(v, tl.trans(do), PREC)
         dsT = pT * (dpT - delta[None, :])
@@ -289,7 +291,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, CU,
 
 
 @triton.jit
-def _bwd_dq_inner(dq, dr, q, do, u, ha, la, lse, delta, pos_m, k_base, v_base, ch_base, cl_base,
+def _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl_base,
                   s_kt, lo, hi, Tk, qk_scale,
                   D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
@@ -309,10 +311,10 @@ def _bwd_dq_inner(dq, dr, q, do, u, ha, la, lse, delta, pos_m, k_base, v_base, c
             hj = tl.load(ch_base + cols)
             lj = tl.load(cl_base + cols)
         w = (ha - hj) + (la - lj)
-        s = _dot(q, tl.trans(k), PREC) * qk_scale + u[:, None] + w[None, :]
+        s = _dot(q, tl.trans(k), PREC) * qk_scale + w[None, :]
         if MASK:
             s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
-        p = tl.math.exp2(s - lse[:, None])
+        p = tl.math.exp2(s - lse_u[:, None])
         dp = _dot(do, tl.trans(v), PREC)
         ds = p * (dp - delta[:, None])
         dq += _dot(_cast(ds, k.dtype, PREC), k, PREC)
@@ -354,15 +356,16 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, CU,
     la = tl.load(CL + c_off + a)
     u = (tl.load(CH + c_off + pos_m, mask=m_ok, other=0.0) - ha) \
         + (tl.load(CL + c_off + pos_m, mask=m_ok, other=0.0) - la)
+    lse_u = lse - u             # P_ij = exp2(s_ij + w_j - lse_u_i): one FMA and one add a score
     dq = tl.zeros([BLOCK_M, D], tl.float32)
     dr = tl.zeros([BLOCK_M], tl.float32)
     n_full = ((a + 1) // BLOCK_N) * BLOCK_N
-    dq, dr = _bwd_dq_inner(dq, dr, q, do, u, ha, la, lse, delta, pos_m, K + kv_off, V + kv_off,
-                       CH + c_off, CL + c_off, s_kt, 0, n_full, Tk, qk_scale,
-                       D, BLOCK_N, False, PREC)
-    dq, dr = _bwd_dq_inner(dq, dr, q, do, u, ha, la, lse, delta, pos_m, K + kv_off, V + kv_off,
-                       CH + c_off, CL + c_off, s_kt, n_full, tl.minimum(a + BLOCK_M, Tk), Tk,
-                       qk_scale, D, BLOCK_N, True, PREC)
+    dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
+                           CH + c_off, CL + c_off, s_kt, 0, n_full, Tk, qk_scale,
+                           D, BLOCK_N, False, PREC)
+    dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
+                           CH + c_off, CL + c_off, s_kt, n_full, tl.minimum(a + BLOCK_M, Tk), Tk,
+                           qk_scale, D, BLOCK_N, True, PREC)
     tl.store(DQ + q_ptr, _cast(dq * sm_scale, DQ.dtype.element_ty, PREC), mask=m_ok[:, None])
     tl.store(DR + l_off + offs_m, dr, mask=m_ok)
 

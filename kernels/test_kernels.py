@@ -104,6 +104,19 @@ def test_matches_reference(B, Tq, Tk, H, Hkv, D, dtype, gate):
     check(run(*args), reference(*args), dtype)
 
 
+@pytest.mark.skipif(CUDA, reason="interpreter block shapes; the GPU runs its own configs")
+def test_other_block_shapes():
+    """The opposite tile orientation to the default (BLOCK_N > BLOCK_M in the forward and dQ)."""
+    from kernels.fox_triton import set_config
+    args = make(1, 75, 90, 4, 2, 32, torch.bfloat16, MODERATE, seed=4)
+    set_config(fwd=(16, 32, 4, 1), dkdv=(32, 16, 4, 1), dq=(16, 32, 4, 1))
+    try:
+        got = run(*args)
+    finally:
+        set_config()
+    check(got, reference(*args), torch.bfloat16)
+
+
 def test_sm_scale():
     args = make(1, 40, 40, 2, 2, 32, torch.float32, MODERATE, seed=1)
     check(run(*args, sm_scale=0.5), reference(*args, sm_scale=0.5), torch.float32)
