@@ -45,10 +45,19 @@ def make(ctx):
         raise Skip(f"{os.path.relpath(path)} not found (kernels/bench.py writes it on a GPU)")
     with open(path) as f:
         data = json.load(f)
-    rows = data if isinstance(data, list) else (_get(data, "results", "rows", "runs") or [])
     gpu = (_get(data, "gpu", "device", "device_name") if isinstance(data, dict) else None) or "unnamed GPU"
     series = defaultdict(lambda: {"fwd": [], "fwdbwd": []})
     ours = set()
+    if isinstance(data, dict) and isinstance(data.get("runs"), dict):
+        # kernels/bench.py: runs[mode] = [{B, T, H, D, tflops: {impl: TF/s}}]; the T scan is H16 D128
+        for mode, key in (("fwd", "fwd"), ("fwd+bwd", "fwdbwd")):
+            for r in data["runs"].get(mode, []):
+                if r.get("H") != 16 or r.get("D") != 128:
+                    continue
+                for name, v in r.get("tflops", {}).items():
+                    series[name][key].append((int(r["T"]), float(v)))
+        ours = {"ours"}
+    rows = data if isinstance(data, list) else (_get(data, "results", "rows") or [])
     for r in rows:
         name, T = _get(r, "impl", "name", "implementation", "method"), _get(r, "T", "seq_len", "seqlen")
         if name is None or T is None:
