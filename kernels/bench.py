@@ -13,7 +13,6 @@ repeats). TFLOP/s by the dense-causal count: forward 4 B H T^2 D / 2, forward+ba
 """
 import argparse
 import json
-import math
 import os
 import sys
 import time

@@ -385,7 +385,7 @@ _HOPPER = {
     128: dict(fwd=(128, 64, 8, 3), dkdv=(32, 128, 8, 3), dq=(128, 64, 8, 2)),
     256: dict(fwd=(64, 64, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 32, 8, 2)),
 }
-# Ampere / Ada (100-164 KB shared memory): the tutorial's safe middle.
+# Ampere, Ada and newer (100 KB of shared memory or more): the tutorial's safe middle.
 _AMPERE = {
     32: dict(fwd=(128, 64, 4, 3), dkdv=(32, 64, 4, 3), dq=(64, 32, 4, 3)),
     64: dict(fwd=(128, 64, 4, 3), dkdv=(32, 64, 4, 3), dq=(64, 32, 4, 3)),
@@ -420,7 +420,8 @@ def _config(name, device, D):
     if _interpreting() or device.type != "cuda":
         return _INTERP[name]
     major, _ = torch.cuda.get_device_capability(device)
-    table = _HOPPER if major == 9 else _AMPERE if major == 8 else None
+    # Ampere's table was sized for 100 KB of shared memory, so it also serves newer chips
+    table = _HOPPER if major == 9 else _AMPERE if major >= 8 else None
     return table[D][name] if table is not None and D in table else _SAFE[name]
 
 

@@ -16,14 +16,12 @@ unit roundoff u of the storage type: u = 2^-8 for bf16, 2^-11 for fp16.
     suffix sum of terms that cancel, is the largest). Threshold 1e-5 / 2e-5: far above float32
     rounding, far below tf32 (~3e-4), so an accidental tf32 product fails.
 """
-import math
 
 import pytest
 import torch
 
 from fox_attention import forgetting_attention_reference
 from kernels import fox_attention_triton
-from kernels.fox_triton import _interpreting
 
 CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"
@@ -95,6 +93,7 @@ CASES = [  # B, Tq, Tk, H, Hkv, D, dtype, gate
     (1, 100, 100, 2, 2, 128, torch.float32, STRONG),
     (1, 1, 77, 2, 1, 32, torch.bfloat16, MODERATE),    # one query (decoding) over 77 keys
     (1, 20, 63, 2, 2, 64, torch.bfloat16, NEAR1),      # Tq < Tk, off-block offset
+    (1, 40, 40, 1, 1, 256, torch.bfloat16, MODERATE),  # the widest head
 ]
 
 
