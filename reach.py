@@ -1,0 +1,401 @@
+"""How far each attention kind reaches: the predicted window, the gradient-attribution window and passkey retrieval.
+
+    python reach.py                                  # all kinds, default budget, writes results/kinds/
+    python reach.py --kinds fox swa --steps 200 --json out/reach.json --out out/reach.png
+
+For each kind the same small byte-level LM (attention_kinds.build_model) is trained on the same budget
+on a mixture: every step has a batch of Shakespeare windows (next-byte loss on every position) and a
+batch of passkey examples (loss on the key digits only). A passkey example is filler text (Shakespeare)
+with "#" + a random digit key hidden at a chosen depth and "#" again at the end; the model must
+continue with the key. Depth d is the distance from the final "#" (the query) back to the first key
+digit, which is also the distance from each later answer position to its digit.
+
+Windows are distances (W, as in forget.py). Predicted window per layer at decay threshold eps:
+    fox    first-passage law of the trained gates (increments of the held-out gates taken as iid,
+           renewal.exact_first_passage): mean W per head, the layer's largest head
+    alibi  floor(L / m_h), L = ln(1/eps), the smallest slope's head
+    swa    w - 1 (hard)
+    bswa   block*mem + p for a query at offset p in its block: block*mem .. block*(mem+1) - 1 (hard)
+    softmax, fam  none (unbounded: fam's feedback memory carries any past block forward)
+Layers compose: the model bound is the sum over layers (n_layers (w - 1) for swa; for bswa, a query at
+offset p reaches p + n_layers*mem*block). Soft windows (fox, alibi) bound where the decay passes eps,
+not where attention stops.
+
+Attribution window: for a query position i of held-out text, a_d = || grad_e(i-d) * e(i-d) ||_2, the
+gradient-times-input norm of the input embedding at distance d, with respect to the log-probability
+the model gives its own top prediction at i; the window is the smallest d whose prefix sum holds
+1 - eps of sum_d a_d. Averaged over rows (and reported per row).
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import attention_kinds as ak
+import forget
+import renewal
+import train as shk
+
+DEFAULT_KINDS = {"softmax": {}, "fox": {}, "alibi": {}, "swa": {"w": 32}, "bswa": {"block": 32, "mem": 1},
+                 "fam": {"block": 32, "mem": 1, "fam_len": 8, "state_passing": 0.5}}
+MARK = ord("#")          # absent from the corpus, so it only ever means "key follows"
+
+# ----------------------------------------------------------------------------- predicted windows
+
+
+@torch.no_grad()
+def fox_gate_windows(model, tokens, eps):
+    """Per layer, per head: mean eps-window of the first-passage law of the held-out gates (iid
+    increments with their empirical law) and the median per-query window of the trace itself.
+    tokens (S, T) int64. Returns {"law_mean": [[W per head] per layer], "trace_median": [...], "censored_frac": [...]}."""
+    from fox_attention import capture_gates
+    gates = capture_gates(model, tokens)
+    out = {"law_mean": [], "trace_median": [], "censored_frac": []}
+    for l in range(len(model.blocks)):
+        lg = gates[f"blocks.{l}.attn.attention.hook_log_fgate"].double().numpy()     # (S, T, H)
+        law, med, cens = [], [], []
+        for h in range(lg.shape[2]):
+            fp = renewal.exact_first_passage(forget.EmpiricalGate(lg[:, :, h]), eps)
+            law.append(float(fp.mean))
+            w, c = forget.windows(lg[:, :, h], eps, dim=-1)
+            med.append(float(np.median(w)))
+            cens.append(float(c.mean()))
+        out["law_mean"].append(law)
+        out["trace_median"].append(med)
+        out["censored_frac"].append(cens)
+    return out
+
+
+def predicted_window(kind, params, model, n_layers, eps, query_pos, gate_tokens=None):
+    """{"per_layer": window or [lo, hi] or None, "model": window for a query at query_pos or None, "note", ...}."""
+    if kind == "swa":
+        return {"per_layer": params["w"] - 1, "model": n_layers * (params["w"] - 1), "note": "hard"}
+    if kind == "bswa":
+        b, m = params["block"], params["mem"]
+        return {"per_layer": [b * m, b * (m + 1) - 1], "model": query_pos % b + n_layers * m * b,
+                "note": f"hard; query at offset {query_pos % b} in its block"}
+    if kind == "alibi":
+        slopes = model.blocks[0].attn.attention.slopes.tolist()
+        per_head = [renewal.alibi_window(m, eps) for m in slopes]
+        return {"per_layer": max(per_head), "model": n_layers * max(per_head), "per_head": per_head,
+                "note": f"soft, decay {eps:g}"}
+    if kind == "fox":
+        g = fox_gate_windows(model, gate_tokens, eps)
+        per_layer = [max(w) for w in g["law_mean"]]
+        return {"per_layer": [round(w, 1) for w in per_layer], "model": round(sum(per_layer), 1), **g,
+                "note": f"soft, decay {eps:g}; first-passage law mean, largest head"}
+    return {"per_layer": None, "model": None, "note": "unbounded"}
+
+
+# ----------------------------------------------------------------------------- attribution window
+
+
+def attribution_profile(model, tokens, positions):
+    """Gradient-times-input attribution by distance. tokens (R, T) int64; positions: query indices.
+    Returns (R, P, T) float64: [r, p, d] = || grad * e ||_2 at input i_p - d (zero for d > i_p), the
+    gradient of log p(top prediction at i_p) with respect to the input embeddings."""
+    was = model.training
+    model.eval()
+    R, T = tokens.shape
+    out = torch.zeros(R, len(positions), T, dtype=torch.float64)
+    try:
+        for pi, i in enumerate(positions):
+            if not 0 <= i < T:
+                raise ValueError(f"position {i} outside [0, {T})")
+            e = model.embed(tokens).detach().requires_grad_(True)                  # (R, T, d)
+            logits = model.head(model.forward_embeddings(e))                        # (R, T, V)
+            lp = F.log_softmax(logits[:, i], -1)
+            top = lp.detach().argmax(-1)
+            # rows are independent, so one backward of the sum gives each row its own gradient
+            lp.gather(1, top[:, None]).sum().backward()
+            a = (e.grad * e.detach()).norm(dim=-1).double()                         # (R, T)
+            out[:, pi, :i + 1] = a[:, :i + 1].flip(-1)                              # distance d = i - j
+    finally:
+        model.train(was)
+    return out
+
+
+def attribution_window(profile, eps):
+    """Smallest d with sum_{d' <= d} a_d' >= (1 - eps) sum_d a_d, over the last axis. Returns int64."""
+    cs = torch.as_tensor(profile, dtype=torch.float64).cumsum(-1)
+    return (cs < (1 - eps) * cs[..., -1:]).sum(-1)
+
+
+# ----------------------------------------------------------------------------- passkey task
+
+
+def passkey_batch(stream, n, T, depths, key_len, gen):
+    """n passkey examples of T + 1 bytes (inputs [:, :-1], targets [:, 1:]).
+    stream: uint8 filler text; depths (n,) ints in [key_len, T - key_len - 1].
+    Returns (seq (n, T + 1) int64, keys (n, key_len) int64 digit bytes, qpos int: index of the final '#')."""
+    qpos = T - key_len
+    starts = torch.randint(0, len(stream) - T - 2, (n,), generator=gen).tolist()
+    seq = torch.stack([stream[s:s + T + 1] for s in starts]).long()
+    keys = torch.randint(0, 10, (n, key_len), generator=gen) + ord("0")
+    for r, d in enumerate(depths):
+        d = int(d)
+        if not key_len <= d <= T - key_len - 1:
+            raise ValueError(f"depth {d} outside [{key_len}, {T - key_len - 1}] for context {T}, key length {key_len}")
+        h = qpos - d - 1                                   # the hidden '#'; its digits start at qpos - d
+        seq[r, h] = MARK
+        seq[r, h + 1:h + 1 + key_len] = keys[r]
+        seq[r, qpos] = MARK
+        seq[r, qpos + 1:] = keys[r]
+    return seq, keys, qpos
+
+
+def passkey_loss(model, seq, qpos, key_len):
+    """Cross-entropy on the key digits only: inputs at qpos .. qpos + key_len - 1 predict the key."""
+    logits = model(seq[:, :-1])
+    ans = logits[:, qpos:qpos + key_len]
+    return F.cross_entropy(ans.reshape(-1, ans.size(-1)), seq[:, qpos + 1:qpos + 1 + key_len].reshape(-1)), ans
+
+
+@torch.no_grad()
+def passkey_accuracy(model, stream, T, depths, key_len, n_per_depth, seed, batch=32):
+    """Exact-match accuracy (every digit the argmax given the true previous digits, i.e. greedy decoding)
+    and per-digit accuracy at each depth. Returns (acc [len(depths)], digit_acc [len(depths)])."""
+    was = model.training
+    model.eval()
+    gen = torch.Generator().manual_seed(seed)
+    acc, dacc = [], []
+    for d in depths:
+        hit, dig, n = 0, 0, 0
+        while n < n_per_depth:
+            m = min(batch, n_per_depth - n)
+            seq, keys, qpos = passkey_batch(stream, m, T, [d] * m, key_len, gen)
+            _, ans = passkey_loss(model, seq, qpos, key_len)
+            ok = ans.argmax(-1) == keys                                            # (m, key_len)
+            hit += ok.all(-1).sum().item()
+            dig += ok.float().mean(-1).sum().item()
+            n += m
+        acc.append(hit / n)
+        dacc.append(dig / n)
+    model.train(was)
+    return acc, dacc
+
+
+def passkey_reach(depths, acc, level=0.5):
+    """Largest depth with accuracy >= level; None if there is none."""
+    ok = [d for d, a in zip(depths, acc) if a >= level]
+    return max(ok) if ok else None
+
+
+# ----------------------------------------------------------------------------- one kind
+
+
+def val_stream():
+    return torch.frombuffer(bytearray(b"\n\n".join(b for _, b in shk.load_split("val"))), dtype=torch.uint8)
+
+
+def run_kind(kind, params, args, text_stream, val_text):
+    from tqdm import tqdm
+    torch.manual_seed(args.seed)
+    model = ak.build_model(kind, n_layers=args.layers, d_model=args.d_model, n_heads=args.heads,
+                           context=args.context, **params)
+    n_params = sum(p.numel() for p in model.parameters())
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(args.seed)       # same batches and keys for every kind
+    T, K = args.context, args.key_len
+    lo, hi = K, T - K - 1
+    t0 = time.time()
+    hist = []
+    bar = tqdm(range(args.steps), desc=kind, mininterval=5)
+    model.train()
+    for step in bar:
+        for g in opt.param_groups:
+            g["lr"] = shk.lr_at(step, args.steps, args.lr, args.warmup)
+        loss = 0.0
+        lm = pk = torch.zeros(())
+        if args.text_batch:
+            x, y = shk.get_batch(text_stream, args.text_batch, T, gen)
+            _, lm = model(x, y)
+        if args.key_batch:
+            depths = torch.randint(lo, hi + 1, (args.key_batch,), generator=gen).tolist()
+            seq, _, qpos = passkey_batch(text_stream, args.key_batch, T, depths, K, gen)
+            pk, _ = passkey_loss(model, seq, qpos, K)
+        loss = lm + pk
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if not math.isfinite(loss.item()):
+            raise RuntimeError(f"{kind}: loss became {loss.item()} at step {step}")
+        hist.append((lm.item(), pk.item()))
+        bar.set_postfix(lm=f"{lm.item():.3f}", key=f"{pk.item():.3f}", refresh=False)
+    wall = time.time() - t0
+    model.eval()
+    bpc, _ = shk.evaluate_bpc(model, T, n_seq=args.eval_seqs)
+    acc, dacc = passkey_accuracy(model, val_text, T, args.depths, K, args.n_eval, args.seed + 1)
+    toks, _ = shk.heldout_tokens(n_seq=args.attr_rows, seq_len=T)
+    pos = [T - 1]
+    prof = attribution_profile(model, toks, pos)
+    aw = attribution_window(prof, args.attr_eps)[:, 0]
+    pred = predicted_window(kind, params, model, args.layers,
+                            args.eps, T - 1, gate_tokens=toks)
+    mean_prof = (prof[:, 0] / prof[:, 0].sum(-1, keepdim=True)).mean(0)
+    return {
+        "kind": kind, "params": params, "n_params": n_params, "train_wall_s": round(wall, 1),
+        "final_lm_loss": round(float(np.mean([h[0] for h in hist[-20:]])), 4),
+        "final_key_loss": round(float(np.mean([h[1] for h in hist[-20:]])), 4),
+        "val_bpc": round(bpc, 4),
+        "predicted": pred,
+        "attribution": {"query_pos": pos, "eps": args.attr_eps, "rows": args.attr_rows,
+                        "window_mean": round(aw.double().mean().item(), 1), "window_sd": round(aw.double().std().item(), 1),
+                        "window_median": float(aw.double().median().item()), "per_row": aw.tolist(),
+                        "window_of_mean_profile": int(attribution_window(mean_prof, args.attr_eps)),
+                        "mean_profile": [round(x, 6) for x in mean_prof.tolist()]},
+        "passkey": {"depths": args.depths, "accuracy": acc, "digit_accuracy": [round(x, 4) for x in dacc],
+                    "n_per_depth": args.n_eval, "reach": passkey_reach(args.depths, acc)},
+    }
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def fmt_window(w):
+    if w is None:
+        return "none"
+    if isinstance(w, list) and len(w) == 2 and all(isinstance(x, int) for x in w):
+        return f"{w[0]}-{w[1]}"
+    if isinstance(w, list):
+        return "/".join(f"{x:g}" for x in w)
+    return f"{w:g}"
+
+
+def print_table(results, context):
+    rows = []
+    for r in results:
+        p = r["predicted"]
+        m = p["model"]
+        model_w = "none" if m is None else (f"{m:g}" + (" (>T)" if m >= context else ""))
+        a = r["attribution"]
+        rows.append([r["kind"], fmt_window(p["per_layer"]), model_w, f"{a['window_mean']:.1f} +- {a['window_sd']:.1f}",
+                     "-" if r["passkey"]["reach"] is None else r["passkey"]["reach"], f"{r['val_bpc']:.4f}",
+                     f"{r['train_wall_s']:.0f}"])
+    hdr = ["kind", "predicted/layer", "predicted model", "attribution", "passkey reach", "val bpc", "train s"]
+    print(shk.table(rows, hdr))
+    return rows, hdr
+
+
+def plot(results, path, context):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for c, r in zip(colors, results):
+        pk = r["passkey"]
+        ax.plot(pk["depths"], pk["accuracy"], "o-", color=c, label=f"{r['kind']} (reach {pk['reach']})")
+        m = r["predicted"]["model"]
+        if m is not None and m < context:
+            ax.axvline(m, color=c, ls="--", lw=1)
+        elif m is not None:
+            ax.annotate(f"{r['kind']}: {m:g} >", xy=(context, 0.02 + 0.06 * results.index(r)), color=c,
+                        ha="right", fontsize=8)
+    ax.axhline(0.5, color="gray", lw=0.8, ls=":")
+    ax.set_xlabel("passkey depth (bytes from the query back to the key)")
+    ax.set_ylabel("exact-match accuracy")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlim(0, context)
+    ax.set_title("Passkey accuracy vs depth; dashed: each kind's predicted model window")
+    ax.legend(fontsize=8, loc="center right")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_readme(path, info, rows, hdr, fig_name, json_name):
+    a = info["args"]
+    kinds = ", ".join(f"{r['kind']} {r['params']}" if r["params"] else r["kind"] for r in info["results"])
+    md = ["# Reach of attention kinds", "",
+          f"Made by `python reach.py {info['argv']}` in {info['wall_s']:.0f} s on {info['device']} "
+          f"(torch {info['torch']}, seed {a['seed']}).", "",
+          f"Each kind ({kinds}) wraps the same byte-level LM: {a['layers']} layers, d_model {a['d_model']}, "
+          f"{a['heads']} heads, no positional embedding, context {a['context']}. Every kind trains {a['steps']} steps "
+          f"(AdamW, lr {a['lr']}, warmup {a['warmup']}, cosine) on the same batches: per step {a['text_batch']} "
+          f"Shakespeare windows (next-byte loss everywhere) plus {a['key_batch']} passkey examples (loss on the "
+          f"{a['key_len']} key digits only; depth uniform over the context; filler is training text).", "",
+          f"- predicted window: per layer and for the model (layers add up), decay threshold eps = {a['eps']:g}; "
+          "fox from the first-passage law of its trained gates on held-out text (mean W, largest head); "
+          "\"(>T)\" marks windows beyond the context.",
+          f"- attribution: gradient-times-input window at eps = {a['attr_eps']:g} for the last position of "
+          f"{a['attr_rows']} held-out windows, mean +- sd over rows.",
+          f"- passkey reach: largest tested depth with exact-match accuracy >= 0.5 ({a['n_eval']} held-out examples "
+          f"per depth; filler from held-out works); \"-\" if none.",
+          f"- val bpc: bits per byte on {a['eval_seqs']} held-out windows (train.evaluate_bpc).", "",
+          "| " + " | ".join(hdr) + " |", "| " + " | ".join("---" for _ in hdr) + " |"]
+    md += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
+    md += ["", f"Figure: `{fig_name}`. All numbers, per-depth accuracies, per-head windows and attribution profiles: "
+           f"`{json_name}`.", ""]
+    with open(path, "w") as fh:
+        fh.write("\n".join(md))
+
+
+def main(argv=None):
+    import sys
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--kinds", nargs="+", default=list(DEFAULT_KINDS), help=f"from {list(DEFAULT_KINDS)} or any registered kind")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--context", type=int, default=256)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--text-batch", type=int, default=8)
+    p.add_argument("--key-batch", type=int, default=16)
+    p.add_argument("--key-len", type=int, default=2)
+    p.add_argument("--depths", type=int, nargs="+", default=[4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 250])
+    p.add_argument("--n-eval", type=int, default=64, help="passkey examples per depth")
+    p.add_argument("--eps", type=float, default=1e-3, help="decay threshold of the predicted windows")
+    p.add_argument("--attr-eps", type=float, default=0.05, help="attribution mass left outside the window")
+    p.add_argument("--attr-rows", type=int, default=16)
+    p.add_argument("--eval-seqs", type=int, default=32)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", default="results/kinds/reach.json")
+    p.add_argument("--out", default="results/kinds/reach.png", help="figure path")
+    p.add_argument("--readme", default=None, help="README path (default: next to the figure)")
+    args = p.parse_args(argv)
+    if args.steps < 1:
+        raise ValueError(f"--steps must be >= 1; got {args.steps}")
+    bad = [d for d in args.depths if not args.key_len <= d <= args.context - args.key_len - 1]
+    if bad:
+        raise ValueError(f"depths {bad} outside [{args.key_len}, {args.context - args.key_len - 1}]")
+    forget.threshold(args.eps)
+    forget.threshold(args.attr_eps)
+    torch.set_num_threads(args.threads)
+    kinds = []
+    for k in args.kinds:
+        params = ak.AttentionRegistry.validate(k, **DEFAULT_KINDS.get(k, {}))
+        kinds.append((k, params))
+    text_stream, val_text = shk.train_stream(), val_stream()
+    t0 = time.time()
+    results = [run_kind(k, prm, args, text_stream, val_text) for k, prm in kinds]
+    wall = time.time() - t0
+    rows, hdr = print_table(results, args.context)
+    info = {"args": vars(args), "argv": " ".join(argv if argv is not None else sys.argv[1:]), "wall_s": round(wall, 1),
+            "device": f"CPU ({platform.processor() or platform.machine()}, {args.threads} threads)",
+            "torch": torch.__version__, "results": results}
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w") as fh:
+        json.dump(info, fh, indent=1)
+    plot(results, args.out, args.context)
+    readme = args.readme or os.path.join(os.path.dirname(os.path.abspath(args.out)), "README.md")
+    write_readme(readme, info, rows, hdr, os.path.basename(args.out), os.path.basename(args.json))
+    print(f"wrote {args.json}, {args.out}, {readme}")
+
+
+if __name__ == "__main__":
+    main()
