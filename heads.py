@@ -76,6 +76,7 @@ class HeadResult:
     verdict: str = "undetermined"
     reasons: list = field(default_factory=list)
     decay_window_mean: float = float("nan")
+    decay_window_censored: float = float("nan")   # fraction of those rows whose window hit the start
     mass_window_mean: float = float("nan")
     mass_eps: float = float("nan")
 
@@ -135,7 +136,7 @@ def analyse_head(lg, eps_list=EPS_SCAN, z=3.0, layer=0, head=0):
     r0 = T // 2
     lg_t = torch.from_numpy(-x)
     m_iid = forget.Moments.from_raw(kappa, p2.sum() / n, float(np.mean(x ** 3)))
-    usable, v_rows, v_loo_rows = [], [], []
+    usable, v_rows, v_loo_rows, n_lattice = [], [], [], 0
     for e, L in zip(eps_list, Ls):
         W, cens = forget.windows(lg_t, e)                                         # (S, T)
         W, cens = W[:, r0:].numpy().astype(np.float64), cens[:, r0:].numpy()
@@ -154,14 +155,21 @@ def analyse_head(lg, eps_list=EPS_SCAN, z=3.0, layer=0, head=0):
         res.law_mean_lr.append(renewal.dependent_mean(kappa, sigma2 * tau, L) - 1)
         res.law_var_iid.append(renewal.leading_var(m_iid, L))
         res.law_var_lr.append(renewal.dependent_var(kappa, sigma2 * tau, L))
-        if cf == 0.0 and L / kappa >= 4 * max(tau, 1.0):         # the regime both laws claim
+        # the regime both laws claim: no censoring, L/kappa >= 4 tau, and away from the lattice limit
+        # (the smaller of the two predicted variances >= 0.3; below it the expansions break down)
+        lattice = sigma2 * min(tau, 1.0) * L / kappa ** 3 < 0.3
+        n_lattice += cf == 0.0 and lattice
+        if cf == 0.0 and L / kappa >= 4 * max(tau, 1.0) and not lattice:
             usable.append(L)
             v_rows.append(var)
             v_loo_rows.append(var_loo)
 
     if len(usable) < 3:
-        res.reasons.append(f"only {len(usable)} eps both uncensored (windows < {r0} tokens) and in the "
-                           f"asymptotic regime L/kappa >= 4 tau = {4 * max(tau, 1):.0f}")
+        why = f"only {len(usable)} eps uncensored (windows < {r0} tokens) and in the asymptotic regime " \
+              f"(L/kappa >= 4 tau = {4 * max(tau, 1):.0f}"
+        if n_lattice:
+            why += f", sigma^2 L/kappa^3 >= 0.3; {n_lattice} eps are near the lattice (ALiBi) limit"
+        res.reasons.append(why + ")")
         return res
 
     Lu = np.array(usable)
@@ -207,8 +215,6 @@ def _diagnose(x, kappa, sigma2, tau, kurt, Lu, res):
         why.append(f"non-stationary across positions (kappa {a:.4f} first half vs {b:.4f} second)")
     if kurt > 20:
         why.append(f"heavy-tailed increments (excess kurtosis {kurt:.0f})")
-    if sigma2 * max(Lu) / kappa ** 3 < 0.3:
-        why.append("near the lattice (ALiBi) limit: sigma^2 L/kappa^3 < 0.3")
     n_cens = sum(c > 0 for c in res.censored_frac)
     if n_cens:
         why.append(f"{n_cens} of {len(res.censored_frac)} eps censored (excluded)")
@@ -284,8 +290,9 @@ def analyse_model(checkpoint=None, n_seq=16, seq_len=2048, eps_list=EPS_SCAN, ma
             r = analyse_head(lg[:, :, h], eps_list, z=z, layer=l, head=h)
             Wd, cens = forget.windows(lg[:, :, h], mass_eps)
             r.mass_eps = mass_eps
-            keep = ~cens[:, rows.numpy()]
-            r.decay_window_mean = float(Wd[:, rows.numpy()][keep].mean()) if keep.any() else float("nan")
+            # censored rows enter with their lower bound, so with censoring the mean is a lower bound
+            r.decay_window_mean = float(Wd[:, rows.numpy()].mean())
+            r.decay_window_censored = float(cens[:, rows.numpy()].mean())
             if mw is not None:
                 r.mass_window_mean = float(mw[:, :, h].double().mean())
             results.append(r)
@@ -311,14 +318,16 @@ def print_table(results, info):
     print("-" * (len(hdr) + 30))
     for r in results:
         ci = f"{r.slope:7.2f} [{r.slope_ci[0]:.2f},{r.slope_ci[1]:.2f}]" if math.isfinite(r.slope) else "-"
+        wdec = (">" if r.decay_window_censored > 0 else "") + f"{r.decay_window_mean:.0f}"
         print(f"{r.layer:>2d}.{r.head:<1d} {r.kappa:8.4f} {r.sigma2:8.4f} {r.tau:5.2f}±{r.se_tau:<4.2f} {ci:>22s} "
-              f"{r.pred_slope_iid:8.2f} {r.pred_slope_lr:8.2f} {r.decay_window_mean:6.0f} {r.mass_window_mean:6.0f}  "
+              f"{r.pred_slope_iid:8.2f} {r.pred_slope_lr:8.2f} {wdec:>6s} {r.mass_window_mean:6.0f}  "
               f"{r.verdict}" + (f" ({'; '.join(r.reasons)})" if r.reasons else ""))
     counts = {}
     for r in results:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
     print("summary: " + ", ".join(f"{v}: {c}" for v, c in counts.items())
           + f"; W_dec / W_mass: mean decay / attention-mass window at eps = {results[0].mass_eps:g}"
+          + " ('>': some windows reach the sequence start, a lower bound)"
           + f"; capture {info['capture_s']:.1f} s, total {info['total_s']:.1f} s")
 
 
