@@ -6,8 +6,8 @@
 For each kind the same small byte-level LM (attention_kinds.build_model) is trained on the same budget
 on a mixture: every step has a batch of Shakespeare windows (next-byte loss on every position) and a
 batch of passkey examples (loss on the key digits only). A passkey example is filler text (Shakespeare)
-with "#" + a random digit key hidden at a chosen depth and "#" again at the end; the model must
-continue with the key. Depth d is the distance from the final "#" (the query) back to the first key
+(digits blanked out) with "#" + a random digit key hidden at a chosen depth and "#" again at the
+end; the model must continue with the key. Depth d is the distance from the final "#" (the query) back to the first key
 digit, which is also the distance from each later answer position to its digit.
 
 Windows are distances (W, as in forget.py). Predicted window per layer at decay threshold eps:
@@ -137,6 +137,8 @@ def passkey_batch(stream, n, T, depths, key_len, gen):
     qpos = T - key_len
     starts = torch.randint(0, len(stream) - T - 2, (n,), generator=gen).tolist()
     seq = torch.stack([stream[s:s + T + 1] for s in starts]).long()
+    # digits are rare in the corpus (about 1 byte in 6500); removing them makes the key the only number
+    seq = seq.masked_fill((seq >= ord("0")) & (seq <= ord("9")), ord(" "))
     keys = torch.randint(0, 10, (n, key_len), generator=gen) + ord("0")
     for r, d in enumerate(depths):
         d = int(d)
@@ -181,8 +183,16 @@ def passkey_accuracy(model, stream, T, depths, key_len, n_per_depth, seed, batch
     return acc, dacc
 
 
-def passkey_reach(depths, acc, level=0.5):
-    """Largest depth with accuracy >= level; None if there is none."""
+def passkey_reach(depths, acc, level=0.5, contiguous=False):
+    """Largest depth with accuracy >= level (None if none). contiguous=True: the largest depth d such that
+    every tested depth <= d reaches the level (robust to a lucky far depth)."""
+    if contiguous:
+        best = None
+        for d, a in sorted(zip(depths, acc)):
+            if a < level:
+                break
+            best = d
+        return best
     ok = [d for d, a in zip(depths, acc) if a >= level]
     return max(ok) if ok else None
 
@@ -214,7 +224,6 @@ def run_kind(kind, params, args, text_stream, val_text):
     for step in bar:
         for g in opt.param_groups:
             g["lr"] = shk.lr_at(step, args.steps, args.lr, args.warmup)
-        loss = 0.0
         lm = pk = torch.zeros(())
         if args.text_batch:
             x, y = shk.get_batch(text_stream, args.text_batch, T, gen)
@@ -255,7 +264,8 @@ def run_kind(kind, params, args, text_stream, val_text):
                         "window_of_mean_profile": int(attribution_window(mean_prof, args.attr_eps)),
                         "mean_profile": [round(x, 6) for x in mean_prof.tolist()]},
         "passkey": {"depths": args.depths, "accuracy": acc, "digit_accuracy": [round(x, 4) for x in dacc],
-                    "n_per_depth": args.n_eval, "reach": passkey_reach(args.depths, acc)},
+                    "n_per_depth": args.n_eval, "reach": passkey_reach(args.depths, acc),
+                    "reach_contiguous": passkey_reach(args.depths, acc, contiguous=True)},
     }
 
 
@@ -279,10 +289,13 @@ def print_table(results, context):
         m = p["model"]
         model_w = "none" if m is None else (f"{m:g}" + (" (>T)" if m >= context else ""))
         a = r["attribution"]
+        pk = r["passkey"]
+        dash = lambda x: "-" if x is None else x
         rows.append([r["kind"], fmt_window(p["per_layer"]), model_w, f"{a['window_mean']:.1f} +- {a['window_sd']:.1f}",
-                     "-" if r["passkey"]["reach"] is None else r["passkey"]["reach"], f"{r['val_bpc']:.4f}",
-                     f"{r['train_wall_s']:.0f}"])
-    hdr = ["kind", "predicted/layer", "predicted model", "attribution", "passkey reach", "val bpc", "train s"]
+                     dash(pk["reach"]), dash(pk["reach_contiguous"]), f"{r['final_key_loss']:.2f}",
+                     f"{r['val_bpc']:.4f}", f"{r['train_wall_s']:.0f}"])
+    hdr = ["kind", "predicted/layer", "predicted model", "attribution", "passkey reach", "contiguous reach",
+           "key loss", "val bpc", "train s"]
     print(shk.table(rows, hdr))
     return rows, hdr
 
@@ -293,9 +306,14 @@ def plot(results, path, context):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 4.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for c, r in zip(colors, results):
+    styles = ["o-", "s--", "^-.", "v:", "D-", "P--", "X-."]
+    for n, (c, r) in enumerate(zip(colors, results)):
         pk = r["passkey"]
-        ax.plot(pk["depths"], pk["accuracy"], "o-", color=c, label=f"{r['kind']} (reach {pk['reach']})")
+        reach = "-" if pk["reach"] is None else pk["reach"]
+        # identical curves (kinds that learned nothing answer alike) would hide each other: jitter x a little
+        x = [d + (n - len(results) / 2) * 0.8 for d in pk["depths"]]
+        ax.plot(x, pk["accuracy"], styles[n % len(styles)], color=c, ms=5, alpha=0.85,
+                label=f"{r['kind']} (reach {reach}, key loss {r['final_key_loss']:.2f})")
         m = r["predicted"]["model"]
         if m is not None and m < context:
             ax.axvline(m, color=c, ls="--", lw=1)
@@ -303,6 +321,8 @@ def plot(results, path, context):
             ax.annotate(f"{r['kind']}: {m:g} >", xy=(context, 0.02 + 0.06 * results.index(r)), color=c,
                         ha="right", fontsize=8)
     ax.axhline(0.5, color="gray", lw=0.8, ls=":")
+    ax.axhline(0.1, color="gray", lw=0.6, ls="-", alpha=0.4)
+    ax.annotate("chance 0.1", xy=(context * 0.6, 0.03), color="gray", fontsize=7)
     ax.set_xlabel("passkey depth (bytes from the query back to the key)")
     ax.set_ylabel("exact-match accuracy")
     ax.set_ylim(-0.03, 1.03)
@@ -315,31 +335,64 @@ def plot(results, path, context):
     plt.close(fig)
 
 
-def write_readme(path, info, rows, hdr, fig_name, json_name):
+def write_readme(path, info, rows, hdr, fig_name, json_name, notes=""):
     a = info["args"]
     kinds = ", ".join(f"{r['kind']} {r['params']}" if r["params"] else r["kind"] for r in info["results"])
+    if a["text_batch"]:
+        data = (f"per step {a['text_batch']} Shakespeare windows (next-byte loss everywhere) plus {a['key_batch']} "
+                f"passkey examples (loss on the {a['key_len']} key digit(s) only)")
+    else:
+        data = (f"passkey examples only, {a['key_batch']} per step (loss on the {a['key_len']} key digit(s)); the "
+                "models never see a next-byte loss, so val bpc and the attribution window describe models not "
+                "trained on text")
     md = ["# Reach of attention kinds", "",
           f"Made by `python reach.py {info['argv']}` in {info['wall_s']:.0f} s on {info['device']} "
           f"(torch {info['torch']}, seed {a['seed']}).", "",
           f"Each kind ({kinds}) wraps the same byte-level LM: {a['layers']} layers, d_model {a['d_model']}, "
           f"{a['heads']} heads, no positional embedding, context {a['context']}. Every kind trains {a['steps']} steps "
-          f"(AdamW, lr {a['lr']}, warmup {a['warmup']}, cosine) on the same batches: per step {a['text_batch']} "
-          f"Shakespeare windows (next-byte loss everywhere) plus {a['key_batch']} passkey examples (loss on the "
-          f"{a['key_len']} key digits only; depth uniform over the context; filler is training text).", "",
+          f"(AdamW, lr {a['lr']}, warmup {a['warmup']}, cosine) on the same batches: {data}. Passkey depth is "
+          "uniform over the context; filler is training text with digits blanked.", "",
           f"- predicted window: per layer and for the model (layers add up), decay threshold eps = {a['eps']:g}; "
           "fox from the first-passage law of its trained gates on held-out text (mean W, largest head); "
-          "\"(>T)\" marks windows beyond the context.",
+          "\"(>T)\" marks windows beyond the context; bswa's model value is for the query position used "
+          "(the last of the context).",
           f"- attribution: gradient-times-input window at eps = {a['attr_eps']:g} for the last position of "
           f"{a['attr_rows']} held-out windows, mean +- sd over rows.",
           f"- passkey reach: largest tested depth with exact-match accuracy >= 0.5 ({a['n_eval']} held-out examples "
-          f"per depth; filler from held-out works); \"-\" if none.",
+          "per depth; filler from held-out works); contiguous reach: largest depth such that every smaller tested "
+          "depth also reaches 0.5; \"-\" if none. Tested depths: " + ", ".join(map(str, a["depths"])) + ".",
+          "- key loss: mean passkey loss (nats) over the last 20 training steps; ln 10 = 2.30 is chance, i.e. the "
+          "kind did not learn retrieval at all within the budget, and its passkey reach then says nothing about "
+          "its window.",
           f"- val bpc: bits per byte on {a['eval_seqs']} held-out windows (train.evaluate_bpc).", "",
           "| " + " | ".join(hdr) + " |", "| " + " | ".join("---" for _ in hdr) + " |"]
     md += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
+    if notes:
+        md += ["", notes.strip()]
     md += ["", f"Figure: `{fig_name}`. All numbers, per-depth accuracies, per-head windows and attribution profiles: "
            f"`{json_name}`.", ""]
     with open(path, "w") as fh:
         fh.write("\n".join(md))
+
+
+def finish(info, args):
+    """Table, JSON, figure and README from the collected results."""
+    for r in info["results"]:
+        pk = r["passkey"]
+        pk["reach"] = passkey_reach(pk["depths"], pk["accuracy"])
+        pk["reach_contiguous"] = passkey_reach(pk["depths"], pk["accuracy"], contiguous=True)
+    rows, hdr = print_table(info["results"], info["args"]["context"])
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w") as fh:
+        json.dump(info, fh, indent=1)
+    plot(info["results"], args.out, info["args"]["context"])
+    readme = args.readme or os.path.join(os.path.dirname(os.path.abspath(args.out)), "README.md")
+    notes = ""
+    if args.notes:
+        with open(args.notes) as fh:
+            notes = fh.read()
+    write_readme(readme, info, rows, hdr, os.path.basename(args.out), os.path.basename(args.json), notes)
+    print(f"wrote {args.json}, {args.out}, {readme}")
 
 
 def main(argv=None):
@@ -352,22 +405,29 @@ def main(argv=None):
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--warmup", type=int, default=30)
     p.add_argument("--text-batch", type=int, default=8)
     p.add_argument("--key-batch", type=int, default=16)
-    p.add_argument("--key-len", type=int, default=2)
-    p.add_argument("--depths", type=int, nargs="+", default=[4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 250])
+    p.add_argument("--key-len", type=int, default=1)
+    p.add_argument("--depths", type=int, nargs="+", default=[4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 254])
     p.add_argument("--n-eval", type=int, default=64, help="passkey examples per depth")
     p.add_argument("--eps", type=float, default=1e-3, help="decay threshold of the predicted windows")
     p.add_argument("--attr-eps", type=float, default=0.05, help="attribution mass left outside the window")
     p.add_argument("--attr-rows", type=int, default=16)
     p.add_argument("--eval-seqs", type=int, default=32)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", default="results/kinds/reach.json")
     p.add_argument("--out", default="results/kinds/reach.png", help="figure path")
     p.add_argument("--readme", default=None, help="README path (default: next to the figure)")
+    p.add_argument("--notes", default=None, help="a text file appended to the README (observations)")
+    p.add_argument("--replot", default=None, metavar="JSON",
+                   help="no training: rebuild table, figure and README from a results JSON (written to --json/--out)")
     args = p.parse_args(argv)
+    if args.replot:
+        with open(args.replot) as fh:
+            info = json.load(fh)
+        return finish(info, args)
     if args.steps < 1:
         raise ValueError(f"--steps must be >= 1; got {args.steps}")
     bad = [d for d in args.depths if not args.key_len <= d <= args.context - args.key_len - 1]
@@ -384,17 +444,10 @@ def main(argv=None):
     t0 = time.time()
     results = [run_kind(k, prm, args, text_stream, val_text) for k, prm in kinds]
     wall = time.time() - t0
-    rows, hdr = print_table(results, args.context)
     info = {"args": vars(args), "argv": " ".join(argv if argv is not None else sys.argv[1:]), "wall_s": round(wall, 1),
             "device": f"CPU ({platform.processor() or platform.machine()}, {args.threads} threads)",
             "torch": torch.__version__, "results": results}
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as fh:
-        json.dump(info, fh, indent=1)
-    plot(results, args.out, args.context)
-    readme = args.readme or os.path.join(os.path.dirname(os.path.abspath(args.out)), "README.md")
-    write_readme(readme, info, rows, hdr, os.path.basename(args.out), os.path.basename(args.json))
-    print(f"wrote {args.json}, {args.out}, {readme}")
+    finish(info, args)
 
 
 if __name__ == "__main__":
