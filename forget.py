@@ -493,6 +493,9 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint", default=None, help="FoX checkpoint for the per-head analysis")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--n-seq", type=int, default=16, help="held-out sequences for the per-head analysis")
+    p.add_argument("--seq-len", type=int, default=2048,
+                   help="tokens per sequence; windows longer than half of it are censored")
     p.add_argument("--json", default=None, help="write the results as JSON to this path")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)

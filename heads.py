@@ -188,12 +188,17 @@ def analyse_head(lg, eps_list=EPS_SCAN, z=3.0, layer=0, head=0):
     res.z_iid = float((slope - pred_iid) / se_d_iid) if se_d_iid > 0 else float("inf")
     res.z_lr = float((slope - pred_lr) / se_d_lr) if se_d_lr > 0 else float("inf")
 
-    if abs(res.z_iid) <= z:
+    # a law "holds" only if the test could have seen it fail: the band of the difference must be
+    # narrower than half the predicted slope; rejecting both laws needs no such precision
+    tight_iid, tight_lr = z * se_d_iid <= 0.5 * pred_iid, z * se_d_lr <= 0.5 * pred_lr
+    if abs(res.z_iid) <= z and tight_iid:
         res.verdict = "iid law holds"
-    elif abs(res.z_lr) <= z:
+    elif abs(res.z_lr) <= z and tight_lr:
         res.verdict = "autocorrelation-adjusted law holds"
-    else:
+    elif abs(res.z_iid) > z and abs(res.z_lr) > z:
         res.verdict = "falsified"
+    else:
+        res.reasons.append(f"slope too imprecise to test: +-{z * se_d_lr / pred_lr:.0%} of the adjusted prediction")
     res.reasons += _diagnose(x, kappa, sigma2, tau, kurt, Lu, res)
     return res
 
@@ -343,8 +348,8 @@ def to_json(results, info):
 
 def main(args):
     """Entry point used by `python forget.py` (args from forget.main)."""
-    results, info = analyse_model(args.checkpoint, mass_eps=args.eps, device=args.device,
-                                  progress=not args.no_progress)
+    results, info = analyse_model(args.checkpoint, n_seq=args.n_seq, seq_len=args.seq_len, mass_eps=args.eps,
+                                  device=args.device, progress=not args.no_progress)
     print_table(results, info)
     if args.json:
         with open(args.json, "w") as f:
