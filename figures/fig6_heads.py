@@ -14,7 +14,7 @@ from figstyle import Skip
 def _ci(h):
     """slope_ci as (lo, hi); a single number is read as a half-width."""
     ci = h.get("slope_ci")
-    if ci is None:
+    if ci is None or (isinstance(ci, list) and None in ci):
         return h["slope"], h["slope"]
     if isinstance(ci, (int, float)):
         return h["slope"] - ci, h["slope"] + ci
@@ -59,13 +59,16 @@ def make(ctx):
     ag.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, title="verdict")
 
     # (b) measured Var[W] slope in L against the iid and autocorrelation-adjusted predictions
-    for h in heads:
+    tested = [h for h in heads if h.get("slope") is not None]      # heads with a fitted slope
+    for h in tested:
         lo, hi = _ci(h)
         c = vcol[str(h.get("verdict"))]
         asl.errorbar(h["pred_slope_lr"], h["slope"], yerr=[[h["slope"] - lo], [hi - h["slope"]]], fmt="o",
                      color=c, ms=4, capsize=2)
         asl.plot(h["pred_slope_iid"], h["slope"], "x", color=c, ms=5)
-    vals = [v for h in heads for v in (h["slope"], h["pred_slope_iid"], h["pred_slope_lr"]) if v > 0]
+    vals = [v for h in tested for v in (h["slope"], h["pred_slope_iid"], h["pred_slope_lr"]) if v is not None and v > 0]
+    if not vals:
+        vals = [1.0]
     lim = [min(vals) / 1.5, max(vals) * 1.5]
     asl.plot(lim, lim, "k--", lw=1, label="measured = predicted")
     asl.plot([], [], "o", color="gray", label="vs adjusted law τσ²/κ³ (with CI)")
@@ -84,7 +87,10 @@ def make(ctx):
     for h in heads:
         L = -np.log(np.asarray(h["eps_list"], dtype=float))
         law = L / h["kappa"] - 0.5 + h["tau"] * h["sigma2"] / (2 * h["kappa"] ** 2)
-        amn.plot(law, _arr(h["mean_W"]), "o-", color=vcol[str(h.get("verdict"))], ms=3, lw=0.6, alpha=0.8)
+        mw = _arr(h["mean_W"])
+        cens = np.asarray([c or 0 for c in h.get("censored_frac", [0] * len(mw))], dtype=float) > 0
+        mw = np.where(cens, np.nan, mw)                             # censored eps: a lower bound only
+        amn.plot(law, mw, "o-", color=vcol[str(h.get("verdict"))], ms=3, lw=0.6, alpha=0.8)
     allv = [v for h in heads for v in _arr(h["mean_W"]) if v > 0]
     lim = [max(min(allv) / 1.5, 0.1), max(allv) * 1.5]
     amn.plot(lim, lim, "k--", lw=1, label="measured = law")
