@@ -494,6 +494,8 @@ def main(argv=None):
     p.add_argument("--checkpoint", default=None, help="FoX checkpoint for the per-head analysis")
     p.add_argument("--device", default="cpu")
     p.add_argument("--n-seq", type=int, default=16, help="held-out sequences for the per-head analysis")
+    p.add_argument("--traces", default=None, help="analyse saved log-gate traces (.npz from save_trace) instead")
+    p.add_argument("--save-traces", default=None, help="write the captured log-gate traces to this .npz")
     p.add_argument("--seq-len", type=int, default=2048,
                    help="tokens per sequence; windows longer than half of it are censored")
     p.add_argument("--json", default=None, help="write the results as JSON to this path")

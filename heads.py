@@ -270,8 +270,9 @@ def mass_windows(attn, x, eps, rows):
 
 
 def analyse_model(checkpoint=None, n_seq=16, seq_len=2048, eps_list=EPS_SCAN, mass_eps=1e-3,
-                  device="cpu", progress=True):
-    """Run the per-head analysis on a checkpoint's held-out text. Returns (results, info)."""
+                  device="cpu", progress=True, save_traces=None):
+    """Run the per-head analysis on a checkpoint's held-out text. Returns (results, info).
+    save_traces: optional .npz path for the captured log-gate traces and their metadata."""
     import fox_attention as fa
     import train
     from tqdm import tqdm
@@ -281,6 +282,9 @@ def analyse_model(checkpoint=None, n_seq=16, seq_len=2048, eps_list=EPS_SCAN, ma
     tokens, spans = train.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
     traces, inputs = capture(model, tokens.to(device))
     t_capture = time.perf_counter() - t0
+    if save_traces:
+        fa.save_trace(save_traces, {f"blocks.{l}.attn.hook_log_fgate": t for l, t in traces.items()},
+                      dict(model=meta.get("name", path), checkpoint=path, spans=spans, eps=list(eps_list)))
     H = model.cfg.n_heads
     n_heads = len(traces) * H
     # jackknife over n_seq sequences: Student t with n_seq - 1 df, Bonferroni over heads at 95%
@@ -346,10 +350,36 @@ def to_json(results, info):
     return dict(info=info, heads=[{k: clean(v) for k, v in asdict(r).items()} for r in results])
 
 
+def analyse_traces(path, eps_list=EPS_SCAN, mass_eps=1e-3):
+    """Per-head analysis of traces saved with fox_attention.save_trace (any model's gates): each
+    (S, T, H) entry is one layer. No attention-mass windows (they need the model). Returns (results, info)."""
+    import fox_attention as fa
+    t0 = time.perf_counter()
+    traces, meta = fa.load_trace(path)
+    S = next(iter(traces.values())).shape[0]
+    n_heads = sum(t.shape[2] for t in traces.values())
+    z = float(stats.t.isf(0.05 / (2 * n_heads), S - 1))
+    results = []
+    for l, (name, tr) in enumerate(traces.items()):
+        for h in range(tr.shape[2]):
+            r = analyse_head(tr[:, :, h], eps_list, z=z, layer=l, head=h)
+            W, cens = forget.windows(tr[:, :, h], mass_eps)
+            r.mass_eps = mass_eps
+            r.decay_window_mean = float(W[:, W.shape[1] // 2:].mean())
+            r.decay_window_censored = float(cens[:, W.shape[1] // 2:].mean())
+            results.append(r)
+    info = dict(checkpoint=path, model=meta.get("model", "?"), n_seq=S, seq_len=next(iter(traces.values())).shape[1],
+                spans=meta.get("spans"), z=z, capture_s=0.0, total_s=time.perf_counter() - t0, layers=list(traces))
+    return results, info
+
+
 def main(args):
     """Entry point used by `python forget.py` (args from forget.main)."""
-    results, info = analyse_model(args.checkpoint, n_seq=args.n_seq, seq_len=args.seq_len, mass_eps=args.eps,
-                                  device=args.device, progress=not args.no_progress)
+    if args.traces:
+        results, info = analyse_traces(args.traces, mass_eps=args.eps)
+    else:
+        results, info = analyse_model(args.checkpoint, n_seq=args.n_seq, seq_len=args.seq_len, mass_eps=args.eps,
+                                      device=args.device, progress=not args.no_progress, save_traces=args.save_traces)
     print_table(results, info)
     if args.json:
         with open(args.json, "w") as f:

@@ -94,3 +94,17 @@ def test_shipped_model_analysis_runs():
         assert r.kappa > 0 and np.isfinite(r.decay_window_mean) or r.verdict == "undetermined"
     js = heads.to_json(results, info)
     assert len(js["heads"]) == len(results)
+
+
+def test_saved_traces_give_the_same_verdicts(tmp_path):
+    import fox_attention as fa
+    torch.manual_seed(1)
+    ck = tmp_path / "tiny.pt"
+    fa.save_model(str(ck), fa.FoXLM(fa.FoXConfig(d_model=32, n_layers=1, n_heads=2, context=64)), {"name": "tiny"})
+    tr = tmp_path / "traces.npz"
+    direct, _ = heads.analyse_model(str(ck), n_seq=4, seq_len=256, progress=False, save_traces=str(tr))
+    again, info = heads.analyse_traces(str(tr))
+    assert info["layers"] == ["blocks.0.attn.hook_log_fgate"] and info["n_seq"] == 4
+    for a, b in zip(direct, again):
+        assert (a.layer, a.head, a.verdict) == (b.layer, b.head, b.verdict)
+        assert a.kappa == pytest.approx(b.kappa, rel=1e-6) and a.var_W == pytest.approx(b.var_W, rel=1e-6)
