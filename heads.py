@@ -51,6 +51,7 @@ class HeadResult:
     kappa: float
     se_kappa: float
     sigma2: float
+    se_sigma2: float
     excess_kurtosis: float
     tau: float
     se_tau: float
@@ -68,6 +69,7 @@ class HeadResult:
     law_var_lr: list
     slope: float = float("nan")
     slope_se: float = float("nan")
+    se_sigma2_lr: float = float("nan")
     slope_ci: list = field(default_factory=lambda: [float("nan"), float("nan")])
     pred_slope_iid: float = float("nan")
     pred_slope_lr: float = float("nan")
@@ -106,7 +108,7 @@ def analyse_head(lg, eps_list=EPS_SCAN, z=3.0, layer=0, head=0):
 
     eps_list = list(eps_list)
     Ls = [forget.threshold(e) for e in eps_list]
-    res = HeadResult(layer, head, float(kappa), float(_jackknife(k_loo)), float(sigma2), kurt,
+    res = HeadResult(layer, head, float(kappa), float(_jackknife(k_loo)), float(sigma2), float(_jackknife(v_loo)), kurt,
                      float("nan"), float("nan"), float("nan"), eps_list, Ls, [], [], [], [], [], [], [], [], [])
     if kappa <= 0 or sigma2 <= 1e-12 * kappa * kappa:                             # rounding leaves ~1e-17
         res.reasons.append("no forgetting (gate = 1)" if kappa <= 0 else "constant gate: lattice (ALiBi) window")
@@ -131,6 +133,7 @@ def analyse_head(lg, eps_list=EPS_SCAN, z=3.0, layer=0, head=0):
     g_loo = _loo(xx) / (nk * (S - 1))
     tau_loo = 1 + 2 * (g_loo[:, 1:cut] / g_loo[:, :1]).sum(1)
     res.tau, res.se_tau, res.sigma2_lr = float(tau), float(_jackknife(tau_loo)), float(sigma2 * tau)
+    res.se_sigma2_lr = float(_jackknife(v_loo * tau_loo))
 
     # windows of rows in the second half of each sequence (their walks are in the data)
     r0 = T // 2
