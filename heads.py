@@ -93,16 +93,15 @@ def analyse_head(lg, eps_list=EPS_SCAN, z=3.0, layer=0, head=0):
         raise ValueError(f"need traces (S, T) with S >= 3 sequences for jackknife errors; got {x.shape}")
     S, T = x.shape
     # gate statistics from per-sequence sums, so leave-one-out moments are exact and cheap
-    p1, p2, p4 = x.sum(1), (x * x).sum(1), (x ** 4).sum(1)
+    p1, p2 = x.sum(1), (x * x).sum(1)
     n = T * S
 
-    def moments(s1, s2, s4, cnt):
+    def moments(s1, s2, cnt):
         m = s1 / cnt
-        v = s2 / cnt - m * m
-        return m, v
+        return m, s2 / cnt - m * m
 
-    kappa, sigma2 = moments(p1.sum(), p2.sum(), p4.sum(), n)
-    k_loo, v_loo = moments(_loo(p1), _loo(p2), _loo(p4), n - T)
+    kappa, sigma2 = moments(p1.sum(), p2.sum(), n)
+    k_loo, v_loo = moments(_loo(p1), _loo(p2), n - T)
     xc = x - kappa
     kurt = float(np.mean(xc ** 4) / sigma2 ** 2 - 3) if sigma2 > 0 else float("nan")
 
