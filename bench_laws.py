@@ -64,7 +64,7 @@ def main(argv=None):
     t = median_time(lambda: forget.synthetic_table(progress=False), 1)
     rows.append(("forget.py --synthetic table", t, f"{t:.1f} s", "< 30 s", t < 30))
     if os.path.exists(a.checkpoint):
-        t = median_time(lambda: heads.analyse_model(a.checkpoint, progress=False), 1)
+        t = median_time(lambda: heads.analyse_model(a.checkpoint, n_seq=16, progress=False), 1)
         rows.append(("capture + per-head analysis, 16 x 2048", t, f"{t:.1f} s", "<= 20 s", t <= 20))
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores; median of {a.repeats}")

@@ -493,7 +493,7 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint", default=None, help="FoX checkpoint for the per-head analysis")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--n-seq", type=int, default=16, help="held-out sequences for the per-head analysis")
+    p.add_argument("--n-seq", type=int, default=32, help="held-out sequences for the per-head analysis")
     p.add_argument("--traces", default=None, help="analyse saved log-gate traces (.npz from save_trace) instead")
     p.add_argument("--save-traces", default=None, help="write the captured log-gate traces to this .npz")
     p.add_argument("--seq-len", type=int, default=2048,

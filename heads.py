@@ -271,7 +271,7 @@ def mass_windows(attn, x, eps, rows):
     return d.transpose(1, 2)
 
 
-def analyse_model(checkpoint=None, n_seq=16, seq_len=2048, eps_list=EPS_SCAN, mass_eps=1e-3,
+def analyse_model(checkpoint=None, n_seq=32, seq_len=2048, eps_list=EPS_SCAN, mass_eps=1e-3,
                   device="cpu", progress=True, save_traces=None):
     """Run the per-head analysis on a checkpoint's held-out text. Returns (results, info).
     save_traces: optional .npz path for the captured log-gate traces and their metadata."""

@@ -245,12 +245,12 @@ def compare(fox_path, base_path, readme="checkpoints/README.md"):
     md += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
     md += ["", "Wall times are from a CPU shared with other jobs, so they measure contention more than cost: "
            "the two models do the same work per step (the gate adds one small projection). Both runs are short "
-           "(about 0.14 of an epoch of the training text), so the absolute bits per character are far from converged; "
-           "the comparison is at equal steps, tokens, data order and seed.",
-           "", "Reproduce: `python train.py --steps {s} --batch {b} --context {c} --lr {lr} --out checkpoints/fox_shakespeare.pt`, "
+           f"({fmeta['tokens_seen'] / len(train_stream()):.2f} of an epoch of the training text), so the absolute "
+           "bits per character are far from converged; the comparison is at equal steps, tokens, data order and seed.",
+           "", "Reproduce: `python train.py --steps {s} --batch {b} --context {c} --lr {lr} --warmup {w} --out checkpoints/fox_shakespeare.pt`, "
            "the same with `--fixed-gate --out out/fixed_gate_shakespeare.pt`, then "
            "`python train.py --compare checkpoints/fox_shakespeare.pt out/fixed_gate_shakespeare.pt`."
-           .format(s=fmeta["steps"], b=fmeta["batch"], c=ctx, lr=fmeta["lr"]), ""]
+           .format(s=fmeta["steps"], b=fmeta["batch"], c=ctx, lr=fmeta["lr"], w=fmeta["warmup"]), ""]
     with open(readme, "w") as fh:
         fh.write("\n".join(md))
     print(f"wrote {readme}")
