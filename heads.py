@@ -122,12 +122,7 @@ def analyse_head(lg, eps_list=EPS_SCAN, z=3.0, layer=0, head=0):
     nk = (T - np.arange(K + 1)) * 1.0
     g_full = xx.sum(0) / (nk * S)
     rho = g_full / g_full[0]
-    cut = K
-    for mm in range(0, K // 2):                                                  # Geyer: pairs while positive
-        if rho[2 * mm] + rho[2 * mm + 1] <= 0:
-            cut = 2 * mm
-            break
-    cut = max(cut, 1)
+    cut = renewal.geyer_cut(rho)                                                 # Geyer's initial positive sequence
     tau = 1 + 2 * rho[1:cut].sum()
     g_loo = _loo(xx) / (nk * (S - 1))
     tau_loo = 1 + 2 * (g_loo[:, 1:cut] / g_loo[:, :1]).sum(1)
@@ -231,7 +226,7 @@ def _diagnose(x, kappa, sigma2, tau, kurt, Lu, res):
 # ----------------------------------------------------------------------------- the model
 
 
-def capture(model, tokens, sample_rows=128):
+def capture(model, tokens):
     """Log-gate traces and the attention input of every layer, in one forward pass.
 
     tokens (S, T) int64. Returns (traces {layer: (S, T, H) float32}, inputs {layer: (S, T, d) float32}).
@@ -248,6 +243,20 @@ def capture(model, tokens, sample_rows=128):
             h.remove()
     traces = {l: cache[f"blocks.{l}.attn.hook_log_fgate"] for l in range(len(model.blocks))}
     return traces, inputs
+
+
+def _rows(T):
+    """Query rows whose windows are reported: 256 evenly spaced in the second half of the sequence."""
+    return torch.arange(T // 2, T, max(1, T // 256))
+
+
+def _decay_window(r, lg, eps, rows):
+    """Mean decay window of `rows` of traces lg (S, T) into r; censored rows enter with their lower
+    bound, so with censoring the mean is a lower bound (r.decay_window_censored says how often)."""
+    W, cens = forget.windows(lg, eps)
+    r.mass_eps = eps
+    r.decay_window_mean = float(W[:, rows].mean())
+    r.decay_window_censored = float(cens[:, rows].mean())
 
 
 @torch.no_grad()
@@ -291,7 +300,7 @@ def analyse_model(checkpoint=None, n_seq=32, seq_len=2048, eps_list=EPS_SCAN, ma
     n_heads = len(traces) * H
     # jackknife over n_seq sequences: Student t with n_seq - 1 df, Bonferroni over heads at 95%
     z = float(stats.t.isf(0.05 / (2 * n_heads), n_seq - 1))
-    rows = torch.arange(seq_len // 2, seq_len, max(1, seq_len // 256))
+    rows = _rows(seq_len)
     results = []
     bar = tqdm(total=n_heads, desc="heads", disable=not progress, file=sys.stderr)
     for l, tr in traces.items():
@@ -299,11 +308,7 @@ def analyse_model(checkpoint=None, n_seq=32, seq_len=2048, eps_list=EPS_SCAN, ma
         mw = mass_windows(model.blocks[l].attn, inputs[l].cpu(), mass_eps, rows) if not model.cfg.fixed_gate else None
         for h in range(H):
             r = analyse_head(lg[:, :, h], eps_list, z=z, layer=l, head=h)
-            Wd, cens = forget.windows(lg[:, :, h], mass_eps)
-            r.mass_eps = mass_eps
-            # censored rows enter with their lower bound, so with censoring the mean is a lower bound
-            r.decay_window_mean = float(Wd[:, rows.numpy()].mean())
-            r.decay_window_censored = float(cens[:, rows.numpy()].mean())
+            _decay_window(r, lg[:, :, h], mass_eps, rows.numpy())
             if mw is not None:
                 r.mass_window_mean = float(mw[:, :, h].double().mean())
             results.append(r)
@@ -365,10 +370,7 @@ def analyse_traces(path, eps_list=EPS_SCAN, mass_eps=1e-3):
     for l, (name, tr) in enumerate(traces.items()):
         for h in range(tr.shape[2]):
             r = analyse_head(tr[:, :, h], eps_list, z=z, layer=l, head=h)
-            W, cens = forget.windows(tr[:, :, h], mass_eps)
-            r.mass_eps = mass_eps
-            r.decay_window_mean = float(W[:, W.shape[1] // 2:].mean())
-            r.decay_window_censored = float(cens[:, W.shape[1] // 2:].mean())
+            _decay_window(r, tr[:, :, h], mass_eps, _rows(tr.shape[1]).numpy())
             results.append(r)
     info = dict(checkpoint=path, model=meta.get("model", "?"), n_seq=S, seq_len=next(iter(traces.values())).shape[1],
                 spans=meta.get("spans"), z=z, capture_s=0.0, total_s=time.perf_counter() - t0, layers=list(traces))

@@ -30,12 +30,6 @@ from scipy import special
 import forget
 from forget import Moments, threshold
 
-LAWS = {
-    "wald": "exact", "renewal_mean": "asymptotic", "leading_var": "asymptotic", "smith_var": "asymptotic",
-    "exponential": "exact", "gamma": "exact", "alibi": "exact",
-    "dependent_var": "asymptotic", "dependent_mean": "asymptotic", "bartlett_correction": "heuristic",
-}
-
 # ----------------------------------------------------------------------------- iid laws
 
 
@@ -126,18 +120,22 @@ def tau_from_acf(rho):
     return 1.0 + 2.0 * float(np.sum(rho[1:]))
 
 
+def geyer_cut(rho):
+    """Geyer's initial positive sequence: the first lag 2m at which rho_{2m} + rho_{2m+1} <= 0
+    (the lags before it are summed into tau); len(rho) if the pairs stay positive. At least 1."""
+    for m in range(0, (len(rho) - 1) // 2):
+        if rho[2 * m] + rho[2 * m + 1] <= 0:
+            return max(2 * m, 1)
+    return max(len(rho) - 1, 1)
+
+
 def initial_positive_tau(x, max_lag=None):
-    """tau of a stationary series by Geyer's initial positive sequence: sum pairs rho_{2m} + rho_{2m+1}
-    while positive. Returns (tau, rho truncated at the cut-off)."""
+    """tau of a stationary series by Geyer's initial positive sequence. Returns (tau, rho truncated
+    at the cut-off)."""
     x = np.asarray(x, dtype=np.float64).ravel()
     max_lag = max_lag or min(len(x) // 4, 4096)
     rho = acf(x, max_lag)
-    cut = max_lag
-    for m in range(0, (max_lag - 1) // 2):
-        if rho[2 * m] + rho[2 * m + 1] <= 0:
-            cut = 2 * m
-            break
-    rho = rho[: max(cut, 1)]
+    rho = rho[: geyer_cut(rho)]
     return tau_from_acf(rho), rho
 
 

@@ -244,7 +244,7 @@ def test_monte_carlo_matches_exact_moments_and_wald():
         assert abs(var - ex.var) <= z * se_var, (gate, var, ex.var, se_var)
         # Wald's identity, exact: E[N] = (L + E[R]) / kappa, per trial d = N - (L + R)/kappa has mean 0
         kappa = gate.moments().kappa
-        d = (w + 1) - (threshold(eps) + R) / kappa
+        d = (w + 1) - renewal.wald_mean(kappa, threshold(eps), R)
         assert abs(d.mean()) <= z * d.std() / math.sqrt(n)
         assert np.all(R > 0)
 

@@ -108,3 +108,4 @@ def test_saved_traces_give_the_same_verdicts(tmp_path):
     for a, b in zip(direct, again):
         assert (a.layer, a.head, a.verdict) == (b.layer, b.head, b.verdict)
         assert a.kappa == pytest.approx(b.kappa, rel=1e-6) and a.var_W == pytest.approx(b.var_W, rel=1e-6)
+        assert a.decay_window_mean == b.decay_window_mean
