@@ -203,3 +203,27 @@ def test_gpu_varlen_full_size():
     cu = torch.tensor([0, 1, 300, 301, 1024, 2000], dtype=torch.int32, device=DEV)
     args = make(1, 2000, 2000, 4, 2, 128, torch.bfloat16, MODERATE)
     check(run(*args, cu_seqlens=cu), reference(*args, cu_seqlens=cu), torch.bfloat16)
+
+
+# What the shipped Hopper configs compile to (sm_90, ahead of time with the ptxas Triton ships; no
+# GPU needed): they must fit in shared memory, use the warpgroup matrix instructions, and keep
+# every spill out of the loops. This caught configs that spilled 11-290 loads and stores an
+# iteration (kernels/NOTES.md, v4).
+def test_hopper_configs_compile_without_loop_spills(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}   # a real compile
+    out = tmp_path / "res.json"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "kernels/resources.py", "--d", "64,128", "--json", str(out)],
+                       cwd=root, env=env, capture_output=True, text=True)
+    if "cuobjdump not found" in p.stderr:
+        pytest.skip("Triton's NVIDIA backend has no cuobjdump here")
+    assert p.returncode == 0, p.stderr[-2000:]
+    for r in json.loads(out.read_text())["rows"]:
+        assert "error" not in r, r
+        assert r["fits"], r
+        assert r["hgmma"] > 0, f"no wgmma instructions: {r}"
+        assert r["loop_spill"] == 0, f"spills inside the loops: {r}"

@@ -1,0 +1,145 @@
+"""What the FoX kernels compile to on Hopper, without a GPU: registers, spills, shared memory and
+the matrix instructions, per kernel and launch config.
+
+    python kernels/resources.py                       # the shipped Hopper configs, D 32..256
+    python kernels/resources.py --d 128 --sweep       # every candidate config at D = 128
+    python kernels/resources.py --json out/res.json
+
+Triton compiles ahead of time for any target (here sm_90, the H100/H200) with the ptxas it ships,
+and cuobjdump reads the cubin: REG is registers a thread (255 is the ceiling), STACK > 0 or
+LOCAL > 0 means spills to local memory; loopLS counts the spill loads and stores inside loops
+(between a backward branch and its target), which cost a local-memory round trip every iteration,
+while spills before or after the loops cost once per program.
+HGMMA counts Hopper's warpgroup matrix instructions (a kernel without them runs on the older
+mma.sync path at about half the rate); LDGSTS / UTMALDG count asynchronous (pipelined) copies.
+These readings come from this machine's Triton, which may differ from the GPU machine's in
+details; the GPU benchmark is the judge, this is the cheap first filter.
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from kernels import fox_triton as F  # noqa: E402
+
+SM90 = GPUTarget("cuda", 90, 32)
+SMEM_LIMIT = 232448            # bytes of shared memory a block may use on sm_90 (227 KB)
+# pointer arguments that carry the input dtype; every other pointer is float32 (CU: int32)
+_DATA = {"Q", "K", "V", "O", "ORES", "DO", "DQ", "DK", "DV"}
+_KERNELS = {"fwd": F._fwd_kernel, "dkdv": F._bwd_dkdv_kernel, "dq": F._bwd_dq_kernel}
+
+
+def _bin(tool):
+    import triton.backends.nvidia as nv
+    path = os.path.join(os.path.dirname(nv.__file__), "bin", tool)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{tool} not found at {path} (Triton's NVIDIA backend ships it)")
+    return path
+
+
+def _last_line(e):
+    lines = [l for l in str(e).splitlines() if l.strip()]
+    return lines[-1][:160] if lines else ""
+
+
+def compile_sm90(name, D, cfg, dtype="bf16", fn=None, **consts):
+    """Compile kernel `name` ('fwd', 'dkdv', 'dq'; or any kernel `fn` with the same arguments)
+    for sm_90 with cfg = (BLOCK_M, BLOCK_N, num_warps, num_stages); return its resource reading."""
+    fn = fn or _KERNELS[name]
+    bm, bn, warps, stages = cfg
+    c = dict(GROUP=1, D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=False, PREC="tf32")
+    if name == "fwd":
+        c["RES"] = dtype != "fp32"
+    c.update(consts)
+    sig = {}
+    for a in fn.arg_names:
+        if a in c:
+            sig[a] = "constexpr"
+        elif a == "CU":
+            sig[a] = "*i32"
+        elif a.isupper() and a not in ("H", "TQ", "TK"):   # those three are sizes
+            sig[a] = f"*{dtype}" if a in _DATA else "*fp32"
+        else:
+            sig[a] = "fp32" if a.endswith("scale") else "i32"
+    row = dict(kernel=name, D=D, dtype=dtype, cfg=list(cfg))
+    try:
+        k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=c), target=SM90,
+                           options=dict(num_warps=warps, num_stages=stages))
+    except Exception as e:  # noqa: BLE001 - an uncompilable config is a reading, not a crash
+        row["error"] = f"{type(e).__name__}: {_last_line(e)}"
+        return row
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"])
+        f.flush()
+        usage = subprocess.run([_bin("cuobjdump"), "-res-usage", f.name], capture_output=True,
+                               text=True, check=True).stdout
+        sass = subprocess.run([_bin("cuobjdump"), "-sass", f.name], capture_output=True,
+                              text=True, check=True).stdout
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", usage)
+    ins = [(int(a, 16), op, rest) for a, op, rest in
+           re.findall(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)(.*)$", sass, re.M)]
+    ops = collections.Counter(op for _, op, _ in ins)
+    # loops are the spans of backward branches; spills inside them cost every iteration
+    loops = [(int(t, 16), a) for a, op, rest in ins if op == "BRA"
+             for t in re.findall(r"0x([0-9a-f]+)", rest)[:1] if int(t, 16) < a]
+    in_loop = sum(1 for a, op, _ in ins if op in ("STL", "LDL") and any(lo <= a <= hi for lo, hi in loops))
+    row.update(regs=int(m[1]), stack=int(m[2]), local=int(m[4]),
+               smem=k.metadata.shared + int(m[3]),
+               hgmma=ops["HGMMA"], mma=ops["HMMA"], ldgsts=ops["LDGSTS"], tma=ops["UTMALDG"],
+               stl=ops["STL"], ldl=ops["LDL"], loop_spill=in_loop)
+    row["fits"] = row["smem"] <= SMEM_LIMIT
+    return row
+
+
+CANDIDATES = {
+    "fwd": [(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (64, 64, 4, 3),
+            (64, 128, 4, 3), (128, 64, 4, 3), (128, 32, 8, 4)],
+    "dkdv": [(32, 128, 8, 3), (64, 128, 8, 2), (64, 128, 8, 3), (32, 64, 4, 3), (16, 128, 8, 3),
+             (32, 128, 4, 3), (64, 64, 4, 2)],
+    "dq": [(128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 8, 3), (64, 64, 4, 3), (64, 32, 4, 3),
+           (128, 128, 8, 2)],
+}
+
+
+def fmt(r):
+    head = f"{r['kernel']:6s} D{r['D']:<4d} {r['dtype']:5s} {str(tuple(r['cfg'])):18s}"
+    if "error" in r:
+        return head + "  " + r["error"]
+    spill = f"{r['loop_spill']}" if r["loop_spill"] else "-"
+    return (head + f" {r['regs']:4d} {r['stack']:5d} {spill:5s} {r['smem'] // 1024:5d}K"
+            f" {'ok' if r['fits'] else 'NO':4s} {r['hgmma']:5d} {r['mma']:4d} {r['ldgsts']:6d}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--d", default="32,64,128,256", help="comma-separated head dims")
+    ap.add_argument("--kernels", default="fwd,dkdv,dq")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--sweep", action="store_true", help="every candidate config, not only the shipped one")
+    ap.add_argument("--json", default="", help="also write the readings here")
+    args = ap.parse_args()
+    rows = []
+    print("kernel D     dtype (BM, BN, W, S)    REG STACK loopLS SMEM fits HGMMA HMMA LDGSTS")
+    for D in (int(d) for d in args.d.split(",")):
+        for name in args.kernels.split(","):
+            cfgs = CANDIDATES[name] if args.sweep else [F._HOPPER[D][name]]
+            for cfg in cfgs:
+                r = compile_sm90(name, D, cfg, args.dtype)
+                rows.append(r)
+                print(fmt(r), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(triton=triton.__version__, target="sm_90", rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
