@@ -140,7 +140,8 @@ def time_one(fn, q, k, v, log_fgate, do, fwd_only, gated):
 
 
 def materialised_fits(B, T, H, free_bytes):
-    return 6 * 4 * B * H * T * T < 0.8 * free_bytes   # a few (B, H, T, T) float32 tensors
+    # a few (B, H, T, T) float32 tensors; past T = 8192 it takes seconds a call and says nothing new
+    return T <= 8192 and 6 * 4 * B * H * T * T < 0.8 * free_bytes
 
 
 def bench(shapes, impls, dtype, fwd_only, on_row=lambda rows: None):
@@ -150,7 +151,7 @@ def bench(shapes, impls, dtype, fwd_only, on_row=lambda rows: None):
         q, k, v, log_fgate, do = inputs(B, T, H, D, dtype)
         for name in impls:
             if name == "materialised" and not materialised_fits(B, T, H, torch.cuda.mem_get_info()[0]):
-                row["skipped"][name] = "T x T tensors do not fit"
+                row["skipped"][name] = "T x T tensors too large (or T > 8192)"
                 continue
             try:
                 fn = IMPLS[name]()
@@ -212,6 +213,59 @@ def plot(rows, impls, path, title):
     fig.savefig(path, dpi=130)
 
 
+def parse_config(s):
+    """'fwd=128,64,8,3;dkdv=32,128,8,3' -> {'fwd': (128, 64, 8, 3), 'dkdv': (32, 128, 8, 3)}"""
+    try:
+        return {kv.split("=")[0].strip(): tuple(int(x) for x in kv.split("=")[1].split(","))
+                for kv in s.split(";") if kv.strip()}
+    except (IndexError, ValueError):
+        raise SystemExit(f"a config wants 'fwd=BM,BN,warps,stages;dkdv=...;dq=...'; got {s!r}")
+
+
+def sweep(configs, shapes, dtype):
+    """Ours under each launch config ('' = the shipped one), forward and forward+backward, in one
+    process (one import, compiles cached per config)."""
+    from kernels.fox_triton import fox_attention_triton, set_config
+    out = []
+    print(f"\nconfig sweep, ours, TFLOP/s\n{'config':<44} {'shape':<22} {'fwd':>7} {'fwd+bwd':>8}")
+    for cfg in configs:
+        for (B, T, H, D) in shapes:
+            q, k, v, log_fgate, do = inputs(B, T, H, D, dtype)
+            row = dict(config=cfg, B=B, T=T, H=H, D=D)
+            try:
+                set_config(**parse_config(cfg))
+                for mode in ("fwd", "fwd+bwd"):
+                    ms = time_one(fox_attention_triton, q, k, v, log_fgate, do, mode == "fwd", True)
+                    row[mode] = flops(B, T, H, D, mode == "fwd") / ms / 1e9
+            except Exception as e:  # noqa: BLE001 - out of resources etc.: a reading
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
+            finally:
+                set_config()
+            out.append(row)
+            cells = (f"{row['fwd']:7.1f} {row['fwd+bwd']:8.1f}" if "error" not in row else row["error"])
+            print(f"{cfg or '(shipped)':<44} {'B%d T%d H%d D%d' % (B, T, H, D):<22} {cells}", flush=True)
+    return out
+
+
+def merge_into(path, result):
+    """Add this run's implementations to an earlier bench.py JSON (rows matched by shape and mode),
+    so that a slow implementation can be timed in a separate, time-limited run."""
+    with open(path) as f:
+        base = json.load(f)
+    for mode, rows in result["runs"].items():
+        have = {(r["B"], r["T"], r["H"], r["D"]): r for r in base["runs"].setdefault(mode, [])}
+        for r in rows:
+            key = (r["B"], r["T"], r["H"], r["D"])
+            if key not in have:
+                base["runs"][mode].append(r)
+                continue
+            for field in ("ms", "tflops", "skipped"):
+                have[key].setdefault(field, {}).update(r[field])
+    base["impls"] = base["impls"] + [n for n in result["impls"] if n not in base["impls"]]
+    with open(path, "w") as f:
+        json.dump(base, f, indent=1)
+
+
 def parse_shapes(s):
     try:
         return [tuple(int(x) for x in part.split(",")) for part in s.split(";") if part.strip()]
@@ -230,7 +284,11 @@ def main():
     ap.add_argument("--accuracy", action="store_true", help="also errors vs float64 on B2 T777 H4 D128")
     ap.add_argument("--config", default="",
                     help="override our launch configs, e.g. 'fwd=128,64,8,3;dkdv=32,128,8,3'")
+    ap.add_argument("--sweep", default="",
+                    help="time ours under each of these '|'-separated configs ('' = shipped) and stop")
     ap.add_argument("--json", default="figures/kernel_bench.json", help="where to save the results")
+    ap.add_argument("--merge-into", default="",
+                    help="also add this run's implementations to an earlier JSON of bench.py")
     ap.add_argument("--out", default="figures/kernel_bench.png", help="where to save the plot ('' for none)")
     args = ap.parse_args()
 
@@ -249,15 +307,17 @@ def main():
 
     if args.config:
         from kernels.fox_triton import set_config
-        try:
-            set_config(**{kv.split("=")[0].strip(): tuple(int(x) for x in kv.split("=")[1].split(","))
-                          for kv in args.config.split(";") if kv.strip()})
-        except (IndexError, ValueError):
-            raise SystemExit(f"--config wants 'fwd=BM,BN,warps,stages;dkdv=...;dq=...'; got {args.config!r}")
+        set_config(**parse_config(args.config))
 
     import triton
     gpu = torch.cuda.get_device_name()
     print(f"{gpu} | torch {torch.__version__} | triton {triton.__version__} | {args.dtype}")
+    if args.sweep:
+        rows = sweep([c.strip() for c in args.sweep.split("|")], shapes, dtype)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(dict(gpu=gpu, triton=triton.__version__, dtype=args.dtype, sweep=rows), f, indent=1)
+        return 0
     result = dict(gpu=gpu, torch=torch.__version__, triton=triton.__version__, dtype=args.dtype,
                   config=args.config,
                   impls=impls, time=time.strftime("%Y-%m-%d %H:%M:%S"), runs={})
@@ -289,6 +349,9 @@ def main():
     if args.json:
         save()
         print(f"\nsaved {args.json}")
+    if args.merge_into:
+        merge_into(args.merge_into, result)
+        print(f"merged into {args.merge_into}")
     if args.out:
         mode = modes[-1]
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)

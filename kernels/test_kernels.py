@@ -227,3 +227,22 @@ def test_hopper_configs_compile_without_loop_spills(tmp_path):
         assert r["fits"], r
         assert r["hgmma"] > 0, f"no wgmma instructions: {r}"
         assert r["loop_spill"] == 0, f"spills inside the loops: {r}"
+
+
+def test_bench_config_and_merge(tmp_path):
+    import json
+    from kernels import bench
+    assert bench.parse_config("fwd=128,64,8,3; dq=64,32,4,2") == {"fwd": (128, 64, 8, 3), "dq": (64, 32, 4, 2)}
+    assert bench.parse_config("") == {}
+    with pytest.raises(SystemExit, match="config wants"):
+        bench.parse_config("fwd=128,64,x")
+    row = lambda T, **tf: dict(B=1, T=T, H=16, D=128, ms={n: 1.0 for n in tf}, tflops=tf, skipped={})
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(dict(impls=["ours"], runs={"fwd": [row(8192, ours=300.0)]})))
+    bench.merge_into(path, dict(impls=["flex"], runs={"fwd": [row(8192, flex=150.0), row(2048, flex=90.0)],
+                                                      "fwd+bwd": [row(8192, flex=80.0)]}))
+    got = json.loads(path.read_text())
+    assert got["impls"] == ["ours", "flex"]
+    assert got["runs"]["fwd"][0]["tflops"] == {"ours": 300.0, "flex": 150.0}
+    assert [r["T"] for r in got["runs"]["fwd"]] == [8192, 2048]
+    assert got["runs"]["fwd+bwd"][0]["tflops"] == {"flex": 80.0}
