@@ -125,7 +125,7 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
 def _fwd_kernel(Q, K, V, CH, CL, O, ORES, LSE, CU,
                 s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
-                H, TQ, TK, qk_scale, GROUP: tl.constexpr,
+                H, GROUP, TQ, TK, qk_scale,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 VARLEN: tl.constexpr, PREC: tl.constexpr, RES: tl.constexpr):
     # one program: BLOCK_M queries of one (batch, head). q, o: (B, Tq, H, D); k, v: (B, Tk, Hkv, D),
@@ -237,14 +237,12 @@ def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base,
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
 def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, CU,
                      s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
-                     H, TQ, TK, qk_scale, sm_scale, GROUP: tl.constexpr,
+                     H, GROUP, TQ, TK, qk_scale, sm_scale,
                      D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      VARLEN: tl.constexpr, PREC: tl.constexpr):
     # one program: BLOCK_N keys of one (batch, kv head). It loops over the GROUP query heads that
     # share the kv head, so dk, dv sum the group in a fixed order (no atomics), and writes
-    # DC = dc (B, H, Tk) float32 for each of those query heads. GROUP is a compile-time constant
-    # and the loop is unrolled: a run-time loop around the two pipelined query loops kept more
-    # values live across them and spilled (sm_90 compile, D = 128: 912 bytes of stack, 224 unrolled).
+    # DC = dc (B, H, Tk) float32 for each of those query heads.
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     Hkv = H // GROUP
@@ -259,18 +257,16 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, CU,
     offs_d = tl.arange(0, D)
     cols = n0 + tl.arange(0, BLOCK_N)
     n_ok = cols < Tk
-    # the (BLOCK_N, D) offset tile is formed again for the stores below: kept live across the
-    # loops it cost 2 registers an element (int64) and spilled
-    kv_base = b64 * s_kb + t64 * s_kt + hk * s_kh
-    k = tl.load(K + kv_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-    v = tl.load(V + kv_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+    kv_ptr = b64 * s_kb + t64 * s_kt + hk * s_kh + cols[:, None] * s_kt + offs_d[None, :]
+    k = tl.load(K + kv_ptr, mask=n_ok[:, None], other=0.0)
+    v = tl.load(V + kv_ptr, mask=n_ok[:, None], other=0.0)
     dk = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
 
     # query blocks from the first that sees key n0; those before m_full touch the diagonal
     m_lo = (tl.maximum(n0 - off, 0) // BLOCK_M) * BLOCK_M
     m_full = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - off, 0), BLOCK_M) * BLOCK_M
-    for g in tl.static_range(GROUP):
+    for g in range(GROUP):
         h = hk * GROUP + g
         c_off = b64 * s_cb + h * s_ch + bos
         q_off = b64 * s_qb + t64 * s_qt + h * s_qh
@@ -290,7 +286,6 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, CU,
                                      m_full, Tq, Tq, off, qk_scale,
                                      D, BLOCK_M, False, PREC)
         tl.store(DC + c_off + cols, dc, mask=n_ok)
-    kv_ptr = kv_base + cols[:, None] * s_kt + offs_d[None, :]
     tl.store(DK + kv_ptr, _cast(dk * sm_scale, DK.dtype.element_ty, PREC), mask=n_ok[:, None])
     tl.store(DV + kv_ptr, _cast(dv, DV.dtype.element_ty, PREC), mask=n_ok[:, None])
 
@@ -330,7 +325,7 @@ def _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
 def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, CU,
                    s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
-                   H, TQ, TK, qk_scale, sm_scale, GROUP: tl.constexpr,
+                   H, GROUP, TQ, TK, qk_scale, sm_scale,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    VARLEN: tl.constexpr, PREC: tl.constexpr):
     # one program: BLOCK_M queries of one (batch, head), the same key range as the forward
@@ -351,9 +346,9 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, CU,
     offs_d = tl.arange(0, D)
     m_ok = offs_m < Tq
     pos_m = offs_m + off
-    q_base = b64 * s_qb + t64 * s_qt + h * s_qh        # offset tiles formed at each use (see dK/dV)
-    q = tl.load(Q + q_base + offs_m[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
-    do = tl.load(DO + q_base + offs_m[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
+    q_ptr = b64 * s_qb + t64 * s_qt + h * s_qh + offs_m[:, None] * s_qt + offs_d[None, :]
+    q = tl.load(Q + q_ptr, mask=m_ok[:, None], other=0.0)
+    do = tl.load(DO + q_ptr, mask=m_ok[:, None], other=0.0)
     lse = tl.load(LSE + l_off + offs_m, mask=m_ok, other=float("inf"))
     delta = tl.load(DELTA + l_off + offs_m, mask=m_ok, other=0.0)
     a = off + m0
@@ -371,7 +366,6 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, CU,
     dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
                            CH + c_off, CL + c_off, s_kt, n_full, tl.minimum(a + BLOCK_M, Tk), Tk,
                            qk_scale, D, BLOCK_N, True, PREC)
-    q_ptr = q_base + offs_m[:, None] * s_qt + offs_d[None, :]
     tl.store(DQ + q_ptr, _cast(dq * sm_scale, DQ.dtype.element_ty, PREC), mask=m_ok[:, None])
     tl.store(DR + l_off + offs_m, dr, mask=m_ok)
 
@@ -391,7 +385,7 @@ _HOPPER = {
     32: dict(fwd=(128, 128, 8, 3), dkdv=(64, 128, 8, 3), dq=(128, 64, 8, 3)),
     64: dict(fwd=(128, 128, 8, 3), dkdv=(64, 128, 8, 3), dq=(128, 64, 8, 3)),
     128: dict(fwd=(128, 64, 8, 3), dkdv=(32, 128, 8, 3), dq=(128, 64, 8, 2)),
-    256: dict(fwd=(64, 32, 8, 3), dkdv=(32, 32, 8, 2), dq=(128, 32, 8, 3)),
+    256: dict(fwd=(64, 64, 8, 2), dkdv=(32, 32, 8, 2), dq=(64, 32, 8, 2)),
 }
 # Ampere, Ada and newer (100 KB of shared memory or more): the tutorial's safe middle.
 _AMPERE = {
@@ -512,8 +506,8 @@ class _FoxAttention(torch.autograd.Function):
                 (q, k, v, ch, cl, o, o_res, lse, cu,
                  q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                  ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1),
-                 H, Tq, Tk, sm_scale * LOG2E),
-                dict(GROUP=H // Hkv, D=D, VARLEN=varlen, PREC=prec, RES=res))
+                 H, H // Hkv, Tq, Tk, sm_scale * LOG2E),
+                dict(D=D, VARLEN=varlen, PREC=prec, RES=res))
         ctx.save_for_backward(q, k, v, o, o_res, lse, ch, cl, cu_seqlens)
         ctx.sm_scale, ctx.max_seqlen, ctx.res = sm_scale, max_seqlen, res
         return o
@@ -540,8 +534,8 @@ class _FoxAttention(torch.autograd.Function):
         dr = torch.empty_like(lse)                  # (B, H, Tq)
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1))
-        scales = (H, Tq, Tk, ctx.sm_scale * LOG2E, ctx.sm_scale)
-        consts = dict(GROUP=H // Hkv, D=D, VARLEN=varlen, PREC=prec)
+        scales = (H, H // Hkv, Tq, Tk, ctx.sm_scale * LOG2E, ctx.sm_scale)
+        consts = dict(D=D, VARLEN=varlen, PREC=prec)
         _launch("dkdv", _bwd_dkdv_kernel, ctx.max_seqlen if varlen else Tk, nb * Hkv, q.device, D,
                 q.dtype, (q, k, v, do, ch, cl, lse, delta, dk, dv, dc, cu) + strides + scales, consts)
         _launch("dq", _bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,

@@ -6,7 +6,8 @@
 #   3. bench_laws.py --gpu-only: batched window extraction rate (target >= 5e8 rows/s)
 #   4. figure 7 from that JSON
 #   5. the sm_90 resource report with the machine's own Triton
-#   6. a sweep of our launch configs at B2 T8192 H16 D128 and B4 T4096 H32 D64
+#   6. a sweep of our launch configs at B2 T8192 H16 D128 and B4 T4096 H32 D64 (candidates that
+#      kernels/resources.py reads as spill-free)
 #   7. FlexAttention at two shapes (slow compiles), merged into the JSON, figure 7 again
 # Each step gets min(its limit, what is left). Results: $OUT/summary.txt (the tables), the figure
 # and JSON files, and $OUT/results.tgz (every log). At most 8 files come back, so the rest is packed.
@@ -58,9 +59,9 @@ cp figures/fig7_kernels.png figures/fig7_kernels.pdf "$OUT/" 2>/dev/null
 step resources 40 $PY kernels/resources.py --json "$W/resources.json"
 
 step sweep 60 $PY kernels/bench.py --shapes "2,8192,16,128" --json "$W/sweep_d128.json" --sweep \
-    "|fwd=128,128,8,3|fwd=128,64,8,4|fwd=128,32,8,4|dkdv=16,128,8,3|dkdv=64,128,8,3|dq=128,32,8,3|dq=128,64,8,3"
+    "|fwd=128,64,8,2|fwd=64,64,4,3|fwd=128,32,8,4|dkdv=16,128,8,3|dkdv=32,64,4,3|dq=128,32,8,3|dq=128,64,8,3"
 step sweep64 30 $PY kernels/bench.py --shapes "4,4096,32,64" --json "$W/sweep_d64.json" --sweep \
-    "|fwd=128,64,8,3|fwd=64,64,4,3|dkdv=32,128,8,3"
+    "|fwd=128,64,8,3|fwd=64,64,4,3|dkdv=32,128,8,3|dkdv=16,128,8,3"
 
 step flex 70 $PY kernels/bench.py --both --shapes "8,2048,16,128;2,8192,16,128" --impls flex \
     --json "$W/bench_flex.json" --out "" --merge-into figures/kernel_bench.json

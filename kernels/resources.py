@@ -12,7 +12,9 @@ LOCAL > 0 means spills to local memory; loopLS counts the spill loads and stores
 while spills before or after the loops cost once per program.
 HGMMA counts Hopper's warpgroup matrix instructions (a kernel without them runs on the older
 mma.sync path at about half the rate); LDGSTS / UTMALDG count asynchronous (pipelined) copies.
-These readings come from this machine's Triton, which may differ from the GPU machine's in
+The compile gets what the JIT specialises at launch for the benchmark shapes (aligned pointers,
+strides divisible by 16, GROUP == 1 a constant); without it the reading is of a kernel that never
+runs. These readings come from this machine's Triton, which may differ from the GPU machine's in
 details; the GPU benchmark is the judge, this is the cheap first filter.
 """
 import argparse
@@ -51,12 +53,15 @@ def _last_line(e):
     return lines[-1][:160] if lines else ""
 
 
-def compile_sm90(name, D, cfg, dtype="bf16", fn=None, **consts):
+def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, **consts):
     """Compile kernel `name` ('fwd', 'dkdv', 'dq'; or any kernel `fn` with the same arguments)
-    for sm_90 with cfg = (BLOCK_M, BLOCK_N, num_warps, num_stages); return its resource reading."""
+    for sm_90 with cfg = (BLOCK_M, BLOCK_N, num_warps, num_stages) and GQA group size `group`;
+    return its resource reading (a dict)."""
     fn = fn or _KERNELS[name]
     bm, bn, warps, stages = cfg
-    c = dict(GROUP=1, D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=False, PREC="tf32")
+    c = dict(D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=False, PREC="tf32")
+    if group == 1:          # the JIT turns an int argument equal to 1 into a constant, so do we
+        c["GROUP"] = 1
     if name == "fwd":
         c["RES"] = dtype != "fp32"
     c.update(consts)
@@ -66,13 +71,20 @@ def compile_sm90(name, D, cfg, dtype="bf16", fn=None, **consts):
             sig[a] = "constexpr"
         elif a == "CU":
             sig[a] = "*i32"
-        elif a.isupper() and a not in ("H", "TQ", "TK"):   # those three are sizes
+        elif a.isupper() and a not in ("H", "GROUP", "TQ", "TK"):   # those four are sizes
             sig[a] = f"*{dtype}" if a in _DATA else "*fp32"
         else:
             sig[a] = "fp32" if a.endswith("scale") else "i32"
-    row = dict(kernel=name, D=D, dtype=dtype, cfg=list(cfg))
+    # What the JIT specialises at launch when every pointer is 16-byte aligned and every stride and
+    # size is a multiple of 16 (all benchmark shapes): without it the tile loads compile to scalar
+    # 2-byte loads with no cp.async, and the reading would describe a kernel that never runs.
+    skip = set(getattr(fn, "do_not_specialize", ()))       # TQ, TK: one compile for all lengths
+    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
+             if sig[a] != "constexpr" and not sig[a].startswith("fp") and a not in skip
+             and not (a == "GROUP" and group % 16)}
+    row = dict(kernel=name, D=D, dtype=dtype, group=group, cfg=list(cfg))
     try:
-        k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=c), target=SM90,
+        k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=c, attrs=attrs), target=SM90,
                            options=dict(num_warps=warps, num_stages=stages))
     except Exception as e:  # noqa: BLE001 - an uncompilable config is a reading, not a crash
         row["error"] = f"{type(e).__name__}: {_last_line(e)}"
@@ -111,7 +123,8 @@ CANDIDATES = {
 
 
 def fmt(r):
-    head = f"{r['kernel']:6s} D{r['D']:<4d} {r['dtype']:5s} {str(tuple(r['cfg'])):18s}"
+    head = (f"{r['kernel']:6s} D{r['D']:<4d} {r['dtype']:5s} G{r['group']:<2d} "
+            f"{str(tuple(r['cfg'])):18s}")
     if "error" in r:
         return head + "  " + r["error"]
     spill = f"{r['loop_spill']}" if r["loop_spill"] else "-"
@@ -124,16 +137,17 @@ def main():
     ap.add_argument("--d", default="32,64,128,256", help="comma-separated head dims")
     ap.add_argument("--kernels", default="fwd,dkdv,dq")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--group", type=int, default=1, help="GQA group size (query heads per kv head)")
     ap.add_argument("--sweep", action="store_true", help="every candidate config, not only the shipped one")
     ap.add_argument("--json", default="", help="also write the readings here")
     args = ap.parse_args()
     rows = []
-    print("kernel D     dtype (BM, BN, W, S)    REG STACK loopLS SMEM fits HGMMA HMMA LDGSTS")
+    print("kernel D     dtype G   (BM, BN, W, S)    REG STACK loopLS SMEM fits HGMMA HMMA LDGSTS")
     for D in (int(d) for d in args.d.split(",")):
         for name in args.kernels.split(","):
             cfgs = CANDIDATES[name] if args.sweep else [F._HOPPER[D][name]]
             for cfg in cfgs:
-                r = compile_sm90(name, D, cfg, args.dtype)
+                r = compile_sm90(name, D, cfg, args.dtype, args.group)
                 rows.append(r)
                 print(fmt(r), flush=True)
     if args.json:

@@ -206,9 +206,9 @@ def test_gpu_varlen_full_size():
 
 
 # What the shipped Hopper configs compile to (sm_90, ahead of time with the ptxas Triton ships; no
-# GPU needed): they must fit in shared memory, use the warpgroup matrix instructions, and keep
-# every spill out of the loops. This caught configs that spilled 11-290 loads and stores an
-# iteration (kernels/NOTES.md, v4).
+# GPU needed): they must fit in shared memory, use the warpgroup matrix instructions (the D = 256
+# dK/dV tiles excepted, see fox_triton._HOPPER) and keep every spill out of the loops. The D = 256
+# configs before v4 spilled 37 loads/stores an iteration in dK/dV (kernels/NOTES.md).
 def test_hopper_configs_compile_without_loop_spills(tmp_path):
     import json
     import os
@@ -217,7 +217,7 @@ def test_hopper_configs_compile_without_loop_spills(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}   # a real compile
     out = tmp_path / "res.json"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    p = subprocess.run([sys.executable, "kernels/resources.py", "--d", "64,128", "--json", str(out)],
+    p = subprocess.run([sys.executable, "kernels/resources.py", "--d", "64,128,256", "--json", str(out)],
                        cwd=root, env=env, capture_output=True, text=True)
     if "cuobjdump not found" in p.stderr:
         pytest.skip("Triton's NVIDIA backend has no cuobjdump here")
@@ -225,7 +225,7 @@ def test_hopper_configs_compile_without_loop_spills(tmp_path):
     for r in json.loads(out.read_text())["rows"]:
         assert "error" not in r, r
         assert r["fits"], r
-        assert r["hgmma"] > 0, f"no wgmma instructions: {r}"
+        assert r["hgmma"] > 0 or (r["D"], r["kernel"]) == (256, "dkdv"), f"no wgmma instructions: {r}"
         assert r["loop_spill"] == 0, f"spills inside the loops: {r}"
 
 
