@@ -234,20 +234,57 @@ def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base,
     return dk, dv, dc
 
 
+@triton.jit
+def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
+                   Q, DO, CH, CL, LSE, DELTA, DC, s_qb, s_qt, s_qh, s_cb, s_ch, s_lb, s_lh,
+                   Tq, off, qk_scale, D: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
+    # the contribution of query head h to one key block's dk, dv; writes that head's dc
+    c_off = b64 * s_cb + h * s_ch + bos
+    q_off = b64 * s_qb + t64 * s_qt + h * s_qh
+    l_off = b64 * s_lb + h * s_lh + bos
+    # anchor a = first key of the block: w_j = c_a - c_j here, u_i = c_i - c_a per query block
+    ha = tl.load(CH + c_off + n0)
+    la = tl.load(CL + c_off + n0)
+    w = (ha - tl.load(CH + c_off + cols, mask=n_ok, other=0.0)) \
+        + (la - tl.load(CL + c_off + cols, mask=n_ok, other=0.0))
+    dc = tl.zeros_like(w)
+    dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
+                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
+                                 m_lo, tl.minimum(m_full, Tq), Tq, off, qk_scale,
+                                 D, BLOCK_M, True, PREC)
+    dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
+                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
+                                 m_full, Tq, Tq, off, qk_scale,
+                                 D, BLOCK_M, False, PREC)
+    tl.store(DC + c_off + cols, dc, mask=n_ok)
+    return dk, dv
+
+
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
 def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, CU,
-                     s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
+                     s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh, s_ob, s_ot, s_oh,
                      H, GROUP, TQ, TK, qk_scale, sm_scale,
                      D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     VARLEN: tl.constexpr, PREC: tl.constexpr):
-    # one program: BLOCK_N keys of one (batch, kv head). It loops over the GROUP query heads that
-    # share the kv head, so dk, dv sum the group in a fixed order (no atomics), and writes
-    # DC = dc (B, H, Tk) float32 for each of those query heads.
+                     VARLEN: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr):
+    # one program: BLOCK_N keys of one (batch, kv head), writes DC = dc (B, H, Tk) float32 for the
+    # query heads it covers, and dk, dv to DK, DV with strides s_o*. Without SPLIT it loops over
+    # the GROUP query heads sharing the kv head, summing dk, dv in registers in a fixed order;
+    # under GQA that loop around the two pipelined query loops spills (sm_90, D = 128: 37 local
+    # loads/stores an iteration). With SPLIT (GQA) a program covers one query head and writes its
+    # float32 part of dk, dv to (B, Tk, H, D) buffers that the caller sums over the group: still
+    # no atomics, still one fixed summation order.
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    Hkv = H // GROUP
-    hk = pid_bh % Hkv
-    b, bos, Tq, Tk = _seq_bounds(CU, pid_bh // Hkv, TQ, TK, VARLEN)
+    if SPLIT:
+        h0 = pid_bh % H
+        hk = h0 // GROUP
+        ho = h0                                     # the head index of the dk, dv buffers
+        b, bos, Tq, Tk = _seq_bounds(CU, pid_bh // H, TQ, TK, VARLEN)
+    else:
+        Hkv = H // GROUP
+        hk = pid_bh % Hkv
+        ho = hk
+        b, bos, Tq, Tk = _seq_bounds(CU, pid_bh // Hkv, TQ, TK, VARLEN)
     n0 = pid_n * BLOCK_N
     if n0 >= Tk:
         return
@@ -266,28 +303,19 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, CU,
     # query blocks from the first that sees key n0; those before m_full touch the diagonal
     m_lo = (tl.maximum(n0 - off, 0) // BLOCK_M) * BLOCK_M
     m_full = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - off, 0), BLOCK_M) * BLOCK_M
-    for g in range(GROUP):
-        h = hk * GROUP + g
-        c_off = b64 * s_cb + h * s_ch + bos
-        q_off = b64 * s_qb + t64 * s_qt + h * s_qh
-        l_off = b64 * s_lb + h * s_lh + bos
-        # anchor a = first key of the block: w_j = c_a - c_j here, u_i = c_i - c_a per query block
-        ha = tl.load(CH + c_off + n0)
-        la = tl.load(CL + c_off + n0)
-        w = (ha - tl.load(CH + c_off + cols, mask=n_ok, other=0.0)) \
-            + (la - tl.load(CL + c_off + cols, mask=n_ok, other=0.0))
-        dc = tl.zeros([BLOCK_N], tl.float32)
-        dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
-                                     CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
-                                     m_lo, tl.minimum(m_full, Tq), Tq, off, qk_scale,
-                                     D, BLOCK_M, True, PREC)
-        dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
-                                     CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
-                                     m_full, Tq, Tq, off, qk_scale,
-                                     D, BLOCK_M, False, PREC)
-        tl.store(DC + c_off + cols, dc, mask=n_ok)
-    tl.store(DK + kv_ptr, _cast(dk * sm_scale, DK.dtype.element_ty, PREC), mask=n_ok[:, None])
-    tl.store(DV + kv_ptr, _cast(dv, DV.dtype.element_ty, PREC), mask=n_ok[:, None])
+    if SPLIT:
+        dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h0, b64, bos, t64,
+                                Q, DO, CH, CL, LSE, DELTA, DC, s_qb, s_qt, s_qh, s_cb, s_ch,
+                                s_lb, s_lh, Tq, off, qk_scale, D, BLOCK_M, PREC)
+    else:
+        for g in range(GROUP):
+            dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, hk * GROUP + g,
+                                    b64, bos, t64, Q, DO, CH, CL, LSE, DELTA, DC, s_qb, s_qt,
+                                    s_qh, s_cb, s_ch, s_lb, s_lh, Tq, off, qk_scale, D, BLOCK_M,
+                                    PREC)
+    o_ptr = b64 * s_ob + t64 * s_ot + ho * s_oh + cols[:, None] * s_ot + offs_d[None, :]
+    tl.store(DK + o_ptr, _cast(dk * sm_scale, DK.dtype.element_ty, PREC), mask=n_ok[:, None])
+    tl.store(DV + o_ptr, _cast(dv, DV.dtype.element_ty, PREC), mask=n_ok[:, None])
 
 
 @triton.jit
@@ -528,19 +556,30 @@ class _FoxAttention(torch.autograd.Function):
             o, o_res, do, delta, q.stride(0), q.stride(1), q.stride(2), lse.stride(0), lse.stride(1),
             H, Tq, D=D, BLOCK_M=bm, RES=ctx.res)
         dq = torch.empty_like(q)
-        dk = torch.empty_like(k)
-        dv = torch.empty_like(v)
+        split = H != Hkv            # GQA: per-query-head float32 parts of dk, dv, summed below
+        if split:
+            dk = torch.empty(B, Tk, H, D, device=k.device, dtype=torch.float32)
+            dv = torch.empty_like(dk)
+        else:
+            dk = torch.empty_like(k)
+            dv = torch.empty_like(v)
         dc = torch.empty_like(ch)                   # (B, H, Tk)
         dr = torch.empty_like(lse)                  # (B, H, Tq)
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1))
         scales = (H, H // Hkv, Tq, Tk, ctx.sm_scale * LOG2E, ctx.sm_scale)
         consts = dict(D=D, VARLEN=varlen, PREC=prec)
-        _launch("dkdv", _bwd_dkdv_kernel, ctx.max_seqlen if varlen else Tk, nb * Hkv, q.device, D,
-                q.dtype, (q, k, v, do, ch, cl, lse, delta, dk, dv, dc, cu) + strides + scales, consts)
+        _launch("dkdv", _bwd_dkdv_kernel, ctx.max_seqlen if varlen else Tk,
+                nb * (H if split else Hkv), q.device, D, q.dtype,
+                (q, k, v, do, ch, cl, lse, delta, dk, dv, dc, cu) + strides
+                + (dk.stride(0), dk.stride(1), dk.stride(2)) + scales,
+                dict(consts, SPLIT=split))
         _launch("dq", _bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,
                 q.dtype, (q, k, v, do, ch, cl, lse, delta, dq, dr, cu) + strides + scales, consts)
         dc[..., Tk - Tq:] += dr                     # query i sits at key position Tk - Tq + i
+        if split:                                   # fixed order: deterministic
+            dk = dk.view(B, Tk, Hkv, H // Hkv, D).sum(3).to(k.dtype)
+            dv = dv.view(B, Tk, Hkv, H // Hkv, D).sum(3).to(v.dtype)
         return dq, dk, dv, _suffix_sum(dc, cu_seqlens), None, None, None
 
 

@@ -62,6 +62,8 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, **consts):
     c = dict(D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=False, PREC="tf32")
     if group == 1:          # the JIT turns an int argument equal to 1 into a constant, so do we
         c["GROUP"] = 1
+    if name == "dkdv":
+        c["SPLIT"] = group > 1                      # as the launcher sets it
     if name == "fwd":
         c["RES"] = dtype != "fp32"
     c.update(consts)

@@ -207,8 +207,8 @@ def test_gpu_varlen_full_size():
 
 # What the shipped Hopper configs compile to (sm_90, ahead of time with the ptxas Triton ships; no
 # GPU needed): they must fit in shared memory, use the warpgroup matrix instructions (the D = 256
-# dK/dV tiles excepted, see fox_triton._HOPPER) and keep every spill out of the loops. The D = 256
-# configs before v4 spilled 37 loads/stores an iteration in dK/dV (kernels/NOTES.md).
+# dK/dV tiles excepted, see fox_triton._HOPPER) and keep every spill out of the loops. Before v4
+# the D = 256 dK/dV config and GQA dK/dV at D = 128 spilled 37 loads/stores an iteration.
 def test_hopper_configs_compile_without_loop_spills(tmp_path):
     import json
     import os
@@ -217,12 +217,17 @@ def test_hopper_configs_compile_without_loop_spills(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}   # a real compile
     out = tmp_path / "res.json"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    p = subprocess.run([sys.executable, "kernels/resources.py", "--d", "64,128,256", "--json", str(out)],
-                       cwd=root, env=env, capture_output=True, text=True)
-    if "cuobjdump not found" in p.stderr:
-        pytest.skip("Triton's NVIDIA backend has no cuobjdump here")
-    assert p.returncode == 0, p.stderr[-2000:]
-    for r in json.loads(out.read_text())["rows"]:
+    rows = []
+    # every kernel and head dim without GQA; dK/dV with GQA (its group loop is what spilled)
+    for extra in (["--d", "64,128,256"], ["--d", "128", "--kernels", "dkdv", "--group", "2"]):
+        p = subprocess.run([sys.executable, "kernels/resources.py", *extra, "--json", str(out)],
+                           cwd=root, env=env, capture_output=True, text=True)
+        if "cuobjdump not found" in p.stderr:
+            pytest.skip("Triton's NVIDIA backend has no cuobjdump here")
+        assert p.returncode == 0, p.stderr[-2000:]
+        rows += json.loads(out.read_text())["rows"]
+    assert len(rows) == 10
+    for r in rows:
         assert "error" not in r, r
         assert r["fits"], r
         assert r["hgmma"] > 0 or (r["D"], r["kernel"]) == (256, "dkdv"), f"no wgmma instructions: {r}"
