@@ -18,7 +18,11 @@ c = hi + lo. Inside the kernel each tile picks an anchor row a in its own block 
 two O(block) vectors. hi_i - hi_a is exact when the two are within a factor 2 of each other
 (Sterbenz), so each vector has a relative error of a few float32 ulps of the decay it
 represents, independent of |c|: the logit's error is ~1e-7 * |c_i - c_j|, negligible for every
-weight that is not already ~0. The per-element cost is the same single add as c_i - c_j.
+weight that is not already ~0. The forward goes one step further: per key it loads
+e_j = c_n0 - c_j relative to the first key n0 of its tile (float64 on the host, rounded once),
+and adds the tile's offset from the anchor, c_a - c_n0, as one scalar on the row max, so a key
+needs no arithmetic (kernels/NOTES.md, v5; the backward keeps the two-word form, for the
+reason given in _tile_offsets).
 
 Gate gradient. With S_ij = logit_ij and dS = P * (dP - Delta), Delta_i = rowsum(dO_i * O_i):
     dc_t = rowsum_t(dS) - colsum_t(dS),   dlog_fgate_t = sum_{s >= t} dc_s
@@ -88,7 +92,7 @@ def _seq_bounds(CU, b, TQ, TK, VARLEN: tl.constexpr):
 
 
 @triton.jit
-def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base, s_kt,
+def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base, e_base, s_kt,
                lo, hi, Tk, qk_scale,
                D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
     offs_n = tl.arange(0, BLOCK_N)
@@ -100,22 +104,22 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
             n_ok = cols < Tk
             k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
             v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-            hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)
-            lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
+            ej = tl.load(e_base + cols, mask=n_ok, other=0.0)
         else:     # blocks wholly below the diagonal are in bounds and need no mask
             k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :])
             v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :])
-            hj = tl.load(ch_base + cols)
-            lj = tl.load(cl_base + cols)
-        w = (ha - hj) + (la - lj)                                    # (BLOCK_N,) c_a - c_j
-        # the row term u_i = c_i - c_a is left out: softmax is shift-invariant per row, so it
-        # changes only the log-sum-exp (added back at the end). One FMA per score, as without a gate.
-        s = _dot(q, tl.trans(k), PREC) * qk_scale + w[None, :]
+            ej = tl.load(e_base + cols)                              # (BLOCK_N,) c_n0 - c_j
+        # c_a - c_j = sh + e_j, sh = c_a - c_n0 one scalar for the tile from the exact words. The
+        # row term u_i = c_i - c_a is left out (softmax is shift-invariant per row: it changes
+        # only the log-sum-exp, added back at the end), and sh rides on the row max, so a score
+        # costs one FMA, as without a gate.
+        sh = (ha - tl.load(ch_base + n0)) + (la - tl.load(cl_base + n0))
+        s = _dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]      # logit - u_i - sh
         if MASK:
             s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))   # key block 0 comes first and holds key 0: finite
+        m_new = tl.maximum(m_i, tl.max(s, 1) + sh)   # key block 0 comes first, holds key 0: finite
         alpha = tl.math.exp2(m_i - m_new)
-        p = tl.math.exp2(s - m_new[:, None])
+        p = tl.math.exp2(s - (m_new - sh)[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + _dot(_cast(p, v.dtype, PREC), v, PREC)
         m_i = m_new
@@ -123,13 +127,14 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _fwd_kernel(Q, K, V, CH, CL, O, ORES, LSE, CU,
+def _fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, CU,
                 s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                 H, GROUP, TQ, TK, qk_scale,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 VARLEN: tl.constexpr, PREC: tl.constexpr, RES: tl.constexpr):
     # one program: BLOCK_M queries of one (batch, head). q, o: (B, Tq, H, D); k, v: (B, Tk, Hkv, D),
-    # all with stride 1 on D. CH, CL: hi and lo words of log2(e) * c, (B, H, Tk) float32.
+    # all with stride 1 on D. CH, CL: hi and lo words of log2(e) * c, (B, H, Tk) float32; E: the
+    # same c as an offset within each key tile, c_n0 - c_j (B, H, Tk) float32 (_tile_offsets).
     # LSE: (B, H, Tq) float32, the row's log2-sum-exp, kept for the backward. ORES (if RES): the
     # rounding residual of O in O's dtype, so that the backward's Delta sees O to ~u^2.
     pid_m = tl.program_id(0)
@@ -164,10 +169,11 @@ def _fwd_kernel(Q, K, V, CH, CL, O, ORES, LSE, CU,
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     n_full = ((a + 1) // BLOCK_N) * BLOCK_N         # key blocks [0, n_full) lie below the diagonal
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
-                               CH + c_off, CL + c_off, s_kt, 0, n_full, Tk, qk_scale,
+                               CH + c_off, CL + c_off, E + c_off, s_kt, 0, n_full, Tk, qk_scale,
                                D, BLOCK_N, False, PREC)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
-                               CH + c_off, CL + c_off, s_kt, n_full, tl.minimum(a + BLOCK_M, Tk),
+                               CH + c_off, CL + c_off, E + c_off, s_kt, n_full,
+                               tl.minimum(a + BLOCK_M, Tk),
                                Tk, qk_scale, D, BLOCK_N, True, PREC)
 
     acc = acc / l_i[:, None]
@@ -457,7 +463,8 @@ def _config(name, device, D):
 
 def _launch(name, kernel, n_rows, n_prog, device, D, dtype, args, consts):
     """Launch with the device's config; on OutOfResources retry once with _SAFE (never raise
-    for an unknown GPU merely because its shared memory is smaller than we guessed)."""
+    for an unknown GPU merely because its shared memory is smaller than we guessed). `args` may
+    be a function of the config's BLOCK_N (the key-tile offsets depend on it)."""
     key = (name, str(device), D, dtype)
     cfg = _SAFE[name] if key in _FALLBACK else _config(name, device, D)
     for attempt in (0, 1):
@@ -465,7 +472,8 @@ def _launch(name, kernel, n_rows, n_prog, device, D, dtype, args, consts):
         tile = bn if name == "dkdv" else bm
         grid = (triton.cdiv(max(n_rows, 1), tile), n_prog)
         try:
-            kernel[grid](*args, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **consts)
+            a = args(bn) if callable(args) else args
+            kernel[grid](*a, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **consts)
             return
         except triton.runtime.errors.OutOfResources:
             if attempt == 1 or cfg == _SAFE[name]:
@@ -493,6 +501,27 @@ def _gate_words(log_fgate, cu_seqlens):
     hi = c.to(torch.float32)
     lo = (c - hi.to(torch.float64)).to(torch.float32)
     return hi, lo
+
+
+def _tile_offsets(ch, cl, bn, cu_seqlens):
+    """c as an offset within each key tile of width bn: e_j = c_n0 - c_j, n0 the first key of j's
+    tile (tiles restart at each packed sequence), from c = hi + lo in float64 and rounded once to
+    float32. (B, H, T) -> (B, H, T). The forward adds the tile's own offset from its anchor,
+    c_a - c_n0, as one scalar from the exact words, so a key costs one load and no arithmetic,
+    and e_j's rounding is relative to a tile's worth of decay. The backward keeps the hi/lo form:
+    its two passes must compute nearly the same dS for the row and column sums of the gate
+    gradient to cancel, and e_j's rounding, different per pass, spoils that (fp32, log g ~ -10:
+    dlog_fgate error 4e-5 with e_j in dQ, 3.5e-6 without)."""
+    c = ch.double() + cl.double()
+    T = c.shape[-1]
+    j = torch.arange(T, device=c.device)
+    if cu_seqlens is None:
+        base = j - j % bn
+    else:
+        bos = torch.repeat_interleave(cu_seqlens[:-1].long(), (cu_seqlens[1:] - cu_seqlens[:-1]).long(),
+                                      output_size=T)
+        base = j - (j - bos) % bn
+    return (c[..., base] - c).to(torch.float32).contiguous()
 
 
 def _suffix_sum(dc, cu_seqlens):
@@ -531,10 +560,10 @@ class _FoxAttention(torch.autograd.Function):
         prec = _precision(q.dtype)
         cu = cu_seqlens if varlen else lse          # any pointer: unused when not varlen
         _launch("fwd", _fwd_kernel, max_seqlen if varlen else Tq, nb * H, q.device, D, q.dtype,
-                (q, k, v, ch, cl, o, o_res, lse, cu,
-                 q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-                 ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1),
-                 H, H // Hkv, Tq, Tk, sm_scale * LOG2E),
+                lambda bn: (q, k, v, ch, cl, _tile_offsets(ch, cl, bn, cu_seqlens), o, o_res, lse, cu,
+                            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
+                            k.stride(2), ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1),
+                            H, H // Hkv, Tq, Tk, sm_scale * LOG2E),
                 dict(D=D, VARLEN=varlen, PREC=prec, RES=res))
         ctx.save_for_backward(q, k, v, o, o_res, lse, ch, cl, cu_seqlens)
         ctx.sm_scale, ctx.max_seqlen, ctx.res = sm_scale, max_seqlen, res
