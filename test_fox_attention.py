@@ -472,3 +472,27 @@ def test_shipped_checkpoint():
     toks = torch.randint(0, 256, (1, 64))
     _, cache = run_with_cache(m, toks)
     assert len(cache) == meta["config"]["n_layers"] and all((c <= 0).all() for c in cache.values())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("autocast", [False, True])
+def test_gpu_model_trains_on_fused_kernel(monkeypatch, autocast):
+    import kernels.fox_triton as kt
+    calls = []
+    real = kt.fox_attention_triton
+    monkeypatch.setattr(kt, "fox_attention_triton", lambda *a, **kw: calls.append(a[0].dtype) or real(*a, **kw))
+    torch.manual_seed(0)
+    m = FoXLM(FoXConfig(d_model=128, n_layers=2, n_heads=4, context=512)).cuda()
+    import train
+    x, y = (t.cuda() for t in train.get_batch(train.train_stream(), 4, 512, torch.Generator().manual_seed(0)))
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(8):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            _, loss = m(x, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert calls and calls[0] == (torch.bfloat16 if autocast else torch.float32), calls[:2]
+    assert all(math.isfinite(l) for l in losses) and losses[-1] < losses[0], losses

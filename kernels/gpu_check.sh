@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session's worth of checks, most important first, inside BUDGET seconds (default 420):
-#   1. the kernel tests, natively (GPU-only full-size cases and the sm_90 resource check included)
+#   1. the kernel tests, natively (GPU-only full-size cases and the sm_90 resource check included),
+#      and a small FoX LM training on the fused kernel (fp32 and bf16 autocast)
 #   2. kernels/bench.py --both --accuracy: every implementation on the ANCHORS.md shapes and the
 #      T scan -> figures/kernel_bench.json + .png (what figure 7 reads)
 #   3. bench_laws.py --gpu-only: batched window extraction rate (target >= 5e8 rows/s)
@@ -44,7 +45,7 @@ fi
   $PY -c "import fla; print('fla', fla.__version__)" 2>&1 | tail -1
 } 2>&1 | tee -a "$OUT/summary.txt"
 
-step pytest_kernels 130 $PY -m pytest -q -rs kernels/test_kernels.py
+step pytest_kernels 150 $PY -m pytest -q -rs kernels/test_kernels.py test_fox_attention.py::test_gpu_model_trains_on_fused_kernel
 
 step bench_both 150 $PY kernels/bench.py --both --accuracy \
     --impls ours,sdpa_cudnn,sdpa_flash,fla,materialised \
