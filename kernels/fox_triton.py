@@ -428,14 +428,20 @@ _AMPERE = {
     128: dict(fwd=(64, 64, 4, 2), dkdv=(32, 64, 4, 2), dq=(64, 32, 4, 2)),
     256: dict(fwd=(32, 32, 4, 1), dkdv=(16, 32, 4, 1), dq=(32, 16, 4, 1)),
 }
+# Blackwell and later (no such GPU here): Ampere's table, except the D <= 64 forward, whose
+# 4-warp 128 x 64 tile compiles for sm_100 with 166-184 spill loads/stores an iteration
+# (kernels/resources.py readings, Triton 3.9); 8 warps: none.
+_NEWER = {D: dict(c, fwd=(128, 64, 8, 3)) if D <= 64 else c for D, c in _AMPERE.items()}
 # Anything else, and the retry after an out-of-resources launch: small tiles, no pipelining.
 _SAFE = dict(fwd=(32, 32, 4, 1), dkdv=(16, 32, 4, 1), dq=(32, 16, 4, 1))
+# The last retry: Turing-class shared memory (64 KB) cannot hold _SAFE's D = 256 backward tiles.
+_TINY = dict(fwd=(16, 16, 4, 1), dkdv=(16, 16, 4, 1), dq=(16, 16, 4, 1))
 # The CPU interpreter: unequal, small tiles so that short test sequences span several blocks of
 # both kinds (off-diagonal and diagonal) in every pass.
 _INTERP = dict(fwd=(32, 16, 4, 1), dkdv=(16, 32, 4, 1), dq=(32, 16, 4, 1))
 
 _OVERRIDE = {}      # kernel name -> config tuple; set by set_config() for tuning sweeps
-_FALLBACK = set()   # (kernel, device, D, dtype) that ran out of resources and use _SAFE now
+_FALLBACK = {}      # (kernel, device, D, dtype) -> fallback steps taken after running out of resources
 
 
 def set_config(**cfg):
@@ -456,19 +462,28 @@ def _config(name, device, D):
     if _interpreting() or device.type != "cuda":
         return _INTERP[name]
     major, _ = torch.cuda.get_device_capability(device)
-    # Ampere's table was sized for 100 KB of shared memory, so it also serves newer chips
-    table = _HOPPER if major == 9 else _AMPERE if major >= 8 else None
+    # Ampere's table was sized for 100 KB of shared memory, so it also serves Ada and later chips
+    table = _HOPPER if major == 9 else _NEWER if major >= 10 else _AMPERE if major >= 8 else None
     return table[D][name] if table is not None and D in table else _SAFE[name]
 
 
+def _launch_configs(name, device, D, dtype):
+    """The configs _launch tries in order: the device's, then _SAFE, then _TINY, minus those that
+    already ran out of resources for this kernel, device, head dim and dtype."""
+    chain = []
+    for c in (_config(name, device, D), _SAFE[name], _TINY[name]):
+        if c not in chain:
+            chain.append(c)
+    return chain[min(_FALLBACK.get((name, str(device), D, dtype), 0), len(chain) - 1):]
+
+
 def _launch(name, kernel, n_rows, n_prog, device, D, dtype, args, consts):
-    """Launch with the device's config; on OutOfResources retry once with _SAFE (never raise
-    for an unknown GPU merely because its shared memory is smaller than we guessed). `args` may
-    be a function of the config's BLOCK_N (the key-tile offsets depend on it)."""
+    """Launch with the device's config; on OutOfResources step down to _SAFE, then _TINY (never
+    raise for an unknown GPU merely because its shared memory is smaller than we guessed).
+    `args` may be a function of the config's BLOCK_N (the key-tile offsets depend on it)."""
     key = (name, str(device), D, dtype)
-    cfg = _SAFE[name] if key in _FALLBACK else _config(name, device, D)
-    for attempt in (0, 1):
-        bm, bn, warps, stages = cfg
+    chain = _launch_configs(name, device, D, dtype)
+    for i, (bm, bn, warps, stages) in enumerate(chain):
         tile = bn if name == "dkdv" else bm
         grid = (triton.cdiv(max(n_rows, 1), tile), n_prog)
         try:
@@ -476,10 +491,9 @@ def _launch(name, kernel, n_rows, n_prog, device, D, dtype, args, consts):
             kernel[grid](*a, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **consts)
             return
         except triton.runtime.errors.OutOfResources:
-            if attempt == 1 or cfg == _SAFE[name]:
+            if i == len(chain) - 1:
                 raise
-            _FALLBACK.add(key)
-            cfg = _SAFE[name]
+            _FALLBACK[key] = _FALLBACK.get(key, 0) + 1
 
 
 # ----------------------------------------------------------------------------------------------

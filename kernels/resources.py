@@ -4,6 +4,7 @@ the matrix instructions, per kernel and launch config.
     python kernels/resources.py                       # the shipped Hopper configs, D 32..256
     python kernels/resources.py --d 128 --sweep       # every candidate config at D = 128
     python kernels/resources.py --json out/res.json
+    python kernels/resources.py --arch 80             # the configs an A100 gets (sm_80)
 
 Triton compiles ahead of time for any target (here sm_90, the H100/H200) with the ptxas it ships,
 and cuobjdump reads the cubin: REG is registers a thread (255 is the ceiling), STACK > 0 or
@@ -11,7 +12,7 @@ LOCAL > 0 means spills to local memory; loopLS counts the spill loads and stores
 (between a backward branch and its target), which cost a local-memory round trip every iteration,
 while spills before or after the loops cost once per program.
 HGMMA counts Hopper's warpgroup matrix instructions (a kernel without them runs on the older
-mma.sync path at about half the rate); LDGSTS / UTMALDG count asynchronous (pipelined) copies.
+mma.sync path, HMMA, at about half the rate; sm_100's tcgen05 instructions are counted by neither); LDGSTS / UTMALDG count asynchronous (pipelined) copies.
 The compile gets what the JIT specialises at launch for the benchmark shapes (aligned pointers,
 strides divisible by 16, GROUP == 1 a constant); without it the reading is of a kernel that never
 runs. These readings come from this machine's Triton, which may differ from the GPU machine's in
@@ -34,7 +35,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from kernels import fox_triton as F  # noqa: E402
 
 SM90 = GPUTarget("cuda", 90, 32)
-SMEM_LIMIT = 232448            # bytes of shared memory a block may use on sm_90 (227 KB)
+# bytes of shared memory one block may use, by compute capability (CUDA's per-block opt-in maxima)
+SMEM_LIMITS = {75: 65536, 80: 166912, 86: 101376, 89: 101376, 90: 232448, 100: 232448, 120: 101376}
+
+
+def shipped(name, D, arch=90):
+    """The launch config fox_triton._config picks on a GPU of compute capability `arch`."""
+    major = arch // 10
+    table = F._HOPPER if major == 9 else F._NEWER if major >= 10 else F._AMPERE if major >= 8 else None
+    return table[D][name] if table is not None and D in table else F._SAFE[name]
 # pointer arguments that carry the input dtype; every other pointer is float32 (CU: int32)
 _DATA = {"Q", "K", "V", "O", "ORES", "DO", "DQ", "DK", "DV"}
 _KERNELS = {"fwd": F._fwd_kernel, "dkdv": F._bwd_dkdv_kernel, "dq": F._bwd_dq_kernel}
@@ -53,10 +62,10 @@ def _last_line(e):
     return lines[-1][:160] if lines else ""
 
 
-def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, **consts):
+def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts):
     """Compile kernel `name` ('fwd', 'dkdv', 'dq'; or any kernel `fn` with the same arguments)
-    for sm_90 with cfg = (BLOCK_M, BLOCK_N, num_warps, num_stages) and GQA group size `group`;
-    return its resource reading (a dict)."""
+    for sm_90 (or sm_`arch`) with cfg = (BLOCK_M, BLOCK_N, num_warps, num_stages) and GQA group
+    size `group`; return its resource reading (a dict)."""
     fn = fn or _KERNELS[name]
     bm, bn, warps, stages = cfg
     c = dict(D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=False, PREC="tf32")
@@ -84,9 +93,10 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, **consts):
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
              if sig[a] != "constexpr" and not sig[a].startswith("fp") and a not in skip
              and not (a == "GROUP" and group % 16)}
-    row = dict(kernel=name, D=D, dtype=dtype, group=group, cfg=list(cfg))
+    row = dict(kernel=name, D=D, dtype=dtype, group=group, arch=arch, cfg=list(cfg))
     try:
-        k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=c, attrs=attrs), target=SM90,
+        target = SM90 if arch == 90 else GPUTarget("cuda", arch, 32)
+        k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=c, attrs=attrs), target=target,
                            options=dict(num_warps=warps, num_stages=stages))
     except Exception as e:  # noqa: BLE001 - an uncompilable config is a reading, not a crash
         row["error"] = f"{type(e).__name__}: {_last_line(e)}"
@@ -110,7 +120,7 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, **consts):
                smem=k.metadata.shared + int(m[3]),
                hgmma=ops["HGMMA"], mma=ops["HMMA"], ldgsts=ops["LDGSTS"], tma=ops["UTMALDG"],
                stl=ops["STL"], ldl=ops["LDL"], loop_spill=in_loop)
-    row["fits"] = row["smem"] <= SMEM_LIMIT
+    row["fits"] = row["smem"] <= SMEM_LIMITS.get(arch, SMEM_LIMITS[90])
     return row
 
 
@@ -140,6 +150,9 @@ def main():
     ap.add_argument("--kernels", default="fwd,dkdv,dq")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     ap.add_argument("--group", type=int, default=1, help="GQA group size (query heads per kv head)")
+    ap.add_argument("--arch", type=int, default=90, choices=sorted(SMEM_LIMITS),
+                    help="compute capability to compile for (90: H100/H200), with the config "
+                         "fox_triton picks there")
     ap.add_argument("--sweep", action="store_true", help="every candidate config, not only the shipped one")
     ap.add_argument("--json", default="", help="also write the readings here")
     args = ap.parse_args()
@@ -147,9 +160,9 @@ def main():
     print("kernel D     dtype G   (BM, BN, W, S)    REG STACK loopLS SMEM fits HGMMA HMMA LDGSTS")
     for D in (int(d) for d in args.d.split(",")):
         for name in args.kernels.split(","):
-            cfgs = CANDIDATES[name] if args.sweep else [F._HOPPER[D][name]]
+            cfgs = CANDIDATES[name] if args.sweep else [shipped(name, D, args.arch)]
             for cfg in cfgs:
-                r = compile_sm90(name, D, cfg, args.dtype, args.group)
+                r = compile_sm90(name, D, cfg, args.dtype, args.group, arch=args.arch)
                 rows.append(r)
                 print(fmt(r), flush=True)
     if args.json:

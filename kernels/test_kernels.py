@@ -254,3 +254,36 @@ def test_bench_config_and_merge(tmp_path):
     assert got["runs"]["fwd"][0]["tflops"] == {"ours": 300.0, "flex": 150.0}
     assert [r["T"] for r in got["runs"]["fwd"]] == [8192, 2048]
     assert got["runs"]["fwd+bwd"][0]["tflops"] == {"flex": 80.0}
+
+
+def test_launch_steps_down_when_out_of_resources():
+    """A GPU with less shared memory than a config needs gets the next smaller config, and the
+    choice is remembered; only when the smallest fails too does the error reach the caller."""
+    import triton
+    from kernels import fox_triton as kt
+
+    class Kernel:           # stands in for a Triton kernel; "fits" only tiles up to `largest`
+        def __init__(self, largest):
+            self.largest, self.tried = largest, []
+
+        def __getitem__(self, grid):
+            def launch(*args, BLOCK_M, BLOCK_N, **kw):
+                self.tried.append((BLOCK_M, BLOCK_N))
+                if BLOCK_M * BLOCK_N > self.largest:
+                    raise triton.runtime.errors.OutOfResources(BLOCK_M * BLOCK_N * 512, 65536, "shared memory")
+            return launch
+
+    dev, key = torch.device("cpu"), ("fwd", "cpu", 256, torch.bfloat16)
+    kt._FALLBACK.pop(key, None)
+    try:
+        k = Kernel(16 * 16)
+        kt._launch("fwd", k, 100, 1, dev, 256, torch.bfloat16, lambda bn: (), {})
+        assert k.tried == [kt._INTERP["fwd"][:2], kt._SAFE["fwd"][:2], kt._TINY["fwd"][:2]]
+        assert kt._FALLBACK[key] == 2
+        k = Kernel(16 * 16)
+        kt._launch("fwd", k, 100, 1, dev, 256, torch.bfloat16, (), {})
+        assert k.tried == [kt._TINY["fwd"][:2]]                  # remembered: no retries
+        with pytest.raises(triton.runtime.errors.OutOfResources):
+            kt._launch("fwd", Kernel(0), 100, 1, dev, 256, torch.bfloat16, (), {})
+    finally:
+        kt._FALLBACK.pop(key, None)
