@@ -137,7 +137,9 @@ def _fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, CU,
     # same c as an offset within each key tile, c_n0 - c_j (B, H, Tk) float32 (_tile_offsets).
     # LSE: (B, H, Tq) float32, the row's log2-sum-exp, kept for the backward. ORES (if RES): the
     # rounding residual of O in O's dtype, so that the backward's Delta sees O to ~u^2.
-    pid_m = tl.program_id(0)
+    # causal work grows with the query block: launch the longest first (blocks are scheduled
+    # in index order), so the short ones fill the last wave instead of a few long ones
+    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
     h = pid_bh % H
     b, bos, Tq, Tk = _seq_bounds(CU, pid_bh // H, TQ, TK, VARLEN)
@@ -363,7 +365,9 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, CU,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    VARLEN: tl.constexpr, PREC: tl.constexpr):
     # one program: BLOCK_M queries of one (batch, head), the same key range as the forward
-    pid_m = tl.program_id(0)
+    # causal work grows with the query block: launch the longest first (blocks are scheduled
+    # in index order), so the short ones fill the last wave instead of a few long ones
+    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
     h = pid_bh % H
     b, bos, Tq, Tk = _seq_bounds(CU, pid_bh // H, TQ, TK, VARLEN)
