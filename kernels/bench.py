@@ -213,6 +213,39 @@ def plot(rows, impls, path, title):
     fig.savefig(path, dpi=130)
 
 
+# issue targets on the H200, bf16, causal: (mode, D, smallest T) -> TF/s
+TARGETS = {("fwd", 128, 8192): 500, ("fwd+bwd", 128, 8192): 450, ("fwd", 64, 4096): 380}
+
+
+def report(data):
+    """Markdown tables of a saved run: TF/s per shape and implementation, ours over cuDNN (the
+    no-gate ceiling) and over flash-linear-attention, and the targets met or not."""
+    out = [f"{data['gpu']}, torch {data.get('torch', '?')}, triton {data.get('triton', '?')}, "
+           f"{data.get('dtype', '?')}, {data.get('time', '')}"]
+    for mode, rows in data["runs"].items():
+        impls = [n for n in data["impls"] if any(n in r["tflops"] for r in rows)]
+        out += ["", f"{mode}, TF/s (median of do_bench, dense-causal count)", "",
+                "| shape | " + " | ".join(impls) + " | ours / cudnn | ours / fla | target |",
+                "|" + " --- |" * (len(impls) + 4)]
+        for r in rows:
+            tf = r["tflops"]
+            ratio = lambda other: f"{tf['ours'] / tf[other]:.2f}" if "ours" in tf and other in tf else "-"
+            goal = [t for (m, D, T0), t in TARGETS.items() if m == mode and D == r["D"] and r["T"] >= T0]
+            met = "-" if not goal or "ours" not in tf else \
+                f"{goal[0]}: {'met' if tf['ours'] >= goal[0] else 'not met'}"
+            cells = [f"{tf[n]:.0f}" if n in tf else "-" for n in impls]
+            out.append(f"| B{r['B']} T{r['T']} H{r['H']} D{r['D']} | " + " | ".join(cells)
+                       + f" | {ratio('sdpa_cudnn')} | {ratio('fla')} | {met} |")
+    acc = data.get("accuracy_B2_T777_H4_D128")
+    if acc:
+        out += ["", "relative L2 error vs float64, B2 T777 H4 D128", "",
+                "| impl | out | dq | dk | dv | dlog_fgate |", "| --- | --- | --- | --- | --- | --- |"]
+        for n, e in acc.items():
+            out.append(f"| {n} | " + (" | ".join(f"{e[k]:.1e}" for k in ("out", "dq", "dk", "dv", "dlog_fgate"))
+                                      if "skipped" not in e else e["skipped"] + " | | | |") + " |")
+    return "\n".join(out)
+
+
 def parse_config(s):
     """'fwd=128,64,8,3;dkdv=32,128,8,3' -> {'fwd': (128, 64, 8, 3), 'dkdv': (32, 128, 8, 3)}"""
     try:
@@ -287,11 +320,17 @@ def main():
     ap.add_argument("--sweep", default="",
                     help="time ours under each of these '|'-separated configs ('' = shipped) and stop")
     ap.add_argument("--json", default="figures/kernel_bench.json", help="where to save the results")
+    ap.add_argument("--report", default="",
+                    help="print markdown tables of a saved JSON (no GPU needed) and stop")
     ap.add_argument("--merge-into", default="",
                     help="also add this run's implementations to an earlier JSON of bench.py")
     ap.add_argument("--out", default="figures/kernel_bench.png", help="where to save the plot ('' for none)")
     args = ap.parse_args()
 
+    if args.report:
+        with open(args.report) as f:
+            print(report(json.load(f)))
+        return 0
     if not torch.cuda.is_available():
         print("bench.py times GPU kernels and needs CUDA; none is available here. "
               "Run the correctness tests instead: pytest kernels/test_kernels.py")

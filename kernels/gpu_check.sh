@@ -54,6 +54,7 @@ step bench_both 150 $PY kernels/bench.py --both --accuracy \
     --impls ours,sdpa_cudnn,sdpa_flash,fla,materialised \
     --json figures/kernel_bench.json --out figures/kernel_bench.png
 cp figures/kernel_bench.json figures/kernel_bench.png "$OUT/" 2>/dev/null
+$PY kernels/bench.py --report figures/kernel_bench.json >> "$OUT/summary.txt" 2>&1
 
 step bench_laws 40 $PY bench_laws.py --gpu-only --json "$W/bench_laws.json"
 

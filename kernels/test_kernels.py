@@ -287,3 +287,15 @@ def test_launch_steps_down_when_out_of_resources():
             kt._launch("fwd", Kernel(0), 100, 1, dev, 256, torch.bfloat16, (), {})
     finally:
         kt._FALLBACK.pop(key, None)
+
+
+def test_bench_report_tables():
+    from kernels import bench
+    row = lambda B, T, H, D, **tf: dict(B=B, T=T, H=H, D=D, ms={}, tflops=tf, skipped={})
+    data = dict(gpu="GPU", impls=["ours", "sdpa_cudnn"],
+                runs={"fwd": [row(2, 8192, 16, 128, ours=520.0, sdpa_cudnn=560.0), row(8, 2048, 16, 128, ours=300.0)],
+                      "fwd+bwd": [row(2, 8192, 16, 128, ours=400.0, sdpa_cudnn=500.0)]})
+    text = bench.report(data)
+    assert "| B2 T8192 H16 D128 | 520 | 560 | 0.93 | - | 500: met |" in text
+    assert "| B8 T2048 H16 D128 | 300 | - | - | - | - |" in text          # no target below T = 8192
+    assert "| B2 T8192 H16 D128 | 400 | 500 | 0.80 | - | 450: not met |" in text
