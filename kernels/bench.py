@@ -30,6 +30,11 @@ SCAN_T = [512, 1024, 2048, 4096, 8192, 16384]     # at B * T = 16384 tokens, H16
 # implementations: each maps (q, k, v, log_fgate) in (B, T, H, D) / (B, T, H) to o (B, T, H, D)
 # ------------------------------------------------------------------------------------------------
 
+def _why(e):
+    """One line saying why an implementation was skipped."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+
+
 def impl_ours():
     from kernels.fox_triton import fox_attention_triton
     return fox_attention_triton
@@ -159,7 +164,7 @@ def bench(shapes, impls, dtype, fwd_only, on_row=lambda rows: None):
                 row["ms"][name] = ms
                 row["tflops"][name] = flops(B, T, H, D, fwd_only) / ms / 1e9
             except Exception as e:   # a missing package, an unsupported shape, out of memory
-                row["skipped"][name] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+                row["skipped"][name] = _why(e)
             torch.cuda.empty_cache()
         rows.append(row)
         print(fmt_row(row, impls), flush=True)
@@ -185,7 +190,7 @@ def accuracy(impls, dtype, B=2, T=777, H=4, D=128):
             res[name] = {n: ((a.double() - b).norm() / b.norm()).item()
                          for n, a, b in zip(["out", "dq", "dk", "dv", "dlog_fgate"], got, ref)}
         except Exception as e:
-            res[name] = {"skipped": f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"}
+            res[name] = {"skipped": _why(e)}
     return res
 
 
@@ -261,9 +266,9 @@ def sweep(configs, shapes, dtype):
     from kernels.fox_triton import fox_attention_triton, set_config
     out = []
     print(f"\nconfig sweep, ours, TFLOP/s\n{'config':<44} {'shape':<22} {'fwd':>7} {'fwd+bwd':>8}")
-    for cfg in configs:
-        for (B, T, H, D) in shapes:
-            q, k, v, log_fgate, do = inputs(B, T, H, D, dtype)
+    for (B, T, H, D) in shapes:
+        q, k, v, log_fgate, do = inputs(B, T, H, D, dtype)
+        for cfg in configs:
             row = dict(config=cfg, B=B, T=T, H=H, D=D)
             try:
                 set_config(**parse_config(cfg))
@@ -271,7 +276,7 @@ def sweep(configs, shapes, dtype):
                     ms = time_one(fox_attention_triton, q, k, v, log_fgate, do, mode == "fwd", True)
                     row[mode] = flops(B, T, H, D, mode == "fwd") / ms / 1e9
             except Exception as e:  # noqa: BLE001 - out of resources etc.: a reading
-                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
+                row["error"] = _why(e)
             finally:
                 set_config()
             out.append(row)

@@ -283,16 +283,10 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, CU,
     # no atomics, still one fixed summation order.
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    if SPLIT:
-        h0 = pid_bh % H
-        hk = h0 // GROUP
-        ho = h0                                     # the head index of the dk, dv buffers
-        b, bos, Tq, Tk = _seq_bounds(CU, pid_bh // H, TQ, TK, VARLEN)
-    else:
-        Hkv = H // GROUP
-        hk = pid_bh % Hkv
-        ho = hk
-        b, bos, Tq, Tk = _seq_bounds(CU, pid_bh // Hkv, TQ, TK, VARLEN)
+    heads = H if SPLIT else H // GROUP
+    ho = pid_bh % heads                             # the head index of the dk, dv buffers
+    hk = ho // GROUP if SPLIT else ho               # the kv head
+    b, bos, Tq, Tk = _seq_bounds(CU, pid_bh // heads, TQ, TK, VARLEN)
     n0 = pid_n * BLOCK_N
     if n0 >= Tk:
         return
@@ -312,7 +306,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, CU,
     m_lo = (tl.maximum(n0 - off, 0) // BLOCK_M) * BLOCK_M
     m_full = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - off, 0), BLOCK_M) * BLOCK_M
     if SPLIT:
-        dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h0, b64, bos, t64,
+        dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, ho, b64, bos, t64,
                                 Q, DO, CH, CL, LSE, DELTA, DC, s_qb, s_qt, s_qh, s_cb, s_ch,
                                 s_lb, s_lh, Tq, off, qk_scale, D, BLOCK_M, PREC)
     else:
@@ -364,9 +358,7 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, CU,
                    H, GROUP, TQ, TK, qk_scale, sm_scale,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    VARLEN: tl.constexpr, PREC: tl.constexpr):
-    # one program: BLOCK_M queries of one (batch, head), the same key range as the forward
-    # causal work grows with the query block: launch the longest first (blocks are scheduled
-    # in index order), so the short ones fill the last wave instead of a few long ones
+    # one program: BLOCK_M queries of one (batch, head), the same key range and order as the forward
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
     h = pid_bh % H
@@ -506,7 +498,8 @@ def _launch(name, kernel, n_rows, n_prog, device, D, dtype, args, consts):
 
 def _gate_words(log_fgate, cu_seqlens):
     """c = cumsum(log_fgate) in float64, restarted per packed sequence, scaled by log2(e) and split
-    into float32 words hi + lo (the kernels work in base 2). (B, T, H) -> two (B, H, T)."""
+    into float32 words hi + lo (the kernels work in base 2). (B, T, H) -> hi, lo (B, H, T) float32
+    and c itself (B, H, T) float64."""
     c = torch.cumsum(log_fgate.to(torch.float64), dim=1)
     if cu_seqlens is not None:  # subtract the running total before each sequence's first token
         starts = cu_seqlens[:-1].long()
@@ -518,19 +511,18 @@ def _gate_words(log_fgate, cu_seqlens):
     c = (c * LOG2E).transpose(1, 2).contiguous()
     hi = c.to(torch.float32)
     lo = (c - hi.to(torch.float64)).to(torch.float32)
-    return hi, lo
+    return hi, lo, c
 
 
-def _tile_offsets(ch, cl, bn, cu_seqlens):
+def _tile_offsets(c, bn, cu_seqlens):
     """c as an offset within each key tile of width bn: e_j = c_n0 - c_j, n0 the first key of j's
-    tile (tiles restart at each packed sequence), from c = hi + lo in float64 and rounded once to
+    tile (tiles restart at each packed sequence), from _gate_words' float64 c, rounded once to
     float32. (B, H, T) -> (B, H, T). The forward adds the tile's own offset from its anchor,
     c_a - c_n0, as one scalar from the exact words, so a key costs one load and no arithmetic,
     and e_j's rounding is relative to a tile's worth of decay. The backward keeps the hi/lo form:
     its two passes must compute nearly the same dS for the row and column sums of the gate
     gradient to cancel, and e_j's rounding, different per pass, spoils that (fp32, log g ~ -10:
     dlog_fgate error 4e-5 with e_j in dQ, 3.5e-6 without)."""
-    c = ch.double() + cl.double()
     T = c.shape[-1]
     j = torch.arange(T, device=c.device)
     if cu_seqlens is None:
@@ -568,7 +560,7 @@ class _FoxAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, log_fgate, sm_scale, cu_seqlens, max_seqlen):
         B, Tq, H, D = q.shape
         Tk, Hkv = k.shape[1], k.shape[2]
-        ch, cl = _gate_words(log_fgate, cu_seqlens)
+        ch, cl, c64 = _gate_words(log_fgate, cu_seqlens)
         o = torch.empty_like(q)
         res = q.dtype != torch.float32 and any(ctx.needs_input_grad[:4])
         o_res = torch.empty_like(q) if res else o   # (B, Tq, H, D), only kept for the backward
@@ -578,7 +570,7 @@ class _FoxAttention(torch.autograd.Function):
         prec = _precision(q.dtype)
         cu = cu_seqlens if varlen else lse          # any pointer: unused when not varlen
         _launch("fwd", _fwd_kernel, max_seqlen if varlen else Tq, nb * H, q.device, D, q.dtype,
-                lambda bn: (q, k, v, ch, cl, _tile_offsets(ch, cl, bn, cu_seqlens), o, o_res, lse, cu,
+                lambda bn: (q, k, v, ch, cl, _tile_offsets(c64, bn, cu_seqlens), o, o_res, lse, cu,
                             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
                             k.stride(2), ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1),
                             H, H // Hkv, Tq, Tk, sm_scale * LOG2E),
