@@ -5,7 +5,7 @@ grid, this compares the laws of renewal.py with (a) first-passage Monte Carlo (f
 SEs of mean and variance) and (b) the exact Markov-additive numerics (renewal.markov_first_passage).
 Law moments come from the gate's law (Hermite sums, the chain's fundamental matrix), never from samples.
 
-    python dependent_errors.py --json results/dependent/errors.json      # about 2 minutes on 2 cores
+    python dependent_errors.py --json results/dependent/errors.json      # ~80 s of CPU
 
 Laws: mean  E[W] = L/kappa - 1/2 + sigma_LR^2/(2 kappa^2);  lead  sigma_LR^2 L/kappa^3;
 bartlett  lead - 2 sum k gamma_k/kappa^2;  second  lead + C_dep (renewal.second_order_constant);
@@ -26,6 +26,8 @@ import renewal
 
 PHIS = (0.5, 0.9, 0.97)
 RATIOS = (10, 17, 30, 50, 100, 200)
+TAU_MULTS = (0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8)        # regime scan: L/kappa in units of tau
+TOLS = (0.10, 0.02)
 
 
 def _fail(msg):
@@ -94,6 +96,57 @@ def measure(mu, s, phis, ratios, trials, seed, cells, progress=True):
     return rows
 
 
+def regime_scan(mu, s, phis, mults, cells, progress=True):
+    """Exact numerics only (no noise): every law's error at L/kappa = m tau for m in mults, and per law and
+    tolerance the smallest m from which on every scanned point is within it. The leading law's own
+    thresholds lie beyond the scan; they follow from the O(1) term C_dep, which the second-order law's
+    agreement with the exact numerics at the largest m confirms (its error is printed)."""
+    from tqdm import tqdm
+    out = []
+    for phi in tqdm(phis, desc="regime scan", disable=not progress, file=sys.stderr):
+        g = forget.AR1LogitGate(mu, s, phi)
+        lr = renewal.ar1_long_run(g)
+        Ls = [m * lr.tau * lr.kappa for m in mults]
+        gamma = g.autocovariance(np.arange(int(max(Ls) / lr.kappa) + 2))
+        exact = renewal.markov_first_passage(g, [math.exp(-L) for L in Ls], cells_per_kappa=cells)
+        pts = []
+        for m, L, ex in zip(mults, Ls, exact):
+            lw = laws(lr, gamma, L)
+            pts.append(dict(mult=m, L_over_kappa=L / lr.kappa, exact_mean=ex.mean, exact_var=ex.var,
+                            exact_err_var=ex.err_var, mean_err=lw["mean"] - ex.mean,
+                            **{f"{k}_err": None if lw[k] is None else lw[k] / ex.var - 1 for k in VAR_LAWS}))
+        C = renewal.second_order_constant(lr.kappa, lr.sigma2_lr, lr.kappa3_lr, lr.sum_k_gamma_k)
+        slope = lr.sigma2_lr / lr.kappa ** 2 * lr.tau           # d lead / d m, m = L/(kappa tau)
+        thr = {}
+        for k in VAR_LAWS:
+            for tol in TOLS:
+                ok = [p[f"{k}_err"] is not None and abs(p[f"{k}_err"]) <= tol for p in pts]
+                bad = [i for i, o in enumerate(ok) if not o]
+                thr[f"{k}_{tol:g}"] = (None if bad and bad[-1] == len(pts) - 1
+                                       else mults[bad[-1] + 1] if bad else mults[0])
+        for tol in TOLS:
+            # lead / (lead + C) - 1 = -C / (lead + C): within tol once lead >= |C|/tol - C
+            thr[f"lead_from_C_{tol:g}"] = max(abs(C) / tol - C, 0.0) / slope
+        for tol in (0.1, 0.01):
+            bad = [i for i, p in enumerate(pts) if abs(p["mean_err"]) > tol]
+            thr[f"mean_{tol:g}"] = None if bad and bad[-1] == len(pts) - 1 else mults[bad[-1] + 1] if bad else mults[0]
+        out.append(dict(phi=phi, tau=lr.tau, C_dep=C, cells=cells, points=pts, thresholds=thr))
+    return out
+
+
+def report_regime(scan):
+    print("\nRegime scan against the exact numerics (no Monte Carlo): errors in % at L/kappa = m tau.")
+    for sc in scan:
+        print(f"phi = {sc['phi']:g} (tau = {sc['tau']:.2f}, C_dep = {sc['C_dep']:.2f})")
+        print(f"  {'m':>5s} {'L/k':>7s} {'exact Var':>10s} " + " ".join(f"{k:>8s}" for k in VAR_LAWS) + f" {'mean':>8s}")
+        for p in sc["points"]:
+            print(f"  {p['mult']:5g} {p['L_over_kappa']:7.1f} {p['exact_var']:10.2f} "
+                  + " ".join(f"{_pct(p[f'{k}_err']):>8s}" for k in VAR_LAWS) + f" {p['mean_err']:+8.3f}")
+        t = sc["thresholds"]
+        print("  within tolerance from L/kappa = m tau on (None: not within the scan): "
+              + ", ".join(f"{k} {v if v is None else f'{v:.3g}'}" for k, v in t.items()))
+
+
 def _pct(x):
     return "   neg." if x is None else f"{100 * x:+7.1f}"
 
@@ -111,6 +164,36 @@ def report(rows):
               + " ".join(_pct(r[f"{k}_err_vs_exact"]) for k in VAR_LAWS)
               + f" | {r['mean_err_vs_mc']:+7.3f}±{r['mc_se_mean']:.3f} {r['mean_err_vs_exact']:+8.4f}")
     print("Variance errors above are against the exact numerics; against Monte Carlo (law/MC - 1 ± SE) in the JSON.")
+
+
+def markdown(saved):
+    """Markdown tables of a saved run (README): law/MC - 1 in % with the Monte Carlo SE, and thresholds."""
+    rows = saved["rows"]
+    print(f"| phi | tau | L/kappa | L/(kappa tau) | Var[W] MC ± SE | exact | leading | Bartlett | second-order | "
+          f"finite-n | SE (%) | mean law - MC |")
+    print("|" + " --- |" * 12)
+    for r in rows:
+        se = 100 * r["mc_se_var"] / r["mc_var"]
+        cells = " | ".join(_pct(r[f"{k}_err_vs_mc"]).strip() for k in VAR_LAWS)
+        print(f"| {r['phi']:g} | {r['tau']:.1f} | {r['L_over_kappa']:g} | {r['L_over_kappa_tau']:.2f} | "
+              f"{r['mc_var']:.2f} ± {r['mc_se_var']:.2f} | {r['exact_var']:.2f} | {cells} | {se:.2f} | "
+              f"{r['mean_err_vs_mc']:+.3f} ± {r['mc_se_mean']:.3f} |")
+    scan = saved.get("regime_scan") or []
+    if scan:
+        print("\n| phi | tau | " + " | ".join(f"{k} {100 * t:g}%" for k in VAR_LAWS for t in TOLS)
+              + " | mean 0.1 | mean 0.01 |")
+        print("|" + " --- |" * (4 + 2 * len(VAR_LAWS)))
+        for sc in scan:
+            t = sc["thresholds"]
+            def f(v):
+                return "> 8" if v is None else f"{v:.3g}"
+            cells = []
+            for k in VAR_LAWS:
+                for tol in TOLS:
+                    v = t[f"{k}_{tol:g}"]
+                    cells.append(f"{t[f'lead_from_C_{tol:g}']:.3g}*" if k == "lead" and v is None else f(v))
+            print(f"| {sc['phi']:g} | {sc['tau']:.1f} | " + " | ".join(cells)
+                  + f" | {f(t['mean_0.1'])} | {f(t['mean_0.01'])} |")
 
 
 def write_json(path, obj, force):
@@ -138,10 +221,21 @@ def main(argv=None):
     p.add_argument("--trials", type=int, default=400_000, help="Monte Carlo walks per cell (default 400000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cells", type=int, default=8, help="exact numerics: S-grid cells per kappa (default 8)")
+    p.add_argument("--scan-cells", type=int, default=4, help="regime scan: S-grid cells per kappa (default 4)")
+    p.add_argument("--no-scan", action="store_true", help="skip the regime scan (exact numerics up to 8 tau)")
     p.add_argument("--json", default=None, help="write the rows here (atomic; refuses to overwrite)")
     p.add_argument("--force", action="store_true", help="overwrite an existing --json file")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--markdown", metavar="JSON", help="print markdown tables of a saved run and exit")
     a = p.parse_args(argv)
+    if a.markdown:
+        try:
+            with open(a.markdown) as f:
+                saved = json.load(f)
+        except (OSError, ValueError) as e:
+            _fail(f"--markdown {a.markdown}: {e}")
+        markdown(saved)
+        return
     if not (a.s > 0 and math.isfinite(a.s)) or not math.isfinite(a.mu):
         _fail(f"--mu must be finite and --s positive; got mu={a.mu}, s={a.s}")
     if any(not (-1 < f < 1) for f in a.phi):
@@ -150,17 +244,20 @@ def main(argv=None):
         _fail(f"--ratios must be positive; got {a.ratios}")
     if a.trials < 2:
         _fail(f"--trials must be >= 2; got {a.trials}")
-    if a.cells < 2:
-        _fail(f"--cells must be >= 2; got {a.cells}")
+    if a.cells < 2 or a.scan_cells < 2:
+        _fail(f"--cells and --scan-cells must be >= 2; got {a.cells}, {a.scan_cells}")
     if a.json and os.path.exists(a.json) and not a.force:
         _fail(f"--json {a.json} exists; pass --force to overwrite it")
     t0 = time.time()
     rows = measure(a.mu, a.s, a.phi, a.ratios, a.trials, a.seed, a.cells, progress=not a.no_progress)
     report(rows)
+    scan = [] if a.no_scan else regime_scan(a.mu, a.s, a.phi, TAU_MULTS, a.scan_cells, progress=not a.no_progress)
+    if scan:
+        report_regime(scan)
     print(f"({time.time() - t0:.0f} s)")
     if a.json:
         write_json(a.json, dict(command=" ".join(["python dependent_errors.py"] + (argv or sys.argv[1:])),
-                                seconds=time.time() - t0, rows=rows), a.force)
+                                seconds=time.time() - t0, rows=rows, regime_scan=scan), a.force)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,10 @@ mu2 = E X^2, mu3 = E X^3 and L = ln(1/eps):
   ALiBi, X = m                        W = floor(L/m), Var = 0                     exact (lattice)
   dependent X, variance               Var[N] ~ sigma_LR^2 L / kappa^3             asymptotic (L/kappa >> tau)
   dependent X, mean                   E[N] ~ L/kappa + 1/2 + sigma_LR^2/(2 k^2)   asymptotic (Markov renewal)
-  dependent X, Bartlett O(1) term     Var[N] += -2 sum_k k gamma_k / kappa^2      heuristic
+  dependent X, Bartlett O(1) term     Var[N] += -2 sum_k k gamma_k / kappa^2      heuristic (part of the O(1))
+  dependent X, second order           Var[N] ~ sigma_LR^2 L / kappa^3 + C_dep     asymptotic, checked numerically
+  dependent X, finite n               Var[N] ~ Var(S_n)/kappa^2, n = L/kappa      heuristic, never negative
+  AR(1)-logit gates                   Markov-additive walk (S_n, y_n) on a grid   exact numerics (oracle)
 
 `python renewal.py` prints the laws against the exact numerics over a scan of eps.
 """
@@ -163,8 +166,8 @@ def dependent_var(kappa, sigma2_lr, L):
     """Leading variance law Var[N] ~ sigma_LR^2 L / kappa^3 (functional CLT + inversion).
 
     kappa > 0, sigma2_lr >= 0, L > 0: floats. Asymptotic: it overstates the variance by an O(1) amount
-    that is large when tau is (measured on AR(1) logits: +137% at L/kappa = 10, +6% at 200 for tau = 18;
-    README); below 10% error only for L/kappa >~ 10 tau. Never negative.
+    that is large when tau is (measured on AR(1) logits: +137% at L/kappa = 10, +6.5% at 200 for tau = 18;
+    README); below 10% error only from L/kappa ~ 6-8 tau, 2% from ~30 tau. Never negative.
     """
     return _check_nonneg("sigma2_lr", sigma2_lr) * _check_positive("L", L) / _check_positive("kappa", kappa) ** 3
 
@@ -179,7 +182,7 @@ def dependent_mean(kappa, sigma2_lr, L):
 def bartlett_correction(sum_k_gamma_k, kappa):
     """Bartlett's O(1) term -2 sum_{k>=1} k gamma_k / kappa^2 (gamma_k = Cov(X_0, X_k)), from
     Var(S_n) = n sigma_LR^2 - 2 sum_k k gamma_k + o(1). It is only part of the O(1) term of Var[N]
-    (see `second_order_var`); added to the leading law alone it goes negative for L/kappa <~ 2 tau."""
+    (see `second_order_var`); added to the leading law alone it goes negative below L/kappa ~ 0.5 tau."""
     return -2.0 * float(sum_k_gamma_k) / _check_positive("kappa", kappa) ** 2
 
 
@@ -190,7 +193,8 @@ class OutsideRegime(ValueError):
 @dataclass
 class VarianceLaw:
     """A variance law's value with its parts. `in_regime` is True where the O(1) term is at most
-    `REGIME_FRACTION` of the leading term: there the measured error is small (README table)."""
+    `REGIME_FRACTION` of the leading term: there the measured error on AR(1) logits is at most 5.1%
+    (Bartlett) and 3.0% (second order) (README table); outside it the value is still returned, flagged."""
     var: float              # Var[N] = Var[W], > 0
     leading: float          # sigma_LR^2 L / kappa^3
     constant: float         # the O(1) term added to it
