@@ -205,3 +205,35 @@ def test_second_order_law_and_mean_law_in_their_regime():
     assert abs(second.var - mc.var) <= 0.02 * second.var + z * mc.se_var
     assert abs(renewal.dependent_mean(lr.kappa, lr.sigma2_lr, L) - 1 - mc.mean) <= 0.1 + z * mc.se_mean
     assert renewal.dependent_var(lr.kappa, lr.sigma2_lr, L) - mc.var > 0.2 * mc.var + z * mc.se_var
+
+
+# ----------------------------------------------------------------------------- the measurement script
+
+
+def test_script_rejects_bad_input_and_never_overwrites(tmp_path, capsys):
+    import dependent_errors
+    for argv in (["--phi", "1.0"], ["--ratios", "0"], ["--trials", "1"], ["--s", "-1"], ["--cells", "1"]):
+        with pytest.raises(SystemExit) as e:
+            dependent_errors.main(argv + ["--no-progress"])
+        assert e.value.code == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    out = tmp_path / "r.json"
+    out.write_text("keep me")
+    with pytest.raises(SystemExit) as e:
+        dependent_errors.main(["--json", str(out), "--no-progress"])
+    assert e.value.code == 2 and "exists" in capsys.readouterr().err
+    assert out.read_text() == "keep me"
+
+
+def test_script_writes_a_small_run(tmp_path):
+    import json
+
+    import dependent_errors
+    out = tmp_path / "r.json"
+    dependent_errors.main(["--phi", "0.5", "--ratios", "10", "--trials", "2000", "--no-scan", "--json", str(out),
+                           "--no-progress"])
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 1 and rows[0]["trials"] == 2000
+    r = rows[0]
+    assert abs(r["z_var_mc_vs_exact"]) < bonferroni_z(2) and abs(r["z_mean_mc_vs_exact"]) < bonferroni_z(2)
+    assert not list(tmp_path.glob(".tmp-*"))                              # the temp file was renamed
