@@ -138,7 +138,8 @@ def report_regime(scan):
     print("\nRegime scan against the exact numerics (no Monte Carlo): errors in % at L/kappa = m tau.")
     for sc in scan:
         print(f"phi = {sc['phi']:g} (tau = {sc['tau']:.2f}, C_dep = {sc['C_dep']:.2f})")
-        print(f"  {'m':>5s} {'L/k':>7s} {'exact Var':>10s} " + " ".join(f"{k:>8s}" for k in VAR_LAWS) + f" {'mean':>8s}")
+        print(f"  {'m':>5s} {'L/k':>7s} {'exact Var':>10s} " + " ".join(f"{k:>8s}" for k in VAR_LAWS)
+              + f" {'mean':>8s}")
         for p in sc["points"]:
             print(f"  {p['mult']:5g} {p['L_over_kappa']:7.1f} {p['exact_var']:10.2f} "
                   + " ".join(f"{_pct(p[f'{k}_err']):>8s}" for k in VAR_LAWS) + f" {p['mean_err']:+8.3f}")
