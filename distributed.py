@@ -1,0 +1,399 @@
+"""Past one process: torch.distributed set up from torchrun's environment, for training and gate capture.
+
+    torchrun --nproc_per_node=2 train.py --batch 4 ...        # 2 ranks x 4 windows = the run of batch 8
+    torchrun --nproc_per_node=2 forget.py --n-seq 32 ...      # each rank captures 16 sequences, rank 0 analyses
+
+One job: everything that differs between one process and several. Nothing here knows the model or
+the laws; train.py, heads.py and fox_attention.py call it in a few lines each.
+
+    setup, teardown, rank, world_size, is_main, barrier     process group from RANK / WORLD_SIZE / LOCAL_RANK
+    ShardedWindows                                         the global batch order, sliced per rank, resumable
+    shard_range, gather_traces, all_mean, broadcast        splitting sequences and putting results back together
+    wrap, unwrap, clean_name                               DDP or FSDP2 fully_shard; names as in the plain model
+    train_state, load_train_state                          full model + optimizer state of a wrapped model
+    write_on_main                                          rank 0 writes atomically (temp file + os.replace)
+
+Without torchrun (no WORLD_SIZE in the environment) every function acts as for a single process and
+no process group is made, so the same code path runs both ways. The backend follows the device:
+NCCL for CUDA, gloo for the CPU.
+"""
+import atexit
+import os
+import tempfile
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+# prefixes that wrappers insert into module and parameter names: DDP / DataParallel ("module."),
+# torch.compile ("_orig_mod."), FSDP1 ("_fsdp_wrapped_module."), activation checkpointing
+WRAPPER_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
+
+
+# ----------------------------------------------------------------------------- process group
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process stands: rank in [0, world_size), local_rank on its node, the backend
+    ('gloo', 'nccl' or None without a process group) and the device its tensors live on."""
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    backend: object = None
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self):
+        return self.rank == 0
+
+
+def _env_int(name, default):
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be an integer; got {v!r}") from None
+
+
+def launched():
+    """True when started by torchrun (or anything else that sets WORLD_SIZE > 1)."""
+    return _env_int("WORLD_SIZE", 1) > 1
+
+
+def _device_for(device, local_rank):
+    """cpu -> cpu; cuda / None with CUDA present -> cuda:<local_rank>; cuda:N is kept."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {device!r}") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} asked for but CUDA is not available")
+        if dev.index is None:
+            if local_rank >= torch.cuda.device_count():
+                raise ValueError(f"LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} CUDA devices")
+            dev = torch.device("cuda", local_rank)
+    elif dev.type != "cpu":
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {device!r}")
+    return dev
+
+
+def setup(device=None, backend=None, timeout_s=1800):
+    """Join the process group torchrun describes in the environment, once. Returns a DistEnv.
+
+    device: None (CUDA if present, else CPU), 'cpu', 'cuda' (means cuda:LOCAL_RANK) or 'cuda:N'.
+    backend: None picks 'nccl' for CUDA and 'gloo' for the CPU; 'gloo' also works with CUDA tensors.
+    timeout_s: seconds a collective may wait for the other ranks before failing.
+    Without WORLD_SIZE > 1 no process group is made and a single-process DistEnv is returned.
+    Raises ValueError on an inconsistent environment, an unknown backend or NCCL without CUDA.
+    """
+    rank, world, local = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1), _env_int("LOCAL_RANK", 0)
+    if world < 1 or not 0 <= rank < world or local < 0:
+        raise ValueError(f"bad torchrun environment: RANK={rank}, WORLD_SIZE={world}, LOCAL_RANK={local}")
+    if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
+        raise ValueError(f"timeout_s must be a positive number; got {timeout_s!r}")
+    dev = _device_for(device, local)
+    if backend is None:
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend must be 'gloo' or 'nccl'; got {backend!r}")
+    if backend == "nccl" and dev.type != "cuda":
+        raise ValueError("backend 'nccl' needs CUDA devices; use 'gloo' on the CPU")
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    if world == 1 and not dist.is_initialized():
+        return DistEnv(device=dev)
+    if not dist.is_initialized():
+        for k in ("MASTER_ADDR", "MASTER_PORT"):
+            if k not in os.environ:
+                raise ValueError(f"WORLD_SIZE={world} but {k} is not set; start the job with torchrun")
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
+        atexit.register(teardown)   # a clean exit leaves the group (torch warns otherwise)
+    return DistEnv(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local,
+                   backend=dist.get_backend(), device=dev)
+
+
+def teardown():
+    """Leave the process group (if one was made); safe to call more than once."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def rank():
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def world_size():
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def is_main():
+    """True on rank 0 and in a single process: the one that prints and writes."""
+    return rank() == 0
+
+
+def barrier():
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _collective_device():
+    # NCCL collectives move CUDA tensors; gloo moves CPU ones
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_mean(value):
+    """Mean of a Python float over the ranks (the logged loss of the global batch when every rank
+    holds the same number of windows). Single process: the value itself."""
+    if not dist.is_initialized():
+        return float(value)
+    t = torch.tensor([float(value)], dtype=torch.float64, device=_collective_device())
+    dist.all_reduce(t)
+    return float(t.item()) / dist.get_world_size()
+
+
+def broadcast(obj, src=0):
+    """Rank `src`'s picklable `obj` on every rank (e.g. a run folder name made from the time)."""
+    if not dist.is_initialized():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src, device=_collective_device())
+    return box[0]
+
+
+# ----------------------------------------------------------------------------- data order
+
+class ShardedWindows:
+    """Training window starts: each step draws one global batch of `batch * world` starts in
+    [0, n_starts) from a generator seeded with `seed`, and rank r takes positions [r*batch, (r+1)*batch).
+
+    So the data of a step depends on (seed, step, global batch) only: a run of W ranks x batch b sees
+    the same windows as one process with batch W*b, and a resumed run (any rank count with the same
+    global batch) sees the windows it would have seen. With one rank the draws equal
+    torch.randint(0, n_starts, (batch,), generator=torch.Generator().manual_seed(seed)) step after step.
+
+    n_starts: number of valid window starts (int >= 1); batch: windows per rank per step (int >= 1).
+    """
+
+    def __init__(self, n_starts, batch, seed, rank=None, world=None):
+        for name, v, lo in (("n_starts", n_starts, 1), ("batch", batch, 1), ("seed", seed, 0)):
+            if not (isinstance(v, int) and not isinstance(v, bool) and v >= lo):
+                raise ValueError(f"{name} must be an int >= {lo}; got {v!r}")
+        self.rank = (dist.get_rank() if dist.is_initialized() else 0) if rank is None else rank
+        self.world = world_size() if world is None else world
+        if not (isinstance(self.world, int) and self.world >= 1 and 0 <= self.rank < self.world):
+            raise ValueError(f"rank must lie in [0, world); got rank {self.rank!r}, world {self.world!r}")
+        self.n_starts, self.batch, self.seed = n_starts, batch, seed
+        self.global_batch = batch * self.world
+        self._gen, self._next = None, 0
+
+    def starts(self, step):
+        """This rank's (batch,) int64 window starts at `step` (int >= 0). Any order of steps works:
+        a step behind the generator re-seeds and replays, which costs one small draw per step."""
+        if not (isinstance(step, int) and step >= 0):
+            raise ValueError(f"step must be an int >= 0; got {step!r}")
+        if self._gen is None or step < self._next:
+            self._gen, self._next = torch.Generator().manual_seed(self.seed), 0
+        while self._next <= step:
+            ix = torch.randint(0, self.n_starts, (self.global_batch,), generator=self._gen)   # (W * batch,)
+            self._next += 1
+        return ix[self.rank * self.batch:(self.rank + 1) * self.batch].clone()
+
+    def state_dict(self):
+        """What a resumed run must agree on to see the same windows."""
+        return {"seed": self.seed, "global_batch": self.global_batch, "n_starts": self.n_starts}
+
+    def check_resume(self, state):
+        """Raise ValueError naming the field if `state` (a state_dict) would give another data order."""
+        mine = self.state_dict()
+        for k, v in mine.items():
+            if state.get(k) != v:
+                raise ValueError(f"resumed run differs in {k}: checkpoint has {state.get(k)!r}, this run {v!r} "
+                                 "(the data order would change)")
+
+
+def shard_range(n, rank=None, world=None):
+    """The contiguous block [start, stop) of n items this rank owns; blocks follow rank order and
+    differ in size by at most one, so concatenating them in rank order restores the items.
+    Raises ValueError if n < world (a rank would get nothing to run)."""
+    r = (dist.get_rank() if dist.is_initialized() else 0) if rank is None else rank
+    w = world_size() if world is None else world
+    if not (isinstance(w, int) and w >= 1 and isinstance(r, int) and 0 <= r < w):
+        raise ValueError(f"rank must lie in [0, world); got rank {r!r}, world {w!r}")
+    if not (isinstance(n, int) and n >= 1):
+        raise ValueError(f"n must be a positive int; got {n!r}")
+    if n < w:
+        raise ValueError(f"{n} items cannot be split over {w} ranks; use at least as many items as ranks")
+    q, extra = divmod(n, w)
+    start = r * q + min(r, extra)
+    return start, start + q + (1 if r < extra else 0)
+
+
+def gather_traces(traces, dim=0, to_all=False):
+    """Concatenate every rank's {name: tensor} along `dim` in rank order.
+
+    traces: dict {name: tensor}, e.g. (S_r, T, H) float32 log gates of this rank's S_r sequences;
+    every rank must hold the same names, with shapes that agree outside `dim`. The values travel
+    pickled (bit for bit) through torch.distributed's object collectives and come back on the CPU.
+    Returns the merged dict on rank 0 (on every rank with to_all=True) and None on the others; a
+    single process gets its own dict back (on the CPU). Raises ValueError naming the rank and the
+    name that disagree.
+    """
+    if not isinstance(traces, dict) or not traces:
+        raise ValueError("traces must be a non-empty dict {name: tensor}")
+    mine = {}
+    for k, v in traces.items():
+        if not isinstance(v, torch.Tensor):
+            raise ValueError(f"trace {k!r} must be a torch.Tensor; got {type(v).__name__}")
+        mine[k] = v.detach().cpu()
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return mine
+    w = dist.get_world_size()
+    parts = [None] * w
+    if to_all:
+        dist.all_gather_object(parts, mine)
+    else:
+        dist.gather_object(mine, parts if dist.get_rank() == 0 else None, dst=0)
+        if dist.get_rank() != 0:
+            return None
+    names = list(parts[0])
+    out = {}
+    for r, p in enumerate(parts):
+        if list(p) != names:
+            raise ValueError(f"rank {r} captured {sorted(p)[:4]}..., rank 0 {sorted(names)[:4]}...")
+    for k in names:
+        ref = parts[0][k]
+        for r, p in enumerate(parts):
+            a = p[k]
+            if a.dim() != ref.dim() or a.dtype != ref.dtype or \
+                    [s for i, s in enumerate(a.shape) if i != dim % a.dim()] != \
+                    [s for i, s in enumerate(ref.shape) if i != dim % ref.dim()]:
+                raise ValueError(f"trace {k!r}: rank {r} has {tuple(a.shape)} {a.dtype}, rank 0 "
+                                 f"{tuple(ref.shape)} {ref.dtype}; they must agree outside dim {dim}")
+        out[k] = torch.cat([p[k] for p in parts], dim=dim)
+    return out
+
+
+# ----------------------------------------------------------------------------- model wrapping
+
+def wrap(model, mode="ddp", env=None):
+    """Wrap `model` (already on env.device) for data-parallel training.
+
+    mode: 'ddp' (DistributedDataParallel: a full copy per rank, gradients all-reduced), 'fsdp' (FSDP2
+    fully_shard: parameters, gradients and optimizer state sharded over the ranks; each entry of
+    model.blocks becomes its own shard unit when the model has such a list) or 'none'.
+    Without a process group the model is returned as it is (one process needs no wrapper).
+    Build the optimizer after wrapping: fully_shard replaces the parameters with sharded ones.
+    """
+    if mode not in ("ddp", "fsdp", "none"):
+        raise ValueError(f"mode must be 'ddp', 'fsdp' or 'none'; got {mode!r}")
+    if mode == "none" or not dist.is_initialized():
+        return model
+    env = env or setup()
+    if mode == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        ids = [env.device.index] if env.device.type == "cuda" else None
+        return DDP(model, device_ids=ids)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    mesh = init_device_mesh(env.device.type, (env.world_size,))
+    for blk in getattr(model, "blocks", []):
+        fully_shard(blk, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def unwrap(model):
+    """The plain module inside DDP / DataParallel (.module), torch.compile (._orig_mod) and FSDP1
+    (.module), repeatedly; its module names are those of the unwrapped model, so hook names such as
+    'blocks.0.attn.hook_log_fgate' hold. FSDP2 (fully_shard) wraps nothing and is returned as is;
+    its forward still gathers the shards, so every rank must run it."""
+    seen = 0
+    while seen < 16:
+        seen += 1
+        if isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+            model = model.module
+            continue
+        inner = getattr(model, "_orig_mod", None)
+        if isinstance(inner, torch.nn.Module):
+            model = inner
+            continue
+        if type(model).__name__ == "FullyShardedDataParallel" and isinstance(getattr(model, "module", None),
+                                                                              torch.nn.Module):
+            model = model.module
+            continue
+        break
+    return model
+
+
+def clean_name(name):
+    """A module or parameter name without the prefixes wrappers insert anywhere in it
+    ('module.blocks.0.attn' -> 'blocks.0.attn', '_orig_mod.' and FSDP1's '_fsdp_wrapped_module.' too)."""
+    if not isinstance(name, str):
+        raise ValueError(f"name must be a string; got {type(name).__name__}")
+    parts = (name + ".").split(".")
+    keep = [p for p in parts[:-1] if p + "." not in WRAPPER_PREFIXES]
+    return ".".join(keep)
+
+
+# ----------------------------------------------------------------------------- state of a run
+
+def train_state(model, optimizer):
+    """(model state, optimizer state) as full, unsharded CPU tensors keyed by the plain model's
+    parameter names, for any wrapping (none, DDP, FSDP2, torch.compile). A collective under
+    FSDP2: every rank must call it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return get_state_dict(model, optimizer, options=opts)
+
+
+def load_train_state(model, optimizer, model_state, optim_state):
+    """Load full states (as returned by train_state, read on every rank) into a wrapped or plain
+    model and its optimizer; each rank keeps its own shard under FSDP2."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state,
+                   options=StateDictOptions(full_state_dict=True))
+
+
+# ----------------------------------------------------------------------------- writing
+
+def write_on_main(path, write, overwrite=False):
+    """Rank 0 writes `path` atomically; the other ranks wait for it and share its outcome.
+
+    write: callable(tmp_path) that writes the whole file to tmp_path (a fresh name in the same
+    folder); the file then replaces `path` with os.replace, so an interrupted write leaves no partial
+    file. overwrite: an existing `path` is kept (FileExistsError) unless True.
+    Every rank returns `path` or raises the same error (collective when a process group exists).
+    """
+    err, mine = None, None
+    if is_main():
+        tmp = None
+        try:
+            if os.path.exists(path) and not overwrite:
+                raise FileExistsError(f"{path} exists; refusing to overwrite it")
+            folder = os.path.dirname(os.path.abspath(path))
+            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+            os.close(fd)
+            write(tmp)
+            os.replace(tmp, path)
+            tmp = None
+        except Exception as exc:   # shared with the other ranks below, so none waits forever
+            err, mine = (type(exc).__name__, str(exc)), exc
+        finally:
+            if tmp is not None and os.path.exists(tmp):
+                os.remove(tmp)
+    err = broadcast(err)
+    if mine is not None:
+        raise mine
+    if err is not None:
+        kind = {"FileExistsError": FileExistsError, "FileNotFoundError": FileNotFoundError,
+                "ValueError": ValueError, "PermissionError": PermissionError}.get(err[0], RuntimeError)
+        raise kind(f"rank 0 failed to write {path}: {err[0]}: {err[1]}")
+    return path
