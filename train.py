@@ -153,9 +153,10 @@ def train(args):
     torch.set_num_threads(args.threads)
     env = distributed.setup(args.device)     # one process without torchrun; rank r of W under it
     device = env.device if distributed.launched() else args.device
+    args.out = distributed.broadcast(args.out)            # rank 0's output path (a run folder made from the time)
     cfg = FoXConfig(d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, context=args.context,
                     fixed_gate=args.fixed_gate, dropout=args.dropout)
-    if args.context < 1024:
+    if args.context < 1024 and distributed.is_main():
         print(f"note: context {args.context} < 1024; the shipped model uses >= 1024")
     model = FoXLM(cfg).to(device)
     n_params = sum(p.numel() for p in model.parameters())
