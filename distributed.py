@@ -10,7 +10,7 @@ the laws; train.py, heads.py and fox_attention.py call it in a few lines each.
     ShardedWindows                                         the global batch order, sliced per rank, resumable
     shard_range, gather_traces, all_mean, broadcast        splitting sequences and putting results back together
     wrap, unwrap, clean_name                               DDP or FSDP2 fully_shard; names as in the plain model
-    train_state, load_train_state                          full model + optimizer state of a wrapped model
+    train_state, model_state, load_train_state             full model (+ optimizer) state of a wrapped model
     write_on_main                                          rank 0 writes atomically (temp file + os.replace)
 
 Without torchrun (no WORLD_SIZE in the environment) every function acts as for a single process and
@@ -353,6 +353,13 @@ def train_state(model, optimizer):
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
     return get_state_dict(model, optimizer, options=opts)
+
+
+def model_state(model):
+    """The model's full, unsharded CPU state keyed by the plain model's parameter names (no
+    optimizer state: for the final checkpoint). A collective under FSDP2: every rank must call it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def load_train_state(model, optimizer, model_state, optim_state):

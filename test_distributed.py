@@ -59,6 +59,10 @@ def _worker(rank, world, port, tmp):
     out["env"] = [env.rank, env.world_size, env.backend, str(env.device)]
     import heads
     import train
+    writes = []        # every checkpoint and trace file this rank writes
+    save_model, save_trace = train.save_model, fa.save_trace
+    train.save_model = lambda path, *a, **k: (writes.append(path), save_model(path, *a, **k))[1]
+    fa.save_trace = lambda path, *a, **k: (writes.append(path), save_trace(path, *a, **k))[1]
     check("train_ddp", lambda: train.main(TINY + ["--batch", str(B), "--out", f"{tmp}/ddp.pt"]))
     check("train_fsdp", lambda: train.main(TINY + ["--batch", str(B), "--parallel", "fsdp",
                                                     "--out", f"{tmp}/fsdp.pt"]))
@@ -107,6 +111,7 @@ def _worker(rank, world, port, tmp):
             r["overwrite"] = str(exc)
         return r
     check("collectives", collectives)
+    out["writes"] = [os.path.basename(p) for p in writes]
     with open(f"{tmp}/rank{rank}.json", "w") as fh:
         json.dump(out, fh)
 
@@ -179,7 +184,9 @@ def test_two_ranks_train_like_one_process_with_the_global_batch(job, run):
 
 
 def test_only_rank0_writes_and_nothing_temporary_is_left(job):
-    tmp, _ = job
+    tmp, ranks = job
+    assert ranks[1]["writes"] == []
+    assert {"ddp.pt", "fsdp.pt", "resumed.pt", "traces2.npz"} <= set(ranks[0]["writes"])
     names = sorted(os.listdir(tmp))
     assert not [n for n in names if n.endswith(".tmp") or n.startswith(".")], names
     for run in ("ddp", "fsdp", "resumed"):
@@ -196,6 +203,23 @@ def test_resumed_run_continues_the_same_data_order(job):
     assert mr["losses"][:2] == m1["losses"][:2]
     np.testing.assert_allclose(mr["losses"], m1["losses"], rtol=0, atol=LOSS_TOL)
     assert mr["resumed_from"].endswith("stopped.pt.state")
+
+
+def test_resume_refuses_another_data_order_or_nothing_to_do(job, tmp_path):
+    import train
+    tmp, _ = job
+    state = f"{tmp}/stopped.pt.state"
+    with pytest.raises(ValueError, match="global_batch"):
+        train.main(TINY + ["--batch", str(B), "--out", str(tmp_path / "x.pt"), "--resume", state])
+    with pytest.raises(ValueError, match="seed"):
+        train.main(TINY + ["--batch", str(2 * B), "--seed", "4", "--out", str(tmp_path / "x.pt"), "--resume", state])
+    with pytest.raises(ValueError, match="leaves nothing to run"):
+        train.main(TINY + ["--batch", str(2 * B), "--steps", "2", "--out", str(tmp_path / "x.pt"), "--resume", state])
+    for bad in (["--resume", str(tmp_path / "none.state")], ["--stop-at", "4"], ["--stop-at", "0"]):
+        with pytest.raises(SystemExit) as e:
+            train.main(TINY + ["--out", str(tmp_path / "x.pt")] + bad)
+        assert e.value.code == 2
+    assert not os.path.exists(tmp_path / "x.pt")
 
 
 def test_gathered_traces_equal_a_single_process_capture_bitwise(job):

@@ -195,7 +195,7 @@ def train(args):
                   f"elapsed {time.time() - t0:.0f}s", flush=True)
     wall = time.time() - t0
     final_train = sum(losses[-20:]) / len(losses[-20:])
-    model_state, _ = distributed.train_state(model, opt)     # full weights (a collective under FSDP)
+    model_state = distributed.model_state(model)            # full weights (a collective under FSDP)
     if not distributed.is_main():
         return distributed.barrier()                        # rank 0 scores and writes; the others wait
     model = FoXLM(cfg)
@@ -334,6 +334,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.stop_at is not None and not 1 <= args.stop_at < args.steps:
         p.error(f"--stop-at must lie in [1, --steps); got {args.stop_at}")
+    if args.resume is not None and not os.path.isfile(args.resume):
+        p.error(f"--resume: no training state at {args.resume}")
     if args.compare:
         torch.set_num_threads(args.threads)
         return compare(*args.compare)
