@@ -178,6 +178,7 @@ def test_two_ranks_train_like_one_process_with_the_global_batch(job, run):
     one, m1 = fa.load_model(f"{tmp}/one.pt")
     two, m2 = fa.load_model(f"{tmp}/{run}.pt")
     assert (m2["ranks"], m2["batch_per_rank"], m2["batch"], m2["parallel"]) == (2, B, 2 * B, run)
+    assert m2["device"] == m1["device"] == "cpu (1 threads)"
     assert m1["batch"] == m2["batch"] and m1["tokens_seen"] == m2["tokens_seen"]
     assert len(m2["losses"]) == 4
     np.testing.assert_allclose(m2["losses"], m1["losses"], rtol=0, atol=LOSS_TOL)

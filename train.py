@@ -210,7 +210,7 @@ def train(args):
         "ranks": order.world, "batch_per_rank": args.batch, "parallel": args.parallel if order.world > 1 else "none",
         "losses": losses, "resumed_from": args.resume,
         "lr": args.lr, "warmup": args.warmup, "weight_decay": args.weight_decay, "seed": args.seed,
-        "device": str(device) + ("" if device != "cpu" else f" ({args.threads} threads)"),
+        "device": str(device) + ("" if str(device) != "cpu" else f" ({args.threads} threads)"),
         "torch": torch.__version__, "wall_time_s": round(wall, 1), "params": n_params,
         "final_train_loss": round(final_train, 4), "final_train_bpc": round(final_train / math.log(2), 4),
     }
