@@ -1,22 +1,23 @@
 """Training and gate capture over two processes (gloo on the CPU) against one process.
 
-One 2-rank job (torch.multiprocessing, a free local port) runs every multi-process check, so the
-interpreters start once: DDP and FSDP2 training through train.main, a resumed run, the sharded gate
-capture and analysis through heads.analyse_model, hook names of wrapped models, and the collectives'
-error paths. Each rank writes what it saw to a JSON file that the tests below read.
+One 2-rank job, started by torchrun itself (`python -m torch.distributed.run --standalone
+--nproc_per_node=2 test_distributed.py TMP`), runs every multi-process check, so the interpreters start
+once: DDP and FSDP2 training through train.main, a resumed run, the sharded gate capture and analysis
+through forget.main, hook names of wrapped models, and the collectives' error paths. Each rank writes
+what it saw to a JSON file that the tests below read.
 """
 import contextlib
 import io
 import json
 import os
-import socket
+import subprocess
+import sys
 import time
 import traceback
 
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 import distributed
 import forget
@@ -40,21 +41,15 @@ def _analysis(tmp, tag):
 LOSS_TOL = 8 * float(np.spacing(np.float32(6.0)))
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _tiny_model(seed=0):
     torch.manual_seed(seed)
     return fa.FoXLM(fa.FoXConfig(d_model=16, n_layers=2, n_heads=2, context=32)).eval()
 
 
-def _worker(rank, world, port, tmp):
-    """One rank of the job: every check, results to tmp/rank{rank}.json (errors included)."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))
+def _worker(tmp):
+    """One rank of the job (RANK, WORLD_SIZE, ... from torchrun): every check, results to
+    tmp/rank{rank}.json (errors included)."""
+    rank = int(os.environ["RANK"])
     torch.set_num_threads(1)
     out = {}
 
@@ -123,14 +118,12 @@ def _worker(rank, world, port, tmp):
         json.dump(out, fh)
 
 
-def _spawn(tmp, world=2, limit_s=240):
-    ctx = mp.spawn(_worker, args=(world, _free_port(), tmp), nprocs=world, join=False)
-    deadline = time.time() + limit_s
-    while not ctx.join(timeout=2):
-        if time.time() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            raise TimeoutError(f"2-process job did not finish in {limit_s} s")
+def _launch(tmp, world=2, limit_s=240):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
+           os.path.abspath(__file__), tmp]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s)
+    if r.returncode != 0:
+        pytest.fail(f"torchrun exited with {r.returncode}:\n{r.stderr[-4000:]}")
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +140,7 @@ def job(tmp_path_factory):
         with open(f"{tmp}/exists.txt", "w") as fh:
             fh.write("old")
         t0 = time.time()
-        _spawn(tmp)
+        _launch(tmp)
         with open(f"{tmp}/job_s.txt", "w") as fh:
             fh.write(f"{time.time() - t0:.1f}")
     finally:
@@ -361,3 +354,7 @@ def test_compiled_model_is_unwrapped_for_hooks():
     _, cache = fa.run_with_cache(torch.nn.DataParallel(compiled), tokens)
     assert sorted(cache) == sorted(ref) and all(torch.equal(cache[k], ref[k]) for k in ref)
     assert distributed.clean_name("module._orig_mod.blocks.0._fsdp_wrapped_module.attn") == "blocks.0.attn"
+
+
+if __name__ == "__main__":          # a rank of the job that the `job` fixture starts with torchrun
+    _worker(sys.argv[1])
