@@ -11,6 +11,7 @@ the laws; train.py, heads.py and fox_attention.py call it in a few lines each.
     shard_range, gather_traces, all_mean, broadcast        splitting sequences and putting results back together
     wrap, unwrap, clean_name                               DDP or FSDP2 fully_shard; names as in the plain model
     train_state, model_state, load_train_state             full model (+ optimizer) state of a wrapped model
+    rng_states, set_rng_states                             every rank's RNG state, for an exact resume
     write_on_main                                          rank 0 writes atomically (temp file + os.replace)
 
 Without torchrun (no WORLD_SIZE in the environment) every function acts as for a single process and
@@ -193,18 +194,22 @@ class ShardedWindows:
             raise ValueError(f"rank must lie in [0, world); got rank {self.rank!r}, world {self.world!r}")
         self.n_starts, self.batch, self.seed = n_starts, batch, seed
         self.global_batch = batch * self.world
-        self._gen, self._next = None, 0
+        self._gen, self._next, self._last = None, 0, None
 
     def starts(self, step):
         """This rank's (batch,) int64 window starts at `step` (int >= 0). Any order of steps works:
         a step behind the generator re-seeds and replays, which costs one small draw per step."""
         if not (isinstance(step, int) and step >= 0):
             raise ValueError(f"step must be an int >= 0; got {step!r}")
-        if self._gen is None or step < self._next:
-            self._gen, self._next = torch.Generator().manual_seed(self.seed), 0
-        while self._next <= step:
-            ix = torch.randint(0, self.n_starts, (self.global_batch,), generator=self._gen)   # (W * batch,)
-            self._next += 1
+        if self._gen is not None and step == self._next - 1:
+            ix = self._last
+        else:
+            if self._gen is None or step < self._next:
+                self._gen, self._next = torch.Generator().manual_seed(self.seed), 0
+            while self._next <= step:
+                ix = torch.randint(0, self.n_starts, (self.global_batch,), generator=self._gen)   # (W * batch,)
+                self._next += 1
+            self._last = ix
         return ix[self.rank * self.batch:(self.rank + 1) * self.batch].clone()
 
     def state_dict(self):
@@ -360,6 +365,32 @@ def model_state(model):
     optimizer state: for the final checkpoint). A collective under FSDP2: every rank must call it."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def rng_states():
+    """Every rank's torch RNG state (CPU, and CUDA once used), a list in rank order on every rank:
+    what dropout draws next. A collective: every rank must call it."""
+    mine = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        mine["cuda"] = torch.cuda.get_rng_state()
+    if not dist.is_initialized():
+        return [mine]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, mine)
+    return out
+
+
+def set_rng_states(states):
+    """Restore this rank's entry of a rng_states() list. Returns False, setting nothing, when the list
+    came from another number of ranks (then random draws such as dropout masks differ from the
+    uninterrupted run)."""
+    if not isinstance(states, list) or len(states) != world_size():
+        return False
+    mine = states[rank()]
+    torch.set_rng_state(mine["cpu"])
+    if "cuda" in mine and torch.cuda.is_available():
+        torch.cuda.set_rng_state(mine["cuda"])
+    return True
 
 
 def load_train_state(model, optimizer, model_state, optim_state):

@@ -279,6 +279,7 @@ def test_sharded_order_equals_the_single_process_batches():
         assert torch.equal(torch.cat([p.starts(step) for p in parts]), want)
     fresh = distributed.ShardedWindows(n, b, seed, rank=1, world=2)
     assert torch.equal(fresh.starts(3), parts[1].starts(3))     # resumed at step 3
+    assert torch.equal(fresh.starts(3), parts[1].starts(3))     # asked twice
     assert torch.equal(parts[1].starts(1), fresh.starts(1))     # and backwards
     fresh.check_resume(one.state_dict())                        # same global batch and seed
     with pytest.raises(ValueError, match="global_batch"):
@@ -324,6 +325,19 @@ def test_single_process_without_torchrun(monkeypatch, tmp_path):
     monkeypatch.setenv("RANK", "5")
     with pytest.raises(ValueError, match="bad torchrun environment"):
         distributed.setup("cpu")
+
+
+def test_stop_and_resume_in_one_process_is_exact_with_dropout(tmp_path):
+    """The RNG state travels with the training state, so dropout masks continue where they stopped."""
+    import train
+    args = TINY + ["--batch", "2", "--dropout", "0.2"]
+    train.main(args + ["--out", str(tmp_path / "full.pt")])
+    train.main(args + ["--out", str(tmp_path / "split.pt"), "--stop-at", "3"])
+    train.main(args + ["--out", str(tmp_path / "split.pt"), "--resume", str(tmp_path / "split.pt.state")])
+    full, mf = fa.load_model(str(tmp_path / "full.pt"))
+    split, ms = fa.load_model(str(tmp_path / "split.pt"))
+    assert ms["losses"] == mf["losses"]
+    assert all(torch.equal(a, b) for a, b in zip(full.state_dict().values(), split.state_dict().values()))
 
 
 def test_write_on_main_is_atomic_and_keeps_existing_files(tmp_path):

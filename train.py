@@ -238,7 +238,7 @@ def save_state(path, model, opt, order, step, losses):
     if distributed.is_main():
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     state = {"step": step, "model": model_state, "optim": optim_state, "order": order.state_dict(),
-             "losses": losses}
+             "losses": losses, "rng": distributed.rng_states()}
     distributed.write_on_main(path, lambda tmp: torch.save(state, tmp), overwrite=True)
     if distributed.is_main():
         print(f"stopped after step {step}; resume with --resume {path}")
@@ -252,6 +252,9 @@ def resume(path, model, opt, order, steps):
     if not state["step"] < steps:
         raise ValueError(f"--resume {path} is at step {state['step']}; --steps {steps} leaves nothing to run")
     distributed.load_train_state(model, opt, state["model"], state["optim"])
+    exact = distributed.set_rng_states(state.get("rng"))                   # dropout continues its draws
+    if not exact and distributed.unwrap(model).cfg.dropout > 0 and distributed.is_main():
+        print(f"note: {path} was written by another number of ranks; dropout masks differ from an uninterrupted run")
     return state["step"], list(state["losses"])
 
 
