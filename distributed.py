@@ -114,7 +114,9 @@ def setup(device=None, backend=None, timeout_s=1800):
         for k in ("MASTER_ADDR", "MASTER_PORT"):
             if k not in os.environ:
                 raise ValueError(f"WORLD_SIZE={world} but {k} is not set; start the job with torchrun")
-        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
+        # NCCL told its device up front binds the communicator to it (barriers then know their GPU)
+        bind = {"device_id": dev} if backend == "nccl" else {}
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s), **bind)
         atexit.register(teardown)   # a clean exit leaves the group (torch warns otherwise)
     return DistEnv(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local,
                    backend=dist.get_backend(), device=dev)
