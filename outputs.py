@@ -130,7 +130,12 @@ def check_dir(path, files, force=False, what="--out"):
 
 
 def run_dir(command, make=True):
-    """A fresh folder runs/<command>-<UTC timestamp>[-n]/ in the repository (git-ignored). Returns its path."""
+    """A fresh folder runs/<command>-<UTC timestamp>[-n]/ in the repository (git-ignored). Returns its path.
+    make=False leaves the run folder itself to the caller (check_dir makes it) but makes runs/."""
+    try:
+        os.makedirs(RUNS, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create {RUNS}: {exc.strerror}") from exc
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     base = os.path.join(RUNS, f"{command}-{stamp}")
     d, n = base, 1

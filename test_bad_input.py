@@ -350,8 +350,15 @@ def test_outputs_atomic_and_checks(tmp_path):
     assert outputs.check_writable(str(p), force=True) == str(p)
     with pytest.raises(outputs.UsageError, match="tracked source file"):
         outputs.check_writable(os.path.join(REPO, "forget.py"), force=True)
+
+
+def test_run_dir_on_first_use(monkeypatch, tmp_path):
+    monkeypatch.setattr(outputs, "RUNS", str(tmp_path / "runs"))             # runs/ absent, as in a fresh clone
     r1, r2 = outputs.run_dir("x", make=False), outputs.run_dir("x", make=False)
     assert r1.startswith(outputs.RUNS) and not os.path.exists(r1) and r1 == r2
+    assert outputs.check_dir(r1, ["a.png"]) == r1 and os.path.isdir(r1)
+    r3 = outputs.run_dir("x")
+    assert os.path.isdir(r3) and r3 != r1
 
 
 # ----------------------------------------------------------------------------- real entry points, shipped files

@@ -1,7 +1,7 @@
 """Train the byte-level FoX LM on Shakespeare (CPU or CUDA), or the same model with the gate fixed to 1.
 
     python train.py --steps 400                      # writes runs/train-<timestamp>/fox_shakespeare.pt
-    python train.py --steps 400 --fixed-gate --out out/fixed_gate_shakespeare.pt
+    python train.py --steps 400 --fixed-gate --out out/fixed_gate_shakespeare.pt   # the folder must exist
     python train.py --compare checkpoints/fox_shakespeare.pt out/fixed_gate_shakespeare.pt --force
     python train.py --eval-only --checkpoint checkpoints/fox_shakespeare.pt
     python train.py --out checkpoints/fox_shakespeare.pt --force   # regenerate the shipped model on purpose
@@ -259,7 +259,7 @@ def compare(fox_path, base_path, readme=None):
            f"({fmeta['tokens_seen'] / len(train_stream()):.2f} of an epoch of the training text), so the absolute "
            "bits per character are far from converged; the comparison is at equal steps, tokens, data order and seed.",
            "", "Reproduce: `python train.py --steps {s} --batch {b} --context {c} --lr {lr} --warmup {w} --out checkpoints/fox_shakespeare.pt --force`, "
-           "the same with `--fixed-gate --out out/fixed_gate_shakespeare.pt`, then "
+           "the same with `--fixed-gate --out out/fixed_gate_shakespeare.pt` (after `mkdir -p out`), then "
            "`python train.py --compare checkpoints/fox_shakespeare.pt out/fixed_gate_shakespeare.pt --force`."
            .format(s=fmeta["steps"], b=fmeta["batch"], c=ctx, lr=fmeta["lr"], w=fmeta["warmup"]), ""]
     outputs.write_text(readme, "\n".join(md))
