@@ -380,21 +380,23 @@ OUT_FILES = ("reach.json", "reach.png", "README.md")
 
 def finish(info, args):
     """Table, JSON, figure and README from the collected results, into the folder args.out (checked
-    writable before the work; each file written atomically, the JSON last-but-one so a failure leaves
-    no README describing files that were not written)."""
+    writable before the work)."""
     for r in info["results"]:
         pk = r["passkey"]
         pk["reach"] = passkey_reach(pk["depths"], pk["accuracy"])
         pk["reach_contiguous"] = passkey_reach(pk["depths"], pk["accuracy"], contiguous=True)
     rows, hdr = print_table(info["results"], info["args"]["context"])
     js, fig, readme = (os.path.join(args.out, f) for f in OUT_FILES)
-    plot(info["results"], fig, info["args"]["context"])
-    outputs.write_json(js, info)
     notes = ""
     if args.notes:
         with open(args.notes) as fh:
             notes = fh.read()
-    write_readme(readme, info, rows, hdr, OUT_FILES[1], OUT_FILES[0], notes)
+    # all three rendered to temporary files first, then renamed together: an interruption leaves the
+    # folder's previous set, never a new figure beside an old JSON
+    with outputs.atomic(js) as tj, outputs.atomic(fig) as tf, outputs.atomic(readme) as tr:
+        plot(info["results"], tf, info["args"]["context"])
+        outputs.write_json(tj, info)
+        write_readme(tr, info, rows, hdr, OUT_FILES[1], OUT_FILES[0], notes)
     print(f"wrote {js}, {fig}, {readme}")
 
 

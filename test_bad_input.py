@@ -419,3 +419,15 @@ def test_commands_leave_shipped_files_intact(tmp_path):
                     "train": ["fox_shakespeare.pt"]}
     _, meta = fa.load_model(str(root / "runs" / runs[2] / "fox_shakespeare.pt"))
     assert math.isfinite(meta["val_bpc"])
+
+
+def test_reach_replot_writes_one_set(capsys, tmp_path):
+    src = os.path.join(REPO, "results", "kinds", "reach.json")
+    out = tmp_path / "r"
+    assert _cli(capsys, reach.main, ["--replot", src, "--out", str(out)])[0] == 0
+    assert sorted(os.listdir(out)) == ["README.md", "reach.json", "reach.png"]
+    first = (out / "reach.json").read_bytes()
+    _usage(capsys, reach.main, ["--replot", src, "--out", str(out)], "--force")
+    assert _cli(capsys, reach.main, ["--replot", src, "--out", str(out), "--force"])[0] == 0
+    assert (out / "reach.json").read_bytes() == first and sorted(os.listdir(out)) == ["README.md", "reach.json",
+                                                                                        "reach.png"]
