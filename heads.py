@@ -322,8 +322,11 @@ def analyse_model(checkpoint=None, n_seq=32, seq_len=2048, eps_list=EPS_SCAN, ma
     import fox_attention as fa
     import train
     from tqdm import tqdm
+    import outputs
     t0 = time.perf_counter()
     path = checkpoint or DEFAULT_CHECKPOINT
+    if save_traces:                             # before the capture, not after it
+        outputs.check_writable(save_traces, force=True, what="save_traces")
     model, meta = fa.load_model(path, device=device)
     tokens, spans = train.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
     # capture a few sequences at a time (rows are independent in eval mode): same traces, a progress bar

@@ -431,3 +431,8 @@ def test_reach_replot_writes_one_set(capsys, tmp_path):
     assert _cli(capsys, reach.main, ["--replot", src, "--out", str(out), "--force"])[0] == 0
     assert (out / "reach.json").read_bytes() == first and sorted(os.listdir(out)) == ["README.md", "reach.json",
                                                                                         "reach.png"]
+
+
+def test_analyse_model_checks_trace_path_first(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        heads.analyse_model(n_seq=3, seq_len=64, progress=False, save_traces=str(tmp_path / "no" / "t.npz"))
