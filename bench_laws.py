@@ -108,7 +108,8 @@ def main(argv=None):
         bar.update()
     bar.close()
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores; median of {a.repeats}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores; "
+          f"median of {a.repeats}")
     w = max(len(r[0]) for r in rows)
     print(f"{'what':{w}s} {'median':>10s} {'rate':>18s} {'target':>15s}  met")
     for name, t, rate, target, ok in rows:

@@ -494,6 +494,16 @@ def print_synthetic(rows):
     print("ALiBi rows: the laws do not apply to a lattice increment (nan); exact W = floor(L/m), Var = 0.")
 
 
+def _input(path, what):
+    """An input file: relative to the working directory, else to the repository; UsageError if absent."""
+    import os
+    import outputs
+    p = os.path.abspath(path)
+    if not os.path.exists(p) and not os.path.isabs(path) and os.path.exists(outputs.repo_path(path)):
+        p = outputs.repo_path(path)
+    return outputs.input_file(what, p)
+
+
 def check_args(a):
     """Every argument checked before any work; outputs.UsageError naming the argument."""
     import os
@@ -511,16 +521,11 @@ def check_args(a):
     elif a.traces:
         clash = [f for f, v in (("--checkpoint", a.checkpoint), ("--save-traces", a.save_traces)) if v]
         if clash:
-            raise outputs.UsageError(f"--traces analyses saved traces; it cannot be combined with {' and '.join(clash)}")
-        p = os.path.abspath(a.traces)
-        if not os.path.exists(p) and not os.path.isabs(a.traces) and os.path.exists(outputs.repo_path(a.traces)):
-            p = outputs.repo_path(a.traces)
-        a.traces = outputs.input_file("--traces", p)
+            raise outputs.UsageError(f"--traces analyses saved traces; it cannot be combined with "
+                                     f"{' and '.join(clash)}")
+        a.traces = _input(a.traces, "--traces")
     if a.checkpoint:
-        p = os.path.abspath(a.checkpoint)
-        if not os.path.exists(p) and not os.path.isabs(a.checkpoint) and os.path.exists(outputs.repo_path(a.checkpoint)):
-            p = outputs.repo_path(a.checkpoint)
-        a.checkpoint = outputs.input_file("--checkpoint", p)
+        a.checkpoint = _input(a.checkpoint, "--checkpoint")
     if a.json:
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")
     if a.save_traces:
@@ -537,7 +542,7 @@ def main(argv=None):
     p.add_argument("--trials", type=int, default=200_000, help="Monte Carlo trials per gate (--synthetic)")
     p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (--synthetic)")
     p.add_argument("--checkpoint", default=None,
-                   help="FoX checkpoint for the per-head analysis (default: the shipped checkpoints/fox_shakespeare.pt)")
+                   help="FoX checkpoint for the per-head analysis (None: the shipped checkpoints/fox_shakespeare.pt)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--n-seq", type=int, default=32, help="held-out sequences for the per-head analysis")
     p.add_argument("--traces", default=None, help="analyse saved log-gate traces (.npz from save_trace) instead")

@@ -574,7 +574,8 @@ def _check_trace(name, a, where):
     if a.ndim != 3:
         raise ValueError(f"{where}: trace '{name}' must be (B, T, H); got shape {a.shape}")
     if 0 in a.shape:
-        raise ValueError(f"{where}: trace '{name}' is empty (shape (B, T, H) = {a.shape}); every dimension must be >= 1")
+        raise ValueError(f"{where}: trace '{name}' is empty (shape (B, T, H) = {a.shape}); "
+                         "every dimension must be >= 1")
     if not np.issubdtype(a.dtype, np.floating):
         raise ValueError(f"{where}: trace '{name}' must be floating point; got {a.dtype}")
     if not np.isfinite(a).all():

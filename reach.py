@@ -452,7 +452,8 @@ def check_out(a):
 def main(argv=None):
     import sys
     p = outputs.parser(__doc__.split("\n")[0])
-    p.add_argument("--kinds", nargs="+", default=list(DEFAULT_KINDS), help="attention kinds to train, from the registry")
+    p.add_argument("--kinds", nargs="+", default=list(DEFAULT_KINDS),
+                   help="attention kinds to train, from the registry")
     p.add_argument("--steps", type=int, default=600, help="training steps per kind")
     p.add_argument("--seed", type=int, default=0, help="seed of weights, batches and keys")
     p.add_argument("--context", type=int, default=256, help="tokens per example")

@@ -120,4 +120,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(outputs.cli(lambda argv: main(argv) and 0))
+    sys.exit(outputs.cli(lambda argv: (main(argv), 0)[1]))
