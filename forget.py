@@ -506,7 +506,6 @@ def _input(path, what):
 
 def check_args(a):
     """Every argument checked before any work; outputs.UsageError naming the argument."""
-    import os
     import outputs
     outputs.eps_arg("--eps", a.eps)
     outputs.positive("--trials", a.trials, lo=2)                 # a variance needs two windows
