@@ -704,3 +704,8 @@ def build_model(attention_type="softmax", n_layers=2, d_model=64, n_heads=4, voc
     cfg = KindConfig(attention_type=attention_type, vocab_size=vocab_size, d_model=d_model, n_layers=n_layers,
                      n_heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout, context=context, kind_params=params)
     return getattr(cls, "lm_class", KindLM)(cfg, registry)
+
+
+if __name__ == "__main__":
+    import outputs
+    raise SystemExit(outputs.describe(__doc__))

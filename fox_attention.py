@@ -72,6 +72,10 @@ def _check_inputs(q, k, v, log_fgate, sm_scale=None, check_values=True):
         lg = log_fgate.detach()
         if torch.isnan(lg).any():
             raise ValueError("log_fgate contains NaN")
+        if torch.isinf(lg).any():
+            # a gate of exactly 0 makes c = -inf and c_i - c_j = -inf - (-inf) = NaN in every later row
+            raise ValueError("log_fgate contains -inf or inf (a gate of exactly 0); log gates must be finite "
+                             "and <= 0 (clamp the gate away from 0, e.g. logsigmoid of the pre-activation)")
         if (lg > 0).any():
             raise ValueError(f"log_fgate must be <= 0 (gates in (0, 1]); max is {lg.max().item():.4g}")
 
@@ -563,9 +567,15 @@ def capture_gates(module, *inputs, gate_names=None, to_log_gate=F.logsigmoid, **
 TRACE_FORMAT = "foxwindow-trace-v1"
 
 
+TRACE_RESERVED = ("format", "names", "shapes")
+
+
 def _check_trace(name, a, where):
     if a.ndim != 3:
         raise ValueError(f"{where}: trace '{name}' must be (B, T, H); got shape {a.shape}")
+    if 0 in a.shape:
+        raise ValueError(f"{where}: trace '{name}' is empty (shape (B, T, H) = {a.shape}); "
+                         "every dimension must be >= 1")
     if not np.issubdtype(a.dtype, np.floating):
         raise ValueError(f"{where}: trace '{name}' must be floating point; got {a.dtype}")
     if not np.isfinite(a).all():
@@ -578,19 +588,29 @@ def save_trace(path, traces, meta):
     """Write log-gate traces to `path` (.npz, float32) with JSON metadata.
 
     traces: {name: (B, T, H) array or tensor of log gates <= 0, finite}; meta: JSON-serialisable
-    dict (e.g. model, layers, heads, text span, eps). The names and shapes are added to the
-    stored metadata and checked on load. Raises ValueError on bad traces or metadata.
+    dict (e.g. model, layers, heads, text span, eps); the keys "format", "names" and "shapes" are the
+    file's own (added here, checked on load) and may not be given. An int meta["heads"] is checked
+    against every trace (here and on load), which catches a (B, H, T) array passed as (B, T, H).
+    The file is written to a temporary name and renamed, so an interrupted save leaves no partial file.
+    Raises ValueError on bad traces or metadata.
     """
     if not isinstance(traces, dict) or not traces:
         raise ValueError("traces must be a non-empty dict {name: (B, T, H) array}")
     if not isinstance(meta, dict):
         raise ValueError(f"meta must be a dict; got {type(meta).__name__}")
+    taken = [k for k in TRACE_RESERVED if k in meta]
+    if taken:
+        raise ValueError(f"meta keys {taken} are reserved by the trace format (it stores them itself); rename them")
+    heads = meta.get("heads")
     names, arrays = [], {}
     for i, (name, a) in enumerate(traces.items()):
         if not isinstance(name, str):
             raise ValueError(f"trace names must be strings; got {name!r}")
         a = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
         _check_trace(name, a, "save_trace")
+        if isinstance(heads, int) and a.shape[2] != heads:
+            raise ValueError(f"save_trace: trace '{name}' has shape {a.shape}, so {a.shape[2]} heads as (B, T, H); "
+                             f"meta says heads={heads} (is it (B, H, T)?)")
         names.append(name)
         arrays[f"trace_{i}"] = a.astype(np.float32)
     stored = dict(meta)
@@ -600,8 +620,8 @@ def save_trace(path, traces, meta):
     except (TypeError, ValueError) as exc:
         raise ValueError(f"meta is not JSON-serialisable: {exc}") from exc
     arrays["meta_json"] = np.frombuffer(blob, dtype=np.uint8)
-    with open(path, "wb") as fh:   # a file handle stops numpy appending ".npz" to the name
-        np.savez(fh, **arrays)
+    import outputs
+    outputs.save_npz(path, **arrays)
 
 
 def load_trace(path):
@@ -643,3 +663,8 @@ def load_trace(path):
             raise ValueError(f"{path}: trace '{name}' has {a.shape[2]} heads, metadata says {heads}")
         traces[name] = a.astype(np.float32)
     return traces, meta
+
+
+if __name__ == "__main__":
+    import outputs
+    raise SystemExit(outputs.describe(__doc__))

