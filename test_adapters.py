@@ -1,0 +1,323 @@
+"""Gate adapters against what each family's layer computes internally, the --model path end to end on a
+saved tiny checkpoint, and the loud failures. Families come from flash-linear-attention 0.6.0 (its layers
+run their fused ops through Triton, which has no CPU driver here: the ops are replaced by recorders that
+keep the decay the layer hands them, which is exactly what the layer computed). Nothing is downloaded."""
+import json
+import math
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import adapters
+import fox_attention as fa
+
+fla = pytest.importorskip("fla", reason="flash-linear-attention not installed (pip install 'foxwindow[models]')")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import fla.layers.forgetting_attn as fla_fox
+    import fla.layers.gated_deltanet as fla_gdn
+    import fla.layers.gla as fla_gla
+    import fla.layers.hgrn as fla_hgrn
+    import fla.layers.mamba2 as fla_mamba2
+    import fla.layers.multiscale_retention as fla_ret
+    from fla.ops.gated_delta_rule.gate import naive_gdn_gate
+    from fla.ops.retention.naive import naive_retention
+
+B, T, D = 2, 24, 64
+
+
+class _Stop(Exception):
+    """Raised by a recorder once it holds the decay: the rest of the layer is Triton-only here."""
+
+
+def _record(store, key, stop=True, out=None):
+    def op(*args, **kw):
+        store.append((args, kw))
+        if stop:
+            raise _Stop
+        return out(*args, **kw)
+    return op
+
+
+def _run(layer, x, **kw):
+    try:
+        layer(x, **kw)
+    except _Stop:
+        pass
+
+
+class _Net(nn.Module):
+    """model.layers.0 = layer, called as layer(h, **kw); the forward may stop early (see _Stop)."""
+
+    def __init__(self, layer, **kw):
+        super().__init__()
+        self.model = nn.ModuleDict({"layers": nn.ModuleList([layer])})
+        self.kw = kw
+
+    def forward(self, h):
+        _run(self.model["layers"][0], h, **self.kw)
+
+
+def _capture_layer(layer, x, **kw):
+    """adapters' view of one layer called as layer(x, **kw)."""
+    cap = adapters.capture_log_decays(_Net(layer, **kw), x)
+    (name, lg), = cap.decays.items()
+    assert name == "model.layers.0" and cap.layer[name] == 0
+    return lg, cap
+
+
+def _x(seed=0, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(B, T, D, generator=g) * scale
+
+
+def test_fla_forgetting_attention_matches_its_op_input(monkeypatch):
+    torch.manual_seed(0)
+    layer = fla_fox.ForgettingAttention(hidden_size=D, num_heads=4, layer_idx=0).eval()
+    seen = []
+    monkeypatch.setattr(fla_fox, "parallel_forgetting_attn", _record(seen, "g"))
+    x = _x()
+    lg, cap = _capture_layer(layer, x)
+    g = seen[-1][0][3]                                                    # (B, T, H) handed to the op
+    assert cap.family["model.layers.0"] == "fla-fox" and lg.shape == (B, T, 4)
+    torch.testing.assert_close(lg, g.float(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kv_heads", [None, 2])
+def test_gla_per_channel_matches_its_op_input(monkeypatch, kv_heads):
+    torch.manual_seed(1)
+    layer = fla_gla.GatedLinearAttention(hidden_size=D, num_heads=4, num_kv_heads=kv_heads, layer_idx=0,
+                                         use_output_gate=False).eval()
+    seen = []
+    monkeypatch.setattr(fla_gla, "fused_recurrent_gla", _record(seen, "gk"))
+    monkeypatch.setattr(fla_gla, "chunk_gla", _record(seen, "g"))
+    lg, cap = _capture_layer(layer, _x(1))
+    gk = seen[-1][1].get("gk", seen[-1][1].get("g"))                      # (B, T, H, K)
+    assert lg.shape == (B, T, 4, layer.head_k_dim)
+    torch.testing.assert_close(lg, gk.float(), rtol=1e-6, atol=1e-7)
+    # the per-head trace is the channel mean of log-decays
+    torch.testing.assert_close(cap.per_head("model.layers.0"), gk.float().mean(-1), rtol=1e-6, atol=1e-7)
+
+
+def test_hgrn_applies_its_lower_bound(monkeypatch):
+    torch.manual_seed(2)
+    layer = fla_hgrn.HGRNAttention(hidden_size=D, layer_idx=1, mode="fused_recurrent").eval()
+    seen = []
+    monkeypatch.setattr(fla_hgrn, "fused_recurrent_hgrn", _record(seen, "g"))
+    monkeypatch.setattr(fla_hgrn, "chunk_hgrn", _record(seen, "g"))
+    monkeypatch.setattr(fla_hgrn, "swiglu", lambda a, b: F.silu(a) * b)  # Triton-only in fla
+    lb = torch.full((D,), 0.9)
+    lg, _ = _capture_layer(layer, _x(2), lower_bound=lb)
+    g = seen[-1][1]["g"]                                                  # (B, T, C)
+    assert lg.shape == (B, T, 1, D)
+    torch.testing.assert_close(lg[:, :, 0], g.float(), rtol=1e-6, atol=1e-7)
+    # a plain logsigmoid of f_proj (what suffix matching used to read) is far from it
+    naive = F.logsigmoid(layer.f_proj(_x(2)))
+    assert (naive.mean() / g.mean()).abs() > 5
+    assert g.min() >= math.log(0.9) - 1e-6                                # the bound holds: X <= -log lb
+    # capture_gates refuses to read f_proj of such a layer as if it were the decay
+    with pytest.raises(ValueError, match="not its log-decay"):
+        fa.capture_gates(_Net(layer, lower_bound=lb), _x(2), gate_names=["f_proj"])
+
+
+def test_gated_deltanet_matches_the_library_gate(monkeypatch):
+    torch.manual_seed(3)
+    layer = fla_gdn.GatedDeltaNet(hidden_size=D, num_heads=4, head_dim=16, use_short_conv=False,
+                                  layer_idx=0).eval()
+    seen = []
+    monkeypatch.setattr(fla_gdn, "chunk_gated_delta_rule", _record(seen, "g"))
+    monkeypatch.setattr(fla_gdn, "fused_recurrent_gated_delta_rule", _record(seen, "g"))
+    lg, _ = _capture_layer(layer, _x(3))
+    kw = seen[-1][1]
+    assert kw["use_gate_in_kernel"]
+    want = naive_gdn_gate(kw["g"], kw["A_log"], kw["dt_bias"])             # what the kernel computes
+    torch.testing.assert_close(lg, want, rtol=1e-6, atol=1e-7)
+
+
+def test_mamba2_matches_the_decay_it_discretises(monkeypatch):
+    torch.manual_seed(4)
+    layer = fla_mamba2.Mamba2(hidden_size=D, num_heads=4, head_dim=32, state_size=8, expand=2, n_groups=1,
+                              layer_idx=0, chunk_size=16).eval()
+    layer.act = nn.SiLU()                                                # fla's activation is Triton-only
+    seen, orig = [], fla_mamba2.reshape_into_chunks
+
+    def spy(t, pad, chunk):
+        seen.append(t)
+        if len(seen) == 2:                                               # hidden, A * dt, B, C
+            raise _Stop
+        return orig(t, pad, chunk)
+
+    monkeypatch.setattr(fla_mamba2, "reshape_into_chunks", spy)
+    lg, _ = _capture_layer(layer, _x(4))
+    torch.testing.assert_close(lg, seen[1].float(), rtol=1e-6, atol=1e-7)
+
+
+def test_retnet_constant_decays_match_the_reference_retention():
+    H = 4
+    assert adapters.get_adapter("fla-retnet").kind == "constant"
+    # naive_retention with q.k * scale = 1 and v one-hot at position 0 returns decay^i at row i
+    d = 4
+    q = torch.full((1, H, 6, d), 1.0)
+    k = torch.full((1, H, 6, d), 1.0 / math.sqrt(d))
+    v = torch.zeros(1, H, 6, 1)
+    v[:, :, 0] = 1.0
+    o = naive_retention(q, k, v)[0, :, :, 0]                                              # (H, 6)
+    ref = torch.log(o[:, 1] / o[:, 0])
+    torch.testing.assert_close(adapters.retnet_log_decays(H), ref.float(), rtol=1e-6, atol=1e-7)
+    layer = fla_ret.MultiScaleRetention(hidden_size=D, num_heads=H, layer_idx=0)
+    lg = adapters.get_adapter("fla-retnet").log_decay(layer, _x(), {})
+    assert lg.shape == (B, T, H) and torch.equal(lg[1, 5], adapters.retnet_log_decays(H))
+
+
+def test_ours_matches_the_hook():
+    torch.manual_seed(5)
+    model = fa.FoXLM(fa.FoXConfig(d_model=32, n_layers=2, n_heads=2)).eval()
+    tok = torch.randint(0, 256, (2, 40))
+    _, cache = fa.run_with_cache(model, tok)
+    cap = adapters.capture_log_decays(model, tok)
+    for l in range(2):
+        torch.testing.assert_close(cap.decays[f"blocks.{l}.attn"], cache[f"blocks.{l}.attn.hook_log_fgate"])
+        assert cap.layer[f"blocks.{l}.attn"] == l and cap.family[f"blocks.{l}.attn"] == "foxwindow"
+
+
+# ----------------------------------------------------------------------------- official FoX (stand-in)
+
+class ForgettingAttentionLayer(nn.Module):
+    """Stand-in with the official layer's parameter names (fgate_proj, fgate_bias, fgate_type, num_heads);
+    its class path ends in modeling_forgetting_transformer.ForgettingAttentionLayer like the original."""
+
+    def __init__(self, fgate_type, H=4):
+        super().__init__()
+        self.fgate_type, self.num_heads = fgate_type, H
+        if fgate_type == "full":
+            self.fgate_proj = nn.Linear(D, H, bias=True)
+        elif fgate_type == "bias_only":
+            self.fgate_bias = nn.Parameter(torch.tensor([0.5, 1.0, 2.0, 4.0]))
+        elif fgate_type == "fixed":
+            self.register_buffer("fgate_bias", torch.tensor([3.0, 3.0, 5.0, 7.0]))
+
+    def forward(self, hidden_states, attention_mask=None, use_cache=False):
+        return hidden_states
+
+
+ForgettingAttentionLayer.__module__ = "standin.modeling_forgetting_transformer"
+
+
+@pytest.mark.parametrize("kind", ["full", "bias_only", "fixed", "none"])
+def test_official_fox_every_fgate_type(kind):
+    torch.manual_seed(6)
+    layer = ForgettingAttentionLayer(kind)
+    net = nn.ModuleDict({"layers": nn.ModuleList([nn.Identity(), layer])})
+    x = _x(6)
+    cap = adapters.capture_log_decays(_Wrap(net), x)
+    lg = cap.decays["m.layers.1"]
+    assert cap.family["m.layers.1"] == "fox-official" and cap.layer["m.layers.1"] == 1
+    # by hand: log sigmoid(z) = -log(1 + exp(-z))
+    if kind == "full":
+        z = x.double() @ layer.fgate_proj.weight.double().t() + layer.fgate_proj.bias.double()
+        want = -torch.log1p(torch.exp(-z))
+    elif kind in ("bias_only", "fixed"):
+        want = (-torch.log1p(torch.exp(-layer.fgate_bias.double()))).expand(B, T, 4)
+    else:
+        want = torch.zeros(B, T, 4, dtype=torch.float64)
+    torch.testing.assert_close(lg.double(), want, rtol=1e-6, atol=1e-7)
+
+
+class _Wrap(nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.m = net
+
+    def forward(self, h):
+        return self.m["layers"][1](hidden_states=h)
+
+
+# ----------------------------------------------------------------------------- loud failures
+
+class _TwoCalls(nn.Module):
+    """One gate module used twice per forward (weight sharing across depth)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fgate_proj = nn.Linear(8, 3)
+        self.mix = nn.Linear(8, 8)
+
+    def forward(self, x):
+        self.fgate_proj(x)
+        return self.fgate_proj(x + self.mix(x))
+
+
+def test_capture_gates_keeps_every_call_and_refuses_gate_values():
+    torch.manual_seed(7)
+    m, x = _TwoCalls(), torch.randn(2, 5, 8)
+    got = fa.capture_gates(m, x)
+    assert sorted(got) == ["fgate_proj", "fgate_proj#1"]
+    torch.testing.assert_close(got["fgate_proj#1"], F.logsigmoid(m.fgate_proj(x + m.mix(x))))
+    # a module that already outputs sigmoid gates: logsigmoid again would be wrong, so it is refused ...
+    sig = nn.Sequential()
+    sig.add_module("fgate_proj", nn.Sequential(nn.Linear(8, 3), nn.Sigmoid()))
+    with pytest.raises(ValueError, match="look like gate values"):
+        fa.capture_gates(sig, x)
+    # ... and read right when told
+    got = fa.capture_gates(sig, x, output="gate")
+    torch.testing.assert_close(got["fgate_proj"], F.logsigmoid(sig.fgate_proj[0](x)), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="output must be"):
+        fa.capture_gates(sig, x, output="probabilities")
+
+
+def test_run_with_cache_and_filters_fail_loudly():
+    with pytest.raises(ValueError, match="no HookPoint"):
+        fa.run_with_cache(nn.Linear(4, 4), torch.zeros(1, 4))
+    m = fa.FoXLM(fa.FoXConfig(d_model=16, n_layers=1, n_heads=2)).eval()
+    tok = torch.randint(0, 256, (1, 6))
+    with pytest.raises(ValueError, match="matched none"):
+        fa.run_with_cache(m, tok, names_filter=lambda n: n.endswith("hook_nothing"))
+    with pytest.raises(ValueError, match="matched none"):
+        adapters.capture_log_decays(m, tok, names_filter=lambda n: "mlp" in n)
+    with pytest.raises(ValueError, match="not gated layers"):
+        adapters.capture_log_decays(m, tok, names_filter=["blocks.7.attn"])
+    with pytest.raises(ValueError, match="no layer of a known gated family"):
+        adapters.capture_log_decays(nn.Sequential(nn.Linear(4, 4)), torch.zeros(1, 4))
+
+
+class MyGatedLayer(nn.Module):
+    """A family the library does not know: registered by the user, with a wrong (B, H, T) layout first."""
+
+    def __init__(self, H=3):
+        super().__init__()
+        self.num_heads = H
+        self.decay = nn.Linear(D, H)
+
+    def forward(self, x):
+        return x
+
+
+def test_register_a_new_family_and_layout_check():
+    x = _x(8)
+    net = nn.Sequential(MyGatedLayer(), MyGatedLayer())
+    bad = adapters.GateAdapter("test-bht", ("test_adapters.MyGatedLayer",),
+                               lambda m, h, kw: F.logsigmoid(m.decay(h)).transpose(1, 2), lambda m: m.num_heads)
+    with pytest.raises(ValueError, match=r"laid out \(B, H, T\)"):
+        adapters.capture_log_decays(net, x, adapters=[bad])
+    good = adapters.register_adapter(adapters.GateAdapter(
+        "test-mine", ("test_adapters.MyGatedLayer",), lambda m, h, kw: F.logsigmoid(m.decay(h)),
+        lambda m: m.num_heads), replace=True)
+    try:
+        with pytest.raises(ValueError, match="already registered"):
+            adapters.register_adapter(good)
+        cap = adapters.capture_log_decays(net, x)
+        assert list(cap.decays) == ["0", "1"] and cap.layer == {"0": 0, "1": 1}
+        torch.testing.assert_close(cap.decays["1"], F.logsigmoid(net[1].decay(x)))
+        positive = adapters.GateAdapter("test-pos", ("test_adapters.MyGatedLayer",),
+                                        lambda m, h, kw: torch.sigmoid(m.decay(h)), lambda m: m.num_heads)
+        with pytest.raises(ValueError, match="positive entries"):
+            adapters.capture_log_decays(net, x, adapters=[positive])
+    finally:
+        adapters.ADAPTERS.pop("test-mine", None)
