@@ -500,7 +500,11 @@ def main(argv=None):
                    help="tokens per sequence; windows longer than half of it are censored")
     p.add_argument("--json", default=None, help="write the results as JSON to this path")
     p.add_argument("--no-progress", action="store_true")
+    import hf_models                                   # --model: a gated Hugging Face style checkpoint
+    hf_models.add_arguments(p)
     a = p.parse_args(argv)
+    if a.model is not None:
+        raise SystemExit(hf_models.main(a))
     threshold(a.eps)
     if not a.synthetic:
         try:
