@@ -69,6 +69,8 @@ class ModelRunConfig:
                 raise ModelError(f"--{n.replace('_', '-')} must be a positive integer; got {v!r}")
         if self.n_seq < 3:
             raise ModelError(f"--n-seq must be >= 3 (jackknife errors over sequences); got {self.n_seq}")
+        if self.text is not None and not os.path.isfile(self.text):
+            raise ModelError(f"--text {self.text}: no such file")
         if not (0 < self.mass_eps < 1):
             raise ModelError(f"eps must lie in (0, 1); got {self.mass_eps!r}")
 
@@ -79,9 +81,13 @@ def _transformers():
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return importlib.import_module("transformers")
+            tf = importlib.import_module("transformers")
     except ImportError:
         raise ModelError("--model needs transformers: pip install 'foxwindow[models]'") from None
+    # our own report is the output: no loading bars or deprecation chatter from the library
+    tf.utils.logging.set_verbosity_error()
+    tf.utils.logging.disable_progress_bar()
+    return tf
 
 
 def _local_config(path):

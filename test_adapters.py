@@ -321,3 +321,142 @@ def test_register_a_new_family_and_layout_check():
             adapters.capture_log_decays(net, x, adapters=[positive])
     finally:
         adapters.ADAPTERS.pop("test-mine", None)
+
+
+# ----------------------------------------------------------------------------- --model end to end
+
+import hf_models  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny_ckpt(tmp_path_factory):
+    """save_pretrained of a tiny fla FoX LM and a byte-level BPE tokenizer trained here on a few KB."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+    from fla.models import ForgettingTransformerConfig
+    d = tmp_path_factory.mktemp("tiny_fox")
+    rng = np.random.default_rng(0)
+    words = ["the", "king", "is", "dead", "long", "live", "queen", "to", "be", "or", "not", "ay", "there"]
+    text = " ".join(rng.choice(words, 6000)) + "\n"
+    (d / "text.txt").write_text(text)
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.train_from_iterator([text], trainers.BpeTrainer(vocab_size=280, show_progress=False,
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    ck = d / "model"
+    PreTrainedTokenizerFast(tokenizer_object=tk).save_pretrained(ck)
+    torch.manual_seed(0)
+    cfg = ForgettingTransformerConfig(hidden_size=32, num_heads=2, num_hidden_layers=2, vocab_size=300,
+                                      intermediate_size=64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        AutoModelForCausalLM.from_config(cfg).save_pretrained(ck)
+    return ck, d / "text.txt"
+
+
+def _forget(argv, capsys):
+    import forget
+    with pytest.raises(SystemExit) as ex:
+        forget.main(argv)
+    out = capsys.readouterr()
+    return ex.value.code, out.out, out.err
+
+
+def test_model_flag_end_to_end(tiny_ckpt, tmp_path, capsys):
+    ck, text = tiny_ckpt
+    js, tr = tmp_path / "r.json", tmp_path / "t.npz"
+    code, out, err = _forget(["--model", str(ck), "--text", str(text), "--n-seq", "4", "--seq-len", "96",
+                              "--batch", "3", "--no-progress", "--json", str(js), "--save-traces", str(tr)], capsys)
+    assert code == 0, err
+    assert "Per-head window laws" in out and "fla-fox: scalar gate" in out and "W_mass: attention-mass" in out
+    res = json.loads(js.read_text())
+    assert res["info"]["families"] == ["fla-fox"] and len(res["heads"]) == 4
+    assert [(h["layer"], h["head"]) for h in res["heads"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert all(h["kappa"] > 0 and h["mass_window_mean"] is not None for h in res["heads"])
+    # the saved traces are the layers' own gates: logsigmoid(f_proj(input of the layer))
+    traces, meta = fa.load_trace(str(tr))
+    assert sorted(traces) == ["model.layers.0.attn", "model.layers.1.attn"] and meta["families"]
+    model, _ = hf_models.load_model(str(ck))
+    tok = hf_models.load_tokenizer(str(ck))
+    ids, _ = hf_models.heldout_ids(tok, 4, 96, str(text))
+    seen = {}
+
+    def grab(m, a, kw):
+        seen["x"] = kw["hidden_states"] if "hidden_states" in kw else a[0]
+
+    h = model.model.layers[1].attn.register_forward_pre_hook(grab, with_kwargs=True)
+    try:
+        with hf_models.attention_ops(model):
+            model(ids, use_cache=False)
+    finally:
+        h.remove()
+    want = F.logsigmoid(model.model.layers[1].attn.f_proj(seen["x"]).float())
+    np.testing.assert_allclose(traces["model.layers.1.attn"], want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    # nothing is overwritten by default
+    code, _, err = _forget(["--model", str(ck), "--text", str(text), "--n-seq", "4", "--seq-len", "96",
+                            "--no-progress", "--json", str(js)], capsys)
+    assert code == 2 and "exists" in err
+
+
+def test_attention_op_mass_windows_match_heads_on_our_model():
+    import heads
+    torch.manual_seed(9)
+    model = fa.FoXLM(fa.FoXConfig(d_model=32, n_layers=2, n_heads=2)).eval()
+    tok = torch.randint(0, 256, (3, 64))
+    rows = heads._rows(64)
+    with hf_models.attention_ops(model, mass_eps=1e-2, rows=rows, cpu=False) as win:
+        model(tok)
+    _, inputs = heads.capture(model, tok)
+    for l in range(2):
+        want = heads.mass_windows(model.blocks[l].attn, inputs[l], 1e-2, rows)
+        assert torch.equal(win[f"blocks.{l}.attn"][0], want)
+
+
+def test_model_flag_errors_are_one_line(tiny_ckpt, tmp_path, capsys, monkeypatch):
+    ck, text = tiny_ckpt
+    base = ["--n-seq", "4", "--seq-len", "96", "--no-progress", "--text", str(text)]
+    (tmp_path / "empty").mkdir()
+    cases = [
+        (["--model", str(tmp_path / "nope")], "no such directory"),
+        (["--model", str(tmp_path / "empty")], "not a model directory (no config.json)"),
+        (["--model", str(text)], "a file, not a model directory"),
+        (["--model", str(ck), "--text", str(tmp_path / "none.txt")], "no such file"),
+        (["--model", str(ck), "--n-seq", "400"], "windows of 96 tokens; asked for 400"),
+        (["--model", str(ck), "--tokenizer", str(tmp_path / "empty")], "no tokenizer"),
+        (["--model", str(ck), "--device", "cuda"] if not torch.cuda.is_available() else None, "no CUDA device"),
+    ]
+    for argv, msg in cases:
+        if argv is None:
+            continue
+        code, _, err = _forget(base + argv, capsys)                     # argv's flags come last and win
+        assert code == 2 and msg in err and err.count("\n") == 1, (argv, err)
+    # a family whose kernels are Triton-only, on the CPU
+    from fla.models import GLAConfig
+    from transformers import AutoModelForCausalLM
+    gla = tmp_path / "gla"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        AutoModelForCausalLM.from_config(GLAConfig(hidden_size=32, num_heads=2, num_hidden_layers=1,
+                                                   vocab_size=300)).save_pretrained(gla)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (gla / f).write_bytes((ck / f).read_bytes())
+    code, _, err = _forget(["--model", str(gla)] + base, capsys)
+    assert code == 2 and "fla-gla" in err and "need a GPU" in err
+    # the family's package missing
+    monkeypatch.setitem(sys.modules, "fla", None)
+    code, _, err = _forget(["--model", str(gla)] + base, capsys)
+    assert code == 2 and "needs fla" in err and "pip install" in err
+    # the official FoX code's checkpoint without its package
+    off = tmp_path / "official"
+    off.mkdir()
+    (off / "config.json").write_text(json.dumps({"model_type": "forgetting_transformer", "fgate_type": "full"}))
+    code, _, err = _forget(["--model", str(off)] + base, capsys)
+    assert code == 2 and "forgetting_transformer package" in err
+
+
+def test_tokenizer_of_another_model_is_refused(tiny_ckpt):
+    ck, text = tiny_ckpt
+    tok = hf_models.load_tokenizer(str(ck))
+    with pytest.raises(hf_models.ModelError, match="not this model's tokenizer"):
+        hf_models.heldout_ids(tok, 4, 96, str(text), vocab_size=100)
