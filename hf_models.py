@@ -255,7 +255,7 @@ def _official_reference(q, k, v, log_fgate, *, head_first=False, seq_start=None,
     if seq_start is not None:
         raise ModelError("the CPU stand-in of the official FoX attention has no padding (seq_start); use a GPU")
     if head_first:                                                              # (B, H, T, D), (B, H, T)
-        q, k, v, log_fgate = (t.transpose(1, 2) for t in (q, k, v)) + (log_fgate.transpose(1, 2),)
+        q, k, v, log_fgate = (t.transpose(1, 2) for t in (q, k, v, log_fgate))
     o = fa.forgetting_attention_reference(q, k, v, log_fgate.float(), sm_scale=sm_scale).to(q.dtype)
     return o.transpose(1, 2) if head_first else o                               # adaptive pruning only skips ~0 terms
 

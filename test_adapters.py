@@ -460,3 +460,64 @@ def test_tokenizer_of_another_model_is_refused(tiny_ckpt):
     tok = hf_models.load_tokenizer(str(ck))
     with pytest.raises(hf_models.ModelError, match="not this model's tokenizer"):
         hf_models.heldout_ids(tok, 4, 96, str(text), vocab_size=100)
+
+
+OFFICIAL_MOD = "forgetting_transformer.model.forgetting_transformer.modeling_forgetting_transformer"
+
+
+class OfficialAttn(nn.Module):
+    """Stand-in of the official layer's attention path: head-first q, k, v and (B, H, T) log gates handed
+    to the module-level `forgetting_attention`, looked up at call time as the original does."""
+
+    def __init__(self, H=2, Dh=8):
+        super().__init__()
+        self.H, self.Dh = H, Dh
+        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(H * Dh, H * Dh, bias=False) for _ in range(3))
+        self.fgate_proj = nn.Linear(H * Dh, H)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k, v = (p(x).view(B, T, self.H, self.Dh).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        lg = F.logsigmoid(self.fgate_proj(x).float()).transpose(1, 2)               # (B, H, T)
+        return sys.modules[OFFICIAL_MOD].forgetting_attention(q, k, v, lg, head_first=True, sm_scale=0.3)
+
+
+def test_official_attention_op_cpu_standin_and_mass_windows(monkeypatch):
+    import types
+    fake = types.ModuleType(OFFICIAL_MOD)
+
+    def gpu_only(*a, **kw):
+        raise RuntimeError("the official kernel needs CUDA")
+
+    fake.forgetting_attention = gpu_only
+    monkeypatch.setitem(sys.modules, OFFICIAL_MOD, fake)
+    torch.manual_seed(10)
+    layer = ForgettingAttentionLayer("full", H=2)
+    layer.fgate_proj = nn.Linear(D, 2)
+    layer.attn = OfficialAttn(H=2, Dh=D // 2)
+    layer.forward = lambda hidden_states, **kw: layer.attn(hidden_states)
+    net = _Net(layer)
+    x = _x(10)
+    eps, rows = 1e-2, torch.arange(12, T, 3)
+    with hf_models.attention_ops(net, mass_eps=eps, rows=rows, cpu=True) as win:
+        out = layer.attn(x)                                     # not through a layer pre-hook: no window
+        assert win == {}
+        net(x)
+    assert sys.modules[OFFICIAL_MOD].forgetting_attention is gpu_only      # restored
+    a = layer.attn
+    q, k, v = (p(x).view(B, T, 2, D // 2) for p in (a.q_proj, a.k_proj, a.v_proj))
+    lg = F.logsigmoid(a.fgate_proj(x).float())
+    want = fa.forgetting_attention_reference(q, k, v, lg, sm_scale=0.3).transpose(1, 2)
+    torch.testing.assert_close(out, want)
+    # windows by brute force: A from the full logit matrix, then the shortest suffix holding 1 - eps
+    c = lg.double().cumsum(1)
+    for h in range(2):
+        logit = q[:, :, h].double() @ k[:, :, h].double().transpose(1, 2) * 0.3 + c[:, :, None, h] - c[:, None, :, h]
+        logit = logit.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        A = torch.softmax(logit, -1)
+        for b in range(B):
+            for r, i in enumerate(rows.tolist()):
+                d = 0
+                while A[b, i, i - d:i + 1].sum() < 1 - eps:
+                    d += 1
+                assert win["model.layers.0"][0][b, r, h] == d
