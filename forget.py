@@ -503,7 +503,7 @@ def main(argv=None):
     import hf_models                                   # --model: a gated Hugging Face style checkpoint
     hf_models.add_arguments(p)
     a = p.parse_args(argv)
-    if a.model is not None:
+    if hf_models.wants_model(a):
         raise SystemExit(hf_models.main(a))
     threshold(a.eps)
     if not a.synthetic:

@@ -376,12 +376,7 @@ def analyse_hf_model(cfg: ModelRunConfig, eps_list=None, progress=True, save_tra
     rows = heads._rows(cfg.seq_len)
     decays, fam, lay, mass = capture_batches(model, ids, cfg.batch, cfg.device, cfg.mass_eps, rows)
     t_capture = time.perf_counter() - t0
-    traces = {}
-    for n, lg in decays.items():
-        if lg.dim() == 4:
-            traces[n] = lg.flatten(2) if cfg.per_channel else lg.mean(-1)      # (S, T, H*K) or (S, T, H)
-        else:
-            traces[n] = lg
+    traces = analysis_traces(decays, cfg.per_channel)                          # {name: (S, T, H or H*K)}
     if save_traces:
         import fox_attention as fa
         write_atomic(save_traces, lambda p: fa.save_trace(p, traces, dict(
@@ -460,6 +455,30 @@ def main(args):
 def _dump(obj, path):
     with open(path, "w") as fh:
         json.dump(obj, fh, indent=1)
+
+
+def wants_model(args):
+    """True when forget.py should take the --model path: --model given, or --checkpoint naming a directory
+    (a Hugging Face style checkpoint; this project's own checkpoints are .pt files), then moved to --model."""
+    ck = getattr(args, "checkpoint", None)
+    if args.model is None and ck and os.path.isdir(ck):
+        args.model, args.checkpoint = ck, None
+    return args.model is not None
+
+
+def analysis_traces(decays, per_channel=False):
+    """{name: (S, T, H)} traces to analyse from captured decays: scalar-per-head layers as they are;
+    per-channel layers (S, T, H, K) as H*K channel traces (head-major: column h*K + k) when per_channel,
+    else as their per-head channel mean (the log geometric-mean decay)."""
+    out = {}
+    for n, lg in decays.items():
+        if lg.dim() == 4:
+            out[n] = lg.flatten(2) if per_channel else lg.mean(-1)
+        elif lg.dim() == 3:
+            out[n] = lg
+        else:
+            raise ValueError(f"{n}: decays must be (S, T, H) or (S, T, H, K); got {tuple(lg.shape)}")
+    return out
 
 
 def add_arguments(p):

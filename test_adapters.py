@@ -357,6 +357,7 @@ def tiny_ckpt(tmp_path_factory):
 
 def _forget(argv, capsys):
     import forget
+    capsys.readouterr()                                      # drop what the test printed before
     with pytest.raises(SystemExit) as ex:
         forget.main(argv)
     out = capsys.readouterr()
@@ -521,3 +522,26 @@ def test_official_attention_op_cpu_standin_and_mass_windows(monkeypatch):
                 while A[b, i, i - d:i + 1].sum() < 1 - eps:
                     d += 1
                 assert win["model.layers.0"][0][b, r, h] == d
+
+
+def test_analysis_traces_per_head_and_per_channel():
+    g = torch.Generator().manual_seed(11)
+    gla = -torch.rand(3, 10, 2, 4, generator=g)                                   # (S, T, H, K)
+    fox = -torch.rand(3, 10, 2, generator=g)
+    per_head = hf_models.analysis_traces({"a": gla, "b": fox})
+    assert per_head["a"].shape == (3, 10, 2) and torch.equal(per_head["b"], fox)
+    torch.testing.assert_close(per_head["a"][:, :, 1], gla[:, :, 1].mean(-1))
+    per_ch = hf_models.analysis_traces({"a": gla}, per_channel=True)["a"]
+    assert per_ch.shape == (3, 10, 8) and torch.equal(per_ch[:, :, 1 * 4 + 2], gla[:, :, 1, 2])
+
+
+def test_checkpoint_directory_goes_to_the_model_path_and_unknown_families_fail(tiny_ckpt, tmp_path, capsys):
+    from transformers import AutoModelForCausalLM, GPT2Config
+    ck, text = tiny_ckpt
+    gpt = tmp_path / "gpt2"
+    AutoModelForCausalLM.from_config(GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=300)).save_pretrained(gpt)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (gpt / f).write_bytes((ck / f).read_bytes())
+    code, _, err = _forget(["--checkpoint", str(gpt), "--text", str(text), "--n-seq", "3", "--seq-len", "64",
+                            "--no-progress"], capsys)
+    assert code == 2 and "no layer of a known gated family" in err and err.count("\n") == 1
