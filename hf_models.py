@@ -323,8 +323,10 @@ def attention_ops(model, mass_eps=None, rows=None, cpu=True):
 
 # ----------------------------------------------------------------------------- capture + analysis
 
-def capture_batches(model, ids, batch, device, mass_eps=None, rows=None):
-    """Log-decays of every gated layer over ids (S, T), `batch` sequences per forward.
+def capture_batches(model, ids, batch, device, mass_eps=None, rows=None, per_channel=True):
+    """Log-decays of every gated layer over ids (S, T), `batch` sequences per forward; per-channel
+    decays are kept (S, T, H, K) when per_channel, else reduced to their channel mean batch by batch
+    (a GLA model's channels would otherwise need S * T * key_dim floats per layer).
     Returns (decays {name: (S, T, H) or (S, T, H, K) float32}, family {name}, layer {name},
     mass {name: (S, R, H) int64} for softmax families). ModelError when a kernel cannot run here."""
     layers = adapters.find_layers(model)
@@ -347,7 +349,7 @@ def capture_batches(model, ids, batch, device, mass_eps=None, rows=None):
                                      f"run with --device cuda") from None
                 raise
             for n, lg in cap.decays.items():
-                parts.setdefault(n, []).append(lg)
+                parts.setdefault(n, []).append(lg if per_channel or lg.dim() == 3 else lg.mean(-1))
             fam.update(cap.family)
             lay.update(cap.layer)
             for n, ws in win.items():
@@ -374,7 +376,7 @@ def analyse_hf_model(cfg: ModelRunConfig, eps_list=None, progress=True, save_tra
     tok = load_tokenizer(cfg.tokenizer or cfg.model)
     ids, spans = heldout_ids(tok, cfg.n_seq, cfg.seq_len, cfg.text, getattr(config, "vocab_size", None))
     rows = heads._rows(cfg.seq_len)
-    decays, fam, lay, mass = capture_batches(model, ids, cfg.batch, cfg.device, cfg.mass_eps, rows)
+    decays, fam, lay, mass = capture_batches(model, ids, cfg.batch, cfg.device, cfg.mass_eps, rows, cfg.per_channel)
     t_capture = time.perf_counter() - t0
     traces = analysis_traces(decays, cfg.per_channel)                          # {name: (S, T, H or H*K)}
     if save_traces:
@@ -435,17 +437,18 @@ def main(args):
         cfg = ModelRunConfig(model=args.model, tokenizer=args.tokenizer, text=args.text, device=args.device,
                              dtype=args.dtype, n_seq=args.n_seq, seq_len=args.seq_len, batch=args.batch,
                              mass_eps=args.eps, per_channel=args.per_channel)
-        for p in (args.json, args.save_traces):
+        json_path, traces_path = getattr(args, "json", None), getattr(args, "save_traces", None)
+        for p in (json_path, traces_path):
             if p and os.path.exists(p) and not force:
                 raise ModelError(f"{p} exists; not overwriting it (remove it or pass --force)")
-        results, info = analyse_hf_model(cfg, progress=not args.no_progress, save_traces=args.save_traces,
-                                         force=force)
+        results, info = analyse_hf_model(cfg, progress=not getattr(args, "no_progress", False),
+                                         save_traces=traces_path, force=force)
         heads.print_table(results, info)
         for f in info["families"]:
             print(f"{f}: {info['laws'][f]}")
         print(f"W_mass: {info['mass_window']}")
-        if args.json:
-            write_atomic(args.json, lambda p: _dump(heads.to_json(results, info), p), force=True)
+        if json_path:
+            write_atomic(json_path, lambda p: _dump(heads.to_json(results, info), p), force=True)
     except (ModelError, ValueError) as exc:
         print(f"forget: error: {exc}", file=sys.stderr)
         return 2
@@ -482,13 +485,20 @@ def analysis_traces(decays, per_channel=False):
 
 
 def add_arguments(p):
-    """The --model family of flags, added to forget.py's parser."""
+    """The --model family of flags, added to forget.py's parser (a flag the parser already has is left
+    as it is, so the two can grow independently)."""
     g = p.add_argument_group("your model (Hugging Face style checkpoints; see hf_models.py)")
-    g.add_argument("--model", default=None, help="checkpoint directory or hub name of a gated model")
-    g.add_argument("--tokenizer", default=None, help="tokenizer directory or name (default: the model's)")
-    g.add_argument("--text", default=None, help="UTF-8 text file to read (default: the held-out plays)")
-    g.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="weights' dtype")
-    g.add_argument("--batch", type=int, default=4, help="sequences per forward pass")
-    g.add_argument("--per-channel", action="store_true",
-                   help="per-channel families (GLA, HGRN): analyse each channel, not the per-head mean")
+    have = set(p._option_string_actions)
+    flags = (
+        ("--model", dict(default=None, help="checkpoint directory or hub name of a gated model")),
+        ("--tokenizer", dict(default=None, help="tokenizer directory or name (default: the model's)")),
+        ("--text", dict(default=None, help="UTF-8 text file to read (default: the held-out plays)")),
+        ("--dtype", dict(default="float32", choices=sorted(DTYPES), help="weights' dtype")),
+        ("--batch", dict(type=int, default=4, help="sequences per forward pass")),
+        ("--per-channel", dict(action="store_true",
+                               help="per-channel families (GLA, HGRN): analyse each channel, not the per-head mean")),
+    )
+    for flag, kw in flags:
+        if flag not in have:
+            g.add_argument(flag, **kw)
     return g
