@@ -120,8 +120,9 @@ def _import_packages(cfg):
         try:
             importlib.import_module("forgetting_transformer")
         except ImportError:
-            raise ModelError("this checkpoint is the official FoX code's (its config has fgate_type): install "
-                             "the forgetting_transformer package (github.com/zhixuan-lin/forgetting-transformer)") from None
+            raise ModelError("this checkpoint is the official FoX code's (its config has fgate_type): install the "
+                             "forgetting_transformer package (github.com/zhixuan-lin/forgetting-transformer)"
+                             ) from None
         return ["forgetting_transformer"]
     if mt is None:
         # a hub name: import what is installed so its model type can resolve
@@ -291,31 +292,33 @@ def attention_ops(model, mass_eps=None, rows=None, cpu=True):
     layers = [(n, m, a) for n, m, a in adapters.find_layers(model) if a.kind == "softmax" and a.attention_op]
     windows, current, handles, patched = {}, [None], [], []
     ours = {"fla-fox": _fla_reference, "fox-official": _official_reference}
-    for n, m, a in layers:
-        handles.append(m.register_forward_pre_hook(lambda mod, args, n=n: current.__setitem__(0, n)))
-    for fam in sorted({a.family for _, _, a in layers}):
-        mod_path, sym = adapters.get_adapter(fam).attention_op
-        mod = importlib.import_module(mod_path)
-        orig = getattr(mod, sym)
-        run = ours[fam] if cpu and fam in ours else orig
-
-        def op(*args, _run=run, _fam=fam, **kw):
-            if mass_eps is not None and current[0] is not None:
-                q, k, g, scale = _op_inputs(_fam, args, kw)
-                windows.setdefault(current[0], []).append(mass_windows_qk(q, k, g, scale, mass_eps, rows))
-            return _run(*args, **kw)
-
-        setattr(mod, sym, op)
-        patched.append((mod, sym, orig))
-    for mod_path, sym, standin in CPU_STANDINS if cpu else ():
-        mod = sys.modules.get(mod_path)
-        if mod is not None and hasattr(mod, sym):
-            patched.append((mod, sym, getattr(mod, sym)))
-            setattr(mod, sym, standin)
     try:
+        for n, m, a in layers:
+            # the op is attributed to the layer running it; outside any layer it records nothing
+            handles.append(m.register_forward_pre_hook(lambda mod, args, n=n: current.__setitem__(0, n)))
+            handles.append(m.register_forward_hook(lambda mod, args, out: current.__setitem__(0, None)))
+        for fam in sorted({a.family for _, _, a in layers}):
+            mod_path, sym = adapters.get_adapter(fam).attention_op
+            mod = importlib.import_module(mod_path)
+            orig = getattr(mod, sym)
+            run = ours[fam] if cpu and fam in ours else orig
+
+            def op(*args, _run=run, _fam=fam, **kw):
+                if mass_eps is not None and current[0] is not None:
+                    q, k, g, scale = _op_inputs(_fam, args, kw)
+                    windows.setdefault(current[0], []).append(mass_windows_qk(q, k, g, scale, mass_eps, rows))
+                return _run(*args, **kw)
+
+            patched.append((mod, sym, orig))
+            setattr(mod, sym, op)
+        for mod_path, sym, standin in CPU_STANDINS if cpu else ():
+            mod = sys.modules.get(mod_path)
+            if mod is not None and hasattr(mod, sym):
+                patched.append((mod, sym, getattr(mod, sym)))
+                setattr(mod, sym, standin)
         yield windows
     finally:
-        for mod, sym, orig in patched:
+        for mod, sym, orig in reversed(patched):
             setattr(mod, sym, orig)
         for h in handles:
             h.remove()
