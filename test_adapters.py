@@ -545,3 +545,29 @@ def test_checkpoint_directory_goes_to_the_model_path_and_unknown_families_fail(t
     code, _, err = _forget(["--checkpoint", str(gpt), "--text", str(text), "--n-seq", "3", "--seq-len", "64",
                             "--no-progress"], capsys)
     assert code == 2 and "no layer of a known gated family" in err and err.count("\n") == 1
+
+
+def test_transformers_mamba2_model_every_layer(monkeypatch):
+    """A whole transformers Mamba-2 LM on the CPU (its PyTorch path): every mixer's captured decay equals
+    the A * dt that mixer discretises."""
+    import transformers.models.mamba2.modeling_mamba2 as tm
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+    torch.manual_seed(12)
+    cfg = Mamba2Config(hidden_size=32, num_heads=4, head_dim=16, state_size=8, n_groups=1, expand=2,
+                       num_hidden_layers=2, vocab_size=100, chunk_size=16, time_step_limit=(0.0, 0.5))
+    model = Mamba2ForCausalLM(cfg).eval()
+    seen, orig = [], tm.reshape_into_chunks
+
+    def spy(t, pad, chunk):
+        seen.append(t)
+        return orig(t, pad, chunk)
+
+    monkeypatch.setattr(tm, "reshape_into_chunks", spy)
+    cap = adapters.capture_log_decays(model, torch.randint(0, 100, (2, 20)), use_cache=False)
+    assert sorted(cap.decays) == ["backbone.layers.0.mixer", "backbone.layers.1.mixer"]
+    assert set(cap.family.values()) == {"mamba2"} and cap.layer["backbone.layers.1.mixer"] == 1
+    internal = seen[1::4]                                                   # hidden, A * dt, B, C per mixer
+    assert len(internal) == 2
+    for l in range(2):
+        torch.testing.assert_close(cap.decays[f"backbone.layers.{l}.mixer"], internal[l].float(), rtol=1e-6, atol=1e-7)
+    assert cap.decays["backbone.layers.0.mixer"].min() >= -0.5 * model.backbone.layers[0].mixer.A_log.exp().max() - 1e-6
