@@ -37,8 +37,13 @@ class ModelError(Exception):
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # fla configs: fused Triton norms / activations / losses, switched off on the CPU (their PyTorch paths agree)
 CPU_CONFIG_OFF = ("fuse_norm", "fuse_swiglu", "fuse_cross_entropy", "fuse_linear_cross_entropy")
-# families whose every op runs on the CPU here (with the attention op stand-in below)
+# families whose every op runs on the CPU here (with the attention op stand-in below); besides these,
+# transformers' own layers (its Mamba-2) have PyTorch paths
 CPU_FAMILIES = ("foxwindow", "fla-fox", "fox-official")
+
+
+def _runs_on_cpu(module, adapter):
+    return adapter.family in CPU_FAMILIES or type(module).__module__.startswith("transformers.")
 
 
 @dataclass
@@ -124,6 +129,9 @@ def _import_packages(cfg):
                              "forgetting_transformer package (github.com/zhixuan-lin/forgetting-transformer)"
                              ) from None
         return ["forgetting_transformer"]
+    if mt is not None and mt in _transformers().models.auto.configuration_auto.CONFIG_MAPPING_NAMES:
+        # transformers' own model (e.g. mamba2): importing fla would re-register the type to fla's port
+        return []
     if mt is None:
         # a hub name: import what is installed so its model type can resolve
         done = []
@@ -141,29 +149,46 @@ def _import_packages(cfg):
 
 def load_model(name, device="cpu", dtype="float32"):
     """Load a causal LM through transformers' Auto classes. Returns (model in eval mode on `device`,
-    its config). On the CPU, fla's fused Triton norms / SwiGLU / losses are switched off in the config.
+    its config). On the CPU, fla's fused Triton norms / SwiGLU / losses are switched off in the config of
+    the FoX families (the other fla families need a GPU anyway). A checkpoint missing any of the model's
+    weights is refused (they would stay at their random init).
     Raises ModelError (one line) for a missing path, a directory that is not a model, a missing package,
     or a checkpoint transformers cannot load."""
     tf = _transformers()
     cfg_json = _local_config(name)
     _import_packages(cfg_json)
     path = os.path.expanduser(name)
+    config_cls, model_cls = tf.AutoConfig, tf.AutoModelForCausalLM
+    mt = (cfg_json or {}).get("model_type")
+    cfg_names, lm_names = tf.models.auto.configuration_auto.CONFIG_MAPPING_NAMES, \
+        tf.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    if mt in cfg_names and mt in lm_names:
+        # transformers' own classes by name: a package imported earlier (fla) may have re-registered the type
+        config_cls, model_cls = getattr(tf, cfg_names[mt]), getattr(tf, lm_names[mt])
     try:
-        config = tf.AutoConfig.from_pretrained(path)
+        config = config_cls.from_pretrained(path)
     except (OSError, ValueError, KeyError) as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"--model {name}: transformers cannot read its config ({msg})") from None
-    if not str(device).startswith("cuda"):
+    fams = adapters.family_for_model_type(getattr(config, "model_type", None))
+    if not str(device).startswith("cuda") and fams and all(a.family in CPU_FAMILIES for a in fams):
+        # only where the switch keeps the weights' names (fla FoX: fused and plain RMSNorm alike)
         for k in CPU_CONFIG_OFF:
             if getattr(config, k, False):
                 setattr(config, k, False)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model = tf.AutoModelForCausalLM.from_pretrained(path, config=config, dtype=DTYPES[dtype])
+            model, info = model_cls.from_pretrained(path, config=config, dtype=DTYPES[dtype],
+                                                    output_loading_info=True)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"--model {name}: cannot load the weights ({msg})") from None
+    # a weight left at its random init would give gates that look real: refuse instead
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:
+        raise ModelError(f"--model {name}: {len(missing)} weights of {type(model).__name__} are not in the checkpoint "
+                         f"(e.g. {missing[0]}); it was saved by another implementation of this model type")
     try:
         model = model.to(device)
     except (RuntimeError, AssertionError) as exc:
@@ -335,10 +360,10 @@ def capture_batches(model, ids, batch, device, mass_eps=None, rows=None, per_cha
     layers = adapters.find_layers(model)
     cpu = not str(device).startswith("cuda")
     if cpu:
-        slow = sorted({a.family for _, _, a in layers if a.family not in CPU_FAMILIES})
+        slow = sorted({a.family for _, m, a in layers if not _runs_on_cpu(m, a)})
         if slow:
             raise ModelError(f"family {', '.join(slow)}: its fused kernels are Triton-only and need a GPU "
-                             f"(--device cuda); only FoX families run on the CPU here")
+                             f"(--device cuda); FoX families and transformers' own Mamba-2 run on the CPU")
     parts, mass_parts, fam, lay = {}, {}, {}, {}
     with attention_ops(model, mass_eps, rows, cpu=cpu) as win:
         for s in range(0, ids.shape[0], batch):

@@ -571,3 +571,31 @@ def test_transformers_mamba2_model_every_layer(monkeypatch):
     for l in range(2):
         torch.testing.assert_close(cap.decays[f"backbone.layers.{l}.mixer"], internal[l].float(), rtol=1e-6, atol=1e-7)
     assert cap.decays["backbone.layers.0.mixer"].min() >= -0.5 * model.backbone.layers[0].mixer.A_log.exp().max() - 1e-6
+
+
+def test_model_flag_transformers_mamba2_says_no_mass_window(tiny_ckpt, tmp_path, capsys):
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+    ck, text = tiny_ckpt
+    d = tmp_path / "mamba2"
+    torch.manual_seed(13)
+    cfg = Mamba2Config(hidden_size=32, num_heads=4, head_dim=16, state_size=8, n_groups=1, expand=2,
+                       num_hidden_layers=1, vocab_size=300, chunk_size=32)
+    Mamba2ForCausalLM(cfg).save_pretrained(d)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (d / f).write_bytes((ck / f).read_bytes())
+    js = tmp_path / "m.json"
+    code, out, err = _forget(["--model", str(d), "--text", str(text), "--n-seq", "3", "--seq-len", "64",
+                              "--no-progress", "--json", str(js)], capsys)
+    assert code == 0, err
+    assert "W_mass: not available for mamba2" in out and "mamba2: scalar gate" in out
+    res = json.loads(js.read_text())
+    assert res["info"]["families"] == ["mamba2"] and len(res["heads"]) == 4
+    assert all(h["mass_window_mean"] is None and h["kappa"] > 0 for h in res["heads"])
+    # a checkpoint missing a weight is refused (the weight would stay at its random init)
+    from safetensors.torch import load_file, save_file
+    sd = load_file(str(d / "model.safetensors"))
+    sd.pop("backbone.layers.0.mixer.dt_bias")
+    save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
+    code, _, err = _forget(["--model", str(d), "--text", str(text), "--n-seq", "3", "--seq-len", "64",
+                            "--no-progress"], capsys)
+    assert code == 2 and "not in the checkpoint (e.g. backbone.layers.0.mixer.dt_bias)" in err
