@@ -599,3 +599,15 @@ def test_model_flag_transformers_mamba2_says_no_mass_window(tiny_ckpt, tmp_path,
     code, _, err = _forget(["--model", str(d), "--text", str(text), "--n-seq", "3", "--seq-len", "64",
                             "--no-progress"], capsys)
     assert code == 2 and "not in the checkpoint (e.g. backbone.layers.0.mixer.dt_bias)" in err
+
+
+def test_default_text_is_the_held_out_plays(tiny_ckpt):
+    import train
+    ck, _ = tiny_ckpt
+    tok = hf_models.load_tokenizer(str(ck))
+    ids, spans = hf_models.heldout_ids(tok, 4, 128)
+    assert ids.shape == (4, 128) and {s["file"] for s in spans} <= set(train.VAL_FILES)
+    assert spans[0] == {"file": train.VAL_FILES[0], "start": 0, "end": 128}
+    # the first window is the tokenised start of the first held-out play
+    first = dict(train.load_split("val"))[train.VAL_FILES[0]].decode("utf-8", errors="replace")
+    assert ids[0].tolist() == tok(first, add_special_tokens=False)["input_ids"][:128]
