@@ -611,3 +611,16 @@ def test_default_text_is_the_held_out_plays(tiny_ckpt):
     # the first window is the tokenised start of the first held-out play
     first = dict(train.load_split("val"))[train.VAL_FILES[0]].decode("utf-8", errors="replace")
     assert ids[0].tolist() == tok(first, add_special_tokens=False)["input_ids"][:128]
+
+
+def test_shipped_files_are_found_from_any_folder(tmp_path, monkeypatch):
+    import heads
+    import package_paths
+    monkeypatch.chdir(tmp_path)
+    assert os.path.isabs(heads.DEFAULT_CHECKPOINT) and os.path.isfile(heads.DEFAULT_CHECKPOINT)
+    # an installed layout (pip --target: share/foxwindow beside the modules)
+    (tmp_path / "share" / "foxwindow" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "share" / "foxwindow" / "checkpoints" / "x.pt").write_bytes(b"")
+    monkeypatch.setattr(package_paths, "HERE", str(tmp_path))
+    assert package_paths.data_path("checkpoints/x.pt") == str(tmp_path / "share" / "foxwindow" / "checkpoints" / "x.pt")
+    assert package_paths.data_path("checkpoints/none.pt") == str(tmp_path / "checkpoints" / "none.pt")
