@@ -301,7 +301,11 @@ def _gated_deltanet(layer, x, kw):
 def _mamba2(layer, x, kw):
     """Mamba-2 (fla / transformers layout): dt = clamp(softplus(dt_raw + dt_bias), dt_limit) with
     dt_raw the last num_heads columns of in_proj(x); log-decay A dt with A = -exp(A_log) (B, T, H)."""
-    dt = layer.in_proj(x)[..., -layer.num_heads:].float()
+    H, proj = layer.num_heads, layer.in_proj
+    if type(proj) is torch.nn.Linear:                   # only the dt rows: in_proj is the layer's largest matmul
+        dt = F.linear(x, proj.weight[-H:], None if proj.bias is None else proj.bias[-H:]).float()
+    else:
+        dt = proj(x)[..., -H:].float()
     dt = F.softplus(dt + layer.dt_bias.float())
     lo, hi = getattr(layer, "dt_limit", getattr(layer, "time_step_limit", (0.0, float("inf"))))
     dt = dt.clamp(lo, hi)
