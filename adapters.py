@@ -166,7 +166,8 @@ def _hidden(args, kwargs):
 
 def check_log_decay(name, lg, B, T, H, per_channel=False):
     """Raise ValueError unless lg is (B, T, H) (or (B, T, H, K) when per_channel) with finite entries <= 0.
-    A (B, H, T) layout is named as such (told apart by the layer's head count)."""
+    A (B, H, T) layout is named as such (told apart by the layer's head count; when T == H the two
+    layouts have the same shape and cannot be told apart: capture with T != H to check an adapter)."""
     want = 4 if per_channel else 3
     if not isinstance(lg, torch.Tensor):
         raise ValueError(f"{name}: log-decay must be a tensor; got {type(lg).__name__}")

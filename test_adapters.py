@@ -624,3 +624,62 @@ def test_shipped_files_are_found_from_any_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(package_paths, "HERE", str(tmp_path))
     assert package_paths.data_path("checkpoints/x.pt") == str(tmp_path / "share" / "foxwindow" / "checkpoints" / "x.pt")
     assert package_paths.data_path("checkpoints/none.pt") == str(tmp_path / "checkpoints" / "none.pt")
+
+
+# ----------------------------------------------------------------------------- GPU (skipped without CUDA)
+
+GPU_FAMILIES = {
+    "fla-fox": ("ForgettingTransformerConfig", dict(num_heads=2), fla_fox, ("parallel_forgetting_attn",), 3),
+    "fla-gla": ("GLAConfig", dict(num_heads=2), fla_gla, ("chunk_gla", "fused_recurrent_gla"), None),
+    "fla-hgrn": ("HGRNConfig", dict(), fla_hgrn, ("chunk_hgrn", "fused_recurrent_hgrn"), None),
+    "fla-gated-deltanet": ("GatedDeltaNetConfig", dict(num_heads=2, head_dim=16), fla_gdn,
+                           ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"), None),
+    "fla-retnet": ("RetNetConfig", dict(num_heads=2), fla_ret, (), None),
+}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fla's fused kernels need a CUDA GPU")
+@pytest.mark.parametrize("family", sorted(GPU_FAMILIES))
+def test_gpu_families_through_model_flag(family, tiny_ckpt, tmp_path, capsys, monkeypatch):
+    """On a GPU every fla family runs its own kernels through --model; the decay each layer hands its
+    kernel equals the captured one (recorded by wrappers that call the original op)."""
+    import fla.models as fm
+    from transformers import AutoModelForCausalLM
+    cfg_name, extra, mod, ops, gate_arg = GPU_FAMILIES[family]
+    ck, text = tiny_ckpt
+    d = tmp_path / family
+    torch.manual_seed(14)
+    cfg = getattr(fm, cfg_name)(hidden_size=32, num_hidden_layers=2, vocab_size=300, **extra)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(d)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (d / f).write_bytes((ck / f).read_bytes())
+    js, tr = tmp_path / "r.json", tmp_path / "t.npz"
+    code, out, err = _forget(["--model", str(d), "--text", str(text), "--n-seq", "3", "--seq-len", "96",
+                              "--device", "cuda", "--no-progress", "--json", str(js), "--save-traces", str(tr)], capsys)
+    assert code == 0, err
+    res = json.loads(js.read_text())
+    assert res["info"]["families"] == [family]
+    assert all((h["mass_window_mean"] is not None) == (family == "fla-fox") for h in res["heads"])
+    if not ops:
+        return
+    # the kernel's own gate input, in a second run of the same model and text
+    model, _ = hf_models.load_model(str(d), "cuda")
+    ids, _ = hf_models.heldout_ids(hf_models.load_tokenizer(str(d)), 3, 96, str(text))
+    seen = []
+    for op in ops:
+        orig = getattr(mod, op)
+
+        def wrap(*a, _orig=orig, **kw):
+            seen.append((a, kw))
+            return _orig(*a, **kw)
+
+        monkeypatch.setattr(mod, op, wrap)
+    cap = adapters.capture_log_decays(model, ids.cuda(), use_cache=False)
+    for (a, kw), name in zip(seen, sorted(cap.decays)):
+        if family == "fla-gated-deltanet":
+            want = naive_gdn_gate(kw["g"], kw["A_log"], kw["dt_bias"])
+        else:
+            want = a[gate_arg] if gate_arg is not None else kw.get("gk", kw.get("g"))
+        got = cap.decays[name]
+        got = got[:, :, 0] if family == "fla-hgrn" else got
+        torch.testing.assert_close(got, want.float().cpu(), rtol=1e-5, atol=1e-6)
