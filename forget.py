@@ -534,6 +534,7 @@ def check_args(a):
 
 
 def main(argv=None):
+    import hf_models
     import outputs
     p = outputs.parser(__doc__.split("\n")[0])
     p.add_argument("--synthetic", action="store_true", help="synthetic gates instead of the shipped model's traces")
@@ -550,8 +551,11 @@ def main(argv=None):
                    help="tokens per sequence; windows longer than half of it are censored")
     p.add_argument("--json", default=None, help="write the results as JSON to this path (NaN written as null)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    hf_models.add_arguments(p)                     # --model: a gated Hugging Face style checkpoint
     outputs.add_common(p)
     a = p.parse_args(argv)
+    if hf_models.wants_model(a):
+        return hf_models.main(a)
     check_args(a)
     if not a.synthetic:
         try:

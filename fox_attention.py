@@ -15,10 +15,12 @@ Contents
     run_with_cache, capture_gates                          read log gates out of a forward pass
     save_trace, load_trace                                 gate traces on disk (.npz + JSON)
 
-Bringing your own model: `capture_gates(model, input_ids)` hooks every submodule whose name
-ends in `fgate_proj` (official FoX code) or `f_proj` (flash-linear-attention), or any
-`hook_log_fgate` HookPoint, and returns {module name: (B, T, H) float32 log gates}. For other
-gate parametrisations pass `gate_names=[...]` and a `to_log_gate` that maps the module output
+Bringing your own model: `adapters.capture_log_decays(model, input_ids)` reads every layer of a
+known gated family (FoX, official FoX, fla's FoX, GLA, HGRN, Gated DeltaNet, Mamba-2, RetNet) from
+the layer's own parameters and inputs. `capture_gates(model, input_ids)` is the quick path for
+FoX-style models: it hooks `hook_log_fgate` HookPoints or submodules whose name ends in
+`fgate_proj` / `f_proj` and returns {module name: (B, T, H) float32 log gates}; for other gate
+parametrisations pass `gate_names=[...]`, `output=` and a `to_log_gate` mapping the module output
 to log gates (B, T, H).
 """
 import io
@@ -469,14 +471,20 @@ def run_with_cache(model, tokens, names_filter=None):
 
     names_filter: None (all hooks), a list/tuple/set of hook names, a single name, or a callable
     name -> bool. Returns (logits (B, T, V), cache {name: detached float32 tensor, (B, T, H) for
-    log-gate hooks}). Hooks are removed even if the forward raises. Raises ValueError for
-    requested names the model does not have.
+    log-gate hooks}). Hooks are removed even if the forward raises. Raises ValueError when the model
+    has no HookPoint (models other than this file's: use adapters.capture_log_decays), for requested
+    names the model does not have, or when a callable filter matches no hook.
     """
     points = {n: m for n, m in model.named_modules() if isinstance(m, HookPoint)}
+    if not points:
+        raise ValueError(f"{type(model).__name__} has no HookPoint (run_with_cache reads this file's models); "
+                         f"for another model's gates use adapters.capture_log_decays(model, tokens)")
     if names_filter is None:
         chosen = list(points)
     elif callable(names_filter):
         chosen = [n for n in points if names_filter(n)]
+        if not chosen:
+            raise ValueError(f"names_filter matched none of the model's {len(points)} hooks ({list(points)[:3]}...)")
     else:
         wanted = [names_filter] if isinstance(names_filter, str) else list(names_filter)
         unknown = [n for n in wanted if n not in points]
@@ -502,20 +510,44 @@ def run_with_cache(model, tokens, names_filter=None):
 
 
 DEFAULT_GATE_SUFFIXES = ("fgate_proj", "f_proj")
+GATE_OUTPUTS = ("logits", "gate", "log_gate")
 
 
-def capture_gates(module, *inputs, gate_names=None, to_log_gate=F.logsigmoid, **kwargs):
+def _known_layer_check(named, sel):
+    """Refuse gate modules that sit inside a layer of a known family whose decay is not simply
+    logsigmoid of that module (HGRN's lower bound, GLA's normaliser, ...): reading them would be wrong."""
+    import adapters
+    for n in sel:
+        parent = n.rsplit(".", 1)[0] if "." in n else ""
+        mod = named.get(parent)
+        if mod is None:
+            continue
+        for a in adapters.ADAPTERS.values():
+            if a.matches(mod) and a.gate_module != n.split(".")[-1]:
+                raise ValueError(f"{n}: {type(mod).__name__}'s {n.split('.')[-1]} is not its log-decay (family "
+                                 f"'{a.family}': {a.note}); use adapters.capture_log_decays(model, ...)")
+
+
+def capture_gates(module, *inputs, gate_names=None, to_log_gate=F.logsigmoid, output=None, **kwargs):
     """Run module(*inputs, **kwargs) once, capturing forget-gate log values from any nn.Module.
 
     gate_names: None picks every `hook_log_fgate` HookPoint if the model has them (their output
     already is the log gate), otherwise every submodule whose name ends in "fgate_proj" (the
     official FoX code) or "f_proj" (flash-linear-attention); or a list of exact module names or
-    name suffixes (e.g. ["fgate_proj"], ["model.layers.3.attn.fgate_proj"]).
-    to_log_gate: maps a gate module's output (the gate logits) to log gates (B, T, H); default
-    logsigmoid, computed in float32. Not applied to HookPoints.
-    Returns {module name: (B, T, H) float32 CPU tensor, every entry <= 0}. Hooks are always removed.
+    name suffixes (e.g. ["fgate_proj"], ["model.layers.3.attn.fgate_proj"]). A module inside a
+    layer of a known family whose decay is more than logsigmoid of it (fla HGRN's f_proj: it has a
+    lower bound) is refused: use adapters.capture_log_decays for those.
+    output: what the gate modules return: "logits" (to_log_gate is applied; default logsigmoid),
+    "gate" (values in (0, 1]: the log is taken) or "log_gate" (used as is). None: "logits", but a
+    module whose every output lies in [0, 1] is refused as ambiguous (it looks like gate values,
+    and logsigmoid of a gate value is not a log gate): say which with `output`.
+    Not applied to HookPoints (their value is the log gate).
+    Returns {module name: (B, T, H) float32 CPU tensor, every entry <= 0}; a module called more than
+    once in the forward keeps every call, the k-th extra one under "name#k". Hooks are always removed.
     Raises ValueError if nothing matches or a captured value is not (B, T, H) log gates.
     """
+    if output not in (None,) + GATE_OUTPUTS:
+        raise ValueError(f"output must be one of {GATE_OUTPUTS} or None; got {output!r}")
     named = dict(module.named_modules())
     if gate_names is None:
         sel = [n for n, m in named.items() if isinstance(m, HookPoint) and n.endswith("hook_log_fgate")]
@@ -531,16 +563,35 @@ def capture_gates(module, *inputs, gate_names=None, to_log_gate=F.logsigmoid, **
                 raise ValueError(f"no submodule named or ending in '{g}'")
             sel += [h for h in hits if h not in sel]
     if not sel:
-        raise ValueError("no forget-gate modules found (looked for hook_log_fgate, fgate_proj, f_proj); pass gate_names")
+        raise ValueError("no forget-gate modules found (looked for hook_log_fgate, fgate_proj, f_proj); pass gate_names "
+                         "or use adapters.capture_log_decays")
+    _known_layer_check(named, [n for n in sel if not isinstance(named[n], HookPoint)])
     out, handles = {}, []
 
     def make_hook(name, is_point):
-        def hook(mod, args, output):
-            val = output[0] if isinstance(output, (tuple, list)) else output
+        def hook(mod, args, res):
+            val = res[0] if isinstance(res, (tuple, list)) else res
             if not isinstance(val, torch.Tensor):
                 raise ValueError(f"{name} returned {type(val).__name__}, not a tensor")
-            lg = val.detach().float() if is_point else to_log_gate(val.detach().float())
-            out[name] = lg.float().cpu()
+            val = val.detach().float()
+            if is_point or output == "log_gate":
+                lg = val
+            elif output == "gate":
+                if (val <= 0).any() or (val > 1).any():
+                    raise ValueError(f"{name}: output='gate' but the values leave (0, 1] (min {val.min().item():.4g}, "
+                                     f"max {val.max().item():.4g})")
+                lg = torch.log(val)
+            else:
+                if output is None and to_log_gate is F.logsigmoid and bool(((val >= 0) & (val <= 1)).all()):
+                    raise ValueError(f"{name}: every output lies in [0, 1]: these look like gate values (a sigmoid "
+                                     f"already applied), and logsigmoid of them is not a log gate; pass "
+                                     f"output='gate' (or output='logits' if they really are logits)")
+                lg = to_log_gate(val)
+            key, k = name, 0
+            while key in out:                            # called again in the same forward: keep every call
+                k += 1
+                key = f"{name}#{k}"
+            out[key] = lg.float().cpu()
         return hook
 
     try:
@@ -555,7 +606,7 @@ def capture_gates(module, *inputs, gate_names=None, to_log_gate=F.logsigmoid, **
         if lg.dim() != 3:
             raise ValueError(f"{n}: log gates must be (B, T, H); got shape {tuple(lg.shape)}")
         if torch.isnan(lg).any() or (lg > 0).any():
-            raise ValueError(f"{n}: captured values are not log gates (NaN or > 0); check to_log_gate")
+            raise ValueError(f"{n}: captured values are not log gates (NaN or > 0); check to_log_gate / output")
     missing = [n for n in sel if n not in out]
     if missing:
         raise ValueError(f"gate modules {missing} were not called in the forward pass")

@@ -31,6 +31,7 @@ import torch
 from scipy import stats
 
 import forget
+import package_paths
 import renewal
 
 EPS_SCAN = (0.5, 0.3, 0.1, 0.03, 0.01, 3e-3, 1e-3, 3e-4, 1e-4, 1e-5, 1e-6)
@@ -368,7 +369,7 @@ def analyse_model(checkpoint=None, n_seq=32, seq_len=2048, eps_list=EPS_SCAN, ma
     return results, info
 
 
-DEFAULT_CHECKPOINT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoints", "fox_shakespeare.pt")
+DEFAULT_CHECKPOINT = package_paths.data_path("checkpoints/fox_shakespeare.pt")   # any cwd, installed or not
 
 
 def print_table(results, info):
