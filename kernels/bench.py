@@ -224,10 +224,11 @@ def make_ours_1pass(case):
 
 
 _OFFICIAL = {}
+OFFICIAL_ARG = [None]       # --official of the current main() call
 
 
 def official_path(path=None):
-    return path or os.environ.get(OFFICIAL_ENV) or OFFICIAL_DEFAULT
+    return path or OFFICIAL_ARG[0] or os.environ.get(OFFICIAL_ENV) or OFFICIAL_DEFAULT
 
 
 def load_official(path=None):
@@ -540,6 +541,10 @@ def fmt_row(row, impls, mode):
 RATIOS = [("ours", "official"), ("ours", "sdpa_cudnn"), ("ours_acp", "official_acp")]
 
 
+def _tf(x):
+    return f"{x:.0f}" if x >= 10 else f"{x:.2g}"
+
+
 def target_for(mode, D, T):
     goal = [t for (m, d, T0), t in TARGETS.items() if m == mode and d == D and T >= T0]
     return goal[0] if goal else None
@@ -565,7 +570,7 @@ def report(data):
                 "|" + " --- |" * (len(impls) + len(pairs) + 2)]
         for r in rows:
             tf, ok = r.get("tflops", {}), r.get("ok", {})
-            cells = [(f"{tf[n]:.0f}" + ("!" if ok.get(n) is False else "")) if n in tf else "-" for n in impls]
+            cells = [(_tf(tf[n]) + ("!" if ok.get(n) is False else "")) if n in tf else "-" for n in impls]
             cells += [f"{tf[a] / tf[b]:.2f}" if a in tf and b in tf else "-" for a, b in pairs]
             goal, shape = target_for(mode, r["D"], r["T"]), f"B{r['B']} T{r['T']} H{r['H']} D{r['D']}"
             if goal is None:
@@ -790,7 +795,7 @@ def main(argv=None):
         for c in configs + ([args.config] if args.config else []):
             if c:
                 parse_config(c)
-        OURS_KW.update(parse_kw(args.ours_kw))
+        ours_kw = parse_kw(args.ours_kw)
         if args.gates == "heads":
             heads_stats(args.heads_json)
     except ValueError as e:
@@ -799,18 +804,19 @@ def main(argv=None):
         return fail("--append and --overwrite exclude each other")
     if args.json and os.path.exists(args.json) and not (args.append or args.overwrite or args.dry_run):
         return fail(f"--json: {args.json} exists; pass --append to add to it or --overwrite to replace it")
-    if args.official:
-        os.environ[OFFICIAL_ENV] = args.official
+    OFFICIAL_ARG[0] = args.official
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")     # before anything imports a @triton.jit kernel
-    if OURS_KW:
+    if ours_kw:
         try:
             params = inspect.signature(_ours_fn()).parameters
         except Exception as e:  # noqa: BLE001
             return fail(f"--ours-kw: kernels.fox_triton does not import ({_why(e)})")
-        bad = [k for k in OURS_KW if k not in params]
+        bad = [k for k in ours_kw if k not in params]
         if bad:
             return fail(f"--ours-kw: fox_attention_triton takes no {bad} (keywords {', '.join(params)})")
+    OURS_KW.clear()
+    OURS_KW.update(ours_kw)
     modes = ["fwd", "fwd+bwd"] if args.both else ["fwd"] if args.fwd_only else ["fwd+bwd"]
 
     if args.dry_run:
