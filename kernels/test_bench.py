@@ -137,6 +137,14 @@ def test_report_tables_ratios_and_targets():
     assert "| fwd=128,128,8,3 | B2 T8192 H16 D128 | - | - | - | - | OutOfResources: shared memory |" in md
 
 
+def test_parse_config():
+    assert bench.parse_config("fwd=128,64,8,3; dq=64,32,4,2") == {"fwd": (128, 64, 8, 3), "dq": (64, 32, 4, 2)}
+    assert bench.parse_config("") == {}
+    for bad in ("fwd=128,64,x", "fwd=128,64,8", "fw=128,64,8,3", "fwd"):
+        with pytest.raises(ValueError, match="config"):
+            bench.parse_config(bad)
+
+
 def test_command_line_refuses_bad_input(tmp_path, capsys):
     assert bench.main(["--dry-run", "--shapes", "1,2,3"]) == 2
     assert bench.main(["--dry-run", "--impls", "ours,nope"]) == 2
