@@ -213,8 +213,18 @@ def make_ours(case):
 
 
 def make_ours_acp(case):
+    """Ours with the (B, H) threshold; where the kernel takes no tensor there (a probe on 16 positions
+    says so), with one float, the smallest over (B, H), which prunes least, and a note in the row."""
     fn, kw = _ours_fn(), ours_option("ours_acp")
     thr = case["threshold"]
+    probe = [case[n][:, :16] for n in ("q", "k", "v", "log_fgate")]
+    try:
+        with torch.no_grad():
+            fn(*probe, **{kw: thr}, **OURS_KW)
+    except (TypeError, ValueError) as e:
+        thr = float(thr.min())
+        case.setdefault("notes", {})["ours_acp"] = (f"{kw} given as one float, the smallest over (B, H) "
+                                                    f"({thr:.1f}): a (B, H) tensor was refused ({_why(e)})")
     return lambda q, k, v, lf: fn(q, k, v, lf, **{kw: thr}, **OURS_KW)
 
 
@@ -446,14 +456,14 @@ def time_one(fn, case, fwd_only, gated, device):
 # ------------------------------------------------------------------------------------------------
 
 def new_row(B, T, H, D):
-    return dict(B=B, T=T, H=H, D=D, ms={}, tflops={}, skipped={}, err={}, ok={})
+    return dict(B=B, T=T, H=H, D=D, ms={}, tflops={}, skipped={}, err={}, ok={}, notes={})
 
 
 def find_row(result, mode, shape):
     rows = result["runs"].setdefault(mode, [])
     for r in rows:
         if (r["B"], r["T"], r["H"], r["D"]) == tuple(shape):
-            for key in ("ms", "tflops", "skipped", "err", "ok"):
+            for key in ("ms", "tflops", "skipped", "err", "ok", "notes"):
                 r.setdefault(key, {})
             return r
     rows.append(new_row(*shape))
@@ -485,6 +495,8 @@ def bench_shape(result, shape, impls, dtype_name, modes, device, gates, heads_js
             for mode in todo:
                 row = find_row(result, mode, shape)
                 row["err"][name], row["ok"][name] = err, bool(err <= tol)
+                if name in case.get("notes", {}):
+                    row["notes"][name] = case["notes"][name]
                 try:
                     ms = time_one(fn, case, mode == "fwd", gated, device)
                     row["ms"][name] = ms
@@ -586,7 +598,7 @@ def report(data):
             out.append(f"| {shape} | " + " | ".join(cells) + f" | {met} |")
     if verdicts:
         out += ["", "targets (H200, bf16):"] + verdicts
-    errs, skips = {}, {}
+    errs, skips, notes = {}, {}, {}
     for mode, rows in data.get("runs", {}).items():
         for r in rows:
             shape = f"B{r['B']} T{r['T']} H{r['H']} D{r['D']}"
@@ -594,6 +606,8 @@ def report(data):
                 errs.setdefault(n, {})[shape] = (e, r.get("ok", {}).get(n))
             for n, why in r.get("skipped", {}).items():
                 skips.setdefault(n, {}).setdefault(why, []).append(f"{mode} {shape}")
+            for n, what in r.get("notes", {}).items():
+                notes.setdefault(n, set()).add(what)
     if errs:
         out += ["", f"output check: relative L2 error vs float64 on {data.get('check_rows', CHECK_ROWS)} query "
                     f"rows of each timed shape (threshold {tol if tol is None else f'{tol:.1e}'})", "",
@@ -602,6 +616,8 @@ def report(data):
             worst = max(errs[n].items(), key=lambda kv: kv[1][0])
             bad = [s for s, (_, good) in errs[n].items() if good is False]
             out.append(f"| {n} | {worst[1][0]:.1e} | {worst[0]} | {', '.join(bad) if bad else 'none'} |")
+    if notes:
+        out += ["", "notes:"] + [f"- {n}: {w}" for n in sorted(notes) for w in sorted(notes[n])]
     if skips:
         out += ["", "skipped:"]
         for n in [m for m in order if m in skips]:

@@ -199,3 +199,26 @@ def test_gpu_check_dry_run():
     assert "dry run: every step parses and imports" in p.stdout
     for step in ("targets", "tests", "scan", "slow", "sweep", "figure7"):
         assert f"dry {step}" in p.stdout
+
+
+def test_pruning_column_found_by_signature(tmp_path, monkeypatch, capsys):
+    # a kernel with an adaptive threshold that takes floats only: the column runs with the smallest
+    # threshold and says so; the one-pass column, which the kernel lacks, is skipped with the reason
+    def kernel(q, k, v, log_fgate, *, sm_scale=None, adaptive_threshold=None):
+        if torch.is_tensor(adaptive_threshold):
+            raise TypeError("adaptive_threshold must be a float")
+        assert adaptive_threshold is None or adaptive_threshold < -10
+        return forgetting_attention_reference(q, k, v, log_fgate, sm_scale=sm_scale)
+
+    monkeypatch.setattr(bench, "_ours_fn", lambda: kernel)
+    path = str(tmp_path / "run.json")
+    assert bench.main(["--device", "cpu", "--dtype", "fp32", "--shapes", "1,16,2,16", "--fwd-only",
+                       "--impls", "ours,ours_acp,ours_1pass", "--json", path]) == 0
+    (r,) = json.load(open(path))["runs"]["fwd"]
+    assert r["ok"] == {"ours": True, "ours_acp": True}
+    assert "given as one float" in r["notes"]["ours_acp"]
+    assert r["skipped"]["ours_1pass"].startswith("fox_attention_triton has no one-pass backward flag")
+    capsys.readouterr()
+    bench.main(["--report", path])
+    md = capsys.readouterr().out
+    assert "- ours_acp: adaptive_threshold given as one float" in md and "- ours_1pass (1 rows" in md
