@@ -838,6 +838,15 @@ def main(argv=None):
     if args.dry_run:
         print(f"dry run: {len(shapes)} shapes x {modes} x {len(impls)} columns, dtype {args.dtype}, "
               f"gates {args.gates}, json {args.json}" + (f", sweep of {len(configs)} configs" if configs else ""))
+        if configs:
+            try:
+                import kernels.fox_triton as kt
+                how = ("set_config present" if hasattr(kt, "set_config")
+                       else "skipped: kernels.fox_triton has no set_config()")
+            except Exception as e:  # noqa: BLE001
+                how = "skipped: " + _why(e)
+            print(f"  sweep          {how}; configs: " + " | ".join(c or "(shipped)" for c in configs))
+            return 0
         for n in impls:
             print(f"  {n:<14} {availability(n)}")
         return 0

