@@ -153,5 +153,6 @@ if [ "$DRY" = 1 ]; then
 fi
 log "report"
 $B --report "$JSON" >> "$OUT/summary.txt" 2>&1
+rm -f "$OUT"/.bench-*.json        # a temp file left by a step cut while saving (the JSON itself is whole)
 log "done"
 pack
