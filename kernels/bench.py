@@ -550,7 +550,9 @@ def fmt_row(row, impls, mode):
 # the report (no GPU needed)
 # ------------------------------------------------------------------------------------------------
 
-RATIOS = [("ours", "official"), ("ours", "sdpa_cudnn"), ("ours_acp", "official_acp")]
+RATIOS = [("ours", "official"), ("ours", "sdpa_cudnn"), ("ours_acp", "official_acp"), ("ours_acp", "ours"),
+          ("official_acp", "official")]
+PRUNED = ("ours_acp", "official_acp")
 
 
 def _tf(x):
@@ -560,6 +562,38 @@ def _tf(x):
 def target_for(mode, D, T):
     goal = [t for (m, d, T0), t in TARGETS.items() if m == mode and d == D and T >= T0]
     return goal[0] if goal else None
+
+
+def _table(rows, impls, mode, verdicts):
+    """Markdown rows: TF/s per column, the RATIOS among them, and (verdicts given) the target per row."""
+    pairs = [(a, b) for a, b in RATIOS if a in impls and b in impls and (verdicts is not None) == (a not in PRUNED)]
+    out = ["| shape | " + " | ".join(impls + [f"{a} / {b}" for a, b in pairs])
+           + (" | target |" if verdicts is not None else " |"),
+           "|" + " --- |" * (len(impls) + len(pairs) + 1 + (verdicts is not None))]
+    for r in rows:
+        tf, ok = r.get("tflops", {}), r.get("ok", {})
+        if not any(n in tf for n in ([m for m in impls if m in PRUNED] or impls)):
+            continue
+        cells = [(_tf(tf[n]) + ("!" if ok.get(n) is False else "")) if n in tf else "-" for n in impls]
+        cells += [f"{tf[a] / tf[b]:.2f}" if a in tf and b in tf else "-" for a, b in pairs]
+        shape = f"B{r['B']} T{r['T']} H{r['H']} D{r['D']}"
+        if verdicts is None:
+            out.append(f"| {shape} | " + " | ".join(cells) + " |")
+            continue
+        goal = target_for(mode, r["D"], r["T"])
+        if goal is None:
+            met = "-"
+        elif "ours" not in tf:
+            met = f"{goal}: not measured"
+        else:
+            good = tf["ours"] >= goal and ok.get("ours") is not False
+            met = f"{goal}: {'met' if good else 'not met'}"
+        if goal is not None:
+            have = f"{tf['ours']:.0f}" if "ours" in tf else "-"
+            why = " (its output check failed)" if ok.get("ours") is False else ""
+            verdicts.append(f"- {mode} {shape}: ours {have} TF/s against {met.replace(': ', ' TF/s: ')}{why}")
+        out.append(f"| {shape} | " + " | ".join(cells) + f" | {met} |")
+    return out
 
 
 def report(data):
@@ -573,29 +607,16 @@ def report(data):
     verdicts = []
     for mode in ("fwd", "fwd+bwd"):
         rows = data.get("runs", {}).get(mode) or []
-        if not rows:
-            continue
-        impls = [n for n in order if any(n in r.get("tflops", {}) for r in rows)]
-        pairs = [(a, b) for a, b in RATIOS if a in impls and b in impls]
-        out += ["", f"{mode}, TF/s (median of do_bench, dense-causal count; ! = output check failed)", "",
-                "| shape | " + " | ".join(impls + [f"{a} / {b}" for a, b in pairs]) + " | target |",
-                "|" + " --- |" * (len(impls) + len(pairs) + 2)]
-        for r in rows:
-            tf, ok = r.get("tflops", {}), r.get("ok", {})
-            cells = [(_tf(tf[n]) + ("!" if ok.get(n) is False else "")) if n in tf else "-" for n in impls]
-            cells += [f"{tf[a] / tf[b]:.2f}" if a in tf and b in tf else "-" for a, b in pairs]
-            goal, shape = target_for(mode, r["D"], r["T"]), f"B{r['B']} T{r['T']} H{r['H']} D{r['D']}"
-            if goal is None:
-                met = "-"
-            elif "ours" not in tf:
-                met = f"{goal}: not measured"
-            else:
-                good = tf["ours"] >= goal and ok.get("ours") is not False
-                met = f"{goal}: {'met' if good else 'not met'}"
-            if goal is not None:
-                have = f"{tf['ours']:.0f}" if "ours" in tf else "-"
-                verdicts.append(f"- {mode} {shape}: ours {have} TF/s against {met.replace(': ', ' TF/s: ')}")
-            out.append(f"| {shape} | " + " | ".join(cells) + f" | {met} |")
+        timed = [n for n in order if any(n in r.get("tflops", {}) for r in rows)]
+        dense = [n for n in timed if n not in PRUNED]
+        if dense:
+            out += ["", f"{mode}, TF/s (median of do_bench, dense-causal count; ! = output check failed)", ""]
+            out += _table(rows, dense, mode, verdicts)
+        pruned = [n for n in timed if n in PRUNED]
+        if pruned:      # apart from the dense numbers: their speed depends on the gates
+            out += ["", f"{mode}, pruned (adaptive computation pruning on the model's gates), effective TF/s "
+                        "(dense-causal count over their time)", ""]
+            out += _table(rows, pruned + [n for n in ("ours", "official") if n in timed], mode, None)
     if verdicts:
         out += ["", "targets (H200, bf16):"] + verdicts
     errs, skips, notes = {}, {}, {}

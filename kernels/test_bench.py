@@ -114,7 +114,8 @@ def _synthetic():
                     err={n: 2e-3 for n in tf}, skipped=skipped or {})
     return dict(gpu="NVIDIA H200", torch="2.11", triton="3.6", dtype="bf16", gates="heads", tolerance=3.5e-3,
                 impls=["ours", "official", "sdpa_cudnn", "fla"],
-                runs={"fwd": [row(2, 8192, 16, 128, {"ours": 520.0, "official": 340.0, "sdpa_cudnn": 556.0}),
+                runs={"fwd": [row(2, 8192, 16, 128, {"ours": 520.0, "official": 340.0, "sdpa_cudnn": 556.0,
+                                                     "ours_acp": 900.0, "official_acp": 700.0}),
                               row(4, 4096, 32, 64, {"ours": 390.0, "official": 300.0},
                                   ok={"ours": False, "official": True},
                                   skipped={"fla": "flash-linear-attention not installed"})],
@@ -133,6 +134,13 @@ def test_report_tables_ratios_and_targets():
     # above the target but its output check failed: not met, and marked
     assert "| B4 T4096 H32 D64 | 390! | 300 | - | 1.30 | - | 380: not met |" in md
     assert "- fwd B2 T8192 H16 D128: ours 520 TF/s against 500 TF/s: met" in md
+    # pruned runs in a table of their own, against the dense ones
+    assert ("| shape | ours_acp | official_acp | ours | official | ours_acp / official_acp | ours_acp / ours | "
+            "official_acp / official |") in md
+    assert "| B2 T8192 H16 D128 | 900 | 700 | 520 | 340 | 1.29 | 1.73 | 2.06 |" in md
+    assert md.count("| shape | ours | official | sdpa_cudnn |") == 2      # fwd and fwd+bwd, no pruned column
+    assert "| B4 T4096 H32 D64 | - | - |" not in md                       # no pruned row without pruned cells
+    assert "- fwd B4 T4096 H32 D64: ours 390 TF/s against 380 TF/s: not met (its output check failed)" in md
     assert "| ours | 2.0e-03 | " in md and "B4 T4096 H32 D64 |" in md
     assert "- fla (1 rows, e.g. fwd B4 T4096 H32 D64): flash-linear-attention not installed" in md
     assert "| (shipped) | B2 T8192 H16 D128 | 1.8e-03 | 0.0e+00 | 520 | 400 |  |" in md
