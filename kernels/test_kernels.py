@@ -237,25 +237,6 @@ def test_hopper_configs_compile_without_loop_spills(tmp_path):
         assert r["loop_spill"] == 0, f"spills inside the loops: {r}"
 
 
-def test_bench_config_and_merge(tmp_path):
-    import json
-    from kernels import bench
-    assert bench.parse_config("fwd=128,64,8,3; dq=64,32,4,2") == {"fwd": (128, 64, 8, 3), "dq": (64, 32, 4, 2)}
-    assert bench.parse_config("") == {}
-    with pytest.raises(SystemExit, match="config wants"):
-        bench.parse_config("fwd=128,64,x")
-    row = lambda T, **tf: dict(B=1, T=T, H=16, D=128, ms={n: 1.0 for n in tf}, tflops=tf, skipped={})
-    path = tmp_path / "b.json"
-    path.write_text(json.dumps(dict(impls=["ours"], runs={"fwd": [row(8192, ours=300.0)]})))
-    bench.merge_into(path, dict(impls=["flex"], runs={"fwd": [row(8192, flex=150.0), row(2048, flex=90.0)],
-                                                      "fwd+bwd": [row(8192, flex=80.0)]}))
-    got = json.loads(path.read_text())
-    assert got["impls"] == ["ours", "flex"]
-    assert got["runs"]["fwd"][0]["tflops"] == {"ours": 300.0, "flex": 150.0}
-    assert [r["T"] for r in got["runs"]["fwd"]] == [8192, 2048]
-    assert got["runs"]["fwd+bwd"][0]["tflops"] == {"flex": 80.0}
-
-
 def test_launch_steps_down_when_out_of_resources():
     """A GPU with less shared memory than a config needs gets the next smaller config, and the
     choice is remembered; only when the smallest fails too does the error reach the caller."""
@@ -287,15 +268,3 @@ def test_launch_steps_down_when_out_of_resources():
             kt._launch("fwd", Kernel(0), 100, 1, dev, 256, torch.bfloat16, (), {})
     finally:
         kt._FALLBACK.pop(key, None)
-
-
-def test_bench_report_tables():
-    from kernels import bench
-    row = lambda B, T, H, D, **tf: dict(B=B, T=T, H=H, D=D, ms={}, tflops=tf, skipped={})
-    data = dict(gpu="GPU", impls=["ours", "sdpa_cudnn"],
-                runs={"fwd": [row(2, 8192, 16, 128, ours=520.0, sdpa_cudnn=560.0), row(8, 2048, 16, 128, ours=300.0)],
-                      "fwd+bwd": [row(2, 8192, 16, 128, ours=400.0, sdpa_cudnn=500.0)]})
-    text = bench.report(data)
-    assert "| B2 T8192 H16 D128 | 520 | 560 | 0.93 | - | 500: met |" in text
-    assert "| B8 T2048 H16 D128 | 300 | - | - | - | - |" in text          # no target below T = 8192
-    assert "| B2 T8192 H16 D128 | 400 | 500 | 0.80 | - | 450: not met |" in text
