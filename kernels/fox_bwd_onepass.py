@@ -33,6 +33,7 @@ _cast) and the packed-sequence bounds (_seq_bounds). These are fox_triton's priv
 imported by name below; a rename there raises ImportError here naming the missing one.
 """
 import math
+import os
 
 import torch
 import triton
@@ -68,11 +69,11 @@ _interpreting = _need("_interpreting")
 
 @triton.jit
 def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, cl_base,
-                   lse_base, delta_base, wq_base, wr_base, s_qt, lo, hi, Tq, off, qk_scale,
+                   lse_base, delta_base, wq_base, wr_base, s_qt, s_wd, lo, hi, Tq, off, qk_scale,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
     # one key block (BLOCK_N keys) against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles.
-    # wq_base: this key block's (T_q, D) float32 slice of the dQ workspace; wr_base: its (T_q,)
-    # slice of the rowsum(dS) workspace.
+    # wq_base: this key block's (D, T_q) float32 slice of the dQ workspace (row stride s_wd);
+    # wr_base: its (T_q,) slice of the rowsum(dS) workspace.
     offs_d = tl.arange(0, D)
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
@@ -95,8 +96,10 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, 
         dsT = pT * (dpT - delta[None, :])
         ds16 = _cast(dsT, q.dtype, PREC)                  # one rounding, shared by dK and dQ
         dk += _dot(ds16, q, PREC)
-        dq_part = _dot(tl.trans(ds16), k, PREC)                         # (BLOCK_M, D) float32
-        tl.store(wq_base + rows[:, None] * D + offs_d[None, :], dq_part, mask=m_ok[:, None])
+        # dQ's partial transposed, K^T dS: (D, BLOCK_M), so that the product's M dimension is D
+        # (64-row wgmma tiles need M >= 64; BLOCK_M is 16-32 here)
+        dq_part = _dot(tl.trans(k), ds16, PREC)                         # (D, BLOCK_M) float32
+        tl.store(wq_base + offs_d[:, None] * s_wd + rows[None, :], dq_part, mask=m_ok[None, :])
         tl.store(wr_base + rows, tl.sum(dsT, 0), mask=m_ok)              # rowsum_i(dS), this block
         dc -= tl.sum(dsT, 1)                                             # d c_j = -colsum_j(dS)
     return dk, dv, dc
@@ -105,7 +108,7 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
 def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, CU,
                         s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
-                        s_ob, s_ot, s_oh, s_wb, s_wh, s_wn, s_rb, s_rh, s_rn,
+                        s_ob, s_ot, s_oh, s_wb, s_wh, s_wn, s_wd, s_rb, s_rh, s_rn,
                         H, GROUP, TQ, TK, qk_scale, sm_scale, h0, hc,
                         D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         VARLEN: tl.constexpr, PREC: tl.constexpr):
@@ -115,7 +118,7 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, CU,
     #   DK, DV: (B, Tk, H, D) float32 parts under GQA (summed over the group by the caller), else
     #           (B, Tk, Hkv, D) in k's dtype, both at head index h with strides s_o*;
     #   DC:     (B, H, Tk) float32, -colsum(dS);
-    #   WQ:     (B, hc, n_key_blocks, Tq, D) float32, this key block's dS K (unscaled);
+    #   WQ:     (B, hc, n_key_blocks, D, Tq) float32, this key block's (dS K)^T (unscaled);
     #   WR:     (B, hc, n_key_blocks, Tq) float32, this key block's rowsum(dS).
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -141,7 +144,7 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, CU,
     q_off = b64 * s_qb + t64 * s_qt + h * s_qh
     l_off = b64 * s_lb + h * s_lh + bos
     # workspace rows are the token positions of q (bos + row in a packed batch)
-    w_off = b64 * s_wb + hw.to(tl.int64) * s_wh + pid_n.to(tl.int64) * s_wn + t64 * D
+    w_off = b64 * s_wb + hw.to(tl.int64) * s_wh + pid_n.to(tl.int64) * s_wn + t64
     r_off = b64 * s_rb + hw.to(tl.int64) * s_rh + pid_n.to(tl.int64) * s_rn + t64
     # anchor a = first key of the block: w_j = c_a - c_j here, u_i = c_i - c_a per query block
     ha = tl.load(CH + c_off + n0)
@@ -156,11 +159,11 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, CU,
     m_full = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - off, 0), BLOCK_M) * BLOCK_M
     dk, dv, dc = _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off,
-                                WQ + w_off, WR + r_off, s_qt, m_lo, tl.minimum(m_full, Tq), Tq,
+                                WQ + w_off, WR + r_off, s_qt, s_wd, m_lo, tl.minimum(m_full, Tq), Tq,
                                 off, qk_scale, D, BLOCK_M, True, PREC)
     dk, dv, dc = _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off,
-                                WQ + w_off, WR + r_off, s_qt, m_full, Tq, Tq,
+                                WQ + w_off, WR + r_off, s_qt, s_wd, m_full, Tq, Tq,
                                 off, qk_scale, D, BLOCK_M, False, PREC)
     tl.store(DC + c_off + cols, dc, mask=n_ok)
     o_ptr = b64 * s_ob + t64 * s_ot + h * s_oh + cols[:, None] * s_ot + offs_d[None, :]
@@ -170,7 +173,7 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, CU,
 
 @triton.jit(do_not_specialize=["TQ", "TK"])
 def _dq_reduce_kernel(WQ, WR, DQ, DR, CU,
-                      s_qb, s_qt, s_qh, s_lb, s_lh, s_wb, s_wh, s_wn, s_rb, s_rh, s_rn,
+                      s_qb, s_qt, s_qh, s_lb, s_lh, s_wb, s_wh, s_wn, s_wd, s_rb, s_rh, s_rn,
                       H, TQ, TK, sm_scale, h0, hc,
                       D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       VARLEN: tl.constexpr, PREC: tl.constexpr):
@@ -196,7 +199,7 @@ def _dq_reduce_kernel(WQ, WR, DQ, DR, CU,
     # key block n starts its loop at query block floor(max(n0 - off, 0) / BLOCK_M): it reached
     # this block iff n0 <= off + m0 + BLOCK_M - 1
     n_last = tl.minimum((off + m0 + BLOCK_M - 1) // BLOCK_N, tl.cdiv(Tk, BLOCK_N) - 1)
-    w_ptr = WQ + b64 * s_wb + hw.to(tl.int64) * s_wh + (t64 + rows[:, None]) * D + offs_d[None, :]
+    w_ptr = WQ + b64 * s_wb + hw.to(tl.int64) * s_wh + t64 + rows[:, None] + offs_d[None, :] * s_wd
     r_ptr = WR + b64 * s_rb + hw.to(tl.int64) * s_rh + t64 + rows
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     dr = tl.zeros([BLOCK_M], tl.float32)
@@ -216,7 +219,7 @@ def _dq_reduce_kernel(WQ, WR, DQ, DR, CU,
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) of the one-pass kernel; the reducer uses the same
 # BLOCK_M, BLOCK_N (it must) with its own warps. Hopper rows: picked from sm_90 compile readings
 # (kernels/NOTES.md, "One-pass backward"), never timed.
-_HOPPER = {32: (64, 128, 8, 2), 64: (64, 128, 8, 2), 128: (32, 128, 8, 2), 256: (16, 32, 4, 1)}
+_HOPPER = {32: (32, 128, 8, 3), 64: (32, 128, 8, 3), 128: (16, 128, 8, 2), 256: (16, 32, 4, 1)}
 _AMPERE = {32: (32, 64, 4, 2), 64: (32, 64, 4, 2), 128: (32, 64, 4, 2), 256: (16, 32, 4, 1)}
 _SAFE = (16, 32, 4, 1)
 _TINY = (16, 16, 4, 1)
@@ -255,7 +258,7 @@ def _configs(device, D):
 
 
 def _heads_per_chunk(B, H, n_blocks, Tq, D, workspace_bytes):
-    """Query heads per launch so that the (B, heads, n_blocks, Tq, D + 1) float32 workspace stays
+    """Query heads per launch so that the (B, heads, n_blocks, D + 1, Tq) float32 workspace stays
     within workspace_bytes; at least one head (one head's workspace is the floor)."""
     per_head = B * n_blocks * Tq * (D + 1) * 4
     if workspace_bytes is None:
@@ -322,7 +325,7 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
     for i, (bm, bn, warps, stages) in enumerate(chain):
         n_blocks = triton.cdiv(max(n_rows, 1), bn)
         hc = _heads_per_chunk(B, H, n_blocks, Tq, D, workspace_bytes)
-        wq = torch.empty(B, hc, n_blocks, Tq, D, device=q.device, dtype=torch.float32)
+        wq = torch.empty(B, hc, n_blocks, D, Tq, device=q.device, dtype=torch.float32)
         wr = torch.empty(B, hc, n_blocks, Tq, device=q.device, dtype=torch.float32)
         try:
             for h0 in range(0, H, hc):
@@ -332,14 +335,16 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
                     q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                     ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1),
                     dk.stride(0), dk.stride(1), dk.stride(2),
-                    wq.stride(0), wq.stride(1), wq.stride(2), wr.stride(0), wr.stride(1), wr.stride(2),
+                    wq.stride(0), wq.stride(1), wq.stride(2), wq.stride(3),
+                    wr.stride(0), wr.stride(1), wr.stride(2),
                     H, H // Hkv, Tq, Tk, sm_scale * LOG2E, sm_scale, h0, hcur,
                     D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=varlen, PREC=prec,
                     num_warps=warps, num_stages=stages)
                 _dq_reduce_kernel[(triton.cdiv(max(max_seqlen if varlen else Tq, 1), bm), nb * hcur)](
                     wq, wr, dq, dr, cu,
                     q.stride(0), q.stride(1), q.stride(2), lse.stride(0), lse.stride(1),
-                    wq.stride(0), wq.stride(1), wq.stride(2), wr.stride(0), wr.stride(1), wr.stride(2),
+                    wq.stride(0), wq.stride(1), wq.stride(2), wq.stride(3),
+                    wr.stride(0), wr.stride(1), wr.stride(2),
                     H, Tq, Tk, sm_scale, h0, hcur,
                     D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=varlen, PREC=prec, num_warps=4)
             break
@@ -383,3 +388,101 @@ def fox_attention_onepass(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_
         raise ValueError(f"sm_scale must be a finite positive number; got {sm_scale!r}")
     return _FoxAttentionOnePass.apply(q.contiguous(), k.contiguous(), v.contiguous(),
                                       log_fgate.contiguous(), scale, cu_seqlens, max_seqlen)
+
+
+# ----------------------------------------------------------------------------------------------
+# what the kernel compiles to on Hopper, without a GPU
+# ----------------------------------------------------------------------------------------------
+
+def _loop_counts(cache_dir):
+    """Instructions per iteration of the longest loop (the span of a backward branch) in the
+    cubin compiled into cache_dir, with its HGMMA, MUFU (exp2), FFMA/FADD/FMUL and STG counts."""
+    import collections
+    import glob
+    import re
+    import subprocess
+    from . import resources
+    cubins = glob.glob(os.path.join(cache_dir, "**", "*.cubin"), recursive=True)
+    if len(cubins) != 1:
+        return {}
+    sass = subprocess.run([resources._bin("cuobjdump"), "-sass", cubins[0]], capture_output=True,
+                          text=True, check=True).stdout
+    ins = [(int(a, 16), op) for a, op in
+           re.findall(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", sass, re.M)]
+    spans = [(int(t, 16), a) for a, op, rest in
+             re.findall(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?(BRA)(.*)$", sass, re.M)
+             for t in re.findall(r"0x([0-9a-f]+)", rest)[:1] for a in [int(a, 16)] if int(t, 16) < a]
+    if not spans:
+        return {}
+    lo, hi = max(spans, key=lambda s: s[1] - s[0])
+    ops = collections.Counter(op for a, op in ins if lo <= a <= hi)
+    return dict(loop_ins=sum(ops.values()),
+                loop_ops={k: ops[k] for k in ("HGMMA", "HMMA", "MUFU", "FFMA", "FADD", "FMUL", "STG", "LDG",
+                                               "LDGSTS", "LDS", "STS")})
+
+
+def compile_reading(D, cfg, dtype="bf16", group=1, arch=90, name="onepass", fn=None):
+    """Compile the one-pass kernel for sm_`arch` ahead of time (kernels/resources.py's method: the
+    ptxas and cuobjdump Triton ships, the launch-time specialisation of the benchmark shapes) with
+    cfg = (BLOCK_M, BLOCK_N, num_warps, num_stages); return resources' reading (registers, stack,
+    loop spills, shared memory, HGMMA/HMMA/LDGSTS counts) plus ptxas's warnings and performance
+    notes (C7512 / C7515: "wgmma.mma_async instructions are serialized", with the reason). `name`
+    and `fn` read another kernel the same way (e.g. "dkdv", fox_triton._bwd_dkdv_kernel). Needs a
+    process without TRITON_INTERPRET."""
+    import contextlib
+    import io
+    import tempfile
+    from . import resources
+    knobs = triton.knobs
+    old = knobs.nvidia.dump_ptxas_log, knobs.cache.dir
+    out = io.StringIO()
+    with tempfile.TemporaryDirectory() as tmp:
+        knobs.nvidia.dump_ptxas_log, knobs.cache.dir = True, tmp      # a fresh compile: ptxas runs
+        try:
+            with contextlib.redirect_stdout(out):
+                row = resources.compile_sm90(name, D, tuple(cfg), dtype, group,
+                                             fn=fn or _bwd_onepass_kernel, arch=arch)
+            if "error" not in row:
+                row.update(_loop_counts(tmp))
+        finally:
+            knobs.nvidia.dump_ptxas_log, knobs.cache.dir = old
+    log = out.getvalue()
+    row["ptxas_warnings"] = sorted({line.split(":", 1)[-1].strip()[:160] for line in log.splitlines()
+                                    if "warning" in line.lower() or "Performance Loss" in line})
+    row["wgmma_serialized"] = "serialized" in log
+    row["ptxas_log_lines"] = len(log.splitlines())      # 0 would mean ptxas never ran
+    return row
+
+
+def main():
+    import argparse
+    import json
+    ap = argparse.ArgumentParser(description="sm_90 compile readings of the one-pass backward (no GPU)")
+    ap.add_argument("--d", default="64,128", help="comma-separated head dims")
+    ap.add_argument("--cfg", action="append", default=[],
+                    help="BLOCK_M,BLOCK_N,warps,stages (repeatable); default: the shipped Hopper config")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--group", type=int, default=1)
+    ap.add_argument("--kernel", default="onepass", choices=["onepass", "fwd", "dkdv", "dq"],
+                    help="read fox_triton's shipped kernels the same way, for comparison")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    from . import resources
+    fn = None if args.kernel == "onepass" else resources._KERNELS[args.kernel]
+    rows = []
+    for D in (int(d) for d in args.d.split(",")):
+        default = _HOPPER.get(D, _SAFE) if fn is None else resources.shipped(args.kernel, D)
+        for cfg in [tuple(int(x) for x in c.split(",")) for c in args.cfg] or [default]:
+            r = compile_reading(D, cfg, args.dtype, args.group, name=args.kernel, fn=fn)
+            rows.append(r)
+            print(json.dumps({k: r[k] for k in r if k not in ("arch",)}), flush=True)
+    if args.json:
+        import os
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(dict(triton=triton.__version__, rows=rows), f, indent=1)
+        os.replace(tmp, args.json)
+
+
+if __name__ == "__main__":
+    main()
