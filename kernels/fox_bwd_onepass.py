@@ -69,11 +69,19 @@ _interpreting = _need("_interpreting")
 
 @triton.jit
 def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, cl_base,
-                   lse_base, delta_base, wq_base, wr_base, s_qt, s_wd, lo, hi, Tq, off, qk_scale,
-                   D: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
-    # one key block (BLOCK_N keys) against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles.
-    # wq_base: this key block's (D, T_q) float32 slice of the dQ workspace (row stride s_wd);
-    # wr_base: its (T_q,) slice of the rowsum(dS) workspace.
+                   lse_base, delta_base, wq_base, wr_base, sem_base, dq_base, dr_base, n, n_kb,
+                   s_qt, s_wd, lo, hi, Tq, off, qk_scale, sm_scale,
+                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
+                   PREC: tl.constexpr, ORDERED: tl.constexpr):
+    # key block n (of n_kb; BLOCK_N keys) against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles.
+    # wq_base: a (D, T_q) float32 slice of the dQ workspace (row stride s_wd); wr_base: a (T_q,)
+    # slice of the rowsum(dS) workspace. Without ORDERED the slices are this key block's own and
+    # every tile writes its partial there. With ORDERED they are shared by all key blocks: the
+    # key blocks reaching query block m add into them one at a time, from the last key block down
+    # to key block 0, each waiting until the counter sem_base[m / BLOCK_M] says that all later ones
+    # have added; key block 0 writes the finished, scaled dq (dq_base: (Tq, D), stride s_qt) and
+    # rowsum(dS) (dr_base) instead. A fixed order again, so deterministic, and the workspace is
+    # one float32 dq (B, H, D, Tq) instead of n_kb of them.
     offs_d = tl.arange(0, D)
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
@@ -99,19 +107,41 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, 
         # dQ's partial transposed, K^T dS: (D, BLOCK_M), so that the product's M dimension is D
         # (64-row wgmma tiles need M >= 64; BLOCK_M is 16-32 here)
         dq_part = _dot(tl.trans(k), ds16, PREC)                         # (D, BLOCK_M) float32
-        tl.store(wq_base + offs_d[:, None] * s_wd + rows[None, :], dq_part, mask=m_ok[None, :])
-        tl.store(wr_base + rows, tl.sum(dsT, 0), mask=m_ok)              # rowsum_i(dS), this block
+        rs = tl.sum(dsT, 0)                                              # rowsum_i(dS), this block
+        w_ptr = wq_base + offs_d[:, None] * s_wd + rows[None, :]
+        if ORDERED:
+            sem = sem_base + m0 // BLOCK_M
+            # key blocks after n that reach query block m0 (the reducer's n_last, minus n)
+            ahead = tl.minimum((off + m0 + BLOCK_M - 1) // BLOCK_N, n_kb - 1) - n
+            while tl.atomic_add(sem, 0, sem="acquire") < ahead:
+                pass
+            tl.debug_barrier()              # no thread reads the sum before the counter says so
+            if ahead > 0:                   # .cg: read L2, where the other programs' stores are
+                dq_part += tl.load(w_ptr, mask=m_ok[None, :], other=0.0, cache_modifier=".cg")
+                rs += tl.load(wr_base + rows, mask=m_ok, other=0.0, cache_modifier=".cg")
+            if n == 0:                      # the last contribution: the finished dq and rowsum
+                tl.store(dq_base + rows[None, :] * s_qt + offs_d[:, None],
+                         _cast(dq_part * sm_scale, dq_base.dtype.element_ty, PREC), mask=m_ok[None, :])
+                tl.store(dr_base + rows, rs, mask=m_ok)
+            else:
+                tl.store(w_ptr, dq_part, mask=m_ok[None, :])
+                tl.store(wr_base + rows, rs, mask=m_ok)
+                tl.debug_barrier()          # every thread's stores precede the release
+                tl.atomic_add(sem, 1, sem="release")
+        else:
+            tl.store(w_ptr, dq_part, mask=m_ok[None, :])
+            tl.store(wr_base + rows, rs, mask=m_ok)
         dc -= tl.sum(dsT, 1)                                             # d c_j = -colsum_j(dS)
     return dk, dv, dc
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, CU,
+def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, SEM, DQ, DR, CU,
                         s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
-                        s_ob, s_ot, s_oh, s_wb, s_wh, s_wn, s_wd, s_rb, s_rh, s_rn,
+                        s_ob, s_ot, s_oh, s_wb, s_wh, s_wn, s_wd, s_rb, s_rh, s_rn, s_sb, s_sh,
                         H, GROUP, TQ, TK, qk_scale, sm_scale, h0, hc,
                         D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        VARLEN: tl.constexpr, PREC: tl.constexpr):
+                        VARLEN: tl.constexpr, PREC: tl.constexpr, ORDERED: tl.constexpr):
     # one program: BLOCK_N keys, one batch row (or packed sequence) and one query head h of the
     # chunk [h0, h0 + hc). q, do: (B, Tq, H, D); k, v: (B, Tk, Hkv, D); CH, CL: the hi and lo words
     # of log2(e) * c, (B, H, Tk) float32; LSE, DELTA: (B, H, Tq) float32. Writes
@@ -120,14 +150,27 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, CU,
     #   DC:     (B, H, Tk) float32, -colsum(dS);
     #   WQ:     (B, hc, n_key_blocks, D, Tq) float32, this key block's (dS K)^T (unscaled);
     #   WR:     (B, hc, n_key_blocks, Tq) float32, this key block's rowsum(dS).
+    # With ORDERED: WQ (B, hc, 1, D, Tq) and WR (B, hc, 1, Tq) are running sums, SEM (programs
+    # rows, hc, query blocks) int32 zeros their counters, and the finished dq (B, Tq, H, D) and
+    # rowsum(dS) (B, H, Tq) go to DQ and DR. Key blocks then run from the last to the first
+    # (program 0 holds the last): a key block waits only on later ones, which the GPU started
+    # earlier (blocks are dispatched in index order), so a resident program never waits on one
+    # that cannot start.
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     hw = pid_bh % hc                                # head within the workspace chunk
     h = h0 + hw
     b, bos, Tq, Tk = _seq_bounds(CU, pid_bh // hc, TQ, TK, VARLEN)
-    n0 = pid_n * BLOCK_N
-    if n0 >= Tk:
+    n_kb = tl.cdiv(Tk, BLOCK_N)
+    if pid_n >= n_kb:
         return
+    if ORDERED:
+        n = n_kb - 1 - pid_n                        # this program's key block: the last first
+        slot = (n * 0).to(tl.int64)                 # the one shared workspace slice
+    else:
+        n = pid_n                                   # the first (longest) first
+        slot = n.to(tl.int64)                       # its own workspace slice
+    n0 = n * BLOCK_N
     off = Tk - Tq
     b64 = b.to(tl.int64)
     t64 = bos.to(tl.int64)
@@ -144,8 +187,9 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, CU,
     q_off = b64 * s_qb + t64 * s_qt + h * s_qh
     l_off = b64 * s_lb + h * s_lh + bos
     # workspace rows are the token positions of q (bos + row in a packed batch)
-    w_off = b64 * s_wb + hw.to(tl.int64) * s_wh + pid_n.to(tl.int64) * s_wn + t64
-    r_off = b64 * s_rb + hw.to(tl.int64) * s_rh + pid_n.to(tl.int64) * s_rn + t64
+    w_off = b64 * s_wb + hw.to(tl.int64) * s_wh + slot * s_wn + t64
+    r_off = b64 * s_rb + hw.to(tl.int64) * s_rh + slot * s_rn + t64
+    sem_base = SEM + (pid_bh // hc) * s_sb + hw * s_sh
     # anchor a = first key of the block: w_j = c_a - c_j here, u_i = c_i - c_a per query block
     ha = tl.load(CH + c_off + n0)
     la = tl.load(CL + c_off + n0)
@@ -159,12 +203,14 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, CU,
     m_full = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - off, 0), BLOCK_M) * BLOCK_M
     dk, dv, dc = _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off,
-                                WQ + w_off, WR + r_off, s_qt, s_wd, m_lo, tl.minimum(m_full, Tq), Tq,
-                                off, qk_scale, D, BLOCK_M, True, PREC)
+                                WQ + w_off, WR + r_off, sem_base, DQ + q_off, DR + l_off, n, n_kb,
+                                s_qt, s_wd, m_lo, tl.minimum(m_full, Tq), Tq, off, qk_scale, sm_scale,
+                                D, BLOCK_M, BLOCK_N, True, PREC, ORDERED)
     dk, dv, dc = _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off,
-                                WQ + w_off, WR + r_off, s_qt, s_wd, m_full, Tq, Tq,
-                                off, qk_scale, D, BLOCK_M, False, PREC)
+                                WQ + w_off, WR + r_off, sem_base, DQ + q_off, DR + l_off, n, n_kb,
+                                s_qt, s_wd, m_full, Tq, Tq, off, qk_scale, sm_scale,
+                                D, BLOCK_M, BLOCK_N, False, PREC, ORDERED)
     tl.store(DC + c_off + cols, dc, mask=n_ok)
     o_ptr = b64 * s_ob + t64 * s_ot + h * s_oh + cols[:, None] * s_ot + offs_d[None, :]
     tl.store(DK + o_ptr, _cast(dk * sm_scale, DK.dtype.element_ty, PREC), mask=n_ok[:, None])
@@ -270,8 +316,11 @@ def _heads_per_chunk(B, H, n_blocks, Tq, D, workspace_bytes):
 # the backward
 # ----------------------------------------------------------------------------------------------
 
+DQ_MODES = ("workspace", "ordered")
+
+
 def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=None, max_seqlen=None,
-                    workspace_bytes=None):
+                    dq_mode="workspace", workspace_bytes=None):
     """Gradients of causal forgetting attention from the shipped forward's saved tensors.
 
     q:          (B, Tq, H, D)    bf16 / fp16 / fp32, contiguous
@@ -286,12 +335,21 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
     sm_scale:   float
     cu_seqlens: optional int32 (N + 1,) packed-sequence offsets (B == 1, Tq == Tk); then
                 max_seqlen (int) is the longest sequence
-    workspace_bytes: optional bound on the float32 dQ workspace; heads are launched in chunks to
-                respect it (one head at least). None: all heads at once,
-                B * H * ceil(Tk / BLOCK_N) * Tq * (D + 1) * 4 bytes.
+    dq_mode:    "workspace": every key block writes its float32 dQ partial to its own slice,
+                B * H * ceil(Tk / BLOCK_N) * (D + 1) * Tq * 4 bytes (allocated; the causal half is
+                written and read), summed by a second kernel in key-block order. "ordered": the key
+                blocks of a query block add into one float32 running sum, B * H * (D + 1) * Tq * 4
+                bytes, one after another in a fixed order (counters in global memory, spin waits;
+                relies on the GPU starting blocks in index order, as FlashAttention-3's
+                deterministic mode does). Both are bitwise deterministic; they sum in different
+                orders, so they differ from each other by float32 rounding.
+    workspace_bytes: "workspace" only: bound on the workspace; heads are launched in chunks to
+                respect it (one head at least). None: all heads at once.
     Returns (dq, dk, dv, dlog_fgate): dq (B, Tq, H, D), dk and dv (B, Tk, Hkv, D) in q's dtype,
-    dlog_fgate (B, Tk, H) float32. Bitwise deterministic (no atomics, fixed summation orders).
+    dlog_fgate (B, Tk, H) float32.
     """
+    if dq_mode not in DQ_MODES:
+        raise ValueError(f"dq_mode must be one of {DQ_MODES}; got {dq_mode!r}")
     B, Tq, H, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
     varlen = cu_seqlens is not None
@@ -300,6 +358,7 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do)):
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
+    ordered = dq_mode == "ordered"
     nb = cu_seqlens.numel() - 1 if varlen else B
     prec = _precision(q.dtype)
     cu = cu_seqlens if varlen else lse              # any pointer: unused when not varlen
@@ -324,22 +383,28 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
     chain = _configs(q.device, D)
     for i, (bm, bn, warps, stages) in enumerate(chain):
         n_blocks = triton.cdiv(max(n_rows, 1), bn)
-        hc = _heads_per_chunk(B, H, n_blocks, Tq, D, workspace_bytes)
-        wq = torch.empty(B, hc, n_blocks, D, Tq, device=q.device, dtype=torch.float32)
-        wr = torch.empty(B, hc, n_blocks, Tq, device=q.device, dtype=torch.float32)
+        slices = 1 if ordered else n_blocks
+        hc = H if ordered else _heads_per_chunk(B, H, n_blocks, Tq, D, workspace_bytes)
+        wq = torch.empty(B, hc, slices, D, Tq, device=q.device, dtype=torch.float32)
+        wr = torch.empty(B, hc, slices, Tq, device=q.device, dtype=torch.float32)
         try:
             for h0 in range(0, H, hc):
                 hcur = min(hc, H - h0)
+                # counters, one per (program row, head, query block); zeroed for every launch
+                sem = torch.zeros(nb if ordered else 1, hcur, triton.cdiv(max(n_rows, 1), bm) if ordered else 1,
+                                  device=q.device, dtype=torch.int32)
                 _bwd_onepass_kernel[(n_blocks, nb * hcur)](
-                    q, k, v, do, ch, cl, lse, delta, dk, dv, dc, wq, wr, cu,
+                    q, k, v, do, ch, cl, lse, delta, dk, dv, dc, wq, wr, sem, dq, dr, cu,
                     q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                     ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1),
                     dk.stride(0), dk.stride(1), dk.stride(2),
                     wq.stride(0), wq.stride(1), wq.stride(2), wq.stride(3),
-                    wr.stride(0), wr.stride(1), wr.stride(2),
+                    wr.stride(0), wr.stride(1), wr.stride(2), sem.stride(0), sem.stride(1),
                     H, H // Hkv, Tq, Tk, sm_scale * LOG2E, sm_scale, h0, hcur,
-                    D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=varlen, PREC=prec,
+                    D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=varlen, PREC=prec, ORDERED=ordered,
                     num_warps=warps, num_stages=stages)
+                if ordered:
+                    continue
                 _dq_reduce_kernel[(triton.cdiv(max(max_seqlen if varlen else Tq, 1), bm), nb * hcur)](
                     wq, wr, dq, dr, cu,
                     q.stride(0), q.stride(1), q.stride(2), lse.stride(0), lse.stride(1),
@@ -360,34 +425,44 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
 
 
 class _FoxAttentionOnePass(_FoxAttention):
-    """fox_triton's forward (inherited as is) with the one-pass backward."""
+    """fox_triton's forward (called as is) with the one-pass backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, log_fgate, sm_scale, cu_seqlens, max_seqlen, dq_mode):
+        ctx.dq_mode = dq_mode
+        return _FoxAttention.forward(ctx, q, k, v, log_fgate, sm_scale, cu_seqlens, max_seqlen)
 
     @staticmethod
     def backward(ctx, do):
         # the forward's saved tensors, in fox_triton._FoxAttention.forward's order
         q, k, v, o, o_res, lse, ch, cl, cu_seqlens = ctx.saved_tensors
         dq, dk, dv, dlog = fox_bwd_onepass(q, k, v, o, o_res if ctx.res else None, do.contiguous(),
-                                           lse, ch, cl, ctx.sm_scale, cu_seqlens, ctx.max_seqlen)
-        return dq, dk, dv, dlog, None, None, None
+                                           lse, ch, cl, ctx.sm_scale, cu_seqlens, ctx.max_seqlen,
+                                           dq_mode=ctx.dq_mode)
+        return dq, dk, dv, dlog, None, None, None, None
 
 
-def fox_attention_onepass(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_seqlens=None):
+def fox_attention_onepass(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_seqlens=None,
+                          dq_mode="workspace"):
     """Causal forgetting attention: fox_triton's fused forward, the one-pass backward.
 
     Same arguments, shapes, dtypes, errors and result as kernels.fox_attention_triton:
     q (B, T_q, H, D), k and v (B, T_k, H_kv, D), log_fgate (B, T_k, H) float32, optional int32
     cu_seqlens (N + 1,) with B == 1; returns o (B, T_q, H, D) in q's dtype. Gradients dq, dk, dv in
-    the input dtype and dlog_fgate float32, bitwise deterministic.
+    the input dtype and dlog_fgate float32, bitwise deterministic. dq_mode: how dQ's key-block
+    partials are summed, "workspace" or "ordered" (fox_bwd_onepass).
     """
     if not causal:
         raise NotImplementedError("fox_attention_onepass: causal=False (the symmetric decay "
                                   "-|c_i - c_j|) has no kernel; use forgetting_attention_reference")
+    if dq_mode not in DQ_MODES:
+        raise ValueError(f"dq_mode must be one of {DQ_MODES}; got {dq_mode!r}")
     max_seqlen = _validate(q, k, v, log_fgate, cu_seqlens)
     scale = q.shape[-1] ** -0.5 if sm_scale is None else float(sm_scale)
     if not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"sm_scale must be a finite positive number; got {sm_scale!r}")
     return _FoxAttentionOnePass.apply(q.contiguous(), k.contiguous(), v.contiguous(),
-                                      log_fgate.contiguous(), scale, cu_seqlens, max_seqlen)
+                                      log_fgate.contiguous(), scale, cu_seqlens, max_seqlen, dq_mode)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -421,7 +496,7 @@ def _loop_counts(cache_dir):
                                                "LDGSTS", "LDS", "STS")})
 
 
-def compile_reading(D, cfg, dtype="bf16", group=1, arch=90, name="onepass", fn=None):
+def compile_reading(D, cfg, dtype="bf16", group=1, arch=90, name="onepass", fn=None, ordered=False):
     """Compile the one-pass kernel for sm_`arch` ahead of time (kernels/resources.py's method: the
     ptxas and cuobjdump Triton ships, the launch-time specialisation of the benchmark shapes) with
     cfg = (BLOCK_M, BLOCK_N, num_warps, num_stages); return resources' reading (registers, stack,
@@ -436,16 +511,25 @@ def compile_reading(D, cfg, dtype="bf16", group=1, arch=90, name="onepass", fn=N
     knobs = triton.knobs
     old = knobs.nvidia.dump_ptxas_log, knobs.cache.dir
     out = io.StringIO()
+    consts = {} if fn is not None else dict(ORDERED=ordered)
+    compile_ = triton.compile
+
+    def compile_i32_sem(src, *a, **kw):      # resources types every other pointer as float32
+        if "SEM" in getattr(src, "signature", {}):
+            src.signature["SEM"] = "*i32"
+        return compile_(src, *a, **kw)
     with tempfile.TemporaryDirectory() as tmp:
         knobs.nvidia.dump_ptxas_log, knobs.cache.dir = True, tmp      # a fresh compile: ptxas runs
+        triton.compile = compile_i32_sem
         try:
             with contextlib.redirect_stdout(out):
                 row = resources.compile_sm90(name, D, tuple(cfg), dtype, group,
-                                             fn=fn or _bwd_onepass_kernel, arch=arch)
+                                             fn=fn or _bwd_onepass_kernel, arch=arch, **consts)
             if "error" not in row:
                 row.update(_loop_counts(tmp))
         finally:
             knobs.nvidia.dump_ptxas_log, knobs.cache.dir = old
+            triton.compile = compile_
     log = out.getvalue()
     row["ptxas_warnings"] = sorted({line.split(":", 1)[-1].strip()[:160] for line in log.splitlines()
                                     if "warning" in line.lower() or "Performance Loss" in line})
@@ -465,6 +549,7 @@ def main():
     ap.add_argument("--group", type=int, default=1)
     ap.add_argument("--kernel", default="onepass", choices=["onepass", "fwd", "dkdv", "dq"],
                     help="read fox_triton's shipped kernels the same way, for comparison")
+    ap.add_argument("--ordered", action="store_true", help='the dq_mode="ordered" variant')
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     from . import resources
@@ -473,7 +558,9 @@ def main():
     for D in (int(d) for d in args.d.split(",")):
         default = _HOPPER.get(D, _SAFE) if fn is None else resources.shipped(args.kernel, D)
         for cfg in [tuple(int(x) for x in c.split(",")) for c in args.cfg] or [default]:
-            r = compile_reading(D, cfg, args.dtype, args.group, name=args.kernel, fn=fn)
+            r = compile_reading(D, cfg, args.dtype, args.group, name=args.kernel, fn=fn,
+                                ordered=args.ordered)
+            r["ordered"] = args.ordered
             rows.append(r)
             print(json.dumps({k: r[k] for k in r if k not in ("arch",)}), flush=True)
     if args.json:

@@ -49,22 +49,34 @@ def test_matches_reference(B, Tq, Tk, H, Hkv, D, dtype, gate):
         assert g.shape == x.shape and g.dtype == x.dtype, f"{n}: {g.shape} {g.dtype}"
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_varlen(dtype):
+# dq_mode="ordered": the same tiles, dQ summed in place in a fixed order (from the last key
+# block down). The interpreter runs programs one after another, so this checks the arithmetic and
+# the order (each query block's first contribution stores, later ones add, key block 0 finishes),
+# not the spin waits under concurrency, which only a GPU exercises.
+@pytest.mark.parametrize("B,Tq,Tk,H,Hkv,D,dtype,gate", [CASES[1], CASES[5], CASES[6]])
+def test_ordered_matches_reference(B, Tq, Tk, H, Hkv, D, dtype, gate):
+    args = make(B, Tq, Tk, H, Hkv, D, dtype, gate)
+    check(run(*args, dq_mode="ordered"), reference(*args), dtype)
+
+
+@pytest.mark.parametrize("dtype,mode", [(torch.float32, "workspace"), (torch.bfloat16, "workspace"),
+                                        (torch.bfloat16, "ordered")])
+def test_varlen(dtype, mode):
     # sequences of 1, 16, 0, 63 and 70 tokens packed into one row; GQA 2:1
     cu = torch.tensor([0, 1, 17, 17, 80, 150], dtype=torch.int32, device=DEV)
     args = make(1, 150, 150, 2, 1, 16, dtype, STRONG if dtype == torch.float32 else MODERATE)
-    check(run(*args, cu_seqlens=cu), reference(*args, cu_seqlens=cu), dtype)
+    check(run(*args, cu_seqlens=cu, dq_mode=mode), reference(*args, cu_seqlens=cu), dtype)
 
 
 @pytest.mark.skipif(CUDA, reason="interpreter block shapes; the GPU runs its own configs")
-def test_query_tiles_wider_than_key_tiles():
+@pytest.mark.parametrize("mode", ["workspace", "ordered"])
+def test_query_tiles_wider_than_key_tiles(mode):
     """BLOCK_M > BLOCK_N: several key blocks start their query loop at the same query block, which
-    is what the reducer's last-key-block bound must get right."""
+    is what the reducer's last-key-block bound (and the ordered mode's count) must get right."""
     args = make(1, 75, 90, 2, 1, 16, torch.bfloat16, MODERATE, seed=4)
     op.set_config((32, 16, 4, 1))
     try:
-        got = run(*args)
+        got = run(*args, dq_mode=mode)
     finally:
         op.set_config()
     check(got, reference(*args), torch.bfloat16)
@@ -90,6 +102,11 @@ def test_deterministic_and_chunking_changes_nothing():
                              workspace_bytes=per_head)
     for n, x, y in zip(NAMES[1:], got, a[1:]):
         assert torch.equal(x, y), f"{n}: chunked workspace changed the result"
+    c, d = run(*args, dq_mode="ordered"), run(*args, dq_mode="ordered")
+    for n, x, y in zip(NAMES, c, d):
+        assert torch.equal(x, y), f"ordered: {n} differs between two runs"
+    for n, x, y in zip(NAMES[2:4], a[2:4], c[2:4]):     # dk, dv do not depend on the dq mode
+        assert torch.equal(x, y), f"{n} depends on dq_mode"
 
 
 def test_forward_is_the_shipped_one():
@@ -114,6 +131,8 @@ def test_bad_inputs():
         op.fox_attention_onepass(torch.randn(1, 9, 2, 16), k, v, log_fgate)
     with pytest.raises(ValueError, match="sm_scale"):
         op.fox_attention_onepass(q, k, v, log_fgate, sm_scale=-1.0)
+    with pytest.raises(ValueError, match="dq_mode"):
+        op.fox_attention_onepass(q, k, v, log_fgate, dq_mode="atomic")
     with pytest.raises(ValueError, match="power-of-two"):
         op.set_config((24, 32, 4, 1))
     with pytest.raises(ValueError, match="max_seqlen"):
