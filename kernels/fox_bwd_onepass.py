@@ -68,11 +68,50 @@ _interpreting = _need("_interpreting")
 
 
 @triton.jit
+def _wait_until(counter, target, ASM: tl.constexpr):
+    # Spin until *counter >= target. ASM (the GPU): every thread spins with its own acquire load,
+    # so its later loads see what the releasing threads stored, with no CTA barrier: Triton does
+    # not software-pipeline a loop holding a barrier, nor one holding another loop, and this loop
+    # in inline PTX is a single op to it (sm_90 reading with a Triton while loop and barriers:
+    # no cp.async left). The interpreter cannot run PTX and runs programs one by one: there the
+    # plain loop, which never spins.
+    if ASM:
+        tl.inline_asm_elementwise(
+            asm="""{
+            .reg .pred p;
+            .reg .b32 c;
+            WAIT_${:uid}:
+            ld.acquire.gpu.global.b32 c, [$1];
+            setp.lt.s32 p, c, $2;
+            @p bra WAIT_${:uid};
+            mov.b32 $0, c;
+            }""",
+            constraints="=r,l,r", args=[counter, target], dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        while tl.atomic_add(counter, 0, sem="acquire") < target:
+            pass
+
+
+@triton.jit
+def _release_add(counter, ASM: tl.constexpr):
+    # ASM: every thread adds 1 with release semantics after its own stores (a program adds
+    # num_threads in all, and waiters count in those units); no CTA barrier needed, see above.
+    # Interpreter: one add of 1.
+    if ASM:
+        tl.inline_asm_elementwise(
+            asm="red.release.gpu.global.add.s32 [$1], 1;\n mov.b32 $0, 0;",
+            constraints="=r,l", args=[counter], dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        tl.atomic_add(counter, 1, sem="release")
+
+
+@triton.jit
 def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, cl_base,
                    lse_base, delta_base, wq_base, wr_base, sem_base, dq_base, dr_base, n, n_kb,
                    s_qt, s_wd, lo, hi, Tq, off, qk_scale, sm_scale,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
-                   PREC: tl.constexpr, ORDERED: tl.constexpr):
+                   PREC: tl.constexpr, ORDERED: tl.constexpr, ASM_WAIT: tl.constexpr,
+                   ARRIVALS: tl.constexpr):
     # key block n (of n_kb; BLOCK_N keys) against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles.
     # wq_base: a (D, T_q) float32 slice of the dQ workspace (row stride s_wd); wr_base: a (T_q,)
     # slice of the rowsum(dS) workspace. Without ORDERED the slices are this key block's own and
@@ -113,9 +152,7 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, 
             sem = sem_base + m0 // BLOCK_M
             # key blocks after n that reach query block m0 (the reducer's n_last, minus n)
             ahead = tl.minimum((off + m0 + BLOCK_M - 1) // BLOCK_N, n_kb - 1) - n
-            while tl.atomic_add(sem, 0, sem="acquire") < ahead:
-                pass
-            tl.debug_barrier()              # no thread reads the sum before the counter says so
+            _wait_until(sem, ahead * ARRIVALS, ASM_WAIT)
             if ahead > 0:                   # .cg: read L2, where the other programs' stores are
                 dq_part += tl.load(w_ptr, mask=m_ok[None, :], other=0.0, cache_modifier=".cg")
                 rs += tl.load(wr_base + rows, mask=m_ok, other=0.0, cache_modifier=".cg")
@@ -126,8 +163,7 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, 
             else:
                 tl.store(w_ptr, dq_part, mask=m_ok[None, :])
                 tl.store(wr_base + rows, rs, mask=m_ok)
-                tl.debug_barrier()          # every thread's stores precede the release
-                tl.atomic_add(sem, 1, sem="release")
+                _release_add(sem, ASM_WAIT)
         else:
             tl.store(w_ptr, dq_part, mask=m_ok[None, :])
             tl.store(wr_base + rows, rs, mask=m_ok)
@@ -141,7 +177,8 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, SEM
                         s_ob, s_ot, s_oh, s_wb, s_wh, s_wn, s_wd, s_rb, s_rh, s_rn, s_sb, s_sh,
                         H, GROUP, TQ, TK, qk_scale, sm_scale, h0, hc,
                         D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        VARLEN: tl.constexpr, PREC: tl.constexpr, ORDERED: tl.constexpr):
+                        VARLEN: tl.constexpr, PREC: tl.constexpr, ORDERED: tl.constexpr,
+                        ASM_WAIT: tl.constexpr = False, ARRIVALS: tl.constexpr = 1):
     # one program: BLOCK_N keys, one batch row (or packed sequence) and one query head h of the
     # chunk [h0, h0 + hc). q, do: (B, Tq, H, D); k, v: (B, Tk, Hkv, D); CH, CL: the hi and lo words
     # of log2(e) * c, (B, H, Tk) float32; LSE, DELTA: (B, H, Tq) float32. Writes
@@ -205,12 +242,12 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, SEM
                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off,
                                 WQ + w_off, WR + r_off, sem_base, DQ + q_off, DR + l_off, n, n_kb,
                                 s_qt, s_wd, m_lo, tl.minimum(m_full, Tq), Tq, off, qk_scale, sm_scale,
-                                D, BLOCK_M, BLOCK_N, True, PREC, ORDERED)
+                                D, BLOCK_M, BLOCK_N, True, PREC, ORDERED, ASM_WAIT, ARRIVALS)
     dk, dv, dc = _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off,
                                 WQ + w_off, WR + r_off, sem_base, DQ + q_off, DR + l_off, n, n_kb,
                                 s_qt, s_wd, m_full, Tq, Tq, off, qk_scale, sm_scale,
-                                D, BLOCK_M, BLOCK_N, False, PREC, ORDERED)
+                                D, BLOCK_M, BLOCK_N, False, PREC, ORDERED, ASM_WAIT, ARRIVALS)
     tl.store(DC + c_off + cols, dc, mask=n_ok)
     o_ptr = b64 * s_ob + t64 * s_ot + h * s_oh + cols[:, None] * s_ot + offs_d[None, :]
     tl.store(DK + o_ptr, _cast(dk * sm_scale, DK.dtype.element_ty, PREC), mask=n_ok[:, None])
@@ -265,7 +302,7 @@ def _dq_reduce_kernel(WQ, WR, DQ, DR, CU,
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) of the one-pass kernel; the reducer uses the same
 # BLOCK_M, BLOCK_N (it must) with its own warps. Hopper rows: picked from sm_90 compile readings
 # (kernels/NOTES.md, "One-pass backward"), never timed.
-_HOPPER = {32: (32, 128, 8, 3), 64: (32, 128, 8, 3), 128: (16, 128, 8, 2), 256: (16, 32, 4, 1)}
+_HOPPER = {32: (32, 128, 8, 3), 64: (32, 128, 8, 3), 128: (16, 128, 8, 2), 256: (16, 32, 8, 2)}
 _AMPERE = {32: (32, 64, 4, 2), 64: (32, 64, 4, 2), 128: (32, 64, 4, 2), 256: (16, 32, 4, 1)}
 _SAFE = (16, 32, 4, 1)
 _TINY = (16, 16, 4, 1)
@@ -339,10 +376,11 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
                 B * H * ceil(Tk / BLOCK_N) * (D + 1) * Tq * 4 bytes (allocated; the causal half is
                 written and read), summed by a second kernel in key-block order. "ordered": the key
                 blocks of a query block add into one float32 running sum, B * H * (D + 1) * Tq * 4
-                bytes, one after another in a fixed order (counters in global memory, spin waits;
-                relies on the GPU starting blocks in index order, as FlashAttention-3's
-                deterministic mode does). Both are bitwise deterministic; they sum in different
-                orders, so they differ from each other by float32 rounding.
+                bytes, one after another in a fixed order (counters in global memory, spin waits in
+                inline PTX; relies on the GPU starting blocks in index order, as
+                FlashAttention-3's deterministic mode does; never run on a GPU yet). Both are
+                bitwise deterministic; they sum in different orders, so they differ from each
+                other by float32 rounding.
     workspace_bytes: "workspace" only: bound on the workspace; heads are launched in chunks to
                 respect it (one head at least). None: all heads at once.
     Returns (dq, dk, dv, dlog_fgate): dq (B, Tq, H, D), dk and dv (B, Tk, Hkv, D) in q's dtype,
@@ -387,6 +425,7 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
         hc = H if ordered else _heads_per_chunk(B, H, n_blocks, Tq, D, workspace_bytes)
         wq = torch.empty(B, hc, slices, D, Tq, device=q.device, dtype=torch.float32)
         wr = torch.empty(B, hc, slices, Tq, device=q.device, dtype=torch.float32)
+        asm_wait = ordered and not _interpreting()
         try:
             for h0 in range(0, H, hc):
                 hcur = min(hc, H - h0)
@@ -402,6 +441,7 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
                     wr.stride(0), wr.stride(1), wr.stride(2), sem.stride(0), sem.stride(1),
                     H, H // Hkv, Tq, Tk, sm_scale * LOG2E, sm_scale, h0, hcur,
                     D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=varlen, PREC=prec, ORDERED=ordered,
+                    ASM_WAIT=asm_wait, ARRIVALS=32 * warps if asm_wait else 1,
                     num_warps=warps, num_stages=stages)
                 if ordered:
                     continue
@@ -511,7 +551,8 @@ def compile_reading(D, cfg, dtype="bf16", group=1, arch=90, name="onepass", fn=N
     knobs = triton.knobs
     old = knobs.nvidia.dump_ptxas_log, knobs.cache.dir
     out = io.StringIO()
-    consts = {} if fn is not None else dict(ORDERED=ordered)
+    consts = {} if fn is not None else dict(ORDERED=ordered, ASM_WAIT=ordered,
+                                            ARRIVALS=32 * cfg[2] if ordered else 1)
     compile_ = triton.compile
 
     def compile_i32_sem(src, *a, **kw):      # resources types every other pointer as float32
