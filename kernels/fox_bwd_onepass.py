@@ -10,16 +10,21 @@ query blocks from the diagonal on, computing per tile
     dP^T = V dO^T                                                            product 3
     dS^T = P^T * (dP^T - Delta_i)
     dK  += dS^T Q                                                            product 4
-    dQ_n = dS K          -> float32 partial, written to a workspace          product 5
+    dQ_n^T = K^T dS      -> float32 partial (D x BLOCK_M: M = D keeps it wgmma-sized)  product 5
     colsum(dS) -> dc_j (kept in registers),  rowsum(dS) -> a float32 partial beside dQ_n
 
-dQ is a sum over key blocks, which different programs own. It stays deterministic without atomics:
-each key block writes its float32 partial to its own slice of a workspace (B, heads, key blocks,
-T_q, D), and a second, memory-bound kernel sums the slices of each query block in a fixed order
-(key block 0, 1, ...), scales, rounds and stores dq; it sums the rowsum(dS) partials the same way.
-The workspace is allocated whole (uninitialised) but only the causal part is written and read: the
-reducer of query block m reads key blocks 0 .. the last that reaches m. Its size is bounded by
-launching the heads in chunks (`workspace_bytes`).
+dQ is a sum over key blocks, which different programs own. It stays deterministic without
+floating-point atomics, in one of two ways (dq_mode):
+  "workspace": each key block writes its float32 partial to its own slice of a workspace
+    (B, heads, key blocks, D, T_q), and a second, memory-bound kernel sums the slices of each
+    query block in a fixed order (key block 0, 1, ...), scales, rounds and stores dq; it sums the
+    rowsum(dS) partials the same way. The workspace is allocated whole (uninitialised) but only
+    the causal part is written and read: the reducer of query block m reads key blocks 0 .. the
+    last that reaches m. Its allocation is bounded by launching the heads in chunks
+    (`workspace_bytes`).
+  "ordered": the key blocks of a query block add into one float32 running sum (B, H, D, T_q) one
+    after another, from the last key block down to key block 0, behind an integer counter per
+    query block (FlashAttention-3's deterministic scheme); key block 0 stores the finished dq.
 
 Gate gradient: dc_t = rowsum_t(dS) - colsum_t(dS), dlog_fgate_t = sum_{s >= t} dc_s, as in
 fox_triton. There the two sums came from the two passes' separately recomputed dS and had to agree
@@ -70,10 +75,10 @@ _interpreting = _need("_interpreting")
 @triton.jit
 def _wait_until(counter, target, ASM: tl.constexpr):
     # Spin until *counter >= target. ASM (the GPU): every thread spins with its own acquire load,
-    # so its later loads see what the releasing threads stored, with no CTA barrier: Triton does
-    # not software-pipeline a loop holding a barrier, nor one holding another loop, and this loop
-    # in inline PTX is a single op to it (sm_90 reading with a Triton while loop and barriers:
-    # no cp.async left). The interpreter cannot run PTX and runs programs one by one: there the
+    # so its later loads see what the releasing threads stored, with no CTA barrier. sm_90
+    # readings of the query loop: a Triton while loop with barriers, and this PTX wait with
+    # barriers, both left no cp.async in it (not software-pipelined); this PTX wait without
+    # barriers keeps it. The interpreter cannot run PTX and runs programs one by one: there the
     # plain loop, which never spins.
     if ASM:
         tl.inline_asm_elementwise(
