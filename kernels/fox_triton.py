@@ -117,13 +117,33 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
         s = _dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]      # logit - u_i - sh
         if MASK:
             s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1) + sh)   # key block 0 comes first, holds key 0: finite
+        m_new = tl.maximum(m_i, tl.max(s, 1) + sh)   # m_i is finite: the first block came first
         alpha = tl.math.exp2(m_i - m_new)
         p = tl.math.exp2(s - (m_new - sh)[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + _dot(_cast(p, v.dtype, PREC), v, PREC)
         m_i = m_new
     return acc, m_i, l_i
+
+
+@triton.jit
+def _fwd_first(q, ha, la, pos_m, k_base, v_base, ch_base, cl_base, e_base, s_kt, n0, Tk, qk_scale,
+               D: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
+    # the first key block n0 (masked), which starts the online softmax: (acc, m, l) from P V
+    # alone, no rescaling of a zero accumulator
+    cols = n0 + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    n_ok = cols < Tk
+    k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+    v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+    ej = tl.load(e_base + cols, mask=n_ok, other=0.0)
+    sh = (ha - tl.load(ch_base + n0)) + (la - tl.load(cl_base + n0))
+    s = _dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]
+    s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
+    m = tl.max(s, 1)                # finite: every row (padded rows too) sees key n0 <= its position
+    p = tl.math.exp2(s - m[:, None])
+    acc = _dot(_cast(p, v.dtype, PREC), v, PREC)
+    return acc, m + sh, tl.sum(p, 1)
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
@@ -166,16 +186,21 @@ def _fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, CU,
     u = (tl.load(CH + c_off + pos_m, mask=m_ok, other=0.0) - ha) \
         + (tl.load(CL + c_off + pos_m, mask=m_ok, other=0.0) - la)   # (BLOCK_M,)
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, D], tl.float32)
-    n_full = ((a + 1) // BLOCK_N) * BLOCK_N         # key blocks [0, n_full) lie below the diagonal
+    # The first key block is peeled off the loops (masked: it may touch the diagonal) and starts
+    # the accumulator as a wgmma result. Zeroing acc before the loops instead left a path (the
+    # unmasked loop running zero times) on which plain moves define the wgmma accumulator, and
+    # ptxas then serialised every wgmma of the kernel (C7515: one wait per HGMMA, 24 of 24 at
+    # D = 128; kernels/NOTES.md, v6).
+    n_lo = a * 0
+    acc, m_i, l_i = _fwd_first(q, ha, la, pos_m, K + kv_off, V + kv_off, CH + c_off, CL + c_off,
+                               E + c_off, s_kt, n_lo, Tk, qk_scale, D, BLOCK_N, PREC)
+    n_full = ((a + 1) // BLOCK_N) * BLOCK_N         # key blocks [.., n_full) lie below the diagonal
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
-                               CH + c_off, CL + c_off, E + c_off, s_kt, 0, n_full, Tk, qk_scale,
-                               D, BLOCK_N, False, PREC)
+                               CH + c_off, CL + c_off, E + c_off, s_kt, n_lo + BLOCK_N, n_full, Tk,
+                               qk_scale, D, BLOCK_N, False, PREC)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
-                               CH + c_off, CL + c_off, E + c_off, s_kt, n_full,
-                               tl.minimum(a + BLOCK_M, Tk),
+                               CH + c_off, CL + c_off, E + c_off, s_kt,
+                               tl.maximum(n_full, n_lo + BLOCK_N), tl.minimum(a + BLOCK_M, Tk),
                                Tk, qk_scale, D, BLOCK_N, True, PREC)
 
     acc = acc / l_i[:, None]
@@ -321,34 +346,43 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, CU,
 
 
 @triton.jit
+def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0,
+                 Tk, qk_scale, D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
+                 PREC: tl.constexpr):
+    # one key block's dq term dS K and rowsum(dS): (BLOCK_M, D), (BLOCK_M,)
+    cols = n0 + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    if MASK:
+        n_ok = cols < Tk
+        k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+        v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+        hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)
+        lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
+    else:
+        k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :])
+        v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :])
+        hj = tl.load(ch_base + cols)
+        lj = tl.load(cl_base + cols)
+    w = (ha - hj) + (la - lj)
+    s = _dot(q, tl.trans(k), PREC) * qk_scale + w[None, :]
+    if MASK:
+        s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
+    p = tl.math.exp2(s - lse_u[:, None])
+    dp = _dot(do, tl.trans(v), PREC)
+    ds = p * (dp - delta[:, None])
+    return _dot(_cast(ds, k.dtype, PREC), k, PREC), tl.sum(ds, 1)
+
+
+@triton.jit
 def _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl_base,
                   s_kt, lo, hi, Tk, qk_scale,
                   D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, D)
     for n0 in range(lo, hi, BLOCK_N):
         n0 = tl.multiple_of(n0, BLOCK_N)
-        cols = n0 + offs_n
-        if MASK:
-            n_ok = cols < Tk
-            k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-            v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-            hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)
-            lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
-        else:
-            k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :])
-            v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :])
-            hj = tl.load(ch_base + cols)
-            lj = tl.load(cl_base + cols)
-        w = (ha - hj) + (la - lj)
-        s = _dot(q, tl.trans(k), PREC) * qk_scale + w[None, :]
-        if MASK:
-            s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
-        p = tl.math.exp2(s - lse_u[:, None])
-        dp = _dot(do, tl.trans(v), PREC)
-        ds = p * (dp - delta[:, None])
-        dq += _dot(_cast(ds, k.dtype, PREC), k, PREC)
-        dr += tl.sum(ds, 1)
+        dq_j, dr_j = _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base,
+                                  cl_base, s_kt, n0, Tk, qk_scale, D, BLOCK_N, MASK, PREC)
+        dq += dq_j
+        dr += dr_j
     return dq, dr
 
 
@@ -387,15 +421,18 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, CU,
     u = (tl.load(CH + c_off + pos_m, mask=m_ok, other=0.0) - ha) \
         + (tl.load(CL + c_off + pos_m, mask=m_ok, other=0.0) - la)
     lse_u = lse - u             # P_ij = exp2(s_ij + w_j - lse_u_i): one FMA and one add a score
-    dq = tl.zeros([BLOCK_M, D], tl.float32)
-    dr = tl.zeros([BLOCK_M], tl.float32)
+    n_lo = a * 0
+    # the first key block peeled off the loops, as in the forward: dq starts as a wgmma result
+    # (zeroed, it was serialised by ptxas on Triton 3.6 at D = 64: 24 waits for 24 HGMMA)
+    dq, dr = _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
+                          CH + c_off, CL + c_off, s_kt, n_lo, Tk, qk_scale, D, BLOCK_N, True, PREC)
     n_full = ((a + 1) // BLOCK_N) * BLOCK_N
     dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
-                           CH + c_off, CL + c_off, s_kt, 0, n_full, Tk, qk_scale,
+                           CH + c_off, CL + c_off, s_kt, n_lo + BLOCK_N, n_full, Tk, qk_scale,
                            D, BLOCK_N, False, PREC)
     dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
-                           CH + c_off, CL + c_off, s_kt, n_full, tl.minimum(a + BLOCK_M, Tk), Tk,
-                           qk_scale, D, BLOCK_N, True, PREC)
+                           CH + c_off, CL + c_off, s_kt, tl.maximum(n_full, n_lo + BLOCK_N),
+                           tl.minimum(a + BLOCK_M, Tk), Tk, qk_scale, D, BLOCK_N, True, PREC)
     tl.store(DQ + q_ptr, _cast(dq * sm_scale, DQ.dtype.element_ty, PREC), mask=m_ok[:, None])
     tl.store(DR + l_off + offs_m, dr, mask=m_ok)
 
@@ -435,6 +472,18 @@ _TINY = dict(fwd=(16, 16, 4, 1), dkdv=(16, 16, 4, 1), dq=(16, 16, 4, 1))
 # The CPU interpreter: unequal, small tiles so that short test sequences span several blocks of
 # both kinds (off-diagonal and diagonal) in every pass.
 _INTERP = dict(fwd=(32, 16, 4, 1), dkdv=(16, 32, 4, 1), dq=(32, 16, 4, 1))
+
+# Launch configs worth timing on Hopper beyond the shipped ones, per head dim, in the format of
+# bench.py --config / --sweep ('' is the shipped config). All compile for sm_90 with pipelined
+# wgmma (kernels/resources.py). D = 128 forward 128 x 128 is the official FoX kernel's tile: its
+# loop issues ~856 instructions per 128 keys against ~1022 for two iterations of the shipped
+# 128 x 64 (Triton 3.9), but it holds 255 registers and spills once per iteration.
+SWEEP_CANDIDATES = {
+    64: ["", "fwd=128,64,8,3", "dkdv=32,128,8,3", "dq=128,128,8,2"],
+    128: ["", "fwd=128,128,8,2", "fwd=128,64,8,2", "fwd=128,32,8,4", "dkdv=64,128,8,2",
+          "dq=128,64,8,3", "dq=128,32,8,3"],
+    256: ["", "fwd=64,32,8,2", "dq=64,64,8,2"],
+}
 
 _OVERRIDE = {}      # kernel name -> config tuple; set by set_config() for tuning sweeps
 _FALLBACK = {}      # (kernel, device, D, dtype) -> fallback steps taken after running out of resources
