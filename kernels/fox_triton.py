@@ -686,8 +686,9 @@ def _validate(q, k, v, log_fgate, cu_seqlens):
     _, Tk, Hkv, _ = k.shape
     if k.shape[0] != B or k.shape[3] != D:
         raise ValueError(f"q and k must agree in batch and head dim; got {tuple(q.shape)} and {tuple(k.shape)}")
-    if D not in (16, 32, 64, 128, 256):
-        raise ValueError(f"head dim must be one of 16, 32, 64, 128, 256; got {D}")
+    if not 1 <= D <= 256:
+        raise ValueError(f"head dim must be in 1..256 (the kernel pads it up to 16, 32, 64, 128 or "
+                         f"256); got {D}")
     if H % Hkv != 0:
         raise ValueError(f"query heads ({H}) must be a multiple of key/value heads ({Hkv})")
     if Tq > Tk:
@@ -721,6 +722,37 @@ def _validate(q, k, v, log_fgate, cu_seqlens):
     return max(b - a for a, b in zip(cu, cu[1:]))
 
 
+_HEAD_DIMS = (16, 32, 64, 128, 256)
+
+
+def _padded_dim(D):
+    """The head dim the kernels run at: D itself, or the next of _HEAD_DIMS (zero padding)."""
+    return next(d for d in _HEAD_DIMS if d >= D)
+
+
+def _on_cuda(t):
+    return t.is_cuda
+
+
+def fallback_reason(q, k, v, log_fgate, *, causal=True, cu_seqlens=None):
+    """Why the fused kernel cannot take these inputs on their device, or None when it can.
+
+    For the dispatch in fox_attention.forgetting_attention: on CUDA an input the kernel does not
+    take (float64, a head dim over 256, causal=False, mismatched dtypes or shapes, a float64
+    gate) goes to the PyTorch reference with this reason in a warning instead of an error; off
+    CUDA the kernel is never the default. Arguments as fox_attention_triton. Returns str or None.
+    """
+    if not _on_cuda(q):
+        return f"inputs on {q.device}, the kernel runs on CUDA"
+    if not causal:
+        return "causal=False has no kernel"
+    try:
+        _validate(q, k, v, log_fgate, cu_seqlens)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def fox_attention_triton(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_seqlens=None):
     """Causal forgetting attention, fused (Triton), differentiable in q, k, v and log_fgate.
 
@@ -732,15 +764,23 @@ def fox_attention_triton(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_s
     causal:     only True is implemented
     cu_seqlens: optional int32 (N + 1,) offsets of N sequences packed along T (needs B == 1 and
                 T_q == T_k); attention and the gate cumsum both restart at each sequence
-    D must be 16, 32, 64, 128 or 256. Returns o: (B, T_q, H, D) in q.dtype. Gradients: dq, dk, dv
-    in the input dtype, dlog_fgate float32; all deterministic (no atomics).
+    D (1..256): 16, 32, 64, 128 and 256 run as they are; any other D runs zero-padded to the next
+    of those (q.k and the output's first D columns are unchanged, sm_scale stays D ** -0.5 of the
+    true D), at the padded size's cost plus one copy of q, k, v.
+    Returns o: (B, T_q, H, D) in q.dtype. Gradients: dq, dk, dv in the input dtype, dlog_fgate
+    float32; all deterministic (no atomics).
     """
     if not causal:
         raise NotImplementedError("fox_attention_triton: causal=False (the symmetric decay "
                                   "-|c_i - c_j|) has no kernel; use forgetting_attention_reference")
     max_seqlen = _validate(q, k, v, log_fgate, cu_seqlens)
-    scale = q.shape[-1] ** -0.5 if sm_scale is None else float(sm_scale)
+    D = q.shape[-1]
+    scale = D ** -0.5 if sm_scale is None else float(sm_scale)
     if not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"sm_scale must be a finite positive number; got {sm_scale!r}")
-    return _FoxAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(),
-                               log_fgate.contiguous(), scale, cu_seqlens, max_seqlen)
+    Dp = _padded_dim(D)
+    if Dp != D:     # zero columns add nothing to q.k and give zero output columns, cut off below
+        q, k, v = (torch.nn.functional.pad(t, (0, Dp - D)) for t in (q, k, v))
+    o = _FoxAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(),
+                            log_fgate.contiguous(), scale, cu_seqlens, max_seqlen)
+    return o[..., :D] if Dp != D else o

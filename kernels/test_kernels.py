@@ -106,6 +106,51 @@ def test_matches_reference(B, Tq, Tk, H, Hkv, D, dtype, gate):
     check(run(*args), reference(*args), dtype)
 
 
+@pytest.mark.parametrize("B,Tq,Tk,H,Hkv,D,dtype,gate", [
+    (1, 63, 63, 2, 1, 80, torch.float32, MODERATE),    # runs at 128; GQA
+    (2, 15, 15, 2, 2, 48, torch.bfloat16, STRONG),     # runs at 64
+    (1, 20, 30, 1, 1, 5, torch.float32, NEAR1),        # runs at 16; Tq < Tk
+])
+def test_padded_head_dims(B, Tq, Tk, H, Hkv, D, dtype, gate):
+    """Head dims that are not 16..256 powers of two run zero-padded, with sm_scale from the true D."""
+    args = make(B, Tq, Tk, H, Hkv, D, dtype, gate, seed=5)
+    got = run(*args)
+    assert got[0].shape == (B, Tq, H, D) and got[1].shape == (B, Tq, H, D) and got[2].shape == (B, Tk, Hkv, D)
+    check(got, reference(*args), dtype)
+
+
+def test_fallback_reason(monkeypatch):
+    """On CUDA (mocked: no GPU here) the kernel takes what it supports and names what it does not;
+    forgetting_attention then runs the reference with one warning per reason instead of raising."""
+    import warnings
+    import fox_attention
+    from kernels import fox_triton as kt
+    q, k, v, log_fgate, _ = make(1, 8, 8, 2, 2, 32, torch.float32, MODERATE)
+    assert "runs on CUDA" in kt.fallback_reason(q, k, v, log_fgate) or CUDA
+    monkeypatch.setattr(kt, "_on_cuda", lambda t: True)
+    assert kt.fallback_reason(q, k, v, log_fgate) is None
+    assert kt.fallback_reason(q[..., :20], k[..., :20], v[..., :20], log_fgate) is None    # padded
+    assert "causal=False" in kt.fallback_reason(q, k, v, log_fgate, causal=False)
+    d = [t.double() for t in (q, k, v)]
+    assert "float32" in kt.fallback_reason(*d, log_fgate)
+    assert "log_fgate must be float32" in kt.fallback_reason(q, k, v, log_fgate.double())
+    wide = [torch.randn(1, 8, 2, 320) for _ in range(3)]
+    assert "head dim" in kt.fallback_reason(*wide, log_fgate)
+
+    monkeypatch.setattr(fox_attention, "_on_cuda", lambda t: True)
+    monkeypatch.setattr(fox_attention, "_warned_fallback", set())
+    want = forgetting_attention_reference(*d, log_fgate)
+    with pytest.warns(UserWarning, match="not used .*float32.*PyTorch reference"):
+        got = fox_attention.forgetting_attention(*d, log_fgate)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # the same reason warns once
+        fox_attention.forgetting_attention(*d, log_fgate)
+    called = []
+    monkeypatch.setattr(kt, "fox_attention_triton", lambda *a, **kw: called.append(1) or "kernel")
+    assert fox_attention.forgetting_attention(q, k, v, log_fgate) == "kernel" and called
+
+
 @pytest.mark.skipif(CUDA, reason="interpreter block shapes; the GPU runs its own configs")
 def test_other_block_shapes():
     """The opposite tile orientation to the default (BLOCK_N > BLOCK_M in the forward and dQ)."""
@@ -159,7 +204,7 @@ def _bad(**over):
     (dict(v=torch.randn(1, 8, 2, 16)), "same shape"),
     (dict(q=torch.randn(1, 9, 2, 32)), "seqlen_q"),
     (dict(q=torch.randn(1, 8, 3, 32)), "multiple"),
-    (dict(q=torch.randn(1, 8, 2, 48), k=torch.randn(1, 8, 2, 48), v=torch.randn(1, 8, 2, 48)), "head dim"),
+    (dict(q=torch.randn(1, 8, 2, 288), k=torch.randn(1, 8, 2, 288), v=torch.randn(1, 8, 2, 288)), "head dim"),
     (dict(log_fgate=torch.zeros(1, 8, 3)), "log_fgate must be"),
     (dict(log_fgate=torch.zeros(1, 8, 2, dtype=torch.float64)), "float32"),
     (dict(q=torch.randn(1, 8, 2, 32, dtype=torch.float64)), "bfloat16, float16 or float32"),
