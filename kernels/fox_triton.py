@@ -37,6 +37,7 @@ and dc keeps both terms: dlog_fgate_t is then (up to float32 rounding) the sum o
 Measured in bf16 (T = 200, log g ~ -3 U(0, 1)): relative error 7.1e-2 with colsum only, 2.1e-3
 with both terms; no change for gates near 1.
 """
+import dataclasses
 import math
 import os
 
@@ -147,16 +148,18 @@ def _fwd_first(q, ha, la, pos_m, k_base, v_base, ch_base, cl_base, e_base, s_kt,
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, CU,
+def _fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, KLO, CU,
                 s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                 H, GROUP, TQ, TK, qk_scale,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                VARLEN: tl.constexpr, PREC: tl.constexpr, RES: tl.constexpr):
+                VARLEN: tl.constexpr, PREC: tl.constexpr, RES: tl.constexpr, ACP: tl.constexpr):
     # one program: BLOCK_M queries of one (batch, head). q, o: (B, Tq, H, D); k, v: (B, Tk, Hkv, D),
     # all with stride 1 on D. CH, CL: hi and lo words of log2(e) * c, (B, H, Tk) float32; E: the
     # same c as an offset within each key tile, c_n0 - c_j (B, H, Tk) float32 (_tile_offsets).
     # LSE: (B, H, Tq) float32, the row's log2-sum-exp, kept for the backward. ORES (if RES): the
     # rounding residual of O in O's dtype, so that the backward's Delta sees O to ~u^2.
+    # KLO (if ACP): (B, H, Tq) int32, per query row the first key not pruned (acp_plan): a
+    # multiple of the pruning granule, which holds whole query and key tiles, so one load per tile.
     # causal work grows with the query block: launch the longest first (blocks are scheduled
     # in index order), so the short ones fill the last wave instead of a few long ones
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -191,7 +194,10 @@ def _fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, CU,
     # unmasked loop running zero times) on which plain moves define the wgmma accumulator, and
     # ptxas then serialised every wgmma of the kernel (C7515: one wait per HGMMA, 24 of 24 at
     # D = 128; kernels/NOTES.md, v6).
-    n_lo = a * 0
+    if ACP:     # pruned key blocks form a prefix: start after it
+        n_lo = tl.load(KLO + b64 * s_lb + h * s_lh + bos + m0)
+    else:
+        n_lo = a * 0
     acc, m_i, l_i = _fwd_first(q, ha, la, pos_m, K + kv_off, V + kv_off, CH + c_off, CL + c_off,
                                E + c_off, s_kt, n_lo, Tk, qk_scale, D, BLOCK_N, PREC)
     n_full = ((a + 1) // BLOCK_N) * BLOCK_N         # key blocks [.., n_full) lie below the diagonal
@@ -269,10 +275,15 @@ def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base,
 
 @triton.jit
 def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
-                   Q, DO, CH, CL, LSE, DELTA, DC, s_qb, s_qt, s_qh, s_cb, s_ch, s_lb, s_lh,
-                   Tq, off, qk_scale, D: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
+                   Q, DO, CH, CL, LSE, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch, s_lb, s_lh,
+                   Tq, off, qk_scale, D: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr,
+                   ACP: tl.constexpr):
     # the contribution of query head h to one key block's dk, dv; writes that head's dc
     c_off = b64 * s_cb + h * s_ch + bos
+    if ACP:     # QEND: (B, H, Tk) int32, the first query row that prunes this key block
+        m_end = tl.minimum(tl.load(QEND + c_off + n0), Tq)
+    else:
+        m_end = Tq
     q_off = b64 * s_qb + t64 * s_qt + h * s_qh
     l_off = b64 * s_lb + h * s_lh + bos
     # anchor a = first key of the block: w_j = c_a - c_j here, u_i = c_i - c_a per query block
@@ -283,22 +294,23 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
     dc = tl.zeros_like(w)
     dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
                                  CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
-                                 m_lo, tl.minimum(m_full, Tq), Tq, off, qk_scale,
+                                 m_lo, tl.minimum(m_full, m_end), Tq, off, qk_scale,
                                  D, BLOCK_M, True, PREC)
     dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
                                  CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
-                                 m_full, Tq, Tq, off, qk_scale,
+                                 m_full, m_end, Tq, off, qk_scale,
                                  D, BLOCK_M, False, PREC)
     tl.store(DC + c_off + cols, dc, mask=n_ok)
     return dk, dv
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, CU,
+def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, KLO, QEND, CU,
                      s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh, s_ob, s_ot, s_oh,
                      H, GROUP, TQ, TK, qk_scale, sm_scale,
                      D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     VARLEN: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr):
+                     VARLEN: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
+                     ACP: tl.constexpr):
     # one program: BLOCK_N keys of one (batch, kv head), writes DC = dc (B, H, Tk) float32 for the
     # query heads it covers, and dk, dv to DK, DV with strides s_o*. Without SPLIT it loops over
     # the GROUP query heads sharing the kv head, summing dk, dv in registers in a fixed order;
@@ -332,14 +344,14 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, CU,
     m_full = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - off, 0), BLOCK_M) * BLOCK_M
     if SPLIT:
         dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, ho, b64, bos, t64,
-                                Q, DO, CH, CL, LSE, DELTA, DC, s_qb, s_qt, s_qh, s_cb, s_ch,
-                                s_lb, s_lh, Tq, off, qk_scale, D, BLOCK_M, PREC)
+                                Q, DO, CH, CL, LSE, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch,
+                                s_lb, s_lh, Tq, off, qk_scale, D, BLOCK_M, PREC, ACP)
     else:
         for g in range(GROUP):
             dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, hk * GROUP + g,
-                                    b64, bos, t64, Q, DO, CH, CL, LSE, DELTA, DC, s_qb, s_qt,
-                                    s_qh, s_cb, s_ch, s_lb, s_lh, Tq, off, qk_scale, D, BLOCK_M,
-                                    PREC)
+                                    b64, bos, t64, Q, DO, CH, CL, LSE, DELTA, DC, QEND, s_qb,
+                                    s_qt, s_qh, s_cb, s_ch, s_lb, s_lh, Tq, off, qk_scale, D,
+                                    BLOCK_M, PREC, ACP)
     o_ptr = b64 * s_ob + t64 * s_ot + ho * s_oh + cols[:, None] * s_ot + offs_d[None, :]
     tl.store(DK + o_ptr, _cast(dk * sm_scale, DK.dtype.element_ty, PREC), mask=n_ok[:, None])
     tl.store(DV + o_ptr, _cast(dv, DV.dtype.element_ty, PREC), mask=n_ok[:, None])
@@ -387,11 +399,11 @@ def _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, CU,
+def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, KLO, CU,
                    s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                    H, GROUP, TQ, TK, qk_scale, sm_scale,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   VARLEN: tl.constexpr, PREC: tl.constexpr):
+                   VARLEN: tl.constexpr, PREC: tl.constexpr, ACP: tl.constexpr):
     # one program: BLOCK_M queries of one (batch, head), the same key range and order as the forward
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -421,7 +433,10 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, CU,
     u = (tl.load(CH + c_off + pos_m, mask=m_ok, other=0.0) - ha) \
         + (tl.load(CL + c_off + pos_m, mask=m_ok, other=0.0) - la)
     lse_u = lse - u             # P_ij = exp2(s_ij + w_j - lse_u_i): one FMA and one add a score
-    n_lo = a * 0
+    if ACP:     # the forward's pruned prefix of key blocks
+        n_lo = tl.load(KLO + l_off + m0)
+    else:
+        n_lo = a * 0
     # the first key block peeled off the loops, as in the forward: dq starts as a wgmma result
     # (zeroed, it was serialised by ptxas on Triton 3.6 at D = 64: 24 waits for 24 HGMMA)
     dq, dr = _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
@@ -522,13 +537,18 @@ def _launch_configs(name, device, D, dtype):
     return chain[min(_FALLBACK.get((name, str(device), D, dtype), 0), len(chain) - 1):]
 
 
-def _launch(name, kernel, n_rows, n_prog, device, D, dtype, args, consts):
+def _launch(name, kernel, n_rows, n_prog, device, D, dtype, args, consts, granule=None):
     """Launch with the device's config; on OutOfResources step down to _SAFE, then _TINY (never
     raise for an unknown GPU merely because its shared memory is smaller than we guessed).
-    `args` may be a function of the config's BLOCK_N (the key-tile offsets depend on it)."""
+    `args` may be a function of the config's BLOCK_N (the key-tile offsets depend on it). Under
+    pruning every tile must lie inside one granule of the plan (else tiles would straddle it)."""
     key = (name, str(device), D, dtype)
     chain = _launch_configs(name, device, D, dtype)
     for i, (bm, bn, warps, stages) in enumerate(chain):
+        if granule is not None and max(bm, bn) > granule:
+            raise RuntimeError(f"{name}: launch config {(bm, bn, warps, stages)} has tiles wider than "
+                               f"the pruning granule {granule} of the forward (set_config changed "
+                               f"between the forward and the backward?)")
         tile = bn if name == "dkdv" else bm
         grid = (triton.cdiv(max(n_rows, 1), tile), n_prog)
         try:
@@ -597,6 +617,129 @@ def _suffix_sum(dc, cu_seqlens):
     return suf.to(torch.float32).transpose(1, 2).contiguous()
 
 
+# ----------------------------------------------------------------------------------------------
+# adaptive computation pruning
+# ----------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class PruningPlan:
+    """Which key blocks the kernels skip (adaptive computation pruning), and how many pairs that is.
+
+    Queries and keys are cut into granules of `granule` positions (per sequence). A (query granule,
+    key granule) pair wholly below the diagonal is skipped when its largest decay,
+    c_{i_min} - c_{j_max} = sum_{t = j_max+1 .. i_min} log g_t (i_min the granule's first query
+    position, j_max its last key), is below `threshold`. Since log g <= 0 the skipped key granules
+    of a query granule form a prefix, and the forward, dK/dV and dQ passes all skip exactly
+    these pairs (every tile lies inside one granule of each kind), so the gradients are those of
+    the pruned forward. With threshold = -(2U + ln T) + ln(tol), U >= |q_i . k_j| * sm_scale, the
+    attention mass a row loses is at most tol: a skipped weight is at most exp(2U + threshold).
+
+    threshold:    (B, H) float64, natural-log units
+    logit_bound:  (B, H) float64, U = sm_scale max_i |q_i| max_j |k_j| (1 + 1e-3), or None when
+                  the threshold was given directly
+    tol:          the tolerance on the pruned mass per row ("auto"), or None
+    granule:      int, a power of two >= every tile side of the launch configs
+    key_start:    (B, H, T_q) int32, per query row the first key not skipped (relative to its
+                  sequence), a multiple of granule
+    query_end:    (B, H, T_k) int32, per key the first query row that skips it (T_q if none)
+    pruned_pairs, causal_pairs: int, skipped and all causal (query, key) pairs over B and H
+    """
+    threshold: torch.Tensor
+    logit_bound: object
+    tol: object
+    granule: int
+    key_start: torch.Tensor
+    query_end: torch.Tensor
+    pruned_pairs: int
+    causal_pairs: int
+
+    @property
+    def pruned_fraction(self):
+        """Skipped over all causal (query, key) pairs: the share of the score work saved."""
+        return self.pruned_pairs / max(self.causal_pairs, 1)
+
+
+def _granule(device, D, dtype):
+    # the largest tile side any of the three kernels would launch with (fallbacks only shrink it)
+    return max(max(_launch_configs(n, device, D, dtype)[0][:2]) for n in ("fwd", "dkdv", "dq"))
+
+
+def _plan_sequence(c, off, Tq, G, delta):
+    """Pruning of one sequence. c: (B, H, T_k) float64 cumsum of log g (natural log), queries
+    the last Tq positions; delta (B, H). Returns key_start (B, H, Tq), query_end (B, H, T_k)."""
+    Tk = c.shape[-1]
+    nq, nk = -(-Tq // G), -(-Tk // G)
+    i_min = off + G * torch.arange(nq, device=c.device)                     # (nq,) positions
+    j_max = torch.clamp(G * torch.arange(nk, device=c.device) + G - 1, max=Tk - 1)
+    below = j_max[None, :] < i_min[:, None]                                 # (nq, nk)
+    decay = c[..., i_min, None] - c[..., None, j_max]                       # (B, H, nq, nk)
+    pruned = below & (decay < delta[..., None, None])
+    lead = pruned.long().cumprod(-1).sum(-1)                                # (B, H, nq) prefix
+    # with log g <= 0 the prefix grows with the query granule; if a positive gate breaks that,
+    # prune less (each query granule keeps the smallest prefix of any later one) so that the
+    # dK/dV pass, which needs a query end per key block, skips the same pairs as the forward
+    lead = lead.flip(-1).cummin(-1).values.flip(-1)
+    start = (lead * G).to(torch.int32)                                      # (B, H, nq)
+    key_start = start.repeat_interleave(G, -1)[..., :Tq]
+    g0 = G * torch.arange(nk, device=c.device)
+    n_keep = (start[..., None, :] <= g0[:, None]).sum(-1)                   # (B, H, nk)
+    query_end = torch.clamp(n_keep * G, max=Tq).to(torch.int32).repeat_interleave(G, -1)[..., :Tk]
+    return key_start, query_end
+
+
+def acp_plan(q, k, log_fgate, *, sm_scale=None, adaptive_threshold="auto", tol=1e-4,
+             cu_seqlens=None, granule=None):
+    """The pruning fox_attention_triton applies with the same arguments (a PruningPlan, with the
+    pruned fraction); inputs as fox_attention_triton (v is not needed).
+
+    adaptive_threshold: "auto" (threshold from the query/key norms and tol) or a float <= 0 used
+                        as the threshold directly (natural-log units, like the official kernel's)
+    tol:                float in (0, 1): the bound on the attention mass a row may lose ("auto")
+    granule:            int power of two >= 16 to override the one the launch configs imply
+    """
+    max_seqlen = _validate(q, k, k, log_fgate, cu_seqlens)
+    B, Tq, H, D = q.shape
+    Tk, Hkv = k.shape[1], k.shape[2]
+    scale = D ** -0.5 if sm_scale is None else float(sm_scale)
+    G = _granule(q.device, _padded_dim(D), q.dtype) if granule is None else granule
+    if not (isinstance(G, int) and G >= 16 and G & (G - 1) == 0):
+        raise ValueError(f"granule must be a power of two >= 16; got {granule!r}")
+    U = None
+    if isinstance(adaptive_threshold, str):
+        if adaptive_threshold != "auto":
+            raise ValueError(f'adaptive_threshold must be "auto" or a float <= 0; got {adaptive_threshold!r}')
+        if not (isinstance(tol, (int, float)) and 0 < tol < 1):
+            raise ValueError(f"tol must be a float in (0, 1); got {tol!r}")
+        qn = q.detach().double().norm(dim=-1).amax(1)                        # (B, H)
+        kn = k.detach().double().norm(dim=-1).amax(1).repeat_interleave(H // Hkv, -1)
+        # 1e-3: room for the kernel's own rounding of q.k (fp32 accumulation) above |q||k|
+        U = scale * qn * kn * (1 + 1e-3)
+        n = max_seqlen if cu_seqlens is not None else Tk
+        delta = -(2 * U + math.log(n)) + math.log(tol)
+    else:
+        t = adaptive_threshold
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not (math.isfinite(t) and t <= 0):
+            raise ValueError(f'adaptive_threshold must be "auto" or a finite float <= 0; got {t!r}')
+        delta = torch.full((B, H), float(t), dtype=torch.float64, device=q.device)
+        tol = None
+    c = _gate_words(log_fgate.detach(), cu_seqlens)[2] / LOG2E              # (B, H, Tk)
+    if cu_seqlens is None:
+        key_start, query_end = _plan_sequence(c, Tk - Tq, Tq, G, delta)
+        causal = B * H * (Tq * (Tk - Tq) + Tq * (Tq + 1) // 2)
+    else:
+        key_start = torch.zeros(B, H, Tq, dtype=torch.int32, device=q.device)
+        query_end = torch.zeros(B, H, Tk, dtype=torch.int32, device=q.device)
+        causal = 0
+        cu = cu_seqlens.tolist()
+        for a, b in zip(cu, cu[1:]):
+            if b > a:
+                key_start[..., a:b], query_end[..., a:b] = _plan_sequence(c[..., a:b], 0, b - a, G, delta)
+                causal += H * (b - a) * (b - a + 1) // 2
+    return PruningPlan(threshold=delta, logit_bound=U, tol=tol, granule=G,
+                       key_start=key_start.contiguous(), query_end=query_end.contiguous(),
+                       pruned_pairs=int(key_start.sum()), causal_pairs=causal)
+
+
 def _precision(dtype):
     if dtype == torch.float32:
         return "ieee"
@@ -606,7 +749,7 @@ def _precision(dtype):
 class _FoxAttention(torch.autograd.Function):
 
     @staticmethod
-    def forward(ctx, q, k, v, log_fgate, sm_scale, cu_seqlens, max_seqlen):
+    def forward(ctx, q, k, v, log_fgate, sm_scale, cu_seqlens, max_seqlen, plan):
         B, Tq, H, D = q.shape
         Tk, Hkv = k.shape[1], k.shape[2]
         ch, cl, c64 = _gate_words(log_fgate, cu_seqlens)
@@ -618,19 +761,22 @@ class _FoxAttention(torch.autograd.Function):
         nb = cu_seqlens.numel() - 1 if varlen else B
         prec = _precision(q.dtype)
         cu = cu_seqlens if varlen else lse          # any pointer: unused when not varlen
+        acp = plan is not None
+        klo, qend = (plan.key_start, plan.query_end) if acp else (lse, lse)   # (unused if not acp)
+        G = plan.granule if acp else None
         _launch("fwd", _fwd_kernel, max_seqlen if varlen else Tq, nb * H, q.device, D, q.dtype,
-                lambda bn: (q, k, v, ch, cl, _tile_offsets(c64, bn, cu_seqlens), o, o_res, lse, cu,
+                lambda bn: (q, k, v, ch, cl, _tile_offsets(c64, bn, cu_seqlens), o, o_res, lse, klo, cu,
                             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
                             k.stride(2), ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1),
                             H, H // Hkv, Tq, Tk, sm_scale * LOG2E),
-                dict(D=D, VARLEN=varlen, PREC=prec, RES=res))
-        ctx.save_for_backward(q, k, v, o, o_res, lse, ch, cl, cu_seqlens)
-        ctx.sm_scale, ctx.max_seqlen, ctx.res = sm_scale, max_seqlen, res
+                dict(D=D, VARLEN=varlen, PREC=prec, RES=res, ACP=acp), granule=G)
+        ctx.save_for_backward(q, k, v, o, o_res, lse, ch, cl, cu_seqlens, klo, qend)
+        ctx.sm_scale, ctx.max_seqlen, ctx.res, ctx.granule = sm_scale, max_seqlen, res, G
         return o
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, o, o_res, lse, ch, cl, cu_seqlens = ctx.saved_tensors
+        q, k, v, o, o_res, lse, ch, cl, cu_seqlens, klo, qend = ctx.saved_tensors
         B, Tq, H, D = q.shape
         Tk, Hkv = k.shape[1], k.shape[2]
         do = do.contiguous()
@@ -656,19 +802,21 @@ class _FoxAttention(torch.autograd.Function):
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1))
         scales = (H, H // Hkv, Tq, Tk, ctx.sm_scale * LOG2E, ctx.sm_scale)
-        consts = dict(D=D, VARLEN=varlen, PREC=prec)
+        G = ctx.granule
+        consts = dict(D=D, VARLEN=varlen, PREC=prec, ACP=G is not None)
         _launch("dkdv", _bwd_dkdv_kernel, ctx.max_seqlen if varlen else Tk,
                 nb * (H if split else Hkv), q.device, D, q.dtype,
-                (q, k, v, do, ch, cl, lse, delta, dk, dv, dc, cu) + strides
+                (q, k, v, do, ch, cl, lse, delta, dk, dv, dc, klo, qend, cu) + strides
                 + (dk.stride(0), dk.stride(1), dk.stride(2)) + scales,
-                dict(consts, SPLIT=split))
+                dict(consts, SPLIT=split), granule=G)
         _launch("dq", _bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,
-                q.dtype, (q, k, v, do, ch, cl, lse, delta, dq, dr, cu) + strides + scales, consts)
+                q.dtype, (q, k, v, do, ch, cl, lse, delta, dq, dr, klo, cu) + strides + scales, consts,
+                granule=G)
         dc[..., Tk - Tq:] += dr                     # query i sits at key position Tk - Tq + i
         if split:                                   # fixed order: deterministic
             dk = dk.view(B, Tk, Hkv, H // Hkv, D).sum(3).to(k.dtype)
             dv = dv.view(B, Tk, Hkv, H // Hkv, D).sum(3).to(v.dtype)
-        return dq, dk, dv, _suffix_sum(dc, cu_seqlens), None, None, None
+        return dq, dk, dv, _suffix_sum(dc, cu_seqlens), None, None, None, None
 
 
 def _validate(q, k, v, log_fgate, cu_seqlens):
@@ -753,7 +901,8 @@ def fallback_reason(q, k, v, log_fgate, *, causal=True, cu_seqlens=None):
     return None
 
 
-def fox_attention_triton(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_seqlens=None):
+def fox_attention_triton(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_seqlens=None,
+                         adaptive_threshold=None, tol=1e-4):
     """Causal forgetting attention, fused (Triton), differentiable in q, k, v and log_fgate.
 
     q:          (B, T_q, H, D)    bfloat16 / float16 (float32 accepted, e.g. for the CPU interpreter)
@@ -764,6 +913,13 @@ def fox_attention_triton(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_s
     causal:     only True is implemented
     cu_seqlens: optional int32 (N + 1,) offsets of N sequences packed along T (needs B == 1 and
                 T_q == T_k); attention and the gate cumsum both restart at each sequence
+    adaptive_threshold: None (dense), "auto" or a float <= 0: adaptive computation pruning. Key
+                blocks whose largest decay is below a threshold are skipped in the forward and
+                the backward alike; "auto" sets it from the query/key norms so that no row loses
+                more than `tol` of its attention mass (then |o - o_dense| <= 2 tol max|v| per
+                entry); a float is the threshold itself (natural-log units). acp_plan() with the
+                same arguments gives the skipped blocks and the pruned fraction.
+    tol:        float in (0, 1), the pruned-mass tolerance of "auto"
     D (1..256): 16, 32, 64, 128 and 256 run as they are; any other D runs zero-padded to the next
     of those (q.k and the output's first D columns are unchanged, sm_scale stays D ** -0.5 of the
     true D), at the padded size's cost plus one copy of q, k, v.
@@ -781,6 +937,10 @@ def fox_attention_triton(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_s
     Dp = _padded_dim(D)
     if Dp != D:     # zero columns add nothing to q.k and give zero output columns, cut off below
         q, k, v = (torch.nn.functional.pad(t, (0, Dp - D)) for t in (q, k, v))
+    plan = None
+    if adaptive_threshold is not None:
+        plan = acp_plan(q, k, log_fgate, sm_scale=scale, adaptive_threshold=adaptive_threshold,
+                        tol=tol, cu_seqlens=cu_seqlens)
     o = _FoxAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(),
-                            log_fgate.contiguous(), scale, cu_seqlens, max_seqlen)
+                            log_fgate.contiguous(), scale, cu_seqlens, max_seqlen, plan)
     return o[..., :D] if Dp != D else o

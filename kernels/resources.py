@@ -98,7 +98,7 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
     size `group`; return its resource reading (a dict)."""
     fn = fn or _KERNELS[name]
     bm, bn, warps, stages = cfg
-    c = dict(D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=False, PREC="tf32")
+    c = dict(D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=False, PREC="tf32", ACP=False)
     if group == 1:          # the JIT turns an int argument equal to 1 into a constant, so do we
         c["GROUP"] = 1
     if name == "dkdv":
@@ -106,11 +106,12 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
     if name == "fwd":
         c["RES"] = dtype != "fp32"
     c.update(consts)
+    c = {a: x for a, x in c.items() if a in fn.arg_names}
     sig = {}
     for a in fn.arg_names:
         if a in c:
             sig[a] = "constexpr"
-        elif a == "CU":
+        elif a in ("CU", "KLO", "QEND"):
             sig[a] = "*i32"
         elif a.isupper() and a not in ("H", "GROUP", "TQ", "TK"):   # those four are sizes
             sig[a] = f"*{dtype}" if a in _DATA else "*fp32"

@@ -348,3 +348,112 @@ def test_bench_report_tables():
     assert "| B2 T8192 H16 D128 | 520 | 560 | 0.93 | - | 500: met |" in text
     assert "| B8 T2048 H16 D128 | 300 | - | - | - | - |" in text          # no target below T = 8192
     assert "| B2 T8192 H16 D128 | 400 | 500 | 0.80 | - | 450: not met |" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# adaptive computation pruning
+# ---------------------------------------------------------------------------------------------
+
+def _pruned_mask(log_fgate, Tq, G, delta):
+    """The pruning rule computed independently, pair by pair: (B, H, Tq, Tk) bool, True where
+    query i skips key j: j's granule ends before i's granule starts, and the decay between them,
+    c at the query granule's first position minus c at the key granule's last key, is below
+    delta (B, H). Cumsum in float64, no prefix or monotonicity argument."""
+    B, Tk, H = log_fgate.shape
+    off = Tk - Tq
+    c = torch.cumsum(log_fgate.double(), 1).transpose(1, 2)               # (B, H, Tk)
+    i0 = off + (torch.arange(Tq) // G) * G                                 # (Tq,)
+    jmax = torch.clamp((torch.arange(Tk) // G) * G + G - 1, max=Tk - 1)    # (Tk,)
+    decay = c[..., i0][..., :, None] - c[..., jmax][..., None, :]
+    return (jmax[None, :] < i0[:, None]) & (decay < delta[..., None, None].cpu())
+
+
+def _masked_reference(q, k, v, log_fgate, do, skip):
+    """Float64 forgetting attention with the `skip` pairs removed, and its gradients."""
+    x = [t.detach().double().cpu().requires_grad_() for t in (q, k, v, log_fgate)]
+    qq, kk, vv, lg = x
+    B, Tq, H, D = qq.shape
+    Tk, Hkv = kk.shape[1], kk.shape[2]
+    kk, vv = (t.repeat_interleave(H // Hkv, 2) for t in (kk, vv))
+    c = torch.cumsum(lg, 1).transpose(1, 2)                                 # (B, H, Tk)
+    s = torch.einsum("bihd,bjhd->bhij", qq, kk) * D ** -0.5 + c[..., Tk - Tq:, None] - c[..., None, :]
+    allowed = (torch.arange(Tk)[None, :] <= torch.arange(Tq)[:, None] + Tk - Tq) & ~skip
+    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
+    o = torch.einsum("bhij,bjhd->bihd", p, vv)
+    o.backward(do.double().cpu())
+    return [o.detach()] + [t.grad for t in x]
+
+
+@pytest.mark.parametrize("B,Tq,Tk,H,Hkv,dtype,gate,thr", [
+    (1, 300, 300, 2, 1, torch.float32, STRONG, "auto"),      # GQA; the guaranteed-mass rule
+    (2, 100, 130, 2, 2, torch.float32, MODERATE, -3.0),      # Tq < Tk; a threshold given directly
+    (1, 150, 150, 2, 2, torch.bfloat16, MODERATE, -2.0),
+])
+def test_pruning_matches_masked_reference(B, Tq, Tk, H, Hkv, dtype, gate, thr):
+    """The pruned kernel computes attention without exactly the pairs of the rule (forward and
+    backward), and the plan's pruned fraction is the rule's, counted pair by pair."""
+    from kernels.fox_triton import acp_plan
+    q, k, v, log_fgate, do = make(B, Tq, Tk, H, Hkv, 32, dtype, gate, seed=6)
+    plan = acp_plan(q, k, log_fgate, adaptive_threshold=thr, tol=1e-3)
+    skip = _pruned_mask(log_fgate.cpu(), Tq, plan.granule, plan.threshold)
+    causal = (torch.arange(Tk)[None, :] <= torch.arange(Tq)[:, None] + Tk - Tq).sum().item() * B * H
+    assert plan.causal_pairs == causal
+    assert plan.pruned_pairs == skip.sum().item()
+    assert 0.2 < plan.pruned_fraction < 0.95            # the case prunes, and not everything
+    got = run(q, k, v, log_fgate, do, adaptive_threshold=thr, tol=1e-3)
+    check([g.cpu() for g in got], _masked_reference(q, k, v, log_fgate, do, skip), dtype)
+
+
+def test_pruning_error_bound():
+    """|o_pruned - o_dense| <= 2 m_i max|v| per row, m_i the dense attention mass on the skipped
+    pairs (the pruned output is the kept part renormalised: o_dense = (1 - m) o_kept + m o_skip);
+    under "auto" m_i <= tol. A threshold loose enough to make the error visible."""
+    from kernels.fox_triton import acp_plan
+    q, k, v, log_fgate, do = make(1, 200, 200, 2, 2, 32, torch.float32, MODERATE, seed=7)
+    for thr, tol in (("auto", 1e-2), (-2.0, None)):
+        plan = acp_plan(q, k, log_fgate, adaptive_threshold=thr, tol=tol or 1e-4)
+        skip = _pruned_mask(log_fgate.cpu(), 200, plan.granule, plan.threshold)
+        x = [t.double().cpu() for t in (q, k, v, log_fgate)]
+        c = torch.cumsum(x[3], 1).transpose(1, 2)
+        s = torch.einsum("bihd,bjhd->bhij", x[0], x[1]) * 32 ** -0.5 + c[..., :, None] - c[..., None, :]
+        p = torch.softmax(s.masked_fill(torch.ones(200, 200).triu(1).bool(), float("-inf")), -1)
+        mass = (p * skip).sum(-1).transpose(1, 2)                          # (B, Tq, H)
+        dense = forgetting_attention_reference(*x)
+        o = fox_attention_triton(q, k, v, log_fgate, adaptive_threshold=thr, tol=tol or 1e-4)
+        err = (o.double().cpu() - dense).abs().amax(-1)                     # (B, Tq, H)
+        bound = 2 * mass * x[2].abs().max()
+        assert (err <= bound + 1e-5).all(), (err - bound).max()
+        if tol is not None:
+            assert mass.max() <= tol
+        else:
+            assert err.max() > 1e-4                     # the pruning is visible (4e-4), the bound not vacuous
+
+
+def test_pruning_bad_arguments():
+    from kernels.fox_triton import acp_plan
+    q, k, v, log_fgate, _ = make(1, 8, 8, 2, 2, 32, torch.float32, MODERATE)
+    for kw, word in ((dict(adaptive_threshold="on"), "auto"), (dict(adaptive_threshold=0.5), "<= 0"),
+                     (dict(adaptive_threshold=float("nan")), "<= 0"), (dict(tol=0.0), "tol"),
+                     (dict(tol=2.0), "tol"), (dict(granule=48), "granule")):
+        with pytest.raises(ValueError, match=word):
+            acp_plan(q, k, log_fgate, **kw)
+    with pytest.raises(ValueError, match="tol"):
+        fox_attention_triton(q, k, v, log_fgate, adaptive_threshold="auto", tol=-1)
+
+
+def test_pruning_varlen():
+    """Packed sequences prune per sequence: the same pairs, output and gradients as each sequence
+    run alone (a threshold given directly, so that every sequence gets the same one)."""
+    from kernels.fox_triton import acp_plan
+    cu = torch.tensor([0, 1, 70, 70, 150], dtype=torch.int32, device=DEV)
+    q, k, v, log_fgate, do = make(1, 150, 150, 2, 1, 32, torch.float32, MODERATE, seed=8)
+    packed = acp_plan(q, k, log_fgate, adaptive_threshold=-2.0, cu_seqlens=cu)
+    got = run(q, k, v, log_fgate, do, adaptive_threshold=-2.0, cu_seqlens=cu)
+    parts, pruned = [], 0
+    for a, b in ((0, 1), (1, 70), (70, 150)):
+        x = [t[:, a:b] for t in (q, k, v, log_fgate, do)]
+        pruned += acp_plan(*x[:2], x[3], adaptive_threshold=-2.0).pruned_pairs
+        parts.append(run(*x, adaptive_threshold=-2.0))
+    assert packed.pruned_pairs == pruned > 0
+    want = [torch.cat([p[i] for p in parts], 1) for i in range(5)]
+    check(got, want, torch.float32)
