@@ -437,16 +437,24 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, KLO, CU,
         n_lo = tl.load(KLO + l_off + m0)
     else:
         n_lo = a * 0
-    # the first key block peeled off the loops, as in the forward: dq starts as a wgmma result
-    # (zeroed, it was serialised by ptxas on Triton 3.6 at D = 64: 24 waits for 24 HGMMA)
-    dq, dr = _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
-                          CH + c_off, CL + c_off, s_kt, n_lo, Tk, qk_scale, D, BLOCK_N, True, PREC)
+    if D <= 64:
+        # the first key block peeled off the loops, as in the forward: dq starts as a wgmma
+        # result (zeroed, it was serialised by ptxas on Triton 3.6 at D = 64: 24 waits for 24
+        # HGMMA). Wider heads are not serialised either way, and there the peel costs 16-128
+        # bytes of stack (readings in kernels/NOTES.md, v6), so they keep the zeroed start.
+        dq, dr = _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
+                              CH + c_off, CL + c_off, s_kt, n_lo, Tk, qk_scale, D, BLOCK_N, True,
+                              PREC)
+        n_lo += BLOCK_N
+    else:
+        dq = tl.zeros([BLOCK_M, D], tl.float32)
+        dr = tl.zeros([BLOCK_M], tl.float32)
     n_full = ((a + 1) // BLOCK_N) * BLOCK_N
     dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
-                           CH + c_off, CL + c_off, s_kt, n_lo + BLOCK_N, n_full, Tk, qk_scale,
+                           CH + c_off, CL + c_off, s_kt, n_lo, n_full, Tk, qk_scale,
                            D, BLOCK_N, False, PREC)
     dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
-                           CH + c_off, CL + c_off, s_kt, tl.maximum(n_full, n_lo + BLOCK_N),
+                           CH + c_off, CL + c_off, s_kt, tl.maximum(n_full, n_lo),
                            tl.minimum(a + BLOCK_M, Tk), Tk, qk_scale, D, BLOCK_N, True, PREC)
     tl.store(DQ + q_ptr, _cast(dq * sm_scale, DQ.dtype.element_ty, PREC), mask=m_ok[:, None])
     tl.store(DR + l_off + offs_m, dr, mask=m_ok)

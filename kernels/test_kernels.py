@@ -384,16 +384,16 @@ def _masked_reference(q, k, v, log_fgate, do, skip):
     return [o.detach()] + [t.grad for t in x]
 
 
-@pytest.mark.parametrize("B,Tq,Tk,H,Hkv,dtype,gate,thr", [
-    (1, 300, 300, 2, 1, torch.float32, STRONG, "auto"),      # GQA; the guaranteed-mass rule
-    (2, 100, 130, 2, 2, torch.float32, MODERATE, -3.0),      # Tq < Tk; a threshold given directly
-    (1, 150, 150, 2, 2, torch.bfloat16, MODERATE, -2.0),
+@pytest.mark.parametrize("B,Tq,Tk,H,Hkv,D,dtype,gate,thr", [
+    (1, 300, 300, 2, 1, 32, torch.float32, STRONG, "auto"),      # GQA; the guaranteed-mass rule
+    (2, 100, 130, 2, 2, 32, torch.float32, MODERATE, -3.0),      # Tq < Tk; a threshold given directly
+    (1, 150, 150, 1, 1, 80, torch.bfloat16, MODERATE, -2.0),     # padded to 128: dQ without the peel
 ])
-def test_pruning_matches_masked_reference(B, Tq, Tk, H, Hkv, dtype, gate, thr):
+def test_pruning_matches_masked_reference(B, Tq, Tk, H, Hkv, D, dtype, gate, thr):
     """The pruned kernel computes attention without exactly the pairs of the rule (forward and
     backward), and the plan's pruned fraction is the rule's, counted pair by pair."""
     from kernels.fox_triton import acp_plan
-    q, k, v, log_fgate, do = make(B, Tq, Tk, H, Hkv, 32, dtype, gate, seed=6)
+    q, k, v, log_fgate, do = make(B, Tq, Tk, H, Hkv, D, dtype, gate, seed=6)
     plan = acp_plan(q, k, log_fgate, adaptive_threshold=thr, tol=1e-3)
     skip = _pruned_mask(log_fgate.cpu(), Tq, plan.granule, plan.threshold)
     causal = (torch.arange(Tk)[None, :] <= torch.arange(Tq)[:, None] + Tk - Tq).sum().item() * B * H
