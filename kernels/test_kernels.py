@@ -305,6 +305,16 @@ def test_bench_config_and_merge(tmp_path):
     assert got["runs"]["fwd+bwd"][0]["tflops"] == {"flex": 80.0}
 
 
+def test_sweep_candidates_parse():
+    from kernels import bench
+    from kernels.fox_triton import SWEEP_CANDIDATES, set_config
+    for D, cfgs in SWEEP_CANDIDATES.items():
+        assert cfgs[0] == "" and D in (16, 32, 64, 128, 256)
+        for c in cfgs:
+            set_config(**bench.parse_config(c))       # raises on an unknown kernel or a bad tile
+    set_config()
+
+
 def test_launch_steps_down_when_out_of_resources():
     """A GPU with less shared memory than a config needs gets the next smaller config, and the
     choice is remembered; only when the smallest fails too does the error reach the caller."""
