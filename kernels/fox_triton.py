@@ -244,10 +244,12 @@ def _bwd_delta_kernel(O, ORES, DO, DELTA, s_qb, s_qt, s_qh, s_lb, s_lh, H, TQ,
 
 @triton.jit
 def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, cl_base,
-                    lse_base, delta_base, s_qt, lo, hi, Tq, off, qk_scale,
+                    lse_base, delta_base, dqp_base, drp_base, s_qt, lo, hi, Tq, off, qk_scale,
                     D: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
-                    PREC: tl.constexpr):
-    # P^T and dS^T for one key block against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles
+                    PREC: tl.constexpr, ONEPASS: tl.constexpr):
+    # P^T and dS^T for one key block against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles.
+    # ONEPASS: also this key block's float32 part of dq (dS K, unscaled) and of rowsum(dS), into
+    # its own slice of the partial buffers (dqp_base, drp_base), summed over key blocks by torch
     offs_d = tl.arange(0, D)
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
@@ -268,16 +270,21 @@ def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base,
         dv += _dot(_cast(pT, do.dtype, PREC), do, PREC)
         dpT = _dot(v, tl.trans(do), PREC)
         dsT = pT * (dpT - delta[None, :])
-        dk += _dot(_cast(dsT, q.dtype, PREC), q, PREC)
+        ds16T = _cast(dsT, q.dtype, PREC)
+        dk += _dot(ds16T, q, PREC)
         dc -= tl.sum(dsT, 1)                          # d c_j = -colsum_j(dS)
+        if ONEPASS:
+            tl.store(dqp_base + rows[:, None] * s_qt + offs_d[None, :],
+                     _dot(tl.trans(ds16T), k, PREC), mask=m_ok[:, None])
+            tl.store(drp_base + rows, tl.sum(dsT, 0), mask=m_ok)
     return dk, dv, dc
 
 
 @triton.jit
 def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
-                   Q, DO, CH, CL, LSE, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch, s_lb, s_lh,
-                   Tq, off, qk_scale, D: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr,
-                   ACP: tl.constexpr):
+                   Q, DO, CH, CL, LSE, DELTA, DC, QEND, DQP, DRP, s_qb, s_qt, s_qh, s_cb, s_ch,
+                   s_lb, s_lh, Tq, off, qk_scale, D: tl.constexpr, BLOCK_M: tl.constexpr,
+                   PREC: tl.constexpr, ACP: tl.constexpr, ONEPASS: tl.constexpr):
     # the contribution of query head h to one key block's dk, dv; writes that head's dc
     c_off = b64 * s_cb + h * s_ch + bos
     if ACP:     # QEND: (B, H, Tk) int32, the first query row that prunes this key block
@@ -293,31 +300,33 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
         + (la - tl.load(CL + c_off + cols, mask=n_ok, other=0.0))
     dc = tl.zeros_like(w)
     dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
-                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
-                                 m_lo, tl.minimum(m_full, m_end), Tq, off, qk_scale,
-                                 D, BLOCK_M, True, PREC)
+                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, DQP + q_off,
+                                 DRP + l_off, s_qt, m_lo, tl.minimum(m_full, m_end), Tq, off,
+                                 qk_scale, D, BLOCK_M, True, PREC, ONEPASS)
     dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
-                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
-                                 m_full, m_end, Tq, off, qk_scale,
-                                 D, BLOCK_M, False, PREC)
+                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, DQP + q_off,
+                                 DRP + l_off, s_qt, m_full, m_end, Tq, off, qk_scale,
+                                 D, BLOCK_M, False, PREC, ONEPASS)
     tl.store(DC + c_off + cols, dc, mask=n_ok)
     return dk, dv
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, KLO, QEND, CU,
+def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, KLO, QEND, DQP, DRP, CU,
                      s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh, s_ob, s_ot, s_oh,
-                     H, GROUP, TQ, TK, qk_scale, sm_scale,
+                     s_pq, s_pr, H, GROUP, TQ, TK, qk_scale, sm_scale,
                      D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      VARLEN: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
-                     ACP: tl.constexpr):
+                     ACP: tl.constexpr, ONEPASS: tl.constexpr):
     # one program: BLOCK_N keys of one (batch, kv head), writes DC = dc (B, H, Tk) float32 for the
     # query heads it covers, and dk, dv to DK, DV with strides s_o*. Without SPLIT it loops over
     # the GROUP query heads sharing the kv head, summing dk, dv in registers in a fixed order;
     # under GQA that loop around the two pipelined query loops spills (sm_90, D = 128: 37 local
     # loads/stores an iteration). With SPLIT (GQA) a program covers one query head and writes its
     # float32 part of dk, dv to (B, Tk, H, D) buffers that the caller sums over the group: still
-    # no atomics, still one fixed summation order.
+    # no atomics, still one fixed summation order. ONEPASS: DQP (n_key_blocks, B, Tq, H, D) and
+    # DRP (n_key_blocks, B, H, Tq) float32, zeroed; slice pid_n (strides s_pq, s_pr) is this
+    # program's, laid out as q and lse.
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     heads = H if SPLIT else H // GROUP
@@ -342,16 +351,19 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, KLO, QEND, CU,
     # query blocks from the first that sees key n0; those before m_full touch the diagonal
     m_lo = (tl.maximum(n0 - off, 0) // BLOCK_M) * BLOCK_M
     m_full = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - off, 0), BLOCK_M) * BLOCK_M
+    DQP += pid_n.to(tl.int64) * s_pq
+    DRP += pid_n.to(tl.int64) * s_pr
     if SPLIT:
         dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, ho, b64, bos, t64,
-                                Q, DO, CH, CL, LSE, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch,
-                                s_lb, s_lh, Tq, off, qk_scale, D, BLOCK_M, PREC, ACP)
+                                Q, DO, CH, CL, LSE, DELTA, DC, QEND, DQP, DRP, s_qb, s_qt, s_qh,
+                                s_cb, s_ch, s_lb, s_lh, Tq, off, qk_scale, D, BLOCK_M, PREC, ACP,
+                                ONEPASS)
     else:
         for g in range(GROUP):
             dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, hk * GROUP + g,
-                                    b64, bos, t64, Q, DO, CH, CL, LSE, DELTA, DC, QEND, s_qb,
-                                    s_qt, s_qh, s_cb, s_ch, s_lb, s_lh, Tq, off, qk_scale, D,
-                                    BLOCK_M, PREC, ACP)
+                                    b64, bos, t64, Q, DO, CH, CL, LSE, DELTA, DC, QEND, DQP, DRP,
+                                    s_qb, s_qt, s_qh, s_cb, s_ch, s_lb, s_lh, Tq, off, qk_scale,
+                                    D, BLOCK_M, PREC, ACP, ONEPASS)
     o_ptr = b64 * s_ob + t64 * s_ot + ho * s_oh + cols[:, None] * s_ot + offs_d[None, :]
     tl.store(DK + o_ptr, _cast(dk * sm_scale, DK.dtype.element_ty, PREC), mask=n_ok[:, None])
     tl.store(DV + o_ptr, _cast(dv, DV.dtype.element_ty, PREC), mask=n_ok[:, None])
@@ -750,6 +762,18 @@ def acp_plan(q, k, log_fgate, *, sm_scale=None, adaptive_threshold="auto", tol=1
                        pruned_pairs=int(key_start.sum()), causal_pairs=causal)
 
 
+def onepass_backward():
+    """True when the environment sets FOX_ONEPASS_BWD=1: the backward then runs one pass over
+    key blocks (dK/dV, plus dq and rowsum(dS) as per-key-block float32 partials that torch sums
+    in a fixed order) instead of the dK/dV and dQ passes. Read at every backward call. Memory:
+    (T_k / BLOCK_N) float32 copies of q, e.g. 8.6 GB at B2 T8192 H16 D128 with 128-key blocks;
+    meant for short sequences (kernels/NOTES.md, v6)."""
+    flag = os.environ.get("FOX_ONEPASS_BWD", "0")
+    if flag not in ("0", "1"):
+        raise ValueError(f"FOX_ONEPASS_BWD must be 0 or 1; got {flag!r}")
+    return flag == "1"
+
+
 def _precision(dtype):
     if dtype == torch.float32:
         return "ieee"
@@ -814,14 +838,30 @@ class _FoxAttention(torch.autograd.Function):
         scales = (H, H // Hkv, Tq, Tk, ctx.sm_scale * LOG2E, ctx.sm_scale)
         G = ctx.granule
         consts = dict(D=D, VARLEN=varlen, PREC=prec, ACP=G is not None)
-        _launch("dkdv", _bwd_dkdv_kernel, ctx.max_seqlen if varlen else Tk,
-                nb * (H if split else Hkv), q.device, D, q.dtype,
-                (q, k, v, do, ch, cl, lse, delta, dk, dv, dc, klo, qend, cu) + strides
-                + (dk.stride(0), dk.stride(1), dk.stride(2)) + scales,
-                dict(consts, SPLIT=split), granule=G)
-        _launch("dq", _bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,
-                q.dtype, (q, k, v, do, ch, cl, lse, delta, dq, dr, klo, cu) + strides + scales, consts,
-                granule=G)
+        onepass = onepass_backward()
+        n_keys = ctx.max_seqlen if varlen else Tk
+        parts = {}
+
+        def dkdv_args(bn):
+            # one-pass: per-key-block float32 partials of dq and rowsum(dS), zero where a key
+            # block sees no query; sized by the config's BLOCK_N (a fallback may change it)
+            if onepass:
+                nkb = triton.cdiv(max(n_keys, 1), bn)
+                parts["dq"] = torch.zeros((nkb,) + tuple(q.shape), device=q.device, dtype=torch.float32)
+                parts["dr"] = torch.zeros((nkb,) + tuple(lse.shape), device=q.device, dtype=torch.float32)
+            dqp, drp = (parts["dq"], parts["dr"]) if onepass else (dc, dc)
+            return ((q, k, v, do, ch, cl, lse, delta, dk, dv, dc, klo, qend, dqp, drp, cu) + strides
+                    + (dk.stride(0), dk.stride(1), dk.stride(2), dqp[0].numel(), drp[0].numel())
+                    + scales)
+        _launch("dkdv", _bwd_dkdv_kernel, n_keys, nb * (H if split else Hkv), q.device, D, q.dtype,
+                dkdv_args, dict(consts, SPLIT=split, ONEPASS=onepass), granule=G)
+        if onepass:         # fixed-order sums over key blocks: deterministic
+            dq = (parts["dq"].sum(0) * ctx.sm_scale).to(q.dtype)
+            dr = parts["dr"].sum(0)
+        else:
+            _launch("dq", _bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,
+                    q.dtype, (q, k, v, do, ch, cl, lse, delta, dq, dr, klo, cu) + strides + scales,
+                    consts, granule=G)
         dc[..., Tk - Tq:] += dr                     # query i sits at key position Tk - Tq + i
         if split:                                   # fixed order: deterministic
             dk = dk.view(B, Tk, Hkv, H // Hkv, D).sum(3).to(k.dtype)
