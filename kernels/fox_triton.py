@@ -511,9 +511,10 @@ _INTERP = dict(fwd=(32, 16, 4, 1), dkdv=(16, 32, 4, 1), dq=(32, 16, 4, 1))
 # Launch configs worth timing on Hopper beyond the shipped ones, per head dim, in the format of
 # bench.py --config / --sweep ('' is the shipped config). Each compiles for sm_90 with pipelined
 # wgmma and no spill inside a loop on Triton 3.6 (the GPU machine's; kernels/resources.py), except
-# as noted. D = 128 forward 128 x 128 is the official FoX kernel's tile: its loop issues 992
-# instructions per 128 keys against 2 x 582 for the shipped 128 x 64 (3.6; 3.9: 856 vs 2 x 511),
-# at 255 registers (3.9: one spill load/store an iteration). Left out after the same reading: dQ
+# as noted. D = 128 forward 128 x 128 is the official FoX kernel's tile: its off-diagonal loop
+# issues 622 instructions per 128 keys against 2 x 400 for the shipped 128 x 64 (3.6; 3.9: 643
+# vs 2 x 405), at 255 registers (3.9: one spill load/store an iteration, in the diagonal loop
+# or the off-diagonal one: not told apart). Left out after the same reading: dQ
 # 128 x 64 x 3 and 128 x 32 x 3 at D = 128 (serialised on 3.6), dK/dV 64 x 128 at D = 128 and
 # dQ 128 x 128 at D = 64, 64 x 64 at D = 256 (12-126 spills an iteration).
 SWEEP_CANDIDATES = {

@@ -13,9 +13,11 @@ LOCAL > 0 means spills to local memory; loopLS counts the spill loads and stores
 while spills before or after the loops cost once per program.
 waits counts the wgmma waits (WARPGROUP.DEPBAR) in the SASS and C7515 is ptxas's advisory that the
 wgmma instructions are serialised (one wait per HGMMA: none overlaps the next); loopI is the
-instruction count of the longest loop body (one iteration of the main key or query loop).
+instruction count of the longest loop body (one iteration; for the forward the diagonal loop;
+the JSON's loop_sizes lists every loop's, in code order).
 HGMMA counts Hopper's warpgroup matrix instructions (a kernel without them runs on the older
-mma.sync path, HMMA, at about half the rate; sm_100's tcgen05 instructions are counted by neither); LDGSTS / UTMALDG count asynchronous (pipelined) copies.
+mma.sync path, HMMA, at about half the rate; sm_100's tcgen05 instructions are counted by
+neither); LDGSTS / UTMALDG count asynchronous (pipelined) copies.
 The compile gets what the JIT specialises at launch for the benchmark shapes (aligned pointers,
 strides divisible by 16, GROUP == 1 a constant); without it the reading is of a kernel that never
 runs. These readings come from this machine's Triton, which may differ from the GPU machine's in
@@ -157,7 +159,8 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
                hgmma=ops["HGMMA"], mma=ops["HMMA"], ldgsts=ops["LDGSTS"], tma=ops["UTMALDG"],
                stl=ops["STL"], ldl=ops["LDL"], loop_spill=in_loop, wg_waits=waits,
                serialized=any("C7515" in w for w in warn), ptxas_warnings=warn,
-               loop_ins=_loop_instructions(ins, loops))
+               loop_ins=_loop_instructions(ins, loops),
+               loop_sizes=[sum(1 for a, _, _ in ins if lo <= a <= hi) for lo, hi in sorted(loops)])
     row["fits"] = row["smem"] <= SMEM_LIMITS.get(arch, SMEM_LIMITS[90])
     return row
 
