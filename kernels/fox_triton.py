@@ -36,6 +36,11 @@ and dc keeps both terms: dlog_fgate_t is then (up to float32 rounding) the sum o
 {i >= t > j}, and the residuals enter only weighted by the attention mass on keys before t.
 Measured in bf16 (T = 200, log g ~ -3 U(0, 1)): relative error 7.1e-2 with colsum only, 2.1e-3
 with both terms; no change for gates near 1.
+
+Also here (kernels/NOTES.md, v6): head dims other than 16..256 powers of two run zero-padded;
+fallback_reason() tells forgetting_attention which CUDA inputs go to the reference; adaptive
+computation pruning (acp_plan) skips a prefix of key blocks per query block in all three passes;
+FOX_ONEPASS_BWD=1 replaces the dQ pass by per-key-block partials from the dK/dV pass.
 """
 import dataclasses
 import math

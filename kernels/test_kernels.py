@@ -364,6 +364,16 @@ def test_bench_report_tables():
 # adaptive computation pruning
 # ---------------------------------------------------------------------------------------------
 
+@pytest.fixture
+def small_tiles():
+    """The interpreter's tiles on any device, so that the pruning granule is 32 everywhere and the
+    short test sequences span many granules (on a GPU the shipped tiles would make it 128)."""
+    from kernels.fox_triton import _INTERP, set_config
+    set_config(**_INTERP)
+    yield
+    set_config()
+
+
 def _pruned_mask(log_fgate, Tq, G, delta):
     """The pruning rule computed independently, pair by pair: (B, H, Tq, Tk) bool, True where
     query i skips key j: j's granule ends before i's granule starts, and the decay between them,
@@ -399,12 +409,13 @@ def _masked_reference(q, k, v, log_fgate, do, skip):
     (2, 100, 130, 2, 2, 32, torch.float32, MODERATE, -3.0),      # Tq < Tk; a threshold given directly
     (1, 150, 150, 1, 1, 80, torch.bfloat16, MODERATE, -2.0),     # padded to 128: dQ without the peel
 ])
-def test_pruning_matches_masked_reference(B, Tq, Tk, H, Hkv, D, dtype, gate, thr):
+def test_pruning_matches_masked_reference(small_tiles, B, Tq, Tk, H, Hkv, D, dtype, gate, thr):
     """The pruned kernel computes attention without exactly the pairs of the rule (forward and
     backward), and the plan's pruned fraction is the rule's, counted pair by pair."""
     from kernels.fox_triton import acp_plan
     q, k, v, log_fgate, do = make(B, Tq, Tk, H, Hkv, D, dtype, gate, seed=6)
     plan = acp_plan(q, k, log_fgate, adaptive_threshold=thr, tol=1e-3)
+    assert plan.granule == 32
     skip = _pruned_mask(log_fgate.cpu(), Tq, plan.granule, plan.threshold)
     causal = (torch.arange(Tk)[None, :] <= torch.arange(Tq)[:, None] + Tk - Tq).sum().item() * B * H
     assert plan.causal_pairs == causal
@@ -414,7 +425,7 @@ def test_pruning_matches_masked_reference(B, Tq, Tk, H, Hkv, D, dtype, gate, thr
     check([g.cpu() for g in got], _masked_reference(q, k, v, log_fgate, do, skip), dtype)
 
 
-def test_pruning_error_bound():
+def test_pruning_error_bound(small_tiles):
     """|o_pruned - o_dense| <= 2 m_i max|v| per row, m_i the dense attention mass on the skipped
     pairs (the pruned output is the kept part renormalised: o_dense = (1 - m) o_kept + m o_skip);
     under "auto" m_i <= tol. A threshold loose enough to make the error visible."""
@@ -451,7 +462,7 @@ def test_pruning_bad_arguments():
         fox_attention_triton(q, k, v, log_fgate, adaptive_threshold="auto", tol=-1)
 
 
-def test_pruning_varlen():
+def test_pruning_varlen(small_tiles):
     """Packed sequences prune per sequence: the same pairs, output and gradients as each sequence
     run alone (a threshold given directly, so that every sequence gets the same one)."""
     from kernels.fox_triton import acp_plan
@@ -499,3 +510,14 @@ def test_onepass_backward_varlen_pruned_deterministic(monkeypatch):
     monkeypatch.setenv("FOX_ONEPASS_BWD", "yes")
     with pytest.raises(ValueError, match="FOX_ONEPASS_BWD"):
         run(*args)
+
+
+def test_pruning_granule_guard(small_tiles):
+    """A backward launched with tiles wider than the forward's pruning granule would skip other
+    pairs than the forward did: it raises instead."""
+    from kernels.fox_triton import _INTERP, set_config
+    x = [t.detach().requires_grad_() for t in make(1, 40, 40, 1, 1, 32, torch.float32, STRONG)[:4]]
+    o = fox_attention_triton(*x, adaptive_threshold=-2.0)
+    set_config(**dict(_INTERP, dkdv=(64, 64, 4, 1)))
+    with pytest.raises(RuntimeError, match="pruning granule 32"):
+        o.sum().backward()
