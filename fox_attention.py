@@ -132,6 +132,11 @@ def forgetting_attention_reference(q, k, v, log_fgate, *, sm_scale=None, causal=
 
 
 _warned_no_kernel = False
+_warned_fallback = set()
+
+
+def _on_cuda(t):
+    return t.is_cuda
 
 
 def forgetting_attention(q, k, v, log_fgate, *, sm_scale=None, causal=True, chunk=128):
@@ -144,15 +149,20 @@ def forgetting_attention(q, k, v, log_fgate, *, sm_scale=None, causal=True, chun
     global _warned_no_kernel
     _check_inputs(q, k, v, log_fgate, sm_scale)
     scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
-    if q.is_cuda and causal:
+    if _on_cuda(q):
         try:
-            from kernels.fox_triton import fox_attention_triton
+            from kernels.fox_triton import fallback_reason, fox_attention_triton
         except Exception as exc:  # no triton, or the kernel module is absent/broken
             if not _warned_no_kernel:
                 warnings.warn(f"fused FoX kernel unavailable ({exc!r}); using the PyTorch reference")
                 _warned_no_kernel = True
         else:
-            return fox_attention_triton(q, k, v, log_fgate, sm_scale=scale, causal=True)
+            why = fallback_reason(q, k, v, log_fgate, causal=causal)
+            if why is None:
+                return fox_attention_triton(q, k, v, log_fgate, sm_scale=scale, causal=True)
+            if why not in _warned_fallback:     # once per reason: inputs the kernel does not take
+                warnings.warn(f"fused FoX kernel not used ({why}); using the PyTorch reference")
+                _warned_fallback.add(why)
     if not (isinstance(chunk, int) and chunk > 0):
         raise ValueError(f"chunk must be a positive int; got {chunk!r}")
     return _fox_chunked(q, k, v, log_fgate, scale, causal, chunk)
