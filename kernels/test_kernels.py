@@ -286,9 +286,6 @@ def test_hopper_configs_compile_without_loop_spills(tmp_path):
         assert r["hgmma"] == 0 or r["wg_waits"] < r["hgmma"], f"one wait per wgmma: {r}"
 
 
-
-
-
 def test_sweep_candidates_parse():
     from kernels import bench
     from kernels.fox_triton import SWEEP_CANDIDATES, set_config
@@ -330,7 +327,6 @@ def test_launch_steps_down_when_out_of_resources():
             kt._launch("fwd", Kernel(0), 100, 1, dev, 256, torch.bfloat16, (), {})
     finally:
         kt._FALLBACK.pop(key, None)
-
 
 
 # ---------------------------------------------------------------------------------------------
