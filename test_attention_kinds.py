@@ -322,3 +322,8 @@ def test_fox_model_equals_foxlm():
     m.load_state_dict(sd)
     x = torch.randint(0, 256, (2, 40))
     assert (m(x) - ref(x)).abs().max().item() < 1e-5
+
+
+def test_step_needs_a_recurrent_kind():
+    with pytest.raises(ValueError, match="SoftmaxAttention has no recurrent form"):
+        build_model("softmax", n_layers=1, d_model=16, n_heads=2).step(torch.zeros(1, dtype=torch.long))
