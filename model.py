@@ -26,6 +26,7 @@ import torch.nn.functional as F
 import outputs
 from fox_attention import HookPoint, forgetting_attention, forgetting_attention_reference
 
+
 # ----------------------------------------------------------------------------- BitLinear
 
 class BitLinear(nn.Linear):
@@ -61,8 +62,6 @@ class BitLinear(nn.Linear):
             x = x + (xq - x).detach()
         return F.linear(x, wq, self.bias)
 
-
-# ----------------------------------------------------------------------------- the layer
 
 # ----------------------------------------------------------------------------- the FoX layer
 
