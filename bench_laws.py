@@ -94,8 +94,8 @@ def main(argv=None):
     if not a.gpu_only:
         a.checkpoint = outputs.input_file("--checkpoint", a.checkpoint)
         try:
-            import fox_attention
-            fox_attention.load_model(a.checkpoint)
+            import model
+            model.load_model(a.checkpoint)
         except ValueError as exc:
             raise outputs.UsageError(f"--checkpoint: {exc}") from None
     if a.json:

@@ -562,7 +562,7 @@ def main(argv=None):
             import heads
         except ImportError as exc:
             # never fall back to another analysis: say what is missing
-            raise outputs.MissingPiece(f"the per-head analysis needs heads.py, fox_attention.py and train.py beside "
+            raise outputs.MissingPiece(f"the per-head analysis needs heads.py, fox_attention.py, model.py, data.py and train.py beside "
                                        f"forget.py (a source checkout of the project); {exc}. "
                                        "`--synthetic` runs without them") from None
         try:

@@ -30,9 +30,12 @@ import numpy as np
 import torch
 from scipy import stats
 
+import data
 import forget
 import package_paths
 import renewal
+from fox_attention import cum_log_gate, fox_logits
+from model import load_model
 
 EPS_SCAN = (0.5, 0.3, 0.1, 0.03, 0.01, 3e-3, 1e-3, 3e-4, 1e-4, 1e-5, 1e-6)
 MAX_LAG = 256
@@ -303,10 +306,8 @@ def mass_windows(attn, x, eps, rows):
     H, D = attn.num_heads, attn.head_dim
     q = attn.q_proj(x).view(S, T, H, D)[:, rows].transpose(1, 2)                  # (S, H, R, D)
     k = attn.k_proj(x).view(S, T, H, D).transpose(1, 2)                            # (S, H, T, D)
-    c = torch.cumsum(attn.log_fgate(x).double(), 1).transpose(1, 2)                # (S, H, T)
-    logits = (q @ k.transpose(-1, -2)).double() * attn.scale + c[:, :, rows, None] - c[:, :, None, :]
-    j = torch.arange(T)
-    logits = logits.masked_fill(j[None, :] > rows[:, None], float("-inf"))
+    c = cum_log_gate(attn.log_fgate(x))                                            # (S, H, T) float64
+    logits = fox_logits(q, k, c[:, :, rows], c, attn.scale, q_pos=rows, dtype=torch.float64)
     A = torch.softmax(logits, -1)                                                   # (S, H, R, T)
     # suffix mass suf_j = sum_{j' >= j} A_ij' is the mass within distance i - j; the window is i - j*,
     # j* the largest j with suf_j >= 1 - eps (suf_0 = 1, and suf_j = 0 past the query)
@@ -321,15 +322,14 @@ def analyse_model(checkpoint=None, n_seq=32, seq_len=2048, eps_list=EPS_SCAN, ma
     """Run the per-head analysis on a checkpoint's held-out text. Returns (results, info).
     save_traces: optional .npz path for the captured log-gate traces and their metadata."""
     import fox_attention as fa
-    import train
     from tqdm import tqdm
     import outputs
     t0 = time.perf_counter()
     path = checkpoint or DEFAULT_CHECKPOINT
     if save_traces:                             # before the capture, not after it
         outputs.check_writable(save_traces, force=True, what="save_traces")
-    model, meta = fa.load_model(path, device=device)
-    tokens, spans = train.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
+    model, meta = load_model(path, device=device)
+    tokens, spans = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
     # capture a few sequences at a time (rows are independent in eval mode): same traces, a progress bar
     # on the longest step, and less peak memory
     per = 4
@@ -452,17 +452,15 @@ def load_traces_checked(path):
 def check(args):
     """Check the analysis inputs before any work (ValueError naming the argument): the trace file loads
     with a usable layout, or the checkpoint loads and the corpus holds the held-out windows."""
-    import fox_attention as fa
-    import train
     if args.traces:
         load_traces_checked(args.traces)
         return
     try:
-        fa.load_model(args.checkpoint or DEFAULT_CHECKPOINT)
+        load_model(args.checkpoint or DEFAULT_CHECKPOINT)
     except (FileNotFoundError, ValueError) as exc:
         raise ValueError(f"--checkpoint: {exc}") from None
     try:
-        train.heldout_tokens(n_seq=args.n_seq, seq_len=args.seq_len)
+        data.heldout_tokens(n_seq=args.n_seq, seq_len=args.seq_len)
     except ValueError as exc:
         raise ValueError(f"--n-seq {args.n_seq} x --seq-len {args.seq_len}: {exc}") from None
 

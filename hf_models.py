@@ -217,9 +217,9 @@ def heldout_ids(tokenizer, n_seq, seq_len, text=None, vocab_size=None):
     Returns (ids (n_seq, seq_len) int64, spans [{"file", "start", "end"}] in token offsets).
     Raises ModelError if the text is missing or too short, or ids exceed the model's vocab_size."""
     if text is None:
-        import train
+        import data
         try:
-            docs = [(f, b.decode("utf-8", errors="replace")) for f, b in train.load_split("val")]
+            docs = [(f, b.decode("utf-8", errors="replace")) for f, b in data.load_split("val")]
         except (FileNotFoundError, OSError) as exc:
             raise ModelError(f"held-out plays unavailable ({exc}); pass --text FILE") from None
     else:

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 import adapters
 import fox_attention as fa
+import model as fm
 
 fla = pytest.importorskip("fla", reason="flash-linear-attention not installed (pip install 'foxwindow[models]')")
 with warnings.catch_warnings():
@@ -178,7 +179,7 @@ def test_retnet_constant_decays_match_the_reference_retention():
 
 def test_ours_matches_the_hook():
     torch.manual_seed(5)
-    model = fa.FoXLM(fa.FoXConfig(d_model=32, n_layers=2, n_heads=2)).eval()
+    model = fm.FoXLM(fm.FoXConfig(d_model=32, n_layers=2, n_heads=2)).eval()
     tok = torch.randint(0, 256, (2, 40))
     _, cache = fa.run_with_cache(model, tok)
     cap = adapters.capture_log_decays(model, tok)
@@ -275,7 +276,7 @@ def test_capture_gates_keeps_every_call_and_refuses_gate_values():
 def test_run_with_cache_and_filters_fail_loudly():
     with pytest.raises(ValueError, match="no HookPoint"):
         fa.run_with_cache(nn.Linear(4, 4), torch.zeros(1, 4))
-    m = fa.FoXLM(fa.FoXConfig(d_model=16, n_layers=1, n_heads=2)).eval()
+    m = fm.FoXLM(fm.FoXConfig(d_model=16, n_layers=1, n_heads=2)).eval()
     tok = torch.randint(0, 256, (1, 6))
     with pytest.raises(ValueError, match="matched none"):
         fa.run_with_cache(m, tok, names_filter=lambda n: n.endswith("hook_nothing"))
@@ -403,7 +404,7 @@ def test_model_flag_end_to_end(tiny_ckpt, tmp_path, capsys):
 def test_attention_op_mass_windows_match_heads_on_our_model():
     import heads
     torch.manual_seed(9)
-    model = fa.FoXLM(fa.FoXConfig(d_model=32, n_layers=2, n_heads=2)).eval()
+    model = fm.FoXLM(fm.FoXConfig(d_model=32, n_layers=2, n_heads=2)).eval()
     tok = torch.randint(0, 256, (3, 64))
     rows = heads._rows(64)
     with hf_models.attention_ops(model, mass_eps=1e-2, rows=rows, cpu=False) as win:
@@ -602,14 +603,14 @@ def test_model_flag_transformers_mamba2_says_no_mass_window(tiny_ckpt, tmp_path,
 
 
 def test_default_text_is_the_held_out_plays(tiny_ckpt):
-    import train
+    import data
     ck, _ = tiny_ckpt
     tok = hf_models.load_tokenizer(str(ck))
     ids, spans = hf_models.heldout_ids(tok, 4, 128)
-    assert ids.shape == (4, 128) and {s["file"] for s in spans} <= set(train.VAL_FILES)
-    assert spans[0] == {"file": train.VAL_FILES[0], "start": 0, "end": 128}
+    assert ids.shape == (4, 128) and {s["file"] for s in spans} <= set(data.VAL_FILES)
+    assert spans[0] == {"file": data.VAL_FILES[0], "start": 0, "end": 128}
     # the first window is the tokenised start of the first held-out play
-    first = dict(train.load_split("val"))[train.VAL_FILES[0]].decode("utf-8", errors="replace")
+    first = dict(data.load_split("val"))[data.VAL_FILES[0]].decode("utf-8", errors="replace")
     assert ids[0].tolist() == tok(first, add_special_tokens=False)["input_ids"][:128]
 
 

@@ -21,6 +21,7 @@ import bench_laws
 import forget
 import fox_attention as fa
 import heads
+import model
 import outputs
 import reach
 import renewal
@@ -139,7 +140,7 @@ def test_forget_synthetic_json_is_strict(capsys, tmp_path):
     (["--context", "100000000"], ["--context", "exceeds"]),
     (["--context", "60000", "--eval-seqs", "64"], ["--eval-seqs", "windows"]),
     (["--lr", "0"], ["--lr"]),
-    (["--heads", "3"], ["--d-model", "--heads"]),
+    (["--heads", "3"], ["--d-model", "--n-heads"]),
     (["--device", "bogus"], ["--device"]),
     (["--out", "README.md", "--force"], ["--out", "tracked source file"]),
     (["--out", "checkpoints/fox_shakespeare.pt"], ["--out", "--force"]),
@@ -152,7 +153,7 @@ def test_train_cli_usage(capsys, monkeypatch, argv, words):
     _usage(capsys, train.main, argv, *words)
 
 
-TINY_TRAIN = ["--steps", "2", "--context", "64", "--batch", "2", "--d-model", "16", "--layers", "1", "--heads", "2",
+TINY_TRAIN = ["--steps", "2", "--context", "64", "--batch", "2", "--d-model", "16", "--n-layers", "1", "--n-heads", "2",
               "--eval-seqs", "2", "--log-every", "0", "--device", "cpu"]
 
 
@@ -174,8 +175,10 @@ def test_train_debug_shows_traceback(capsys):
         outputs.cli(train.main, ["--steps", "0", "--debug"])
 
 
-@pytest.mark.parametrize("module, first", [("heads.py", "Per-head verdict"), ("fox_attention.py", "Forgetting attention"),
-                                           ("outputs.py", "Safe outputs")])
+@pytest.mark.parametrize("module, first", [("heads.py", "Per-head verdict"),
+                                           ("fox_attention.py", "Forgetting attention"),
+                                           ("outputs.py", "Safe outputs"), ("model.py", "The model"),
+                                           ("data.py", "The corpus"), ("attention_kinds.py", "Attention kinds")])
 def test_library_modules_say_what_they_are(capsys, monkeypatch, module, first):
     import runpy
     monkeypatch.setattr(sys, "argv", [module, "--help"])
@@ -417,7 +420,7 @@ def test_commands_leave_shipped_files_intact(tmp_path):
     made = {r.split("-")[0]: sorted(os.listdir(root / "runs" / r)) for r in runs}
     assert made == {"figures": ["fig1_decay.pdf", "fig1_decay.png"], "reach": ["README.md", "reach.json", "reach.png"],
                     "train": ["fox_shakespeare.pt"]}
-    _, meta = fa.load_model(str(root / "runs" / runs[2] / "fox_shakespeare.pt"))
+    _, meta = model.load_model(str(root / "runs" / runs[2] / "fox_shakespeare.pt"))
     assert math.isfinite(meta["val_bpc"])
 
 

