@@ -326,9 +326,9 @@ def _retnet(layer, x, kw):
 _SCALAR = "scalar gate per head and token: the laws apply to each head's trace as stated"
 
 for _a in (
-    GateAdapter("foxwindow", ("fox_attention.ForgettingAttention",), _ours, lambda m: m.num_heads,
+    GateAdapter("foxwindow", ("model.ForgettingAttention",), _ours, lambda m: m.num_heads,
                 kind="softmax", gate_module="f_proj", note=_SCALAR,
-                attention_op=("fox_attention", "forgetting_attention")),
+                attention_op=("model", "forgetting_attention")),
     GateAdapter("fox-official", ("modeling_forgetting_transformer.ForgettingAttentionLayer",), _official_fox,
                 lambda m: m.num_heads, kind="softmax", gate_module="fgate_proj",
                 note=_SCALAR + "; fgate_type 'bias_only'/'fixed' are constant per head: a lattice law, "
