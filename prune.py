@@ -322,13 +322,15 @@ def auto_U(q, k, scale):
 @dataclass
 class PruneStats:
     """What one pruned attention call did, per head (H,) unless said: U and L used; pruned and causal
-    block counts (summed over the batch); per-sequence pruned fraction (B, H); the largest pruned
+    block counts (summed over the batch); per-sequence pruned fraction of causal blocks (B, H) and of causal
+    pairs (B, H, the attention FLOPs); the largest pruned
     attention mass of any row; the largest |pruned - dense| output entry and its bound (mass x range of v)."""
     U: np.ndarray
     L: np.ndarray
     pruned_blocks: np.ndarray
     causal_blocks: int
     frac_per_seq: np.ndarray
+    flops_per_seq: np.ndarray
     max_pruned_mass: np.ndarray
     max_err: np.ndarray
     max_err_bound: np.ndarray
@@ -369,6 +371,7 @@ def pruned_attention(q, k, v, log_fgate, *, log_tol=-10.0, U="auto", block=64, s
     i_min, j_max = torch.from_numpy(g.i_min), torch.from_numpy(g.j_max)
     strict = torch.from_numpy(g.strict)
     outs, npruned, frac = [], torch.zeros(H, dtype=torch.long), torch.zeros(B, H, dtype=torch.float64)
+    ffrac, pairs = torch.zeros(B, H, dtype=torch.float64), torch.from_numpy(g.pairs).double()
     mmass, merr, mbound = (torch.zeros(H, dtype=torch.float64) for _ in range(3))
     for b in range(B):                                                          # one sequence at a time: O(H T^2)
         qq, kk, vv = (t[b].to(ct).transpose(0, 1) for t in (q, k, v))          # (H, T, D)
@@ -380,6 +383,7 @@ def pruned_attention(q, k, v, log_fgate, *, log_tol=-10.0, U="auto", block=64, s
         blk = (c[:, i_min][:, :, None] - c[:, j_max][:, None, :] < -Lh[:, None, None]) & strict   # (H, nI, nJ)
         npruned += blk.sum((1, 2))
         frac[b] = blk.sum((1, 2)).double() / g.causal.sum()
+        ffrac[b] = (blk * pairs).sum((1, 2)) / pairs.sum()
         keep = ~blk[:, bi][:, :, bj]                                             # (H, T, T)
         p = torch.softmax(logits.masked_fill(~keep, float("-inf")), -1)
         o = p @ vv                                                               # (H, T, D)
@@ -393,7 +397,7 @@ def pruned_attention(q, k, v, log_fgate, *, log_tol=-10.0, U="auto", block=64, s
             merr = torch.maximum(merr, (o - od).abs().double().amax((1, 2)))
             mbound = torch.maximum(mbound, (mass.double()[:, :, None] * vrange[:, None, :]).amax((1, 2)))
     out = torch.stack(outs, 0).to(q.dtype)
-    st = PruneStats(Uh.numpy(), Lh.numpy(), npruned.numpy(), int(g.causal.sum()) * B, frac.numpy(),
+    st = PruneStats(Uh.numpy(), Lh.numpy(), npruned.numpy(), int(g.causal.sum()) * B, frac.numpy(), ffrac.numpy(),
                     mmass.numpy(), merr.numpy(), mbound.numpy())
     return out, st
 
@@ -546,8 +550,8 @@ def decode(model, tokens, horizons=None):
 
 
 def bits_per_byte(logits, targets):
-    """Mean cross-entropy in bits: logits (B, T, V), targets (B, T) int64."""
-    return float(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+    """Mean cross-entropy in bits, accumulated in float64: logits (B, T, V), targets (B, T) int64."""
+    return float(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(),
                                                    targets.reshape(-1)) / math.log(2))
 
 
@@ -572,14 +576,16 @@ def _sanitize(v):
 
 
 def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_LOG_TOLS, block=64, n_seq=8,
-                  seq_len=1024, p=0.99, decode_seqs=4, decode_log_tol=None, seed=0, progress=True):
+                  seq_len=1024, p=0.99, decode_seqs=4, decode_log_tol=None, seed=0, progress=True, mass_rows=4):
     """Predictions from the gate laws against measurements on the shipped model (CPU).
 
     The laws are fitted on n_seq held-out sequences and everything is measured on n_seq others (disjoint
     windows of seq_len + 1 bytes). U is ACP's "auto" bound per head from the measured run's q/k norms (the
-    same U enters prediction and measurement). Returns a JSON-able dict.
+    same U enters prediction and measurement). mass_rows: every mass_rows-th query row is checked against
+    its KV horizon (the attention mass beyond it, from the dense attention; 0 skips). Returns a JSON-able dict.
     """
     import fox_attention as fa
+    import heads as heads_mod
     import train
     from tqdm import tqdm
     t0 = time.perf_counter()
@@ -605,9 +611,12 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
              for h in range(H)] for l in range(nl)]
     bar.update()
     x, y = meas[:, :-1], meas[:, 1:]
-    with torch.no_grad():
-        bpb_dense = bits_per_byte(model(x), y)
+    # the dense baseline runs through the same op with nothing pruned (ln tol = -1e4), so the differences
+    # below are the pruning's alone, not two implementations' rounding
+    with torch.no_grad(), acp_model(-1e4, (BM, BN)):
         logits_dense = model(x)
+    bpb_dense = bits_per_byte(logits_dense, y)
+    inputs = heads_mod.capture(model, x)[1] if mass_rows else None                 # layer inputs (S, T, d)
     bar.update()
     xcert = np.stack([certified_x_min(blk.attn, blk.ln1) for blk in model.blocks])   # (nl, H)
 
@@ -624,7 +633,7 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
         bpb = bits_per_byte(logits, y)
         dz = (logits - logits_dense).abs().amax(-1)                                # (B, T) max logit change
         tot_pred = tot_meas = tot_blocks = 0.0
-        pair_pred = 0.0
+        pair_pred = pair_meas = 0.0
         for l, st in enumerate(rec):
             for h in range(H):
                 pr = predict_block_pruning(laws[l][h], seq_len, float(st.L[h]), (BM, BN))
@@ -635,18 +644,20 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
                     log_tol=lt, U=float(st.U[h]), L=float(st.L[h]), method=pr.method,
                     pred_frac_blocks=pr.frac_blocks, pred_frac_flops=pr.frac_flops, pred_speedup=pr.speedup,
                     meas_frac_blocks=m, se_meas=se, err=m - pr.frac_blocks,
+                    meas_frac_flops=float(st.flops_per_seq[:, h].mean()),
                     z=(m - pr.frac_blocks) / se if se > 0 else None,
                     max_pruned_mass=float(st.max_pruned_mass[h]), max_out_err=float(st.max_err[h]),
                     max_out_err_bound=float(st.max_err_bound[h])))
                 tot_pred += pr.expected_pruned_blocks
                 pair_pred += pr.frac_flops
+                pair_meas += float(st.flops_per_seq[:, h].mean())
                 tot_meas += st.pruned_blocks[h] / len(fs)
                 tot_blocks += pr.n_causal_blocks
         per_tol.append(dict(
             log_tol=lt, bpb=bpb, delta_bpb=bpb - bpb_dense,
             readout_bound=float(2 * dz.mean() / math.log(2)),
             pred_frac_blocks=tot_pred / tot_blocks, meas_frac_blocks=tot_meas / tot_blocks,
-            pred_frac_flops=pair_pred / (nl * H), pred_speedup=tot_blocks / (tot_blocks - tot_pred),
+            pred_frac_flops=pair_pred / (nl * H), meas_frac_flops=pair_meas / (nl * H), pred_speedup=tot_blocks / (tot_blocks - tot_pred),
             meas_speedup=tot_blocks / (tot_blocks - tot_meas),
             max_pruned_mass=float(max(st.max_pruned_mass.max() for st in rec)),
             max_err_over_bound=float(max((st.max_err / np.maximum(st.max_err_bound, 1e-30)).max() for st in rec))))
@@ -668,10 +679,24 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
                 e["p_window_beyond_context"] = float(law.survival(Lc, np.array([ctx + 1]))[0])
             heads[l][h]["p_window_beyond_context_eps1e-3"] = float(law.survival(forget.threshold(1e-3),
                                                                                np.array([ctx + 1]))[0])
+    if mass_rows:
+        # does the horizon hold the attention? mass window = smallest d with mass beyond d <= tol; the
+        # horizon suffices for a row iff its mass window <= h
+        rows = torch.arange(0, seq_len, mass_rows)
+        for i, lt in enumerate(log_tols):
+            for l in range(nl):
+                mw = heads_mod.mass_windows(model.blocks[l].attn, inputs[l], math.exp(lt), rows).numpy()  # (S, R, H)
+                for h in range(H):
+                    e = heads[l][h]["tols"][i]
+                    e["mass_window_mean"] = float(mw[:, :, h].mean())
+                    e["mass_window_max"] = int(mw[:, :, h].max())
+                    e["horizon_coverage"] = float((mw[:, :, h] <= e["horizon"][str(seq_len)]).mean())
     for i, r in enumerate(per_tol):
         es = [heads[l][h]["tols"][i] for l in range(nl) for h in range(H)]
         r["mem_saved"] = {str(T): float(np.mean([e["mem_saved"][str(T)] for e in es])) for T in CONTEXTS}
         r["heads_beyond_context"] = float(np.mean([e["p_window_beyond_context"] for e in es]))
+        if mass_rows:
+            r["min_horizon_coverage"] = float(min(e["horizon_coverage"] for e in es))
 
     # decoding with the horizons (recurrent form), against the full cache
     dec = None
@@ -712,9 +737,10 @@ def format_report(res):
            f"{info['block'][1]}, U = {info['U']}.",
            f"Per head at ln tol = {info['decode_log_tol']:g}: pruned fraction of causal blocks predicted from "
            f"the law vs measured (+- SE over sequences); KV horizon h = {info['p']} quantile of W at "
-           f"L = 2U + ln(1/tol) + ln T; cert = certified horizon from the gate weights (summed over keys).",
+           f"L = 2U + ln(1/tol) + ln T; cert = certified horizon from the gate weights (summed over keys); "
+           f"Wm = largest attention-mass window at tol (mass beyond it <= tol), cov = fraction of rows with Wm <= h.",
            f"{'L.H':>4s} {'kappa':>7s} {'tau':>5s} {'law':>9s} {'U':>6s} {'L':>6s} {'pred':>6s} "
-           f"{'meas':>14s} {'err':>7s} {'h(T)':>7s} {'cert':>8s} {'mem@32k':>7s} {'mem@1M':>7s} {'P(W>ctx)':>8s}"]
+           f"{'meas':>14s} {'err':>7s} {'h(T)':>7s} {'Wm':>5s} {'cov':>5s} {'cert':>9s} {'mem@32k':>7s} {'mem@1M':>7s} {'P(W>ctx)':>8s}"]
     out.append("-" * len(out[-1]))
     for hd in res["heads"]:
         e = hd["tols"][i]
@@ -723,20 +749,21 @@ def format_report(res):
         cert = e["certified_horizon"]
         out.append(f"{hd['layer']:>2d}.{hd['head']:<1d} {hd['kappa']:7.4f} {hd['tau']:5.2f} {law:>9s} {e['U']:6.2f} "
                    f"{e['L']:6.2f} {e['pred_frac_blocks']:6.3f} {e['meas_frac_blocks']:6.3f}+-{e['se_meas']:<6.3f} "
-                   f"{e['err']:+7.3f} {e['horizon'][str(info['seq_len'])]:>7d} "
-                   f"{cert if cert is not None else '-':>8} {e['mem_saved']['32768']:7.3f} "
+                   f"{e['err']:+7.3f} {e['horizon'][str(info['seq_len'])]:>7d} {e.get('mass_window_max', -1):5d} "
+                   f"{e.get('horizon_coverage', float('nan')):5.3f} "
+                   f"{cert if cert is not None else '-':>9} {e['mem_saved']['32768']:7.3f} "
                    f"{e['mem_saved']['1048576']:7.3f} {e['p_window_beyond_context']:8.3f}")
     out.append("")
     out.append(f"Model, per tol (dense bits/byte {info['bpb_dense']:.4f}; mass bound: every row's pruned attention "
                f"mass <= tol; output bound: |pruned - dense| <= mass x range(v), shown as max ratio):")
-    hdr = (f"{'ln tol':>6s} {'pred blk':>8s} {'meas blk':>8s} {'pred FLOP':>9s} {'speedup p/m':>11s} "
+    hdr = (f"{'ln tol':>6s} {'pred blk':>8s} {'meas blk':>8s} {'FLOP p/m':>11s} {'speedup p/m':>11s} "
            f"{'dbpb':>9s} {'readout':>8s} {'max mass':>9s} {'tol':>9s} {'err/bnd':>7s} "
            + " ".join(f"{'mem@' + (f'{T // 1024}k' if T < 1 << 20 else '1M'):>8s}" for T in CONTEXTS))
     out.append(hdr)
     out.append("-" * len(hdr))
     for r in res["per_tol"]:
         out.append(f"{r['log_tol']:6.1f} {r['pred_frac_blocks']:8.3f} {r['meas_frac_blocks']:8.3f} "
-                   f"{r['pred_frac_flops']:9.3f} {r['pred_speedup']:5.2f}/{r['meas_speedup']:<5.2f} "
+                   f"{r['pred_frac_flops']:5.3f}/{r['meas_frac_flops']:5.3f} {r['pred_speedup']:5.2f}/{r['meas_speedup']:<5.2f} "
                    f"{r['delta_bpb']:+9.2e} {r['readout_bound']:8.2e} {r['max_pruned_mass']:9.2e} "
                    f"{math.exp(r['log_tol']):9.2e} {r['max_err_over_bound']:7.3f} "
                    + " ".join(f"{r['mem_saved'][str(T)]:8.3f}" for T in CONTEXTS))
@@ -751,9 +778,11 @@ def format_report(res):
             out.append(f"  ln tol {r['log_tol']:6.1f}: horizons {r['horizons']}, bits/byte {r['bpb']:.4f} "
                        f"({r['delta_bpb']:+.2e}), cache {r['cache_entries']}/{r['cache_entries_full']} entries "
                        f"({r['mem_frac']:.3f} of full)")
-    out.append(f"heads whose window can exceed the training context ({info['training_context']}): mean "
-               f"P(W > ctx) at L = 2U + ln(1/tol) + ln ctx = {res['per_tol'][i]['heads_beyond_context']:.3f}; "
-               f"at eps = 1e-3: {np.mean([h['p_window_beyond_context_eps1e-3'] for h in res['heads']]):.3f}")
+    pc = [h["tols"][i]["p_window_beyond_context"] for h in res["heads"]]
+    pe = [h["p_window_beyond_context_eps1e-3"] for h in res["heads"]]
+    out.append(f"windows beyond the training context ({info['training_context']}): at L = 2U + ln(1/tol) + ln ctx, "
+               f"mean P(W > ctx) over heads {np.mean(pc):.3f}, heads with P > 1/2: {sum(v > 0.5 for v in pc)} of "
+               f"{len(pc)}; at eps = 1e-3 (decay alone): {np.mean(pe):.3f}, {sum(v > 0.5 for v in pe)} of {len(pe)}")
     out.append(f"run time {info['seconds']:.1f} s on {info['torch_threads']} threads")
     return "\n".join(out)
 

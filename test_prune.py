@@ -268,3 +268,21 @@ def test_figure_from_small_json(tmp_path):
     figstyle.apply()
     paths, summary = fig8_prune.make(SimpleNamespace(out=str(tmp_path), prune_json=str(path)))
     assert all(os.path.getsize(p) > 5000 for p in paths) and "3 heads" in summary
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("checkpoints/fox_shakespeare.pt"), reason="no shipped checkpoint")
+def test_model_run_end_to_end_small(tmp_path, capsys):
+    torch.set_num_threads(1)
+    res = prune.main(["--log-tol", "-4", "-10", "--n-seq", "3", "--seq-len", "128", "--block", "32",
+                      "--decode-seqs", "1", "--out", str(tmp_path), "--no-progress"])
+    assert (tmp_path / "prune.json").exists() and (tmp_path / "prune.txt").exists()
+    assert "ACP block pruning" in capsys.readouterr().out
+    for r in res["per_tol"]:
+        assert r["max_pruned_mass"] <= math.exp(r["log_tol"])                     # ACP's guarantee held
+        assert r["max_err_over_bound"] <= 1 + 1e-6
+    d = res["decode"]
+    assert d["max_abs_logit_diff_vs_parallel"] < 1e-4
+    for h in res["heads"]:
+        for e in h["tols"]:
+            assert 0 <= e["pred_frac_blocks"] <= 1 and 0 <= e["meas_frac_blocks"] <= 1
+            assert 0 <= e["horizon_coverage"] <= 1 and e["mass_window_max"] <= 127
