@@ -83,8 +83,15 @@ def check_block(block):
     return _pos_int(block[0], "block size BM"), _pos_int(block[1], "block size BN")
 
 
+def _float(v, name):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number; got {v!r}") from None
+
+
 def check_U(U):
-    U = float(U)
+    U = _float(U, "U")
     if not (U >= 0 and math.isfinite(U)):
         raise ValueError(f"U (bound on |q.k| * scale) must be finite and >= 0; got {U!r}")
     return U
@@ -334,6 +341,7 @@ class PruneStats:
     max_pruned_mass: np.ndarray
     max_err: np.ndarray
     max_err_bound: np.ndarray
+    max_excess: np.ndarray
 
 
 def pruned_attention(q, k, v, log_fgate, *, log_tol=-10.0, U="auto", block=64, sm_scale=None, dense=False):
@@ -373,6 +381,7 @@ def pruned_attention(q, k, v, log_fgate, *, log_tol=-10.0, U="auto", block=64, s
     outs, npruned, frac = [], torch.zeros(H, dtype=torch.long), torch.zeros(B, H, dtype=torch.float64)
     ffrac, pairs = torch.zeros(B, H, dtype=torch.float64), torch.from_numpy(g.pairs).double()
     mmass, merr, mbound = (torch.zeros(H, dtype=torch.float64) for _ in range(3))
+    mexcess = torch.full((H,), -float("inf"), dtype=torch.float64)
     for b in range(B):                                                          # one sequence at a time: O(H T^2)
         qq, kk, vv = (t[b].to(ct).transpose(0, 1) for t in (q, k, v))          # (H, T, D)
         c = torch.cumsum(log_fgate[b].double(), 0).transpose(0, 1)             # (H, T) float64
@@ -395,17 +404,19 @@ def pruned_attention(q, k, v, log_fgate, *, log_tol=-10.0, U="auto", block=64, s
             vrange = (vv.amax(1) - vv.amin(1)).double()                           # (H, D)
             mmass = torch.maximum(mmass, mass.double().amax(1))
             merr = torch.maximum(merr, (o - od).abs().double().amax((1, 2)))
-            mbound = torch.maximum(mbound, (mass.double()[:, :, None] * vrange[:, None, :]).amax((1, 2)))
+            bound = mass.double()[:, :, None] * vrange[:, None, :]                      # (H, T, D)
+            mbound = torch.maximum(mbound, bound.amax((1, 2)))
+            mexcess = torch.maximum(mexcess, ((o - od).abs().double() - bound).amax((1, 2)))
     out = torch.stack(outs, 0).to(q.dtype)
     st = PruneStats(Uh.numpy(), Lh.numpy(), npruned.numpy(), int(g.causal.sum()) * B, frac.numpy(), ffrac.numpy(),
-                    mmass.numpy(), merr.numpy(), mbound.numpy())
+                    mmass.numpy(), merr.numpy(), mbound.numpy(), mexcess.numpy())
     return out, st
 
 
 @contextmanager
-def acp_model(log_tol, block=64, record=None):
+def acp_model(log_tol, block=64, record=None, U="auto"):
     """Run a fox_attention FoXLM with ACP pruning in every layer: inside the block, the model's attention
-    op (fox_attention.forgetting_attention) is replaced by pruned_attention (U = "auto"); each call appends
+    op (fox_attention.forgetting_attention) is replaced by pruned_attention (with this U); each call appends
     its PruneStats to `record` (a list, layers in call order). Restored on exit."""
     import fox_attention as fa
     orig = fa.forgetting_attention
@@ -413,7 +424,8 @@ def acp_model(log_tol, block=64, record=None):
     def op(q, k, v, log_fgate, *, sm_scale=None, causal=True, chunk=128):
         if not causal:
             raise ValueError("ACP pruning is defined for causal attention")
-        out, st = pruned_attention(q, k, v, log_fgate, log_tol=log_tol, block=block, sm_scale=sm_scale, dense=True)
+        out, st = pruned_attention(q, k, v, log_fgate, log_tol=log_tol, U=U, block=block, sm_scale=sm_scale,
+                                   dense=True)
         if record is not None:
             record.append(st)
         return out
@@ -576,12 +588,14 @@ def _sanitize(v):
 
 
 def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_LOG_TOLS, block=64, n_seq=8,
-                  seq_len=1024, p=0.99, decode_seqs=4, decode_log_tol=None, seed=0, progress=True, mass_rows=4):
+                  seq_len=1024, p=0.99, decode_seqs=4, decode_log_tol=None, seed=0, progress=True, mass_rows=4,
+                  U="auto"):
     """Predictions from the gate laws against measurements on the shipped model (CPU).
 
     The laws are fitted on n_seq held-out sequences and everything is measured on n_seq others (disjoint
     windows of seq_len + 1 bytes). U is ACP's "auto" bound per head from the measured run's q/k norms (the
-    same U enters prediction and measurement). mass_rows: every mass_rows-th query row is checked against
+    same U enters prediction and measurement); U may instead be fixed (a number >= 0), which is then no
+    bound on the logits and the pruned mass can exceed tol. mass_rows: every mass_rows-th query row is checked against
     its KV horizon (the attention mass beyond it, from the dense attention; 0 skips). Returns a JSON-able dict.
     """
     import fox_attention as fa
@@ -616,7 +630,9 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
     with torch.no_grad(), acp_model(-1e4, (BM, BN)):
         logits_dense = model(x)
     bpb_dense = bits_per_byte(logits_dense, y)
-    inputs = heads_mod.capture(model, x)[1] if mass_rows else None                 # layer inputs (S, T, d)
+    inputs = heads_mod.capture(model, x)[1]                                          # layer inputs (S, T, d)
+    with torch.no_grad():
+        vmax = float(max(blk.attn.v_proj(inputs[l]).abs().max() for l, blk in enumerate(model.blocks)))
     bar.update()
     xcert = np.stack([certified_x_min(blk.attn, blk.ln1) for blk in model.blocks])   # (nl, H)
 
@@ -626,7 +642,7 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
                            for h in range(H)] for l in range(nl)]
     for lt in log_tols:
         rec = []
-        with torch.no_grad(), acp_model(lt, (BM, BN), rec):
+        with torch.no_grad(), acp_model(lt, (BM, BN), rec, U):
             logits = model(x)
         if len(rec) != nl:
             raise RuntimeError(f"expected {nl} attention calls in the pruned forward; saw {len(rec)}")
@@ -660,7 +676,8 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
             pred_frac_flops=pair_pred / (nl * H), meas_frac_flops=pair_meas / (nl * H), pred_speedup=tot_blocks / (tot_blocks - tot_pred),
             meas_speedup=tot_blocks / (tot_blocks - tot_meas),
             max_pruned_mass=float(max(st.max_pruned_mass.max() for st in rec)),
-            max_err_over_bound=float(max((st.max_err / np.maximum(st.max_err_bound, 1e-30)).max() for st in rec))))
+            max_excess=float(max(st.max_excess.max() for st in rec)),
+            max_abs_v=vmax))
         bar.update()
 
     # KV horizons and memory, at each tol, from the law and the measured U
@@ -721,7 +738,8 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
     info = dict(checkpoint=checkpoint, model=meta.get("name", "fox_shakespeare"), n_seq=n_seq, seq_len=seq_len,
                 block=[BM, BN], log_tols=log_tols, p=p, decode_log_tol=decode_log_tol, training_context=ctx,
                 fit_spans=spans[1::2], measure_spans=spans[0::2], bpb_dense=bpb_dense,
-                U="auto: scale * max|q| * max|k| per head over the measured batch",
+                U="auto: scale * max|q| * max|k| per head over the measured batch" if U == "auto" else
+                f"fixed {float(U):g} (not a bound on |q.k| * scale: the pruned mass may exceed tol)",
                 speedup_model="time proportional to visited blocks",
                 seconds=time.perf_counter() - t0, torch_threads=torch.get_num_threads())
     return _sanitize(dict(info=info, per_tol=per_tol, decode=dec,
@@ -755,9 +773,10 @@ def format_report(res):
                    f"{e['mem_saved']['1048576']:7.3f} {e['p_window_beyond_context']:8.3f}")
     out.append("")
     out.append(f"Model, per tol (dense bits/byte {info['bpb_dense']:.4f}; mass bound: every row's pruned attention "
-               f"mass <= tol; output bound: |pruned - dense| <= mass x range(v), shown as max ratio):")
+               f"mass <= tol; output bound: |pruned - dense| <= mass x range(v) per entry, excess = largest "
+               f"|pruned - dense| - bound, which float32 rounding alone puts near 1e-7 x max|v|):")
     hdr = (f"{'ln tol':>6s} {'pred blk':>8s} {'meas blk':>8s} {'FLOP p/m':>11s} {'speedup p/m':>11s} "
-           f"{'dbpb':>9s} {'readout':>8s} {'max mass':>9s} {'tol':>9s} {'err/bnd':>7s} "
+           f"{'dbpb':>9s} {'readout':>8s} {'max mass':>9s} {'tol':>9s} {'excess':>9s} "
            + " ".join(f"{'mem@' + (f'{T // 1024}k' if T < 1 << 20 else '1M'):>8s}" for T in CONTEXTS))
     out.append(hdr)
     out.append("-" * len(hdr))
@@ -765,7 +784,7 @@ def format_report(res):
         out.append(f"{r['log_tol']:6.1f} {r['pred_frac_blocks']:8.3f} {r['meas_frac_blocks']:8.3f} "
                    f"{r['pred_frac_flops']:5.3f}/{r['meas_frac_flops']:5.3f} {r['pred_speedup']:5.2f}/{r['meas_speedup']:<5.2f} "
                    f"{r['delta_bpb']:+9.2e} {r['readout_bound']:8.2e} {r['max_pruned_mass']:9.2e} "
-                   f"{math.exp(r['log_tol']):9.2e} {r['max_err_over_bound']:7.3f} "
+                   f"{math.exp(r['log_tol']):9.2e} {r['max_excess']:+9.1e} "
                    + " ".join(f"{r['mem_saved'][str(T)]:8.3f}" for T in CONTEXTS))
     out.append("dbpb: pruned - dense bits/byte; readout: 2 mean_t max|d logit| / ln 2, a bound on |dbpb| from the "
                "measured logit change; mem@T: KV memory saved at context T (1 - kept/T, mean over heads).")
@@ -794,7 +813,10 @@ def atomic_write(path, text, force=False):
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=os.path.basename(path))
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.chmod(tmp, 0o666 & ~umask)                                            # mkstemp makes it 0600
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -815,6 +837,8 @@ def main(argv=None):
     p.add_argument("--seq-len", type=int, default=1024, help="tokens per sequence (default: the training context)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--p", type=float, default=0.99, help="probability for the KV horizon quantile")
+    p.add_argument("--U", default="auto", help="logit bound: 'auto' (ACP, from the q/k norms) or a number >= 0 "
+                   "(a fixed U, e.g. 0 for the decay alone; not a bound, so pruning may exceed tol)")
     p.add_argument("--decode-seqs", type=int, default=4, help="sequences decoded token by token (0: skip)")
     p.add_argument("--checkpoint", default="checkpoints/fox_shakespeare.pt")
     p.add_argument("--out", default="results/prune", help="folder for prune.txt and prune.json")
@@ -840,6 +864,7 @@ def main(argv=None):
         _pos_int(a.n_seq, "--n-seq")
         _pos_int(a.seq_len, "--seq-len")
         _pos_int(a.threads, "--threads")
+        U = "auto" if a.U == "auto" else check_U(_float(a.U, "--U"))
         if a.decode_seqs < 0:
             raise ValueError(f"--decode-seqs must be >= 0; got {a.decode_seqs}")
         if not 0 < a.p < 1:
@@ -856,7 +881,7 @@ def main(argv=None):
     torch.set_num_threads(a.threads)
     try:
         res = analyse_model(a.checkpoint, log_tols, block, a.n_seq, a.seq_len, a.p,
-                            decode_seqs=min(a.decode_seqs, a.n_seq), seed=a.seed, progress=not a.no_progress)
+                            decode_seqs=min(a.decode_seqs, a.n_seq), seed=a.seed, progress=not a.no_progress, U=U)
     except ValueError as exc:
         fail(str(exc))
     text = format_report(res)

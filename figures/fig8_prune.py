@@ -13,7 +13,6 @@ import figstyle
 from figstyle import Skip
 
 DEFAULT_JSON = os.path.join(figstyle.ROOT, "results", "prune", "prune.json")
-FLOOR = 1e-12            # |d bpb| = 0 (bit for bit unchanged) is drawn here on the log axis
 
 
 def make(ctx):
@@ -27,7 +26,7 @@ def make(ctx):
         raise Skip(f"{path} has no per-head or per-tol entries")
     tols = sorted({e["log_tol"] for h in heads for e in h["tols"]})
     col = {lt: plt.cm.viridis(i / max(len(tols) - 1, 1)) for i, lt in enumerate(tols)}
-    fig, (ap, ab) = plt.subplots(1, 2, figsize=(12, 5.2))
+    fig, (ap, ab, ah) = plt.subplots(1, 3, figsize=(18, 5.4))
 
     # (a) predicted vs measured pruned fraction of causal blocks, one point per head and tol
     for h in heads:
@@ -51,19 +50,41 @@ def make(ctx):
     x = np.exp([r["log_tol"] for r in per_tol])
     mass = np.array([r["max_pruned_mass"] for r in per_tol], dtype=float)
     dbpb = np.abs([r["delta_bpb"] for r in per_tol])
+    rb = np.array([np.nan if r.get("readout_bound") is None else r["readout_bound"] for r in per_tol])
+    pos = np.concatenate([v[np.isfinite(v) & (v > 0)] for v in (mass, dbpb, rb)])
+    floor = 10 ** math.floor(math.log10(pos.min() / 10)) if len(pos) else 1e-18   # exact zeros are drawn here
     ab.plot(x, x, "k--", lw=1, label="tol (bound on every row's pruned mass)")
-    ab.plot(x, np.maximum(mass, FLOOR), "s-", color="tab:blue", label="largest pruned attention mass of any row")
-    ab.plot(x, np.maximum(dbpb, FLOOR), "o-", color="tab:red", label=f"|Δ bits/byte| (0 drawn at {FLOOR:g})")
-    rb = [r.get("readout_bound") for r in per_tol]
-    if all(v is not None for v in rb):
-        ab.plot(x, np.maximum(rb, FLOOR), "^:", color="tab:red", alpha=0.6,
+    ab.plot(x, np.maximum(mass, floor), "s-", color="tab:blue", label="largest pruned attention mass of any row")
+    ab.plot(x, np.maximum(dbpb, floor), "o-", color="tab:red", label=f"|Δ bits/byte| (exact 0 drawn at {floor:g})")
+    if np.isfinite(rb).all():
+        ab.plot(x, np.maximum(rb, floor), "^:", color="tab:orange", ms=8, mfc="none",
                 label="2 mean max|Δ logit| / ln 2 (bounds |Δ bits/byte|)")
     ab.set_xscale("log")
     ab.set_yscale("log")
     ab.set_xlabel("tol (tolerated pruned attention mass)")
     ab.set_ylabel("mass / bits per byte")
     ab.set_title(f"(b) cost of pruning (dense {info.get('bpb_dense', float('nan')):.4f} bits/byte)")
-    ab.legend(loc="lower right", fontsize=8)
+    ab.legend(loc="center right", fontsize=8)
+
+    # (c) KV horizons at the decoding tol: the law's quantile and the certificate against the mass window
+    dlt = info.get("decode_log_tol", tols[len(tols) // 2])
+    T = str(info.get("seq_len", ""))
+    es = [(h, next((e for e in h["tols"] if e["log_tol"] == dlt), None)) for h in heads]
+    es = [(h, e) for h, e in es if e is not None and e.get("mass_window_max") is not None and T in e.get("horizon", {})]
+    if es:
+        wm = np.array([max(e["mass_window_max"], 1) for _, e in es], dtype=float)
+        hz = np.array([max(e["horizon"][T], 1) for _, e in es], dtype=float)
+        ah.plot(wm, hz, "o", color="tab:green", label=f"{info.get('p', '?')} quantile of W (window law)")
+        cert = np.array([np.nan if e.get("certified_horizon") is None else e["certified_horizon"] for _, e in es])
+        ah.plot(wm, cert, "x", color="gray", label="certified by the gate weights")
+        lim = [0.7, np.nanmax(np.concatenate([hz, cert, wm])) * 2]
+        ah.plot(lim, lim, "k--", lw=1, label="horizon = mass window")
+        ah.set_xscale("log")
+        ah.set_yscale("log")
+        ah.legend(loc="upper left", fontsize=8)
+    ah.set_xlabel("largest attention-mass window at tol (measured, tokens)")
+    ah.set_ylabel(f"KV horizon h at T = {T} (tokens)")
+    ah.set_title(f"(c) per head, ln tol = {dlt:g}: keys beyond h dropped")
 
     fig.suptitle("Fig. 8  ACP block pruning: window law vs measurement, and its cost", y=1.0)
     fig.tight_layout()
