@@ -30,11 +30,11 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from scipy import special, stats
+from scipy import special
 
 import forget
 import renewal
@@ -673,7 +673,8 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
             log_tol=lt, bpb=bpb, delta_bpb=bpb - bpb_dense,
             readout_bound=float(2 * dz.mean() / math.log(2)),
             pred_frac_blocks=tot_pred / tot_blocks, meas_frac_blocks=tot_meas / tot_blocks,
-            pred_frac_flops=pair_pred / (nl * H), meas_frac_flops=pair_meas / (nl * H), pred_speedup=tot_blocks / (tot_blocks - tot_pred),
+            pred_frac_flops=pair_pred / (nl * H), meas_frac_flops=pair_meas / (nl * H),
+            pred_speedup=tot_blocks / (tot_blocks - tot_pred),
             meas_speedup=tot_blocks / (tot_blocks - tot_meas),
             max_pruned_mass=float(max(st.max_pruned_mass.max() for st in rec)),
             max_excess=float(max(st.max_excess.max() for st in rec)),
@@ -758,7 +759,8 @@ def format_report(res):
            f"L = 2U + ln(1/tol) + ln T; cert = certified horizon from the gate weights (summed over keys); "
            f"Wm = largest attention-mass window at tol (mass beyond it <= tol), cov = fraction of rows with Wm <= h.",
            f"{'L.H':>4s} {'kappa':>7s} {'tau':>5s} {'law':>9s} {'U':>6s} {'L':>6s} {'pred':>6s} "
-           f"{'meas':>14s} {'err':>7s} {'h(T)':>7s} {'Wm':>5s} {'cov':>5s} {'cert':>9s} {'mem@32k':>7s} {'mem@1M':>7s} {'P(W>ctx)':>8s}"]
+           f"{'meas':>14s} {'err':>7s} {'h(T)':>7s} {'Wm':>5s} {'cov':>5s} {'cert':>9s} {'mem@32k':>7s} "
+           f"{'mem@1M':>7s} {'P(W>ctx)':>8s}"]
     out.append("-" * len(out[-1]))
     for hd in res["heads"]:
         e = hd["tols"][i]
@@ -782,7 +784,8 @@ def format_report(res):
     out.append("-" * len(hdr))
     for r in res["per_tol"]:
         out.append(f"{r['log_tol']:6.1f} {r['pred_frac_blocks']:8.3f} {r['meas_frac_blocks']:8.3f} "
-                   f"{r['pred_frac_flops']:5.3f}/{r['meas_frac_flops']:5.3f} {r['pred_speedup']:5.2f}/{r['meas_speedup']:<5.2f} "
+                   f"{r['pred_frac_flops']:5.3f}/{r['meas_frac_flops']:5.3f} "
+                   f"{r['pred_speedup']:5.2f}/{r['meas_speedup']:<5.2f} "
                    f"{r['delta_bpb']:+9.2e} {r['readout_bound']:8.2e} {r['max_pruned_mass']:9.2e} "
                    f"{math.exp(r['log_tol']):9.2e} {r['max_excess']:+9.1e} "
                    + " ".join(f"{r['mem_saved'][str(T)]:8.3f}" for T in CONTEXTS))

@@ -272,9 +272,12 @@ def test_figure_from_small_json(tmp_path):
 
 @pytest.mark.skipif(not __import__("os").path.exists("checkpoints/fox_shakespeare.pt"), reason="no shipped checkpoint")
 def test_model_run_end_to_end_small(tmp_path, capsys):
-    torch.set_num_threads(1)
-    res = prune.main(["--log-tol", "-4", "-10", "--n-seq", "3", "--seq-len", "128", "--block", "32",
-                      "--decode-seqs", "1", "--out", str(tmp_path), "--no-progress"])
+    threads = torch.get_num_threads()
+    try:                                                                         # main sets --threads 1
+        res = prune.main(["--log-tol", "-4", "-10", "--n-seq", "3", "--seq-len", "128", "--block", "32",
+                          "--decode-seqs", "1", "--out", str(tmp_path), "--no-progress"])
+    finally:
+        torch.set_num_threads(threads)
     assert (tmp_path / "prune.json").exists() and (tmp_path / "prune.txt").exists()
     assert "ACP block pruning" in capsys.readouterr().out
     for r in res["per_tol"]:
@@ -286,3 +289,23 @@ def test_model_run_end_to_end_small(tmp_path, capsys):
         for e in h["tols"]:
             assert 0 <= e["pred_frac_blocks"] <= 1 and 0 <= e["meas_frac_blocks"] <= 1
             assert 0 <= e["horizon_coverage"] <= 1 and e["mass_window_max"] <= 127
+
+
+def test_var_sum_equals_the_double_sum_of_autocovariances():
+    law = prune.HeadLaw.from_gate(forget.AR1LogitGate(1.0, 1.0, 0.8))
+    gam = law.sigma2 * np.concatenate([law.rho, np.zeros(64)])
+    for n in (1, 2, 7, 40):
+        i = np.arange(n)
+        brute = gam[np.abs(i[:, None] - i[None, :])].sum()                     # Var sum_{t<n} X_t
+        assert math.isclose(law.var_sum(np.array([n]))[0], brute, rel_tol=1e-12)
+
+
+def test_from_trace_chooses_the_law():
+    rng = np.random.default_rng(4)
+    iid = prune.HeadLaw.from_trace(-forget.LogitNormalGate(1, 1).sample(rng, (16, 1024)))
+    assert iid.iid and iid.method(8.0) == "iid, exact numerics"
+    ar, _ = forget.AR1LogitGate(1, 1, 0.9).sample_paths(rng, 16, 1024)
+    dep = prune.HeadLaw.from_trace(-ar)
+    assert not dep.iid and dep.tau > 3 and dep.method(8.0) == "autocorrelation-adjusted normal"
+    const = prune.HeadLaw.from_trace(np.full((4, 50), -0.2))
+    assert const.method(3.0).startswith("deterministic") and const.x_min == pytest.approx(0.2)
