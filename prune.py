@@ -829,8 +829,14 @@ def atomic_write(path, text, force=False):
         raise
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):                                                    # one line, exit code 2
+        print(f"prune.py: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description="ACP block pruning and KV-cache horizons of FoX heads: "
+    p = _Parser(description="ACP block pruning and KV-cache horizons of FoX heads: "
                                             "predictions from the gate laws against the shipped model.")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--tol", type=float, nargs="+", help="tolerated pruned attention mass, each in (0, 1)")
@@ -838,7 +844,7 @@ def main(argv=None):
     p.add_argument("--block", type=int, nargs="+", default=[64, 64], help="block size BM [BN] (default 64 64)")
     p.add_argument("--n-seq", type=int, default=8, help="held-out sequences measured (as many again fit the laws)")
     p.add_argument("--seq-len", type=int, default=1024, help="tokens per sequence (default: the training context)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="torch seed (the sequences are fixed; nothing is sampled)")
     p.add_argument("--p", type=float, default=0.99, help="probability for the KV horizon quantile")
     p.add_argument("--U", default="auto", help="logit bound: 'auto' (ACP, from the q/k norms) or a number >= 0 "
                    "(a fixed U, e.g. 0 for the decay alone; not a bound, so pruning may exceed tol)")

@@ -233,7 +233,8 @@ def test_bad_input_raises():
 
 @pytest.mark.parametrize("argv,msg", [(["--tol", "1.5"], "--tol"), (["--log-tol", "0"], "--log-tol"),
                                       (["--block", "0"], "block size"), (["--seq-len", "0"], "--seq-len"),
-                                      (["--checkpoint", "nope.pt"], "not found")])
+                                      (["--checkpoint", "nope.pt"], "not found"), (["--tol", "abc"], "--tol"),
+                                      (["--U", "big"], "--U"), (["--tol", "0.1", "--log-tol", "-3"], "not allowed")])
 def test_cli_bad_input_exits_2(argv, msg, capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
         prune.main(argv + ["--out", str(tmp_path)])
