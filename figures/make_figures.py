@@ -31,9 +31,10 @@ import fig4_alibi_limit  # noqa: E402
 import fig5_dependent  # noqa: E402
 import fig6_heads  # noqa: E402
 import fig7_kernels  # noqa: E402
+import fig8_prune  # noqa: E402
 
 FIGURES = {1: fig1_decay, 2: fig2_window_pmf, 3: fig3_moments_vs_L, 4: fig4_alibi_limit,
-           5: fig5_dependent, 6: fig6_heads, 7: fig7_kernels}
+           5: fig5_dependent, 6: fig6_heads, 7: fig7_kernels, 8: fig8_prune}
 
 
 NAMES = {n: m.__name__ for n, m in FIGURES.items()}
