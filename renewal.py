@@ -21,7 +21,9 @@ import argparse
 import json
 import math
 import sys
+import warnings
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from scipy import fft as sfft
@@ -161,83 +163,429 @@ def bartlett_correction(sum_k_gamma_k, kappa):
 
 
 # ----------------------------------------------------------------------------- exact first passage
+#
+# For X >= 0, N > n iff S_n <= L, so the survival s_n = P(N > n) is the CDF of the n-fold convolution at L.
+# X is put on a lattice of spacing h by the mean-preserving ("hat") split: lattice point k receives
+# E[(1 - |X/h - k|)_+], so every value x is shared between its two neighbouring points with the lattice mean
+# equal to E X exactly (atoms are split the same way). The threshold sits half way between lattice points,
+# L = (K + 1/2) h, which makes the discretisation error O(h^2) for smooth densities. h is set by the spread
+# of X (h ~ min(sd X, kappa)/c), never by L, and the law of the lattice sum is inverted by Fourier on a
+# cyclic band about its mean just wide enough (Chernoff-verified) for its spread: the cost depends on the
+# number of cells per sd of X and on the width of the transition range of n, not on L/h.
+# Only n in [n_lo, n_hi] are computed; Chernoff bounds on the lattice pmf itself bound what lies outside.
+
+MAX_STEPS = 10 ** 8              # expected windows beyond this raise at once (closed forms excepted)
+MAX_CELLS = 2 ** 26              # largest cyclic band (cells) of the lattice sum
+FULL_SURVIVAL = 1_000_000        # survival arrays start at n = 0 when the transition range starts below this
+_DELTA = 1e-30                   # Chernoff target for each neglected tail of the survival and of the band
+_DELTA_F = 1e-20                 # |P(omega)|^n below this: the frequency is dropped from the inversion
+_C0 = 8                          # cells per min(sd X, kappa) on the coarsest lattice
+_MAX_LEVEL = 7                   # finest lattice: _C0 * 2^_MAX_LEVEL cells per sd
+_GL_U, _GL_W = np.polynomial.legendre.leggauss(12)
+_GL_U, _GL_W = (_GL_U + 1) / 2, _GL_W / 2                  # Gauss-Legendre on [0, 1]
+
+
+class AccuracyWarning(RuntimeWarning):
+    """The exact numerics could not meet the requested tolerance; the result carries its achieved error."""
+
+
+class AccuracyError(RuntimeError):
+    """Raised instead of AccuracyWarning when strict=True."""
 
 
 @dataclass
 class FirstPassage:
-    """Exact (numerical) law of W = N - 1: survival[n] = P(N > n) = P(W >= n), n = 0..len-1."""
+    """Law of W = N - 1: survival[i] = P(N > n0 + i) = P(W >= n0 + i); P(N > n) = 1 for n < n0.
+
+    mean, var: E[W], Var[W]; mean_err, var_err: estimated absolute errors (discretisation from the spread of
+    three lattice resolutions plus rigorous bounds on every truncated tail); h: the finest lattice spacing
+    (0 for closed forms); method: how it was computed.
+    """
     gate: str
     eps: float
     survival: np.ndarray
     mean: float
     var: float
     method: str
+    mean_err: float = 0.0
+    var_err: float = 0.0
+    h: float = 0.0
+    n0: int = 0
 
     @property
     def pmf(self):
-        """P(W = w) for w = 0..len-2."""
+        """P(W = n0 + i) for i = 0..len-2."""
         s = self.survival
         return s[:-1] - s[1:]
 
 
-def _moments_from_survival(s):
-    n = np.arange(len(s))
-    EN = s.sum()
-    EN2 = np.sum((2 * n + 1) * s)
-    return EN - 1.0, EN2 - EN * EN
+def _moments_from_survival(s, n0=0):
+    """(E[W], Var[W]) from s[i] = P(N > n0 + i), s = 1 below n0. Moments of N - n0 avoid the cancellation
+    in sum (2n + 1) s_n - E[N]^2 when E[N] >> sd(N)."""
+    i = np.arange(len(s))
+    e1 = float(s.sum())                                    # E[N - n0]
+    e2 = float(np.sum((2 * i + 1) * s))                    # E[(N - n0)^2]
+    return n0 + e1 - 1.0, e2 - e1 * e1
 
 
-def _lattice_survival(gate, L, K, tol=1e-18, nmax=1_000_000):
-    """P(N > n) with X put on the midpoint lattice h = L/(K + 1/2): cell k holds P(X in [(k-1/2)h, (k+1/2)h)),
-    so the threshold sits half way between points K and K+1. Sub-threshold mass iterated by FFT."""
-    h = L / (K + 0.5)
-    edges = (np.arange(K + 1) + 0.5) * h
-    F = gate.cdf(edges)
-    p = np.diff(np.concatenate([[0.0], F]))                # (K+1,) cells 0..K; mass beyond exits at once
-    nfft = sfft.next_fast_len(2 * (K + 1), real=True)
-    P = sfft.rfft(p, nfft)
-    f = np.zeros(K + 1)
-    f[0] = 1.0                                             # S_0 = 0
-    surv = [1.0]
-    while surv[-1] > tol and len(surv) <= nmax:
-        f = sfft.irfft(sfft.rfft(f, nfft) * P, nfft)[: K + 1]
-        surv.append(float(f.sum()))
-    if len(surv) > nmax:
-        raise RuntimeError(f"survival still {surv[-1]:.3g} after {nmax} steps")
-    return np.array(surv)
+def _support(gate, m):
+    """(x_lo, x_hi): F(x_lo) <= _DELTA and F(x_hi) rounds to 1 (then half as far again)."""
+    sd = math.sqrt(m.sigma2)
+    lo, hi = 0.0, m.kappa
+    if gate.cdf(np.array([0.0]))[0] > _DELTA or float(gate.cdf(np.array([hi]))[0]) <= _DELTA:
+        x_lo = 0.0
+    else:
+        for _ in range(80):                                # largest x with F(x) <= _DELTA, to 1e-24 of kappa
+            mid = 0.5 * (lo + hi)
+            if float(gate.cdf(np.array([mid]))[0]) <= _DELTA:
+                lo = mid
+            else:
+                hi = mid
+        x_lo = lo
+    x_hi, step = m.kappa + 8 * sd, max(sd, 1e-3 * m.kappa)
+    for _ in range(200):
+        if float(gate.cdf(np.array([x_hi]))[0]) >= 1.0:
+            break
+        x_hi += step
+        step *= 1.5
+    else:
+        raise ValueError(f"{gate}: the CDF of X does not reach 1 below x = {x_hi:.3g}")
+    return x_lo, x_hi + 0.5 * (x_hi - m.kappa)
 
 
-def exact_first_passage(gate, eps, K=None, richardson=True):
-    """Exact distribution and moments of the eps-window W = N - 1 for an iid increment law.
+def _hat_pmf(gate, h, K, support):
+    """Lattice law of X: (k_a, p) with p[i] = E[(1 - |X/h - (k_a + i)|)_+], i.e. each x split between its two
+    neighbouring lattice points in proportion to its distance (mean-preserving). Points above K never enter
+    P(S_n <= L) and are dropped (the walk has crossed), so p may sum to less than 1."""
+    if isinstance(gate, forget.EmpiricalGate):
+        t = gate.x / h
+        k = np.floor(t)
+        f = t - k
+        k = k.astype(np.int64)
+        ka = int(k[0])
+        w = len(t)
+        p = (np.bincount(k - ka, 1 - f, minlength=k[-1] - ka + 2)
+             + np.bincount(k - ka + 1, f, minlength=k[-1] - ka + 2)) / w
+    else:
+        x_lo, x_hi = support
+        ka = max(int(math.floor(x_lo / h)) - 1, 0)
+        kb = int(math.ceil(x_hi / h)) + 1
+        if kb - ka > MAX_CELLS:
+            raise ValueError(f"{gate}: {kb - ka} lattice cells for one increment exceed the cap {MAX_CELLS}")
+        kk = np.arange(ka - 1, kb + 1, dtype=np.float64)   # I_k = int_0^1 F((k + u) h) du, k = ka-1..kb
+        I = gate.cdf((kk[:, None] + _GL_U[None, :]) * h) @ _GL_W
+        I[kk < 0] = 0.0
+        if ka == 0:                                        # I_0: F may be singular at 0 (F ~ x^a); u = v^4
+            v = _GL_U
+            I[1] = float(gate.cdf(v ** 4 * h) @ (_GL_W * 4 * v ** 3))
+        p = np.diff(I)                                     # (kb - ka + 1,) points ka..kb
+    p = np.maximum(p, 0.0)                                 # rounding in differences of F near 1
+    if ka + len(p) - 1 > K:
+        p = p[: max(K - ka + 1, 0)]
+    return ka, p
 
-    Midpoint lattice + FFT (error O(h^2)) with Richardson extrapolation over (K, 2K) for smooth
-    densities; closed forms where the gate has one (ALiBi, gamma, exponential). K defaults to enough
-    lattice points for about 1e-9 on the moments of smooth densities; a density with an infinite
-    derivative at 0 (gamma k < 2, Beta gates b < 2) converges more slowly (about 1e-6 for k = 1.5).
+
+class _Lattice:
+    """One lattice resolution: the pmf of the centred lattice increment J = k - k0 and its Chernoff bounds."""
+
+    def __init__(self, gate, L, h_target, support):
+        self.K = max(int(round(L / h_target - 0.5)), 0)
+        self.h = L / (self.K + 0.5)
+        ka, p = _hat_pmf(gate, self.h, self.K, support)
+        if len(p) == 0 or p.sum() <= 0:
+            raise ValueError(f"{gate}: no lattice mass below L")
+        mass = p.sum()
+        mu = float(np.dot(np.arange(ka, ka + len(p)), p) / mass)
+        self.k0 = int(round(mu))
+        self.j = np.arange(ka, ka + len(p)) - self.k0      # centred lattice values
+        self.p = p
+        self.mass = float(mass)
+        self.mu_j = float(np.dot(self.j, p) / mass)
+        self.sd_j = math.sqrt(max(float(np.dot((self.j - self.mu_j) ** 2, p) / mass), 1e-300))
+        # Chernoff bounds on a binned copy (<= 512 bins): each bin's mass moved to its top cell for upper
+        # tails and to its bottom cell for lower tails, which can only enlarge the bound
+        b = max(1, -(-len(p) // 512))
+        pb = np.add.reduceat(p, np.arange(0, len(p), b))
+        nz = pb > 0
+        lpb = np.log(np.where(nz, pb, 1.0))[nz]
+        top = np.minimum(np.arange(0, len(p), b) + b - 1, len(p) - 1)
+        self._bins = {True: (lpb, self.j[top][nz].astype(np.float64)),
+                      False: (lpb, self.j[np.arange(0, len(p), b)][nz].astype(np.float64))}
+
+    def _lam(self, th, upper=None):
+        """log E[e^{th J}] over the binned (sub-)pmf (top cells if th > 0, bottom cells if th < 0), and its
+        derivative."""
+        lp, jj = self._bins[th >= 0 if upper is None else upper]
+        a = lp + th * jj
+        amax = a.max()
+        e = np.exp(a - amax)
+        se = e.sum()
+        return amax + math.log(se), float(np.dot(e, jj) / se)
+
+    def tail(self, n, a, upper):
+        """Chernoff: upper -> bound on P(J_n >= a), else on P(J_n <= a); also returns the optimal theta."""
+        sgn = 1.0 if upper else -1.0
+        if sgn * (a - n * self.mu_j) <= 0:
+            return 1.0, 0.0
+        th, best, best_th = 1.0 / (self.sd_j * math.sqrt(n) + 1.0), 0.0, 0.0
+        lo, hi = 0.0, None
+        for _ in range(200):                              # bisection on the convex exponent's slope
+            lam, dlam = self._lam(sgn * th)
+            f = n * lam - sgn * th * a
+            if f < best:
+                best, best_th = f, th
+            if best < math.log(_DELTA) - 20:
+                break
+            if sgn * n * dlam < sgn * a:                  # slope still negative: go further
+                lo = th
+                th = th * 2 if hi is None else 0.5 * (th + hi)
+            else:
+                hi = th
+                th = 0.5 * (lo + th)
+            if hi is not None and hi - lo < 1e-6 * hi:
+                break
+        return math.exp(best), best_th
+
+    def s_bound(self, n, upper):
+        """Chernoff bound on 1 - s_n (upper) or on s_n (lower), s_n = P(J_n <= K - n k0)."""
+        a = self.K - n * self.k0
+        return self.tail(n, a + 1, True)[0] if upper else self.tail(n, a, False)[0]
+
+
+def _transition_range(lat, n_guess, sd_guess):
+    """n_lo, n_hi: the largest n with 1 - s_n <= _DELTA and the smallest with s_n <= _DELTA (Chernoff on the
+    lattice pmf; 1 - s_n increases and s_n decreases with n since the lattice increment is >= 0)."""
+    step = max(1, int(sd_guess))
+    n_lo = max(int(n_guess - 13 * sd_guess) - 2, 0)
+    while n_lo > 0 and lat.s_bound(n_lo, True) > _DELTA:
+        n_lo = max(n_lo - 2 * step, 0)
+    top = max(int(n_guess), n_lo)                          # bisect up: largest n with the bound met
+    while top - n_lo > 1:
+        mid = (n_lo + top) // 2
+        if mid > 0 and lat.s_bound(mid, True) <= _DELTA:
+            n_lo = mid
+        else:
+            top = mid
+    n_hi = int(n_guess + 13 * sd_guess) + 3
+    while lat.s_bound(n_hi, False) > _DELTA:
+        n_hi += 2 * step
+        if n_hi > MAX_STEPS:
+            raise ValueError(f"survival above {_DELTA:g} beyond {MAX_STEPS} steps")
+    bot = min(int(n_guess) + 1, n_hi)                      # bisect down: smallest n with the bound met
+    while n_hi - bot > 1:
+        mid = (bot + n_hi) // 2
+        if lat.s_bound(mid, False) <= _DELTA:
+            n_hi = mid
+        else:
+            bot = mid
+    return n_lo, n_hi
+
+
+def _tail_error(lat, n_lo, n_hi):
+    """Rigorous bounds on the moment errors from setting s_n = 1 below n_lo and s_n = 0 above n_hi."""
+    b_lo = lat.s_bound(n_lo, True) if n_lo > 0 else 0.0
+    a = lat.K - n_hi * lat.k0
+    b_hi, th = lat.tail(n_hi, a, False)
+    # s_n <= b_hi r^(n - n_hi) for n >= n_hi with r = E[e^{-th (J + k0)}] < 1 at the same theta
+    r = math.exp(lat._lam(-th)[0] - th * lat.k0) if th > 0 else 1.0
+    if r >= 1.0:
+        tail1 = tail2 = math.inf if b_hi > 0 else 0.0
+    else:
+        d = n_hi - n_lo
+        tail1 = b_hi / (1 - r)
+        tail2 = b_hi * ((2 * d + 1) / (1 - r) + 2 * r / (1 - r) ** 2)
+    return n_lo * b_lo + tail1, n_lo ** 2 * b_lo + tail2
+
+
+def _band(lat, n_lo, n_hi):
+    """Cyclic band size M for J_n, n in [n_lo, n_hi]: mass of J_n beyond M/2 of its mean below _DELTA."""
+    n1 = max(n_lo, 1)
+    width = int(lat.j[-1] - lat.j[0]) + 1
+    M = sfft.next_fast_len(2 * int(14 * math.sqrt(n_hi) * lat.sd_j + 2 * width) + 64)
+    while True:
+        if M > MAX_CELLS:
+            raise ValueError(f"the lattice sum needs a band of {M} cells, above the cap {MAX_CELLS}")
+        bad = 0.0
+        for n in (n1, n_hi):
+            c = int(round(n * lat.mu_j))
+            bad = max(bad, lat.tail(n, c - M // 2 + M, True)[0] + lat.tail(n, c - M // 2 - 1, False)[0])
+        if bad <= _DELTA:
+            return M, bad
+        M = sfft.next_fast_len(2 * M)
+
+
+def _log_char(lat, M, om):
+    """log E[e^{-2 pi i om J / M}] for integer frequencies om, from 1 + z with z computed without cancellation."""
+    jm = np.mod(np.outer(om, lat.j), M)                      # (F, w) exact phases
+    th = (2 * math.pi / M) * jm
+    re = -2.0 * (np.sin(0.5 * th) ** 2) @ lat.p + (lat.mass - 1.0)
+    im = -(np.sin(th) @ lat.p)
+    with np.errstate(divide="ignore"):
+        lr = 0.5 * np.log1p(2 * re + re * re + im * im)
+    return lr + 1j * np.arctan2(im, 1.0 + re)
+
+
+def _survival_band(lat, n_lo, n_hi):
+    """s_n = P(J_n <= K - n k0) for n = n_lo..n_hi by Fourier inversion on a cyclic band; (s, alias bound)."""
+    M, alias = _band(lat, n_lo, n_hi)
+    q = np.zeros(M)
+    np.add.at(q, np.mod(lat.j, M), lat.p)
+    P = sfft.rfft(q)                                       # (M//2 + 1,)
+    absP = np.abs(P)
+    ns = np.arange(n_lo, n_hi + 1)
+    s = np.empty(len(ns))
+    wt = np.full(len(P), 2.0)
+    wt[0] = 1.0
+    if M % 2 == 0:
+        wt[-1] = 1.0
+    n1 = max(int(ns[0]), 1)
+    with np.errstate(divide="ignore"):
+        lab = np.log(np.maximum(absP, 1e-320))
+    keep_all = np.nonzero(n1 * lab > math.log(_DELTA_F))[0]
+    # FFT values carry ~1e-16 absolute error in log P, which the power n multiplies: beyond n ~ 1e3 the kept
+    # frequencies (few there) are recomputed from the pmf without cancellation
+    if n_hi > 1000 and len(keep_all) * len(lat.j) <= 8_000_000:
+        lP_all = _log_char(lat, M, keep_all.astype(np.int64))
+    else:
+        lP_all = np.log(P[keep_all].astype(np.complex128))
+    c0 = 0
+    if n_lo == 0:
+        s[0], c0 = 1.0, 1                                  # S_0 = 0 <= L
+    while c0 < len(ns):
+        chunk = max(1, min(256, int(ns[c0]) // 4))         # few n per chunk while small n keep many frequencies
+        nn = ns[c0: c0 + chunk]
+        sel = max(int(nn[0]), 1) * lab[keep_all] > math.log(_DELTA_F)
+        keep, lP = keep_all[sel], lP_all[sel]
+        om = keep.astype(np.int64)
+        for i0 in range(0, len(nn), max(1, 2_000_000 // max(len(om), 1))):
+            n = nn[i0: i0 + max(1, 2_000_000 // max(len(om), 1))]
+            c = np.rint(n * lat.mu_j).astype(np.int64)
+            lo = c - M // 2
+            a = lat.K - n * lat.k0                         # P(J_n <= a)
+            cnt = np.clip(a - lo + 1, 0, M)                # cells of the window at or below a
+            # sum_{t = lo}^{lo + cnt - 1} e^{i th t} = e^{i th lo} (1 - e^{i th cnt}) / (1 - e^{i th})
+            ph_lo = (2 * math.pi / M) * np.mod(np.outer(lo, om), M)
+            ph_cn = (2 * math.pi / M) * np.mod(np.outer(cnt, om), M)
+            den = 1.0 - np.exp(1j * (2 * math.pi / M) * om)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                G = np.exp(1j * ph_lo) * (1.0 - np.exp(1j * ph_cn)) / den
+            if len(om) and om[0] == 0:
+                G[:, 0] = cnt
+            T = np.exp(n.astype(np.float64)[:, None] * lP[None, :]) * G
+            s[c0 + i0: c0 + i0 + len(n)] = (T.real @ wt[keep]) / M
+        c0 += len(nn)
+    # each dropped frequency adds at most |P|^n |G| / M <= _DELTA_F / (M sin(pi om / M)); summed: (2 + ln M)
+    return s, alias + _DELTA_F * (2 + math.log(M))
+
+
+def _constant_passage(gate, eps, L, m):
+    """X = m with probability 1: W = floor(L/m) exactly (computed in exact rationals)."""
+    w = int(Fraction(L) // Fraction(m))
+    if w + 1 <= FULL_SURVIVAL:
+        s, n0 = np.concatenate([np.ones(w + 1), [0.0]]), 0
+    else:
+        s, n0 = np.array([1.0, 0.0]), w                    # P(N > w) = 1, P(N > w + 1) = 0
+    return FirstPassage(str(gate), eps, s, float(w), 0.0, "closed form (lattice)", 0.0, 0.0, 0.0, n0)
+
+
+def _level(gate, L, m, lv, support, n_range=None):
+    h_target = min(math.sqrt(m.sigma2), m.kappa, L) / (_C0 * 2 ** lv)
+    return _Lattice(gate, L, h_target, support)
+
+
+def _extrapolate(levels, surv, smooth):
+    """Combine the finest three lattice results. Returns (s, err_mean, err_var, label)."""
+    (h1, h2, h3), (s1, s2, s3) = [lat.h for lat in levels[-3:]], surv[-3:]
+    if smooth:                                              # Richardson in h^2 on two pairs
+        def rich(ha, sa, hb, sb):
+            return (ha * ha * sb - hb * hb * sa) / (ha * ha - hb * hb)
+        r12, r23 = rich(h1, s1, h2, s2), rich(h2, s2, h3, s3)
+        return r23, r12, "Richardson"
+    return s3, s2, "finest"
+
+
+def exact_first_passage(gate, eps, tol=1e-8, strict=False, K=None, richardson=True):
+    """Exact distribution and moments of the eps-window W = N - 1 for an iid increment law, with its error.
+
+    gate: a forget.Gate with iid increments (moments(), cdf(); EmpiricalGate atoms are used directly).
+    eps: float in (0, 1). tol: relative target on E[W] and Var[W] (absolute below 1): the lattice is
+    refined until the estimated error meets it, else AccuracyWarning (AccuracyError if strict) naming the
+    achieved error. K, richardson: kept for compatibility; richardson=False returns the finest lattice alone.
+    Closed forms where the gate has one (ALiBi, gamma, exponential), W = floor(L/m) for any law with Var X = 0.
+    Raises ValueError at once, before any work, when the expected window exceeds MAX_STEPS steps.
     """
     L = threshold(eps)
+    if not (isinstance(tol, (int, float)) and tol > 0):
+        raise ValueError(f"tol must be a positive number; got {tol!r}")
+    if not gate.iid:
+        raise ValueError(f"{gate} has dependent increments: exact numerics cover iid laws only")
+    m = gate.moments()
+    if not (m.kappa > 0 and math.isfinite(m.kappa)):
+        raise ValueError(f"{gate} has kappa = E X = {m.kappa}: the walk never crosses L")
+    if isinstance(gate, forget.ConstantGate):
+        return _constant_passage(gate, eps, L, gate.m)
+    if m.sigma2 <= 0:
+        return _constant_passage(gate, eps, L, m.kappa)
+    n_exp = L / m.kappa
+    if n_exp > MAX_STEPS:
+        raise ValueError(f"{gate}: expected window L/kappa = {n_exp:.3g} steps at eps = {eps:g} exceeds the cap "
+                         f"of {MAX_STEPS:g} steps")
     s = gate.survival(L)
     if s is not None:
         mean, var = _moments_from_survival(s)
         return FirstPassage(str(gate), eps, s, mean, var, "closed form")
-    if not gate.iid:
-        raise ValueError(f"{gate} has dependent increments: exact numerics cover iid laws only")
-    m = gate.moments()
-    if K is None:
-        # >= 32 cells per mean increment and >= 4096 over [0, L]: moments to ~1e-8 for smooth densities
-        K = int(min(max(4096, 32 * L / m.kappa), 2 ** 15))
-    s1 = _lattice_survival(gate, L, K)
-    if not richardson or not gate.smooth:
-        mean, var = _moments_from_survival(s1)
-        return FirstPassage(str(gate), eps, s1, mean, var, f"lattice K={K}")
-    s2 = _lattice_survival(gate, L, 2 * K)
-    n = max(len(s1), len(s2))
-    s1 = np.pad(s1, (0, n - len(s1)))
-    s2 = np.pad(s2, (0, n - len(s2)))
-    r2 = ((2 * K + 0.5) / (K + 0.5)) ** 2                  # (h1/h2)^2
-    s = (r2 * s2 - s1) / (r2 - 1)
-    mean, var = _moments_from_survival(s)
-    return FirstPassage(str(gate), eps, s, mean, var, f"lattice K={K},{2 * K} + Richardson")
+    support = (0.0, 0.0) if isinstance(gate, forget.EmpiricalGate) else _support(gate, m)
+    sd_n = math.sqrt(m.sigma2 * L / m.kappa ** 3) + 1.0
+    smooth = bool(gate.smooth) and richardson and not isinstance(gate, forget.EmpiricalGate)
+    levels, ranges = [], []
+    for lv in range(3):
+        levels.append(_level(gate, L, m, lv, support))
+    while True:
+        ranges = [_transition_range(lat, n_exp, sd_n) for lat in levels[-3:]]
+        n_lo, n_hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
+        surv, bounds = [], []
+        for lat in levels[-3:]:
+            sb, alias = _survival_band(lat, n_lo, n_hi)
+            t1, t2 = _tail_error(lat, n_lo, n_hi)
+            span = n_hi - n_lo + 1
+            bounds.append((t1 + alias * span, t2 + alias * span * span))
+            surv.append(sb)
+        s, s_prev, label = _extrapolate(levels, surv, smooth)
+        mean, var = _moments_from_survival(s, n_lo)
+        mp, vp = _moments_from_survival(s_prev, n_lo)
+        # rounding: survival values are sums of O(1) terms; monotonicity violations measure it
+        viol = max(float(np.max(np.diff(s))) if len(s) > 1 else 0.0, 0.0)
+        rnd = 1e-14 + viol
+        span = len(s)
+        mean_err = abs(mean - mp) + max(b[0] for b in bounds) + rnd * span
+        var_err = abs(var - vp) + max(b[1] for b in bounds) + rnd * span * span
+        ok = mean_err <= tol * max(abs(mean), 1.0) and var_err <= tol * max(abs(var), 1.0)
+        lv = len(levels)
+        if ok or lv > _MAX_LEVEL or not richardson:
+            break
+        try:
+            levels.append(_level(gate, L, m, lv, support))
+        except ValueError:
+            break
+    method = (f"lattice h={levels[-1].h:.3g} ({len(levels)} levels) + {label}" if label == "Richardson"
+              else f"lattice h={levels[-1].h:.3g} ({len(levels)} levels)")
+    problems = []
+    if var < -var_err:
+        problems.append(f"negative variance {var:.3g}")
+    if s[0] < 1 - 1e-9 or s[-1] > 1e-9:
+        problems.append(f"survival range [{s[-1]:.3g}, {s[0]:.3g}] does not span (0, 1)")
+    if not ok or problems:
+        msg = (f"{gate} at eps = {eps:g}: exact numerics reached |err E[W]| <= {mean_err:.2g}, "
+               f"|err Var[W]| <= {var_err:.2g} (tol {tol:g} relative){'; ' if problems else ''}{'; '.join(problems)}")
+        if strict:
+            raise AccuracyError(msg)
+        warnings.warn(msg, AccuracyWarning, stacklevel=2)
+    s = np.concatenate([s, [0.0]]) if s[-1] != 0.0 else s
+    n0 = n_lo
+    if n_lo <= FULL_SURVIVAL:
+        s, n0 = np.concatenate([np.ones(n_lo), s]), 0
+    return FirstPassage(str(gate), eps, s, float(mean), float(max(var, 0.0)), method, float(mean_err),
+                        float(var_err), levels[-1].h, n0)
 
 
 def alibi_limit(m, eps, cvs=(1.0, 0.3, 0.1, 0.03, 0.01)):
