@@ -63,10 +63,15 @@ def smith_var(m: Moments, L):
 
 
 def alibi_window(m, eps):
-    """ALiBi's exact window for slope m: W = floor(L/m) (N = W + 1), Var = 0. L/m is only its relaxation."""
-    if not m > 0:
-        raise ValueError(f"ALiBi slope m must be > 0; got {m}")
-    return int(math.floor(threshold(eps) / m))
+    """ALiBi's exact window for slope m: W = floor(L/m) (N = W + 1), Var = 0. L/m is only its relaxation.
+
+    m: float slope > 0; eps: float in (0, 1), down to the smallest subnormal. Returns a Python int, computed in
+    exact rationals from the floats L and m (so it is exact even where L/m overflows a float)."""
+    if isinstance(m, bool) or not isinstance(m, (int, float, np.floating, np.integer)):
+        raise TypeError(f"ALiBi slope m must be a real number; got {type(m).__name__}")
+    if not (m > 0 and math.isfinite(m)):
+        raise ValueError(f"ALiBi slope m must be finite and > 0; got {m}")
+    return int(Fraction(threshold(eps)) // Fraction(float(m)))
 
 
 def exponential_exact(kappa, L):
@@ -75,14 +80,39 @@ def exponential_exact(kappa, L):
 
 
 def gamma_survival(k, theta, L, nmax=None):
-    """Exact P(N > n) = P(Gamma(n k, theta) <= L) for n = 0, 1, ... until it is below 1e-18."""
+    """Exact P(N > n) = P(Gamma(n k, theta) <= L) for n = 0, 1, ... until it is below 1e-30 (or up to nmax)."""
     if nmax is None:
-        mean = L / (k * theta)
-        nmax = int(mean + 60 * math.sqrt(mean / k + 1) + 50)
+        n0, s = _gamma_band(k, theta, L)
+        return np.concatenate([np.ones(n0), s])
     n = np.arange(nmax + 1)
     s = np.ones(nmax + 1)
     s[1:] = special.gammainc(n[1:] * k, L / theta)
     return s
+
+
+def _gamma_band(k, theta, L, delta=1e-30):
+    """(n0, s) with s[i] = P(Gamma((n0 + i) k, theta) <= L) over the transition range: 1 - s <= delta below n0
+    and s <= delta past the end (both checked on the incomplete gamma functions themselves)."""
+    x = L / theta
+    mean = x / k
+    sd = math.sqrt(x / k ** 2 + 1.0)
+
+    def up(n):                                             # 1 - s_n
+        return special.gammaincc(n * k, x) if n > 0 else 0.0
+
+    lo, z = max(int(mean - 14 * sd) - 2, 0), 14
+    while lo > 0 and up(lo) > delta:
+        z += 4
+        lo = max(int(mean - z * sd) - 2, 0)
+    hi, z = int(mean + 14 * sd) + 3, 14
+    while special.gammainc(hi * k, x) > delta:
+        z += 4
+        hi = int(mean + z * sd) + 3
+    n = np.arange(lo, hi + 1)
+    s = np.ones(len(n))
+    pos = n > 0
+    s[pos] = special.gammainc(n[pos] * k, x)
+    return lo, np.concatenate([s, [0.0]])
 
 
 # ----------------------------------------------------------------------------- dependent increments
@@ -280,9 +310,11 @@ def _hat_pmf(gate, h, K, support):
             I[1] = float(gate.cdf(v ** 4 * h) @ (_GL_W * 4 * v ** 3))
         p = np.diff(I)                                     # (kb - ka + 1,) points ka..kb
     p = np.maximum(p, 0.0)                                 # rounding in differences of F near 1
+    dropped = 0.0
     if ka + len(p) - 1 > K:
+        dropped = float(p[max(K - ka + 1, 0):].sum())
         p = p[: max(K - ka + 1, 0)]
-    return ka, p
+    return ka, p, dropped
 
 
 class _Lattice:
@@ -291,7 +323,7 @@ class _Lattice:
     def __init__(self, gate, L, h_target, support):
         self.K = max(int(round(L / h_target - 0.5)), 0)
         self.h = L / (self.K + 0.5)
-        ka, p = _hat_pmf(gate, self.h, self.K, support)
+        ka, p, self.dropped = _hat_pmf(gate, self.h, self.K, support)
         if len(p) == 0 or p.sum() <= 0:
             raise ValueError(f"{gate}: no lattice mass below L")
         mass = p.sum()
@@ -302,54 +334,53 @@ class _Lattice:
         self.mass = float(mass)
         self.mu_j = float(np.dot(self.j, p) / mass)
         self.sd_j = math.sqrt(max(float(np.dot((self.j - self.mu_j) ** 2, p) / mass), 1e-300))
-        # Chernoff bounds on a binned copy (<= 512 bins): each bin's mass moved to its top cell for upper
-        # tails and to its bottom cell for lower tails, which can only enlarge the bound
-        b = max(1, -(-len(p) // 512))
-        pb = np.add.reduceat(p, np.arange(0, len(p), b))
-        nz = pb > 0
-        lpb = np.log(np.where(nz, pb, 1.0))[nz]
-        top = np.minimum(np.arange(0, len(p), b) + b - 1, len(p) - 1)
-        self._bins = {True: (lpb, self.j[top][nz].astype(np.float64)),
-                      False: (lpb, self.j[np.arange(0, len(p), b)][nz].astype(np.float64))}
+        nz = p > 0
+        self._lp, self._jj = np.log(p[nz]), self.j[nz].astype(np.float64)
 
-    def _lam(self, th, upper=None):
-        """log E[e^{th J}] over the binned (sub-)pmf (top cells if th > 0, bottom cells if th < 0), and its
-        derivative."""
-        lp, jj = self._bins[th >= 0 if upper is None else upper]
-        a = lp + th * jj
+    def _lam(self, th):
+        """log E[e^{th J}] over the (sub-)pmf, and its first two derivatives."""
+        a = self._lp + th * self._jj
         amax = a.max()
         e = np.exp(a - amax)
         se = e.sum()
-        return amax + math.log(se), float(np.dot(e, jj) / se)
+        d1 = float(np.dot(e, self._jj) / se)
+        d2 = float(np.dot(e, (self._jj - d1) ** 2) / se)
+        return amax + math.log(se), d1, d2
 
     def tail(self, n, a, upper):
-        """Chernoff: upper -> bound on P(J_n >= a), else on P(J_n <= a); also returns the optimal theta."""
+        """Chernoff: upper -> bound on P(J_n >= a), else on P(J_n <= a), min over theta > 0 of
+        exp(n Lam(+-theta) -+ theta a); returns (bound, theta). Safeguarded Newton on the convex exponent."""
         sgn = 1.0 if upper else -1.0
         if sgn * (a - n * self.mu_j) <= 0:
             return 1.0, 0.0
-        th, best, best_th = 1.0 / (self.sd_j * math.sqrt(n) + 1.0), 0.0, 0.0
-        lo, hi = 0.0, None
-        for _ in range(200):                              # bisection on the convex exponent's slope
-            lam, dlam = self._lam(sgn * th)
-            f = n * lam - sgn * th * a
+        lo, hi = 0.0, math.inf
+        th = min(abs(a - n * self.mu_j) / (n * self.sd_j ** 2), 50.0 / self.sd_j)   # Gaussian guess
+        best, best_th = 0.0, 0.0
+        for _ in range(100):
+            lam, d1, d2 = self._lam(sgn * th)
+            f = n * lam - sgn * th * a                    # exponent at theta
             if f < best:
                 best, best_th = f, th
-            if best < math.log(_DELTA) - 20:
+            g = sgn * n * d1 - sgn * a                    # d f / d theta (increasing in theta)
+            if best < math.log(_DELTA) - 40 or abs(g) <= 1e-9 * abs(a) + 1e-12:
                 break
-            if sgn * n * dlam < sgn * a:                  # slope still negative: go further
+            if g < 0:
                 lo = th
-                th = th * 2 if hi is None else 0.5 * (th + hi)
             else:
                 hi = th
-                th = 0.5 * (lo + th)
-            if hi is not None and hi - lo < 1e-6 * hi:
+            step = th - g / (n * d2) if d2 > 0 else math.inf
+            if not (lo < step < hi):                     # Newton left the bracket: bisect (or expand)
+                step = 2 * th if hi == math.inf else 0.5 * (lo + hi)
+            if hi - lo < 1e-12 * max(th, 1e-300):
                 break
+            th = step
         return math.exp(best), best_th
 
     def s_bound(self, n, upper):
-        """Chernoff bound on 1 - s_n (upper) or on s_n (lower), s_n = P(J_n <= K - n k0)."""
+        """Chernoff bound on 1 - s_n (upper) or on s_n (lower), s_n = P(J_n <= K - n k0). 1 - s_n also holds
+        the mass of the n steps that jump past K at once (dropped from the lattice pmf)."""
         a = self.K - n * self.k0
-        return self.tail(n, a + 1, True)[0] if upper else self.tail(n, a, False)[0]
+        return n * self.dropped + self.tail(n, a + 1, True)[0] if upper else self.tail(n, a, False)[0]
 
 
 def _transition_range(lat, n_guess, sd_guess):
@@ -479,113 +510,138 @@ def _survival_band(lat, n_lo, n_hi):
 
 
 def _constant_passage(gate, eps, L, m):
-    """X = m with probability 1: W = floor(L/m) exactly (computed in exact rationals)."""
-    w = int(Fraction(L) // Fraction(m))
-    if w + 1 <= FULL_SURVIVAL:
-        s, n0 = np.concatenate([np.ones(w + 1), [0.0]]), 0
-    else:
-        s, n0 = np.array([1.0, 0.0]), w                    # P(N > w) = 1, P(N > w + 1) = 0
-    return FirstPassage(str(gate), eps, s, float(w), 0.0, "closed form (lattice)", 0.0, 0.0, 0.0, n0)
+    """X = m with probability 1: W = floor(L/m) exactly (computed in exact rationals, no survival array beyond
+    FULL_SURVIVAL steps: then survival = [P(N > w), P(N > w + 1)] = [1, 0] from n0 = w)."""
+    w = alibi_window(m, eps)
+    return _finish(gate, eps, np.array([1.0, 0.0]), w, float(w), 0.0, "closed form (lattice)")
 
 
-def _level(gate, L, m, lv, support, n_range=None):
+def _level(gate, L, m, lv, support):
     h_target = min(math.sqrt(m.sigma2), m.kappa, L) / (_C0 * 2 ** lv)
     return _Lattice(gate, L, h_target, support)
 
 
-def _extrapolate(levels, surv, smooth):
-    """Combine the finest three lattice results. Returns (s, err_mean, err_var, label)."""
+def _combine(levels, surv, n_lo, smooth):
+    """Combine the three finest lattice results into (s, mean, var, mean_err, var_err, label).
+
+    smooth: Richardson in h^2 on the pairs (1, 2) and (2, 3); the result is the (2, 3) value and its error the
+    distance to the (1, 2) value (an overestimate when the residual is of order > 2 in h). Otherwise (atoms)
+    no extrapolation: the finest result, its error from the order p estimated on the three resolutions,
+    |A3 - A2| / (2^p - 1), doubled; where the three do not converge geometrically, twice the larger step."""
     (h1, h2, h3), (s1, s2, s3) = [lat.h for lat in levels[-3:]], surv[-3:]
-    if smooth:                                              # Richardson in h^2 on two pairs
+    if smooth:
         def rich(ha, sa, hb, sb):
             return (ha * ha * sb - hb * hb * sa) / (ha * ha - hb * hb)
-        r12, r23 = rich(h1, s1, h2, s2), rich(h2, s2, h3, s3)
-        return r23, r12, "Richardson"
-    return s3, s2, "finest"
+        s, s_prev = rich(h2, s2, h3, s3), rich(h1, s1, h2, s2)
+        mean, var = _moments_from_survival(s, n_lo)
+        mp, vp = _moments_from_survival(s_prev, n_lo)
+        return s, mean, var, abs(mean - mp), abs(var - vp), "Richardson"
+    A = [_moments_from_survival(x, n_lo) for x in (s1, s2, s3)]
+    errs = []
+    for i in range(2):
+        d12, d23 = A[0][i] - A[1][i], A[1][i] - A[2][i]
+        r = d12 / d23 if d23 != 0 else math.inf
+        errs.append(2 * abs(d23) / (r - 1) if 1.5 < r < math.inf else 2 * max(abs(d12), abs(d23)))
+    return s3, A[2][0], A[2][1], errs[0], errs[1], "no extrapolation (atoms)"
 
 
-def exact_first_passage(gate, eps, tol=1e-8, strict=False, K=None, richardson=True):
+def _closed_gamma(gate):
+    """(k, theta) when the gate's X is gamma (GammaIncrement; BetaGate(a, 1) is exponential), else None."""
+    if isinstance(gate, forget.GammaIncrement):
+        return gate.k, gate.theta
+    if isinstance(gate, forget.BetaGate) and gate.b == 1.0:
+        return 1.0, 1.0 / gate.a
+    return None
+
+
+def _finish(gate, eps, s, n_lo, mean, var, method, mean_err=0.0, var_err=0.0, h=0.0):
+    if s[-1] != 0.0:
+        s = np.concatenate([s, [0.0]])                     # s_n <= _DELTA past the range: P(W = n_hi) holds it
+    n0 = n_lo
+    if n_lo <= FULL_SURVIVAL:
+        s, n0 = np.concatenate([np.ones(n_lo), s]), 0
+    return FirstPassage(str(gate), eps, s, float(mean), float(var), method, float(mean_err), float(var_err),
+                        float(h), int(n0))
+
+
+def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True):
     """Exact distribution and moments of the eps-window W = N - 1 for an iid increment law, with its error.
 
-    gate: a forget.Gate with iid increments (moments(), cdf(); EmpiricalGate atoms are used directly).
-    eps: float in (0, 1). tol: relative target on E[W] and Var[W] (absolute below 1): the lattice is
-    refined until the estimated error meets it, else AccuracyWarning (AccuracyError if strict) naming the
-    achieved error. K, richardson: kept for compatibility; richardson=False returns the finest lattice alone.
-    Closed forms where the gate has one (ALiBi, gamma, exponential), W = floor(L/m) for any law with Var X = 0.
-    Raises ValueError at once, before any work, when the expected window exceeds MAX_STEPS steps.
+    gate: a forget.Gate with iid increments (moments() and cdf(); an EmpiricalGate's atoms are used directly).
+    eps: float in (0, 1). tol: relative target on E[W] and Var[W] (absolute below 1). The lattice is refined
+    (up to _MAX_LEVEL) until the estimated error meets tol; otherwise AccuracyWarning, or AccuracyError when
+    strict=True, naming the achieved error. richardson=False: no extrapolation (finest lattice, error from
+    the order estimated on three resolutions).
+    Closed forms: gamma X (and Beta(a, 1) gates, exponential X); W = floor(L/m) for any law with Var X = 0.
+    Returns FirstPassage (mean_err, var_err, h, method, and survival from n0).
+    Raises ValueError at once, before any work, when the expected window L/kappa exceeds MAX_STEPS steps
+    (a constant increment excepted: its window is returned in closed form however long).
     """
     L = threshold(eps)
-    if not (isinstance(tol, (int, float)) and tol > 0):
-        raise ValueError(f"tol must be a positive number; got {tol!r}")
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (0 < tol < 1):
+        raise ValueError(f"tol must be a number in (0, 1); got {tol!r}")
     if not gate.iid:
         raise ValueError(f"{gate} has dependent increments: exact numerics cover iid laws only")
-    m = gate.moments()
-    if not (m.kappa > 0 and math.isfinite(m.kappa)):
-        raise ValueError(f"{gate} has kappa = E X = {m.kappa}: the walk never crosses L")
     if isinstance(gate, forget.ConstantGate):
         return _constant_passage(gate, eps, L, gate.m)
+    m = gate.moments()
+    if not (m.kappa > 0 and math.isfinite(m.kappa) and math.isfinite(m.sigma2)):
+        raise ValueError(f"{gate} has kappa = E X = {m.kappa}, Var X = {m.sigma2}: no finite window")
     if m.sigma2 <= 0:
         return _constant_passage(gate, eps, L, m.kappa)
     n_exp = L / m.kappa
     if n_exp > MAX_STEPS:
         raise ValueError(f"{gate}: expected window L/kappa = {n_exp:.3g} steps at eps = {eps:g} exceeds the cap "
                          f"of {MAX_STEPS:g} steps")
+    kt = _closed_gamma(gate)
+    if kt is not None:
+        n_lo, s = _gamma_band(*kt, L)
+        mean, var = _moments_from_survival(s, n_lo)
+        return _finish(gate, eps, s, n_lo, mean, var, "closed form")
     s = gate.survival(L)
     if s is not None:
         mean, var = _moments_from_survival(s)
-        return FirstPassage(str(gate), eps, s, mean, var, "closed form")
+        return _finish(gate, eps, s, 0, mean, var, "closed form")
     support = (0.0, 0.0) if isinstance(gate, forget.EmpiricalGate) else _support(gate, m)
     sd_n = math.sqrt(m.sigma2 * L / m.kappa ** 3) + 1.0
-    smooth = bool(gate.smooth) and richardson and not isinstance(gate, forget.EmpiricalGate)
-    levels, ranges = [], []
-    for lv in range(3):
-        levels.append(_level(gate, L, m, lv, support))
+    smooth = bool(gate.smooth) and richardson
+    levels = [_level(gate, L, m, lv, support) for lv in range(3)]
     while True:
         ranges = [_transition_range(lat, n_exp, sd_n) for lat in levels[-3:]]
         n_lo, n_hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
         surv, bounds = [], []
+        span = n_hi - n_lo + 1
         for lat in levels[-3:]:
             sb, alias = _survival_band(lat, n_lo, n_hi)
             t1, t2 = _tail_error(lat, n_lo, n_hi)
-            span = n_hi - n_lo + 1
             bounds.append((t1 + alias * span, t2 + alias * span * span))
             surv.append(sb)
-        s, s_prev, label = _extrapolate(levels, surv, smooth)
-        mean, var = _moments_from_survival(s, n_lo)
-        mp, vp = _moments_from_survival(s_prev, n_lo)
-        # rounding: survival values are sums of O(1) terms; monotonicity violations measure it
-        viol = max(float(np.max(np.diff(s))) if len(s) > 1 else 0.0, 0.0)
-        rnd = 1e-14 + viol
-        span = len(s)
-        mean_err = abs(mean - mp) + max(b[0] for b in bounds) + rnd * span
-        var_err = abs(var - vp) + max(b[1] for b in bounds) + rnd * span * span
+        s, mean, var, mean_err, var_err, label = _combine(levels, surv, n_lo, smooth)
+        # rounding: each s_n is a sum of O(1) terms (~1e-14); a rise in s_n beyond that is counted as error
+        rnd = 1e-14 + max(float(np.max(np.diff(s))) if len(s) > 1 else 0.0, 0.0)
+        mean_err += max(b[0] for b in bounds) + rnd * span
+        var_err += max(b[1] for b in bounds) + rnd * span * span
         ok = mean_err <= tol * max(abs(mean), 1.0) and var_err <= tol * max(abs(var), 1.0)
-        lv = len(levels)
-        if ok or lv > _MAX_LEVEL or not richardson:
+        if ok or len(levels) > _MAX_LEVEL:
             break
         try:
-            levels.append(_level(gate, L, m, lv, support))
-        except ValueError:
+            levels.append(_level(gate, L, m, len(levels), support))
+        except ValueError:                                 # the next lattice would pass the cell cap
             break
-    method = (f"lattice h={levels[-1].h:.3g} ({len(levels)} levels) + {label}" if label == "Richardson"
-              else f"lattice h={levels[-1].h:.3g} ({len(levels)} levels)")
+    method = f"lattice h={levels[-1].h:.3g} ({len(levels)} levels), {label}"
     problems = []
     if var < -var_err:
         problems.append(f"negative variance {var:.3g}")
-    if s[0] < 1 - 1e-9 or s[-1] > 1e-9:
-        problems.append(f"survival range [{s[-1]:.3g}, {s[0]:.3g}] does not span (0, 1)")
+    if s[-1] > 1e-9 or s.min() < -1e-9 or s.max() > 1 + 1e-9:
+        problems.append(f"survival leaves [0, 1] or does not reach 0 (range {s.min():.3g}..{s.max():.3g}, "
+                        f"last {s[-1]:.3g})")
     if not ok or problems:
         msg = (f"{gate} at eps = {eps:g}: exact numerics reached |err E[W]| <= {mean_err:.2g}, "
                f"|err Var[W]| <= {var_err:.2g} (tol {tol:g} relative){'; ' if problems else ''}{'; '.join(problems)}")
         if strict:
             raise AccuracyError(msg)
         warnings.warn(msg, AccuracyWarning, stacklevel=2)
-    s = np.concatenate([s, [0.0]]) if s[-1] != 0.0 else s
-    n0 = n_lo
-    if n_lo <= FULL_SURVIVAL:
-        s, n0 = np.concatenate([np.ones(n_lo), s]), 0
-    return FirstPassage(str(gate), eps, s, float(mean), float(max(var, 0.0)), method, float(mean_err),
-                        float(var_err), levels[-1].h, n0)
+    return _finish(gate, eps, s, n_lo, mean, max(var, 0.0), method, mean_err, var_err, levels[-1].h)
 
 
 def alibi_limit(m, eps, cvs=(1.0, 0.3, 0.1, 0.03, 0.01)):
@@ -597,8 +653,8 @@ def alibi_limit(m, eps, cvs=(1.0, 0.3, 0.1, 0.03, 0.01)):
     for cv in cvs:
         k = 1.0 / cv ** 2
         fp = exact_first_passage(forget.GammaIncrement(k, m / k), eps)
-        pmf = fp.pmf
-        out.append((cv, float(pmf[w]) if w < len(pmf) else 0.0, fp.mean, fp.var))
+        pmf, i = fp.pmf, w - fp.n0
+        out.append((cv, float(pmf[i]) if 0 <= i < len(pmf) else 0.0, fp.mean, fp.var))
     return out
 
 
