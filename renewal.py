@@ -210,7 +210,8 @@ FULL_SURVIVAL = 1_000_000        # survival arrays start at n = 0 when the trans
 _DELTA = 1e-30                   # Chernoff target for each neglected tail of the survival and of the band
 _DELTA_F = 1e-20                 # |P(omega)|^n below this: the frequency is dropped from the inversion
 _C0 = 8                          # cells per min(sd X, kappa) on the coarsest lattice
-_MAX_LEVEL = 7                   # finest lattice: _C0 * 2^_MAX_LEVEL cells per sd
+_MAX_LEVEL = 7                   # finest lattice: _C0 * 2^_MAX_LEVEL cells per sd (densities)
+_MAX_LEVEL_ATOMS = 12            # atoms: rounding is exact once h is below the gaps of S_n about L
 _GL_U, _GL_W = np.polynomial.legendre.leggauss(12)
 _GL_U, _GL_W = (_GL_U + 1) / 2, _GL_W / 2                  # Gauss-Legendre on [0, 1]
 
@@ -288,14 +289,11 @@ def _hat_pmf(gate, h, K, support):
     neighbouring lattice points in proportion to its distance (mean-preserving). Points above K never enter
     P(S_n <= L) and are dropped (the walk has crossed), so p may sum to less than 1."""
     if isinstance(gate, forget.EmpiricalGate):
-        t = gate.x / h
-        k = np.floor(t)
-        f = t - k
-        k = k.astype(np.int64)
+        # atoms go to their nearest lattice point: |sum of n rounded atoms - S_n| <= n h / 2, so s_n is exact
+        # once no value of S_n lies within n h / 2 of L (a split would smear atoms across L at every h)
+        k = np.rint(gate.x / h).astype(np.int64)
         ka = int(k[0])
-        w = len(t)
-        p = (np.bincount(k - ka, 1 - f, minlength=k[-1] - ka + 2)
-             + np.bincount(k - ka + 1, f, minlength=k[-1] - ka + 2)) / w
+        p = np.bincount(k - ka).astype(np.float64) / len(k)
     else:
         x_lo, x_hi = support
         ka = max(int(math.floor(x_lo / h)) - 1, 0)
@@ -310,9 +308,12 @@ def _hat_pmf(gate, h, K, support):
             I[1] = float(gate.cdf(v ** 4 * h) @ (_GL_W * 4 * v ** 3))
         p = np.diff(I)                                     # (kb - ka + 1,) points ka..kb
     p = np.maximum(p, 0.0)                                 # rounding in differences of F near 1
+    # the mass beyond x_hi (F rounds to 1 there) is below rounding: normalise, so that the lattice law's total
+    # is 1 exactly and P(0)^n = 1 (a mass off by 1e-16 would scale every s_n by 1 + n 1e-16)
+    p = p / math.fsum(p)
     dropped = 0.0
     if ka + len(p) - 1 > K:
-        dropped = float(p[max(K - ka + 1, 0):].sum())
+        dropped = math.fsum(p[max(K - ka + 1, 0):])
         p = p[: max(K - ka + 1, 0)]
     return ka, p, dropped
 
@@ -326,7 +327,7 @@ class _Lattice:
         ka, p, self.dropped = _hat_pmf(gate, self.h, self.K, support)
         if len(p) == 0 or p.sum() <= 0:
             raise ValueError(f"{gate}: no lattice mass below L")
-        mass = p.sum()
+        mass = 1.0 - self.dropped                          # exactly; p itself sums to it up to rounding
         mu = float(np.dot(np.arange(ka, ka + len(p)), p) / mass)
         self.k0 = int(round(mu))
         self.j = np.arange(ka, ka + len(p)) - self.k0      # centred lattice values
@@ -449,15 +450,16 @@ def _log_char(lat, M, om):
     """log E[e^{-2 pi i om J / M}] for integer frequencies om, from 1 + z with z computed without cancellation."""
     jm = np.mod(np.outer(om, lat.j), M)                      # (F, w) exact phases
     th = (2 * math.pi / M) * jm
-    re = -2.0 * (np.sin(0.5 * th) ** 2) @ lat.p + (lat.mass - 1.0)
+    re = -2.0 * (np.sin(0.5 * th) ** 2) @ lat.p - lat.dropped
     im = -(np.sin(th) @ lat.p)
     with np.errstate(divide="ignore"):
         lr = 0.5 * np.log1p(2 * re + re * re + im * im)
     return lr + 1j * np.arctan2(im, 1.0 + re)
 
 
-def _survival_band(lat, n_lo, n_hi):
-    """s_n = P(J_n <= K - n k0) for n = n_lo..n_hi by Fourier inversion on a cyclic band; (s, alias bound)."""
+def _survival_band(lat, n_lo, n_hi, shift=None):
+    """s_n = P(J_n <= K - n k0 + shift(n)) for n = n_lo..n_hi by Fourier inversion on a cyclic band;
+    returns (s, alias bound). shift: None or a function of the int64 array n (a threshold moved by cells)."""
     M, alias = _band(lat, n_lo, n_hi)
     q = np.zeros(M)
     np.add.at(q, np.mod(lat.j, M), lat.p)
@@ -465,6 +467,7 @@ def _survival_band(lat, n_lo, n_hi):
     absP = np.abs(P)
     ns = np.arange(n_lo, n_hi + 1)
     s = np.empty(len(ns))
+    rnd = np.zeros(len(ns))                                # rounding: a few ulps of the sum of |terms|
     wt = np.full(len(P), 2.0)
     wt[0] = 1.0
     if M % 2 == 0:
@@ -479,6 +482,8 @@ def _survival_band(lat, n_lo, n_hi):
         lP_all = _log_char(lat, M, keep_all.astype(np.int64))
     else:
         lP_all = np.log(P[keep_all].astype(np.complex128))
+        if len(keep_all) and keep_all[0] == 0:
+            lP_all[0] = math.log1p(-lat.dropped)           # total mass, exactly
     c0 = 0
     if n_lo == 0:
         s[0], c0 = 1.0, 1                                  # S_0 = 0 <= L
@@ -492,7 +497,7 @@ def _survival_band(lat, n_lo, n_hi):
             n = nn[i0: i0 + max(1, 2_000_000 // max(len(om), 1))]
             c = np.rint(n * lat.mu_j).astype(np.int64)
             lo = c - M // 2
-            a = lat.K - n * lat.k0                         # P(J_n <= a)
+            a = lat.K - n * lat.k0 + (0 if shift is None else shift(n))     # P(J_n <= a)
             cnt = np.clip(a - lo + 1, 0, M)                # cells of the window at or below a
             # sum_{t = lo}^{lo + cnt - 1} e^{i th t} = e^{i th lo} (1 - e^{i th cnt}) / (1 - e^{i th})
             ph_lo = (2 * math.pi / M) * np.mod(np.outer(lo, om), M)
@@ -504,9 +509,10 @@ def _survival_band(lat, n_lo, n_hi):
                 G[:, 0] = cnt
             T = np.exp(n.astype(np.float64)[:, None] * lP[None, :]) * G
             s[c0 + i0: c0 + i0 + len(n)] = (T.real @ wt[keep]) / M
+            rnd[c0 + i0: c0 + i0 + len(n)] = 8 * np.finfo(float).eps * (np.abs(T) @ wt[keep]) / M
         c0 += len(nn)
     # each dropped frequency adds at most |P|^n |G| / M <= _DELTA_F / (M sin(pi om / M)); summed: (2 + ln M)
-    return s, alias + _DELTA_F * (2 + math.log(M))
+    return s, alias + _DELTA_F * (2 + math.log(M)) + rnd
 
 
 def _constant_passage(gate, eps, L, m):
@@ -542,7 +548,22 @@ def _combine(levels, surv, n_lo, smooth):
         d12, d23 = A[0][i] - A[1][i], A[1][i] - A[2][i]
         r = d12 / d23 if d23 != 0 else math.inf
         errs.append(2 * abs(d23) / (r - 1) if 1.5 < r < math.inf else 2 * max(abs(d12), abs(d23)))
-    return s3, A[2][0], A[2][1], errs[0], errs[1], "no extrapolation (atoms)"
+    return s3, A[2][0], A[2][1], errs[0], errs[1], "no extrapolation"
+
+
+def _bracket_atoms(lat, s, n_lo, n_hi):
+    """Atoms rounded to the nearest lattice point move S_n by at most n h / 2, so
+    P(J_n <= a_n + floor((1 - n)/2)) <= s_n(exact) <= P(J_n <= a_n + floor((1 + n)/2)): a rigorous bracket.
+    Returns the rounded-lattice s with errors from the bracket (exact once no value of S_n is that close to L)."""
+    lo, _ = _survival_band(lat, n_lo, n_hi, shift=lambda n: (1 - n) // 2)
+    up, _ = _survival_band(lat, n_lo, n_hi, shift=lambda n: (1 + n) // 2)
+    wid = np.maximum(np.maximum(up - s, s - lo), 0.0)
+    mean, var = _moments_from_survival(s, n_lo)
+    i = np.arange(len(s))
+    e1 = float(wid.sum())
+    e2 = float(np.sum((2 * i + 1) * wid))
+    ebar = mean + 1.0 - n_lo                               # E[N - n_lo]
+    return s, mean, var, e1, e2 + 2 * ebar * e1 + e1 * e1, "atoms at nearest points, bracketed"
 
 
 def _closed_gamma(gate):
@@ -605,24 +626,37 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True):
     support = (0.0, 0.0) if isinstance(gate, forget.EmpiricalGate) else _support(gate, m)
     sd_n = math.sqrt(m.sigma2 * L / m.kappa ** 3) + 1.0
     smooth = bool(gate.smooth) and richardson
-    levels = [_level(gate, L, m, lv, support) for lv in range(3)]
+    atoms = isinstance(gate, forget.EmpiricalGate)
+    levels = [_level(gate, L, m, lv, support) for lv in range(1 if atoms else 3)]
     while True:
-        ranges = [_transition_range(lat, n_exp, sd_n) for lat in levels[-3:]]
+        use = levels[-1:] if atoms else levels[-3:]
+        ranges = [_transition_range(lat, n_exp, sd_n) for lat in use]
         n_lo, n_hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
+        if atoms:                                          # room for the bracket's thresholds L -+ n h / 2
+            pad = int(n_hi * levels[-1].h / (2 * m.kappa)) + 2
+            n_lo, n_hi = max(n_lo - pad, 0), n_hi + pad
         surv, bounds = [], []
         span = n_hi - n_lo + 1
-        for lat in levels[-3:]:
+        for lat in use:
             sb, alias = _survival_band(lat, n_lo, n_hi)
             t1, t2 = _tail_error(lat, n_lo, n_hi)
-            bounds.append((t1 + alias * span, t2 + alias * span * span))
+            # per-n bounds (aliasing, dropped frequencies, rounding) into the moments of N - n_lo; x 2 for the
+            # Richardson weights (4/3 and 1/3 on two levels)
+            i = np.arange(span)
+            e1 = 2 * float(alias.sum())
+            bounds.append((t1 + e1, t2 + 2 * float(np.dot(2 * i + 1, alias)) + 2 * float(sb.sum()) * e1))
             surv.append(sb)
-        s, mean, var, mean_err, var_err, label = _combine(levels, surv, n_lo, smooth)
+        if atoms:
+            s, mean, var, mean_err, var_err, label = _bracket_atoms(levels[-1], surv[0], n_lo, n_hi)
+        else:
+            s, mean, var, mean_err, var_err, label = _combine(levels, surv, n_lo, smooth)
         # rounding: each s_n is a sum of O(1) terms (~1e-14); a rise in s_n beyond that is counted as error
-        rnd = 1e-14 + max(float(np.max(np.diff(s))) if len(s) > 1 else 0.0, 0.0)
+        # a rise of s_n (it cannot rise) beyond the bounds above is counted as error too
+        rnd = max(float(np.max(np.diff(s))) if len(s) > 1 else 0.0, 0.0)
         mean_err += max(b[0] for b in bounds) + rnd * span
         var_err += max(b[1] for b in bounds) + rnd * span * span
         ok = mean_err <= tol * max(abs(mean), 1.0) and var_err <= tol * max(abs(var), 1.0)
-        if ok or len(levels) > _MAX_LEVEL:
+        if ok or len(levels) > (_MAX_LEVEL_ATOMS if isinstance(gate, forget.EmpiricalGate) else _MAX_LEVEL):
             break
         try:
             levels.append(_level(gate, L, m, len(levels), support))
