@@ -629,6 +629,7 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True):
     sd_n = math.sqrt(m.sigma2 * L / m.kappa ** 3) + 1.0
     smooth = bool(gate.smooth) and richardson
     atoms = isinstance(gate, forget.EmpiricalGate)
+    n_distinct = len(np.unique(gate.x)) if atoms else 0
     levels = [_level(gate, L, m, lv, support) for lv in range(1 if atoms else 3)]
     while True:
         use = levels[-1:] if atoms else levels[-3:]
@@ -658,8 +659,14 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True):
         mean_err += max(b[0] for b in bounds) + rnd * span + _FLOOR * abs(mean)
         var_err += max(b[1] for b in bounds) + rnd * span * span + _FLOOR * max(abs(var), 1.0)
         ok = mean_err <= tol * max(abs(mean), 1.0) and var_err <= tol * max(abs(var), 1.0)
-        if ok or len(levels) > (_MAX_LEVEL_ATOMS if isinstance(gate, forget.EmpiricalGate) else _MAX_LEVEL):
+        top = _MAX_LEVEL_ATOMS if atoms else _MAX_LEVEL
+        if ok or len(levels) > top:
             break
+        if atoms and n_distinct > 64 and len(levels) >= 4:
+            # many distinct atoms: the bracket narrows only as O(h); stop once tol is out of reach by the last level
+            left = 2.0 ** -(top + 1 - len(levels))
+            if mean_err * left > tol * max(abs(mean), 1.0) or var_err * left > tol * max(abs(var), 1.0):
+                break
         try:
             levels.append(_level(gate, L, m, len(levels), support))
         except ValueError:                                 # the next lattice would pass the cell cap
