@@ -166,7 +166,7 @@ class Gate:
         """Closed-form P(N > n), n = 0, 1, ..., where one exists; None otherwise."""
         return None
 
-    smooth = True   # density smooth enough for Richardson extrapolation of the lattice numerics
+    smooth = True   # a density (no atoms): the lattice error is c h^2 + o(h^2), which Richardson removes
 
     def __repr__(self):
         return self.name
@@ -183,11 +183,19 @@ def _softplus(z):
     return out
 
 
+def _check_real(**params):
+    """TypeError naming the parameter unless it is a real number (bool and strings excluded)."""
+    for k, v in params.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"gate parameter {k} must be a real number; got {type(v).__name__} {v!r}")
+
+
 class LogitNormalGate(Gate):
     """g = sigmoid(Z), Z ~ N(mu, s): X = softplus(-Z). The seed's validation gates are
     (mu, s) = (2, 0.5), (1, 1), (3, 0.3)."""
 
     def __init__(self, mu, s):
+        _check_real(mu=mu, s=s)
         if not (s > 0) or not math.isfinite(mu) or not math.isfinite(s):
             raise ValueError(f"logit-normal gate needs finite mu and s > 0; got mu={mu}, s={s}")
         self.mu, self.s = float(mu), float(s)
@@ -220,8 +228,9 @@ class BetaGate(Gate):
     """g ~ Beta(a, b). Beta(a, 1) gives exponential X with rate a (the exactly solvable case)."""
 
     def __init__(self, a, b):
-        if not (a > 0 and b > 0):
-            raise ValueError(f"Beta gate needs a > 0 and b > 0; got a={a}, b={b}")
+        _check_real(a=a, b=b)
+        if not (a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)):
+            raise ValueError(f"Beta gate needs finite a > 0 and b > 0; got a={a}, b={b}")
         self.a, self.b = float(a), float(b)
         self.name = f"beta(a={a:g}, b={b:g})"
 
@@ -253,8 +262,9 @@ class GammaIncrement(Gate):
     """X ~ Gamma(k, theta): P(N > n) = P(Gamma(n k, theta) <= L) in closed form (the best oracle)."""
 
     def __init__(self, k, theta):
-        if not (k > 0 and theta > 0):
-            raise ValueError(f"gamma increment needs k > 0 and theta > 0; got k={k}, theta={theta}")
+        _check_real(k=k, theta=theta)
+        if not (k > 0 and theta > 0 and math.isfinite(k) and math.isfinite(theta)):
+            raise ValueError(f"gamma increment needs finite k > 0 and theta > 0; got k={k}, theta={theta}")
         self.k, self.theta = float(k), float(theta)
         self.name = f"gamma(k={k:g}, theta={theta:g})"
 
@@ -279,6 +289,7 @@ class ConstantGate(Gate):
     lattice = True
 
     def __init__(self, m):
+        _check_real(m=m)
         if not (m > 0 and math.isfinite(m)):
             raise ValueError(f"ALiBi slope m must be finite and > 0; got {m}")
         self.m = float(m)
@@ -308,6 +319,7 @@ class AR1LogitGate(Gate):
     iid = False
 
     def __init__(self, mu, s, phi):
+        _check_real(phi=phi)
         if not (-1 < phi < 1):
             raise ValueError(f"AR(1) coefficient phi must lie in (-1, 1); got {phi}")
         self.marginal = LogitNormalGate(mu, s)
@@ -360,10 +372,14 @@ class AR1LogitGate(Gate):
 class EmpiricalGate(Gate):
     """The empirical law of the increments of a trace (resampled iid): moments are those of the
     empirical distribution, exact for it. Dependence in the trace is measured separately (renewal.py)."""
+    smooth = False                                         # atoms: no Richardson on the lattice numerics
 
     def __init__(self, log_g, name="empirical"):
         x = np.asarray(increments_from_log_gates(np.asarray(log_g, dtype=np.float64)), dtype=np.float64).ravel()
         self.x = np.sort(x)
+        if self.x[-1] <= 0:
+            raise ValueError(f"empirical gate: all {len(x)} increments are 0 (every gate is 1), so kappa = 0 and "
+                             "the walk never crosses L")
         self.name = f"{name}(n={len(x)})"
 
     def moments(self):
@@ -406,12 +422,15 @@ def first_passage_samples(gate, eps, trials, seed=0, chunk=None, max_steps=10_00
     however many trials are asked for; seeded and reproducible for a given (seed, chunk).
     """
     L = threshold(eps)
-    if trials < 1:
-        raise ValueError(f"trials must be >= 1; got {trials}")
+    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
+        raise ValueError(f"trials must be an integer >= 1; got {trials!r}")
     rng = np.random.default_rng(seed)
     mom = gate.moments()
-    if mom.kappa <= 0:
-        raise ValueError(f"{gate} has kappa = 0: the walk never crosses L")
+    if not mom.kappa > 0:
+        raise ValueError(f"{gate} has kappa = {mom.kappa}: the walk never crosses L")
+    if L / mom.kappa > max_steps:
+        raise ValueError(f"{gate}: expected window L/kappa = {L / mom.kappa:.3g} steps at eps = {eps:g} exceeds "
+                         f"max_steps = {max_steps:g}")
     chunk = chunk or 2 ** 22
     # first block covers most passages (mean + 1 sd of N); the rest continue in blocks of 3 sd
     sd = math.sqrt(max(mom.sigma2, 0.0) * L / mom.kappa ** 3)
@@ -447,6 +466,8 @@ def first_passage_samples(gate, eps, trials, seed=0, chunk=None, max_steps=10_00
 def first_passage_mc(gate, eps, trials=200_000, seed=0, chunk=None):
     """Mean and variance of the eps-window W = N - 1 by Monte Carlo, with standard errors
     SE_mean = s/sqrt(n) and SE_var = sqrt((m4 - s^4)/n)."""
+    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 2:
+        raise ValueError(f"trials must be an integer >= 2 (a variance needs two windows); got {trials!r}")
     W, R = first_passage_samples(gate, eps, trials, seed, chunk)
     w = W.astype(np.float64)
     mean, var = w.mean(), w.var(ddof=1)
