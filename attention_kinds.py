@@ -1,4 +1,4 @@
-"""Attention kinds behind one interface, a registry by name, and one small byte-level LM around any kind.
+"""Attention kinds behind one interface, a registry by name, and the byte-level LM (model.LM) around any kind.
 
 The interface (as in fast-transformers: the layer projects, the kind only attends):
 
@@ -34,13 +34,14 @@ KindLM.step for whole models of those kinds.
 import inspect
 import math
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fox_attention import MLP, HookPoint, _fgate_bias, forgetting_attention
+import outputs
+from fox_attention import HookPoint, cum_log_gate, forgetting_attention, fox_bias
+from model import LM, BitLinear, LMConfig, fgate_bias_init
 
 # ----------------------------------------------------------------------------- parameter specs
 
@@ -245,7 +246,8 @@ def attend(q, k, v, keep=None, bias=None, mask=None, scale=None):
         try:
             torch.broadcast_shapes(mask.shape, logits.shape)
         except RuntimeError:
-            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to (B, H, T_q, T_k) = {tuple(logits.shape)}")
+            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to (B, H, T_q, T_k) = "
+                             f"{tuple(logits.shape)}")
         if mask.dtype == torch.bool:
             keep = mask if keep is None else keep & mask
         elif mask.is_floating_point():
@@ -283,10 +285,10 @@ class SoftmaxAttention(nn.Module):
         return attend(q, k, v, keep=causal_mask(q.shape[1], k.shape[1], q.device), mask=mask)
 
 
-class FoXAttention(nn.Module):
+class FoXKind(nn.Module):
     """Forgetting attention. Gate per head from the layer input, log g = logsigmoid(f_proj(x)) in float32,
     through `hook_log_fgate` (B, T, H). fgate_bias: initial gate logit for every head; None spreads
-    them over linspace(1, 5) as fox_attention does."""
+    them over linspace(1, 5) as model.fgate_bias_init does."""
 
     def __init__(self, d_model, n_heads, fgate_bias=None):
         super().__init__()
@@ -295,7 +297,7 @@ class FoXAttention(nn.Module):
         self.f_proj._keep_init = True          # the LM's generic init must not reset the gate biases
         with torch.no_grad():
             nn.init.normal_(self.f_proj.weight, std=0.1 / math.sqrt(d_model))
-            self.f_proj.bias.copy_(_fgate_bias(n_heads, "spread" if fgate_bias is None else fgate_bias))
+            self.f_proj.bias.copy_(fgate_bias_init(n_heads, "spread" if fgate_bias is None else fgate_bias))
         self.hook_log_fgate = HookPoint()
 
     def extra_inputs(self, x):
@@ -305,16 +307,17 @@ class FoXAttention(nn.Module):
     def forward(self, q, k, v, mask=None, log_fgate=None):
         _check_qkv(q, k, v)
         if log_fgate is None:
-            raise ValueError("fox attention needs log_fgate (B, T_k, H) float32 (the layer supplies it via extra_inputs)")
+            raise ValueError("fox attention needs log_fgate (B, T_k, H) float32 "
+                             "(the layer supplies it via extra_inputs)")
         if mask is None:
             return forgetting_attention(q, k, v, log_fgate)
         if log_fgate.shape != k.shape[:3]:
             raise ValueError(f"log_fgate must be (B, T_k, H) = {tuple(k.shape[:3])}; got {tuple(log_fgate.shape)}")
         # same numerics as the reference: cumulative log-gate and its differences in float64
         Tq, Tk = q.shape[1], k.shape[1]
-        c = torch.cumsum(log_fgate.double(), 1).transpose(1, 2)             # (B, H, Tk)
-        dc = c[:, :, Tk - Tq:, None] - c[:, :, None, :]                      # (B, H, Tq, Tk)
-        return attend(q, k, v, keep=causal_mask(Tq, Tk, q.device), bias=dc.float(), mask=mask)
+        c = cum_log_gate(log_fgate)                                          # (B, H, Tk) float64
+        bias = fox_bias(c[:, :, Tk - Tq:], c).float()                        # (B, H, Tq, Tk)
+        return attend(q, k, v, keep=causal_mask(Tq, Tk, q.device), bias=bias, mask=mask)
 
     def init_state(self):
         return {"k": None, "v": None, "c": None, "c_now": None}
@@ -328,7 +331,7 @@ class FoXAttention(nn.Module):
         c_now = lg if state["c_now"] is None else state["c_now"] + lg       # (B, H) float64
         st = {"k": _append(state["k"], k), "v": _append(state["v"], v), "c_now": c_now,
               "c": c_now[..., None] if state["c"] is None else torch.cat([state["c"], c_now[..., None]], -1)}
-        o = _step_attend(q, st["k"], st["v"], bias=(c_now[..., None] - st["c"]).float())
+        o = _step_attend(q, st["k"], st["v"], bias=fox_bias(c_now[..., None], st["c"])[..., 0, :].float())
         return o, st
 
 
@@ -454,7 +457,7 @@ class FAMAttention(nn.Module):
 
 
 AttentionRegistry.register("softmax", SoftmaxAttention, [])
-AttentionRegistry.register("fox", FoXAttention, [("fgate_bias", Optional(Float, None))])
+AttentionRegistry.register("fox", FoXKind, [("fgate_bias", Optional(Float, None))])
 AttentionRegistry.register("alibi", ALiBiAttention, [("slope_scale", Optional(Float(min=0.0, min_open=True), 1.0))])
 AttentionRegistry.register("swa", SlidingWindowAttention, [("w", Optional(Int(min=1), 64))])
 AttentionRegistry.register("bswa", BlockSlidingWindowAttention, [("block", Optional(Int(min=1), 64)),
@@ -471,13 +474,14 @@ AttentionRegistry.register("fam", FAMAttention, [("block", Optional(Int(min=1), 
 class AttentionLayer(nn.Module):
     """Projections around a kind: x (B, T, d_model) -> q, k, v (B, T, H, D) -> kind -> out_proj."""
 
-    def __init__(self, d_model, n_heads, attention):
+    def __init__(self, d_model, n_heads, attention, use_bitnet=False):
         super().__init__()
         self.n_heads, self.head_dim = n_heads, d_model // n_heads
-        self.q_proj = nn.Linear(d_model, d_model, bias=False)
-        self.k_proj = nn.Linear(d_model, d_model, bias=False)
-        self.v_proj = nn.Linear(d_model, d_model, bias=False)
-        self.out_proj = nn.Linear(d_model, d_model, bias=False)
+        proj = BitLinear if use_bitnet else nn.Linear
+        self.q_proj = proj(d_model, d_model, bias=False)
+        self.k_proj = proj(d_model, d_model, bias=False)
+        self.v_proj = proj(d_model, d_model, bias=False)
+        self.out_proj = proj(d_model, d_model, bias=False)
         self.attention = attention
 
     def qkv(self, x):
@@ -495,6 +499,12 @@ class AttentionLayer(nn.Module):
         o = self.attention(q, k, v, mask=mask, **self.extras(x))           # (B, T, H, D)
         return self.out_proj(o.reshape(B, T, d))
 
+    def init_state(self):
+        """The kind's empty recurrent state; ValueError if the kind has no recurrent form."""
+        if not hasattr(self.attention, "init_state"):
+            raise ValueError(f"{type(self.attention).__name__} has no recurrent form (step)")
+        return self.attention.init_state()
+
     def step(self, x, state):
         """x (B, d_model), one position -> (B, d_model), state."""
         if not hasattr(self.attention, "step"):
@@ -505,126 +515,27 @@ class AttentionLayer(nn.Module):
         return self.out_proj(o.reshape(x.shape)), state
 
 
-class Block(nn.Module):
-    def __init__(self, cfg, attention):
-        super().__init__()
-        self.ln1 = nn.RMSNorm(cfg.d_model)
-        self.attn = AttentionLayer(cfg.d_model, cfg.n_heads, attention)
-        self.ln2 = nn.RMSNorm(cfg.d_model)
-        self.mlp = MLP(SimpleNamespace(d_model=cfg.d_model, mlp_ratio=cfg.mlp_ratio, dropout=cfg.dropout, use_bitnet=False))
-
-    def forward(self, x, mask=None):
-        x = x + self.attn(self.ln1(x), mask=mask)
-        return x + self.mlp(self.ln2(x))
-
-    def step(self, x, state):
-        a, state = self.attn.step(self.ln1(x), state)
-        x = x + a
-        return x + self.mlp(self.ln2(x)), state
-
-
 @dataclass
-class KindConfig:
-    """Byte-level decoder-only LM around one attention kind; no positional embedding."""
-    attention_type: str = "softmax"
-    vocab_size: int = 256
+class KindConfig(LMConfig):
+    """The LM around one attention kind: LMConfig sizes (smaller defaults) plus the kind and its parameters."""
     d_model: int = 64
     n_layers: int = 2
-    n_heads: int = 4
-    mlp_ratio: int = 4
-    dropout: float = 0.0
-    context: int = 256              # training context; the model accepts any length
+    context: int = 256
+    attention_type: str = "softmax"
     kind_params: dict = field(default_factory=dict)
 
-    def __post_init__(self):
-        for n in ("vocab_size", "d_model", "n_layers", "n_heads", "mlp_ratio", "context"):
-            val = getattr(self, n)
-            if not (isinstance(val, int) and not isinstance(val, bool) and val > 0):
-                raise ValueError(f"{n} must be a positive int; got {val!r}")
-        if self.d_model % self.n_heads != 0:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
-        if not (isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0):
-            raise ValueError(f"dropout must be in [0, 1); got {self.dropout!r}")
 
-
-class KindLM(nn.Module):
-    """tokens (B, T) int64 -> logits (B, T, vocab) float32; FoXLM's structure (pre-norm RMSNorm blocks,
-    GELU MLP, tied embeddings, no positional embedding) with any registered attention kind."""
+class KindLM(LM):
+    """tokens (B, T) int64 -> logits (B, T, vocab) float32: model.LM with the registered attention kind
+    `cfg.attention_type` (parameters cfg.kind_params) inside an AttentionLayer in every block.
+    Recurrent decoding (LM.step) for kinds with a `step` form (fox, alibi, swa)."""
 
     def __init__(self, cfg: KindConfig, registry=None):
-        super().__init__()
         registry = AttentionRegistry if registry is None else registry
-        self.cfg = cfg
-        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList([
-            Block(cfg, registry.build(cfg.attention_type, d_model=cfg.d_model, n_heads=cfg.n_heads, **cfg.kind_params))
-            for _ in range(cfg.n_layers)])
-        self.ln_f = nn.RMSNorm(cfg.d_model)
-        self.apply(self._init)
-        for n, p in self.named_parameters():
-            if n.endswith("out_proj.weight") or n.endswith("mlp.proj.weight"):
-                nn.init.normal_(p, std=0.02 / math.sqrt(2 * cfg.n_layers))
-        for name, m in self.named_modules():
-            if isinstance(m, HookPoint):
-                m.name = name
-
-    @staticmethod
-    def _init(m):
-        if getattr(m, "_keep_init", False):
-            return
-        if isinstance(m, nn.Linear):
-            nn.init.normal_(m.weight, std=0.02)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, std=0.02)
-
-    def _check_tokens(self, tokens):
-        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:
-            raise ValueError(f"tokens must be a (B, T) int64 tensor; got {getattr(tokens, 'shape', None)} {getattr(tokens, 'dtype', None)}")
-        if tokens.numel() == 0:
-            raise ValueError("tokens is empty")
-        if tokens.min() < 0 or tokens.max() >= self.cfg.vocab_size:
-            raise ValueError(f"token ids must lie in [0, {self.cfg.vocab_size})")
-
-    def embed(self, tokens):
-        """(B, T) int64 -> input embeddings (B, T, d_model); reach.py differentiates with respect to these."""
-        self._check_tokens(tokens)
-        return self.wte(tokens)
-
-    def forward_embeddings(self, x):
-        """Input embeddings (B, T, d_model) -> final hidden states (B, T, d_model), before ln_f."""
-        x = self.drop(x)
-        for blk in self.blocks:
-            x = blk(x)
-        return x
-
-    def head(self, h, targets=None):
-        logits = (self.ln_f(h) @ self.wte.weight.t()).float()              # tied embeddings
-        if targets is None:
-            return logits
-        return logits, F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
-
-    def forward(self, tokens, targets=None):
-        """tokens (B, T) int64; targets (B, T) int64 or None. Returns logits (B, T, V) float32, or
-        (logits, mean cross-entropy in nats) when targets are given."""
-        return self.head(self.forward_embeddings(self.embed(tokens)), targets)
-
-    @torch.no_grad()
-    def step(self, token, states=None):
-        """Recurrent decoding, one position: token (B,) int64, states from the previous call (None at the
-        start). Returns (logits (B, V) float32, states). Kinds with a `step` form only (fox, alibi, swa)."""
-        self._check_tokens(token[:, None])
-        if states is None:
-            states = [blk.attn.attention.init_state() if hasattr(blk.attn.attention, "init_state") else None
-                      for blk in self.blocks]
-        x = self.wte(token)
-        new = []
-        for blk, st in zip(self.blocks, states):
-            x, st = blk.step(x, st)
-            new.append(st)
-        return self.head(x[:, None])[:, 0], new
+        super().__init__(cfg, lambda l: AttentionLayer(
+            cfg.d_model, cfg.n_heads,
+            registry.build(cfg.attention_type, d_model=cfg.d_model, n_heads=cfg.n_heads, **cfg.kind_params),
+            cfg.use_bitnet))
 
 
 class FAMLM(KindLM):
@@ -704,3 +615,7 @@ def build_model(attention_type="softmax", n_layers=2, d_model=64, n_heads=4, voc
     cfg = KindConfig(attention_type=attention_type, vocab_size=vocab_size, d_model=d_model, n_layers=n_layers,
                      n_heads=n_heads, mlp_ratio=mlp_ratio, dropout=dropout, context=context, kind_params=params)
     return getattr(cls, "lm_class", KindLM)(cfg, registry)
+
+
+if __name__ == "__main__":
+    raise SystemExit(outputs.describe(__doc__))

@@ -3,16 +3,19 @@
     torchrun --nproc_per_node=2 train.py --batch 4 ...        # 2 ranks x 4 windows = the run of batch 8
     torchrun --nproc_per_node=2 forget.py --n-seq 32 ...      # each rank captures 16 sequences, rank 0 analyses
 
-One job: everything that differs between one process and several. Nothing here knows the model or
-the laws; train.py, heads.py and fox_attention.py call it in a few lines each.
+One job: everything that differs between one process and several. Nothing here knows the model, the
+data or the laws; train.py, heads.py and fox_attention.py call it in a few lines each.
 
     setup, teardown, rank, world_size, is_main, barrier     process group from RANK / WORLD_SIZE / LOCAL_RANK
-    ShardedWindows                                         the global batch order, sliced per rank, resumable
     shard_range, gather_traces, all_mean, broadcast        splitting sequences and putting results back together
     wrap, unwrap, clean_name                               DDP or FSDP2 fully_shard; names as in the plain model
     train_state, model_state, load_train_state             full model (+ optimizer) state of a wrapped model
     rng_states, set_rng_states                             every rank's RNG state, for an exact resume
-    write_on_main                                          rank 0 writes atomically (temp file + os.replace)
+    main_only                                              rank 0 alone runs a step (a folder name, a write)
+                                                           and every rank shares its result or its error
+
+The data order of a sharded run is data.ShardedWindows; atomic writes are outputs'. This file imports
+nothing from the project, so any layer may use it (fox_attention unwraps models with it).
 
 Without torchrun (no WORLD_SIZE in the environment) every function acts as for a single process and
 no process group is made, so the same code path runs both ways. The backend follows the device:
@@ -20,7 +23,6 @@ NCCL for CUDA, gloo for the CPU.
 """
 import atexit
 import os
-import tempfile
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -94,7 +96,8 @@ def setup(device=None, backend=None, timeout_s=1800):
     Raises ValueError on an inconsistent environment, an unknown backend or NCCL without CUDA.
     """
     rank, world, local = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1), _env_int("LOCAL_RANK", 0)
-    if world < 1 or not 0 <= rank < world or local < 0:
+    # with one process RANK is not checked: a launcher may set it (RANK > 0: a process that does not write)
+    if world < 1 or (world > 1 and not 0 <= rank < world) or local < 0:
         raise ValueError(f"bad torchrun environment: RANK={rank}, WORLD_SIZE={world}, LOCAL_RANK={local}")
     if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
         raise ValueError(f"timeout_s must be a positive number; got {timeout_s!r}")
@@ -137,8 +140,11 @@ def world_size():
 
 
 def is_main():
-    """True on rank 0 and in a single process: the one that prints and writes."""
-    return rank() == 0
+    """True in the process that prints and writes: rank 0 of the process group, or, without one, the
+    only process unless a launcher set RANK > 0 in the environment."""
+    if dist.is_initialized():
+        return dist.get_rank() == 0
+    return _env_int("RANK", 0) == 0
 
 
 def barrier():
@@ -172,60 +178,7 @@ def broadcast(obj, src=0):
     return box[0]
 
 
-# ----------------------------------------------------------------------------- data order
-
-class ShardedWindows:
-    """Training window starts: each step draws one global batch of `batch * world` starts in
-    [0, n_starts) from a generator seeded with `seed`, and rank r takes positions [r*batch, (r+1)*batch).
-
-    So the data of a step depends on (seed, step, global batch) only: a run of W ranks x batch b sees
-    the same windows as one process with batch W*b, and a resumed run (any rank count with the same
-    global batch) sees the windows it would have seen. With one rank the draws equal
-    torch.randint(0, n_starts, (batch,), generator=torch.Generator().manual_seed(seed)) step after step.
-
-    n_starts: number of valid window starts (int >= 1); batch: windows per rank per step (int >= 1).
-    """
-
-    def __init__(self, n_starts, batch, seed, rank=None, world=None):
-        for name, v, lo in (("n_starts", n_starts, 1), ("batch", batch, 1), ("seed", seed, 0)):
-            if not (isinstance(v, int) and not isinstance(v, bool) and v >= lo):
-                raise ValueError(f"{name} must be an int >= {lo}; got {v!r}")
-        self.rank = (dist.get_rank() if dist.is_initialized() else 0) if rank is None else rank
-        self.world = world_size() if world is None else world
-        if not (isinstance(self.world, int) and self.world >= 1 and 0 <= self.rank < self.world):
-            raise ValueError(f"rank must lie in [0, world); got rank {self.rank!r}, world {self.world!r}")
-        self.n_starts, self.batch, self.seed = n_starts, batch, seed
-        self.global_batch = batch * self.world
-        self._gen, self._next, self._last = None, 0, None
-
-    def starts(self, step):
-        """This rank's (batch,) int64 window starts at `step` (int >= 0). Any order of steps works:
-        a step behind the generator re-seeds and replays, which costs one small draw per step."""
-        if not (isinstance(step, int) and step >= 0):
-            raise ValueError(f"step must be an int >= 0; got {step!r}")
-        if self._gen is not None and step == self._next - 1:
-            ix = self._last
-        else:
-            if self._gen is None or step < self._next:
-                self._gen, self._next = torch.Generator().manual_seed(self.seed), 0
-            while self._next <= step:
-                ix = torch.randint(0, self.n_starts, (self.global_batch,), generator=self._gen)   # (W * batch,)
-                self._next += 1
-            self._last = ix
-        return ix[self.rank * self.batch:(self.rank + 1) * self.batch].clone()
-
-    def state_dict(self):
-        """What a resumed run must agree on to see the same windows."""
-        return {"seed": self.seed, "global_batch": self.global_batch, "n_starts": self.n_starts}
-
-    def check_resume(self, state):
-        """Raise ValueError naming the field if `state` (a state_dict) would give another data order."""
-        mine = self.state_dict()
-        for k, v in mine.items():
-            if state.get(k) != v:
-                raise ValueError(f"resumed run differs in {k}: checkpoint has {state.get(k)!r}, this run {v!r} "
-                                 "(the data order would change)")
-
+# ----------------------------------------------------------------------------- splitting and gathering
 
 def shard_range(n, rank=None, world=None):
     """The contiguous block [start, stop) of n items this rank owns; blocks follow rank order and
@@ -363,10 +316,13 @@ def train_state(model, optimizer):
 
 
 def model_state(model):
-    """The model's full, unsharded CPU state keyed by the plain model's parameter names (no
-    optimizer state: for the final checkpoint). A collective under FSDP2: every rank must call it."""
+    """The model's full, unsharded state as CPU tensors keyed by the plain model's parameter names, on
+    every rank (no optimizer state: for the final checkpoint and its score). A collective under FSDP2:
+    every rank must call it, and each gathers the whole model once."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    # cpu_offload=True would leave the full state on rank 0 alone; every rank scores the model
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
+    return {k: v.detach().cpu() for k, v in full.items()}
 
 
 def rng_states():
@@ -403,38 +359,32 @@ def load_train_state(model, optimizer, model_state, optim_state):
                    options=StateDictOptions(full_state_dict=True))
 
 
-# ----------------------------------------------------------------------------- writing
+# ----------------------------------------------------------------------------- rank 0 alone
 
-def write_on_main(path, write, overwrite=False):
-    """Rank 0 writes `path` atomically; the other ranks wait for it and share its outcome.
-
-    write: callable(tmp_path) that writes the whole file to tmp_path (a fresh name in the same
-    folder); the file then replaces `path` with os.replace, so an interrupted write leaves no partial
-    file. overwrite: an existing `path` is kept (FileExistsError) unless True.
-    Every rank returns `path` or raises the same error (collective when a process group exists).
+def main_only(fn):
+    """Run fn() on rank 0 alone and share its outcome: every rank returns rank 0's (picklable) result or
+    raises its error (the same type where it can be rebuilt from a message, else RuntimeError, naming rank 0),
+    so no rank waits for one that failed. Use it for what one process must do for all: choosing a run
+    folder, checking and writing files.
+    Without a process group: fn() runs in the main process (is_main()) and None is returned elsewhere.
+    A collective when a process group exists: every rank must call it.
     """
-    err, mine = None, None
-    if is_main():
-        tmp = None
+    if not dist.is_initialized():
+        return fn() if is_main() else None
+    result, err, mine = None, None, None
+    if dist.get_rank() == 0:
         try:
-            if os.path.exists(path) and not overwrite:
-                raise FileExistsError(f"{path} exists; refusing to overwrite it")
-            folder = os.path.dirname(os.path.abspath(path))
-            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-            os.close(fd)
-            write(tmp)
-            os.replace(tmp, path)
-            tmp = None
+            result = fn()
         except Exception as exc:   # shared with the other ranks below, so none waits forever
-            err, mine = (type(exc).__name__, str(exc)), exc
-        finally:
-            if tmp is not None and os.path.exists(tmp):
-                os.remove(tmp)
-    err = broadcast(err)
+            mine, err = exc, (type(exc), str(exc))
+    result, err = broadcast((result, err))
     if mine is not None:
         raise mine
     if err is not None:
-        kind = {"FileExistsError": FileExistsError, "FileNotFoundError": FileNotFoundError,
-                "ValueError": ValueError, "PermissionError": PermissionError}.get(err[0], RuntimeError)
-        raise kind(f"rank 0 failed to write {path}: {err[0]}: {err[1]}")
-    return path
+        kind, msg = err
+        try:
+            exc = kind(f"on rank 0: {msg}")
+        except Exception:
+            exc = RuntimeError(f"on rank 0: {kind.__name__}: {msg}")
+        raise exc
+    return result

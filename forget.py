@@ -9,8 +9,6 @@ is the first-passage index of the walk. Throughout, windows are reported as W (a
 `python forget.py` runs the per-head analysis of the shipped FoX model (see heads.py);
 `python forget.py --synthetic` prints Monte Carlo windows beside the laws for synthetic gates.
 """
-import argparse
-import json
 import math
 import sys
 from dataclasses import asdict, dataclass
@@ -91,11 +89,14 @@ def decay_matrix(log_g):
     return np.where(np.tri(len(x), dtype=bool), np.exp(np.minimum(d, 0.0)), 0.0)
 
 
-def windows(log_g, eps, dim=-1):
+def windows(log_g, eps, dim=None):
     """Per-query eps-windows of log-gate traces: W_i = largest d with D_{i,i-d} >= eps.
 
-    log_g: log-gates <= 0, numpy array or torch tensor of any shape with time on `dim`
-           (e.g. (T,), (B, H, T), or (B, T, H) with dim=1). Any float dtype; c is built in float64.
+    log_g: log-gates <= 0, numpy array or torch tensor with time on `dim`. dim=None (the default) is
+           allowed only where the layout is unambiguous: (T,) one trace, or (S, T) S sequences with time
+           last. Three or more dimensions need an explicit dim: dim=1 for a (B, T, H) capture (the
+           layout of capture_gates and save_trace), dim=-1 for (B, H, T). Any float dtype; c is built in
+           float64.
     Returns (W, censored), int64 and bool, same shape and kind as the input. censored[i] is True when
     the window reaches the start of the trace (c_i <= L): the true window is then at least W_i.
     O(T log T) per row, batched with torch.searchsorted.
@@ -104,6 +105,14 @@ def windows(log_g, eps, dim=-1):
     is_np = not isinstance(log_g, torch.Tensor)
     x = increments_from_log_gates(log_g)
     t = torch.from_numpy(x) if is_np else x
+    if dim is None:
+        if t.dim() > 2:
+            raise ValueError(f"windows: log_g has shape {tuple(t.shape)}; pass dim, the time dimension "
+                             "(dim=1 for a (B, T, H) capture, dim=-1 for (B, H, T))")
+        dim = -1
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -t.dim() <= dim < t.dim():
+        raise ValueError(f"windows: dim must be an int in [{-t.dim()}, {t.dim() - 1}] for shape "
+                         f"{tuple(t.shape)}; got {dim!r}")
     t = t.movedim(dim, -1).to(torch.float64)
     T = t.shape[-1]
     c = torch.cat([t.new_zeros(t.shape[:-1] + (1,)), torch.cumsum(t, dim=-1)], dim=-1)   # (..., T+1), c_0 = 0
@@ -157,7 +166,7 @@ class Gate:
         """Closed-form P(N > n), n = 0, 1, ..., where one exists; None otherwise."""
         return None
 
-    smooth = True   # density smooth enough for Richardson extrapolation of the lattice numerics
+    smooth = True   # a density (no atoms): the lattice error is c h^2 + o(h^2), which Richardson removes
 
     def __repr__(self):
         return self.name
@@ -174,11 +183,19 @@ def _softplus(z):
     return out
 
 
+def _check_real(**params):
+    """TypeError naming the parameter unless it is a real number (bool and strings excluded)."""
+    for k, v in params.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"gate parameter {k} must be a real number; got {type(v).__name__} {v!r}")
+
+
 class LogitNormalGate(Gate):
     """g = sigmoid(Z), Z ~ N(mu, s): X = softplus(-Z). The seed's validation gates are
     (mu, s) = (2, 0.5), (1, 1), (3, 0.3)."""
 
     def __init__(self, mu, s):
+        _check_real(mu=mu, s=s)
         if not (s > 0) or not math.isfinite(mu) or not math.isfinite(s):
             raise ValueError(f"logit-normal gate needs finite mu and s > 0; got mu={mu}, s={s}")
         self.mu, self.s = float(mu), float(s)
@@ -211,8 +228,9 @@ class BetaGate(Gate):
     """g ~ Beta(a, b). Beta(a, 1) gives exponential X with rate a (the exactly solvable case)."""
 
     def __init__(self, a, b):
-        if not (a > 0 and b > 0):
-            raise ValueError(f"Beta gate needs a > 0 and b > 0; got a={a}, b={b}")
+        _check_real(a=a, b=b)
+        if not (a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)):
+            raise ValueError(f"Beta gate needs finite a > 0 and b > 0; got a={a}, b={b}")
         self.a, self.b = float(a), float(b)
         self.name = f"beta(a={a:g}, b={b:g})"
 
@@ -244,8 +262,9 @@ class GammaIncrement(Gate):
     """X ~ Gamma(k, theta): P(N > n) = P(Gamma(n k, theta) <= L) in closed form (the best oracle)."""
 
     def __init__(self, k, theta):
-        if not (k > 0 and theta > 0):
-            raise ValueError(f"gamma increment needs k > 0 and theta > 0; got k={k}, theta={theta}")
+        _check_real(k=k, theta=theta)
+        if not (k > 0 and theta > 0 and math.isfinite(k) and math.isfinite(theta)):
+            raise ValueError(f"gamma increment needs finite k > 0 and theta > 0; got k={k}, theta={theta}")
         self.k, self.theta = float(k), float(theta)
         self.name = f"gamma(k={k:g}, theta={theta:g})"
 
@@ -270,6 +289,7 @@ class ConstantGate(Gate):
     lattice = True
 
     def __init__(self, m):
+        _check_real(m=m)
         if not (m > 0 and math.isfinite(m)):
             raise ValueError(f"ALiBi slope m must be finite and > 0; got {m}")
         self.m = float(m)
@@ -299,6 +319,7 @@ class AR1LogitGate(Gate):
     iid = False
 
     def __init__(self, mu, s, phi):
+        _check_real(phi=phi)
         if not (-1 < phi < 1):
             raise ValueError(f"AR(1) coefficient phi must lie in (-1, 1); got {phi}")
         self.marginal = LogitNormalGate(mu, s)
@@ -351,10 +372,14 @@ class AR1LogitGate(Gate):
 class EmpiricalGate(Gate):
     """The empirical law of the increments of a trace (resampled iid): moments are those of the
     empirical distribution, exact for it. Dependence in the trace is measured separately (renewal.py)."""
+    smooth = False                                         # atoms: no Richardson on the lattice numerics
 
     def __init__(self, log_g, name="empirical"):
         x = np.asarray(increments_from_log_gates(np.asarray(log_g, dtype=np.float64)), dtype=np.float64).ravel()
         self.x = np.sort(x)
+        if self.x[-1] <= 0:
+            raise ValueError(f"empirical gate: all {len(x)} increments are 0 (every gate is 1), so kappa = 0 and "
+                             "the walk never crosses L")
         self.name = f"{name}(n={len(x)})"
 
     def moments(self):
@@ -397,12 +422,15 @@ def first_passage_samples(gate, eps, trials, seed=0, chunk=None, max_steps=10_00
     however many trials are asked for; seeded and reproducible for a given (seed, chunk).
     """
     L = threshold(eps)
-    if trials < 1:
-        raise ValueError(f"trials must be >= 1; got {trials}")
+    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
+        raise ValueError(f"trials must be an integer >= 1; got {trials!r}")
     rng = np.random.default_rng(seed)
     mom = gate.moments()
-    if mom.kappa <= 0:
-        raise ValueError(f"{gate} has kappa = 0: the walk never crosses L")
+    if not mom.kappa > 0:
+        raise ValueError(f"{gate} has kappa = {mom.kappa}: the walk never crosses L")
+    if L / mom.kappa > max_steps:
+        raise ValueError(f"{gate}: expected window L/kappa = {L / mom.kappa:.3g} steps at eps = {eps:g} exceeds "
+                         f"max_steps = {max_steps:g}")
     chunk = chunk or 2 ** 22
     # first block covers most passages (mean + 1 sd of N); the rest continue in blocks of 3 sd
     sd = math.sqrt(max(mom.sigma2, 0.0) * L / mom.kappa ** 3)
@@ -438,6 +466,8 @@ def first_passage_samples(gate, eps, trials, seed=0, chunk=None, max_steps=10_00
 def first_passage_mc(gate, eps, trials=200_000, seed=0, chunk=None):
     """Mean and variance of the eps-window W = N - 1 by Monte Carlo, with standard errors
     SE_mean = s/sqrt(n) and SE_var = sqrt((m4 - s^4)/n)."""
+    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 2:
+        raise ValueError(f"trials must be an integer >= 2 (a variance needs two windows); got {trials!r}")
     W, R = first_passage_samples(gate, eps, trials, seed, chunk)
     w = W.astype(np.float64)
     mean, var = w.mean(), w.var(ddof=1)
@@ -485,37 +515,88 @@ def print_synthetic(rows):
     print("ALiBi rows: the laws do not apply to a lattice increment (nan); exact W = floor(L/m), Var = 0.")
 
 
+def _input(path, what):
+    """An input file: relative to the working directory, else to the repository; UsageError if absent."""
+    import os
+    import outputs
+    p = os.path.abspath(path)
+    if not os.path.exists(p) and not os.path.isabs(path) and os.path.exists(outputs.repo_path(path)):
+        p = outputs.repo_path(path)
+    return outputs.input_file(what, p)
+
+
+def check_args(a):
+    """Every argument checked before any work; outputs.UsageError naming the argument."""
+    import outputs
+    outputs.eps_arg("--eps", a.eps)
+    outputs.positive("--trials", a.trials, lo=2)                 # a variance needs two windows
+    outputs.positive("--n-seq", a.n_seq, lo=3)                   # the jackknife needs three sequences
+    outputs.positive("--seq-len", a.seq_len, lo=32)              # windows are read on the second half
+    outputs.device_arg("--device", a.device)
+    if a.synthetic:
+        clash = [f for f, v in (("--traces", a.traces), ("--checkpoint", a.checkpoint),
+                                ("--save-traces", a.save_traces)) if v]
+        if clash:
+            raise outputs.UsageError(f"--synthetic ignores {' and '.join(clash)}: drop one or the other")
+    elif a.traces:
+        clash = [f for f, v in (("--checkpoint", a.checkpoint), ("--save-traces", a.save_traces)) if v]
+        if clash:
+            raise outputs.UsageError(f"--traces analyses saved traces; it cannot be combined with "
+                                     f"{' and '.join(clash)}")
+        a.traces = _input(a.traces, "--traces")
+    if a.checkpoint:
+        a.checkpoint = _input(a.checkpoint, "--checkpoint")
+    if a.json:
+        a.json = outputs.check_writable(a.json, force=a.force, what="--json")
+    if a.save_traces:
+        a.save_traces = outputs.check_writable(a.save_traces, force=a.force, what="--save-traces")
+        if a.json and a.json == a.save_traces:
+            raise outputs.UsageError("--json and --save-traces name the same file")
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    import hf_models
+    import outputs
+    p = outputs.parser(__doc__.split("\n")[0])
     p.add_argument("--synthetic", action="store_true", help="synthetic gates instead of the shipped model's traces")
-    p.add_argument("--eps", type=float, default=1e-3)
-    p.add_argument("--trials", type=int, default=200_000)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--checkpoint", default=None, help="FoX checkpoint for the per-head analysis")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--eps", type=float, default=1e-3, help="decay threshold in (0, 1)")
+    p.add_argument("--trials", type=int, default=200_000, help="Monte Carlo trials per gate (--synthetic)")
+    p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (--synthetic)")
+    p.add_argument("--checkpoint", default=None,
+                   help="FoX checkpoint for the per-head analysis (None: the shipped checkpoints/fox_shakespeare.pt)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--n-seq", type=int, default=32, help="held-out sequences for the per-head analysis")
     p.add_argument("--traces", default=None, help="analyse saved log-gate traces (.npz from save_trace) instead")
     p.add_argument("--save-traces", default=None, help="write the captured log-gate traces to this .npz")
     p.add_argument("--seq-len", type=int, default=2048,
                    help="tokens per sequence; windows longer than half of it are censored")
-    p.add_argument("--json", default=None, help="write the results as JSON to this path")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--json", default=None, help="write the results as JSON to this path (NaN written as null)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    hf_models.add_arguments(p)                     # --model: a gated Hugging Face style checkpoint
+    outputs.add_common(p)
     a = p.parse_args(argv)
-    threshold(a.eps)
+    if hf_models.wants_model(a):
+        return hf_models.main(a)
+    check_args(a)
     if not a.synthetic:
         try:
             import heads
-        except ImportError:
-            heads = None
-        if heads is not None:
-            return heads.main(a)
-        print("per-head analysis unavailable; showing the synthetic table", file=sys.stderr)
+        except ImportError as exc:
+            # never fall back to another analysis: say what is missing
+            raise outputs.MissingPiece(f"the per-head analysis needs heads.py, fox_attention.py, model.py, data.py and train.py beside "
+                                       f"forget.py (a source checkout of the project); {exc}. "
+                                       "`--synthetic` runs without them") from None
+        try:
+            heads.check(a)
+        except ValueError as exc:
+            raise outputs.UsageError(str(exc)) from None
+        return heads.main(a)
     rows = synthetic_table(a.eps, a.trials, a.seed, progress=not a.no_progress)
     print_synthetic(rows)
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        outputs.write_json(a.json, rows)
 
 
 if __name__ == "__main__":
-    main()
+    import outputs
+    sys.exit(outputs.cli(main))

@@ -14,9 +14,14 @@ For every layer and head, from log-gate traces (S sequences, T positions):
     decay-only window, to show how much the content term q.k moves it.
 Verdicts: "iid law holds", "autocorrelation-adjusted law holds", "falsified" (with reasons), or
 "undetermined" (too few uncensored eps, or no forgetting at all).
+
+Critical value: one default everywhere, the two-sided 95% Student-t quantile with S - 1 degrees of
+freedom, Bonferroni-corrected over the heads analysed (critical_z). analyse_model and analyse_traces
+pass the number of heads they analyse; a single analyse_head call reproduces their verdict with the
+same n_heads. The command line is `python forget.py` (this module has none of its own).
 """
-import json
 import math
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -25,9 +30,13 @@ import numpy as np
 import torch
 from scipy import stats
 
+import data
 import distributed
 import forget
+import package_paths
 import renewal
+from fox_attention import cum_log_gate, fox_logits
+from model import load_model
 
 EPS_SCAN = (0.5, 0.3, 0.1, 0.03, 0.01, 3e-3, 1e-3, 3e-4, 1e-4, 1e-5, 1e-6)
 MAX_LAG = 256
@@ -84,15 +93,45 @@ class HeadResult:
     mass_eps: float = float("nan")
 
 
-def analyse_head(lg, eps_list=EPS_SCAN, z=3.0, layer=0, head=0):
-    """Analyse one head's log-gate traces lg (S, T) (numpy, <= 0). Returns a HeadResult.
+def critical_z(n_heads, n_seq):
+    """The default critical value: two-sided 95% Student-t quantile with n_seq - 1 degrees of freedom
+    (jackknife over sequences), Bonferroni over n_heads heads."""
+    if isinstance(n_heads, bool) or not isinstance(n_heads, (int, np.integer)) or n_heads < 1:
+        raise ValueError(f"n_heads must be an int >= 1; got {n_heads!r}")
+    if n_seq < 2:
+        raise ValueError(f"n_seq must be >= 2; got {n_seq!r}")
+    return float(stats.t.isf(0.05 / (2 * n_heads), n_seq - 1))
 
-    z: the critical value for "law holds" (|measured - predicted slope| <= z * SE of the difference).
+
+def analyse_head(lg, eps_list=EPS_SCAN, z=None, layer=0, head=0, n_heads=1):
+    """Analyse one head's log-gate traces lg (S, T): S >= 3 sequences of T >= S tokens, numpy or torch,
+    any float dtype, values <= 0. Returns a HeadResult.
+
+    eps_list: non-empty sequence of thresholds in (0, 1).
+    z: the critical value for "law holds" (|measured - predicted slope| <= z * SE of the difference), a
+       finite number > 0; None (default) gives critical_z(n_heads, S), the value forget.py uses.
+    n_heads: heads analysed together (for the Bonferroni default of z); int >= 1.
     """
+    if isinstance(lg, torch.Tensor):
+        lg = lg.detach().cpu().numpy()
     x = forget.increments_from_log_gates(np.asarray(lg, dtype=np.float64))       # (S, T)
     if x.ndim != 2 or x.shape[0] < 3:
-        raise ValueError(f"need traces (S, T) with S >= 3 sequences for jackknife errors; got {x.shape}")
+        raise ValueError(f"lg: need traces (S, T) with S >= 3 sequences for jackknife errors; got {x.shape}")
     S, T = x.shape
+    if S > T:
+        raise ValueError(f"lg: shape {x.shape} reads as {S} sequences x {T} tokens; expected (S sequences, "
+                         "T tokens) with T >= S: is the array transposed (T, S)?")
+    if isinstance(eps_list, (str, bytes)) or not hasattr(eps_list, "__iter__"):
+        raise ValueError(f"eps_list must be a sequence of thresholds in (0, 1); got {eps_list!r}")
+    eps_list = [float(e) for e in eps_list]
+    if not eps_list:
+        raise ValueError("eps_list is empty; give at least one threshold in (0, 1)")
+    for e in eps_list:
+        forget.threshold(e)
+    if z is None:
+        z = critical_z(n_heads, S)
+    elif isinstance(z, bool) or not isinstance(z, (int, float, np.floating)) or not (math.isfinite(z) and z > 0):
+        raise ValueError(f"z must be a finite number > 0 (or None for the default); got {z!r}")
     # gate statistics from per-sequence sums, so leave-one-out moments are exact and cheap
     p1, p2 = x.sum(1), (x * x).sum(1)
     n = T * S
@@ -136,7 +175,7 @@ def analyse_head(lg, eps_list=EPS_SCAN, z=3.0, layer=0, head=0):
     m_iid = forget.Moments.from_raw(kappa, p2.sum() / n, float(np.mean(x ** 3)))
     usable, v_rows, v_loo_rows, n_lattice = [], [], [], 0
     for e, L in zip(eps_list, Ls):
-        W, cens = forget.windows(lg_t, e)                                         # (S, T)
+        W, cens = forget.windows(lg_t, e, dim=1)                                  # (S, T)
         W, cens = W[:, r0:].numpy().astype(np.float64), cens[:, r0:].numpy()
         cf = float(cens.mean())
         s1, s2 = W.sum(1), (W * W).sum(1)
@@ -254,7 +293,7 @@ def _rows(T):
 def _decay_window(r, lg, eps, rows):
     """Mean decay window of `rows` of traces lg (S, T) into r; censored rows enter with their lower
     bound, so with censoring the mean is a lower bound (r.decay_window_censored says how often)."""
-    W, cens = forget.windows(lg, eps)
+    W, cens = forget.windows(lg, eps, dim=1)                                      # (S, T)
     r.mass_eps = eps
     r.decay_window_mean = float(W[:, rows].mean())
     r.decay_window_censored = float(cens[:, rows].mean())
@@ -268,10 +307,8 @@ def mass_windows(attn, x, eps, rows):
     H, D = attn.num_heads, attn.head_dim
     q = attn.q_proj(x).view(S, T, H, D)[:, rows].transpose(1, 2)                  # (S, H, R, D)
     k = attn.k_proj(x).view(S, T, H, D).transpose(1, 2)                            # (S, H, T, D)
-    c = torch.cumsum(attn.log_fgate(x).double(), 1).transpose(1, 2)                # (S, H, T)
-    logits = (q @ k.transpose(-1, -2)).double() * attn.scale + c[:, :, rows, None] - c[:, :, None, :]
-    j = torch.arange(T)
-    logits = logits.masked_fill(j[None, :] > rows[:, None], float("-inf"))
+    c = cum_log_gate(attn.log_fgate(x))                                            # (S, H, T) float64
+    logits = fox_logits(q, k, c[:, :, rows], c, attn.scale, q_pos=rows, dtype=torch.float64)
     A = torch.softmax(logits, -1)                                                   # (S, H, R, T)
     # suffix mass suf_j = sum_{j' >= j} A_ij' is the mass within distance i - j; the window is i - j*,
     # j* the largest j with suf_j >= 1 - eps (suf_0 = 1, and suf_j = 0 past the query)
@@ -284,29 +321,45 @@ def mass_windows(attn, x, eps, rows):
 def analyse_model(checkpoint=None, n_seq=32, seq_len=2048, eps_list=EPS_SCAN, mass_eps=1e-3,
                   device="cpu", progress=True, save_traces=None):
     """Run the per-head analysis on a checkpoint's held-out text. Returns (results, info).
-    save_traces: optional .npz path for the captured log-gate traces and their metadata."""
+    save_traces: optional .npz path for the captured log-gate traces and their metadata.
+    Under torchrun each rank captures a contiguous block of the sequences and rank 0 gathers them, analyses
+    and writes; the other ranks return (None, None)."""
     import fox_attention as fa
-    import train
     from tqdm import tqdm
+    import outputs
     t0 = time.perf_counter()
     path = checkpoint or DEFAULT_CHECKPOINT
-    env = distributed.setup(device)                   # under torchrun each rank captures a block of sequences
-    device = env.device if distributed.launched() else device
-    model, meta = fa.load_model(path, device=device)
-    tokens, spans = train.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
-    a, b = distributed.shard_range(n_seq)
-    traces, inputs = capture(model, tokens[a:b].to(device))
-    traces, inputs = distributed.gather_traces(traces), distributed.gather_traces(inputs)   # rank order
+    if save_traces:                             # before the capture, not after it
+        outputs.check_writable(save_traces, force=True, what="save_traces")
+    env = distributed.setup(device)             # under torchrun each rank captures a block of the sequences
+    device = str(env.device) if distributed.launched() else device
+    model, meta = load_model(path, device=device)
+    tokens, spans = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
+    # capture a few sequences at a time (rows are independent in eval mode): same traces, a progress bar
+    # on the longest step, and less peak memory
+    per = 4
+    a, b = distributed.shard_range(n_seq)       # this rank's block; [0, n_seq) in one process
+    traces, inputs = {}, {}
+    show = progress and distributed.is_main()
+    for s0 in tqdm(range(a, b, per), desc="capture", unit=f"x{per} seq", disable=not show, file=sys.stderr):
+        tr, inp = capture(model, tokens[s0:min(s0 + per, b)].to(device))
+        for l in tr:
+            traces.setdefault(l, []).append(tr[l])
+            inputs.setdefault(l, []).append(inp[l])
+    traces = {l: torch.cat(v, 0) for l, v in traces.items()}                         # (S_rank, T, H) per layer
+    inputs = {l: torch.cat(v, 0) for l, v in inputs.items()}                         # (S_rank, T, d) per layer
+    # every rank's block on rank 0, in rank order: (S, T, H) and (S, T, d), as one process captures them
+    traces, inputs = distributed.gather_traces(traces), distributed.gather_traces(inputs)
     if not distributed.is_main():
-        return None, None                             # rank 0 analyses the gathered sequences
+        return None, None                       # rank 0 analyses and writes
     t_capture = time.perf_counter() - t0
     if save_traces:
         fa.save_trace(save_traces, {f"blocks.{l}.attn.hook_log_fgate": t for l, t in traces.items()},
-                      dict(model=meta.get("name", path), checkpoint=path, spans=spans, eps=list(eps_list)))
+                      dict(model=meta.get("name", path), checkpoint=path, spans=spans, eps=list(eps_list),
+                           heads=model.cfg.n_heads, seq_len=seq_len))
     H = model.cfg.n_heads
     n_heads = len(traces) * H
-    # jackknife over n_seq sequences: Student t with n_seq - 1 df, Bonferroni over heads at 95%
-    z = float(stats.t.isf(0.05 / (2 * n_heads), n_seq - 1))
+    z = critical_z(n_heads, n_seq)              # Bonferroni over the heads analysed (module docstring)
     rows = _rows(seq_len)
     results = []
     bar = tqdm(total=n_heads, desc="heads", disable=not progress, file=sys.stderr)
@@ -314,7 +367,7 @@ def analyse_model(checkpoint=None, n_seq=32, seq_len=2048, eps_list=EPS_SCAN, ma
         lg = tr.cpu().numpy()                                                        # (S, T, H)
         mw = mass_windows(model.blocks[l].attn, inputs[l].cpu(), mass_eps, rows) if not model.cfg.fixed_gate else None
         for h in range(H):
-            r = analyse_head(lg[:, :, h], eps_list, z=z, layer=l, head=h)
+            r = analyse_head(lg[:, :, h], eps_list, z=z, layer=l, head=h, n_heads=n_heads)
             _decay_window(r, lg[:, :, h], mass_eps, rows.numpy())
             if mw is not None:
                 r.mass_window_mean = float(mw[:, :, h].double().mean())
@@ -327,7 +380,7 @@ def analyse_model(checkpoint=None, n_seq=32, seq_len=2048, eps_list=EPS_SCAN, ma
     return results, info
 
 
-DEFAULT_CHECKPOINT = "checkpoints/fox_shakespeare.pt"
+DEFAULT_CHECKPOINT = package_paths.data_path("checkpoints/fox_shakespeare.pt")   # any cwd, installed or not
 
 
 def print_table(results, info):
@@ -369,14 +422,14 @@ def analyse_traces(path, eps_list=EPS_SCAN, mass_eps=1e-3):
     (S, T, H) entry is one layer. No attention-mass windows (they need the model). Returns (results, info)."""
     import fox_attention as fa
     t0 = time.perf_counter()
-    traces, meta = fa.load_trace(path)
+    traces, meta = load_traces_checked(path)
     S = next(iter(traces.values())).shape[0]
     n_heads = sum(t.shape[2] for t in traces.values())
-    z = float(stats.t.isf(0.05 / (2 * n_heads), S - 1))
+    z = critical_z(n_heads, S)                  # Bonferroni over the heads analysed (module docstring)
     results = []
     for l, (name, tr) in enumerate(traces.items()):
         for h in range(tr.shape[2]):
-            r = analyse_head(tr[:, :, h], eps_list, z=z, layer=l, head=h)
+            r = analyse_head(tr[:, :, h], eps_list, z=z, layer=l, head=h, n_heads=n_heads)
             _decay_window(r, tr[:, :, h], mass_eps, _rows(tr.shape[1]).numpy())
             results.append(r)
     info = dict(checkpoint=path, model=meta.get("model", "?"), n_seq=S, seq_len=next(iter(traces.values())).shape[1],
@@ -384,8 +437,48 @@ def analyse_traces(path, eps_list=EPS_SCAN, mass_eps=1e-3):
     return results, info
 
 
+MIN_TRACE_LEN = 16
+
+
+def load_traces_checked(path):
+    """fox_attention.load_trace plus the layout checks the analysis needs: every trace (S, T, H) with
+    S >= 3 sequences and T >= max(S, H, 16) tokens, the same S and T in every layer. A (B, H, T) array
+    saved as if it were (B, T, H) is caught here (it reads as a few tokens and many heads) unless the
+    metadata's 'heads' already rejected it in load_trace. Raises ValueError naming the layout."""
+    import fox_attention as fa
+    traces, meta = fa.load_trace(path)
+    shapes = {name: t.shape for name, t in traces.items()}
+    for name, (S, T, H) in shapes.items():
+        if T < H or T < MIN_TRACE_LEN or T < S:
+            raise ValueError(f"{path}: trace '{name}' read as (B, T, H) = ({S}, {T}, {H}): {S} sequences x {T} "
+                             f"tokens, {H} heads; traces must be (B, T, H) with T >= max(B, H, {MIN_TRACE_LEN}): "
+                             "a (B, H, T) array was probably saved as is (transpose it to (B, T, H))")
+        if S < 3:
+            raise ValueError(f"{path}: trace '{name}' holds {S} sequences; the jackknife needs at least 3")
+    if len({s[:2] for s in shapes.values()}) > 1:
+        raise ValueError(f"{path}: layers disagree in (sequences, tokens): {shapes}")
+    return traces, meta
+
+
+def check(args):
+    """Check the analysis inputs before any work (ValueError naming the argument): the trace file loads
+    with a usable layout, or the checkpoint loads and the corpus holds the held-out windows."""
+    if args.traces:
+        load_traces_checked(args.traces)
+        return
+    try:
+        load_model(args.checkpoint or DEFAULT_CHECKPOINT)
+    except (FileNotFoundError, ValueError) as exc:
+        raise ValueError(f"--checkpoint: {exc}") from None
+    try:
+        data.heldout_tokens(n_seq=args.n_seq, seq_len=args.seq_len)
+    except ValueError as exc:
+        raise ValueError(f"--n-seq {args.n_seq} x --seq-len {args.seq_len}: {exc}") from None
+
+
 def main(args):
-    """Entry point used by `python forget.py` (args from forget.main)."""
+    """Entry point used by `python forget.py` (args from forget.main, already checked there)."""
+    import outputs
     if args.traces:
         results, info = analyse_traces(args.traces, mass_eps=args.eps)
     else:
@@ -395,5 +488,9 @@ def main(args):
             return                                    # not rank 0: rank 0 prints and writes
     print_table(results, info)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(to_json(results, info), f, indent=1)
+        outputs.write_json(args.json, to_json(results, info))
+
+
+if __name__ == "__main__":
+    import outputs
+    sys.exit(outputs.describe(__doc__))

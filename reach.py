@@ -1,7 +1,8 @@
 """How far each attention kind reaches: the predicted window, the gradient-attribution window and passkey retrieval.
 
-    python reach.py                                  # all kinds, default budget, writes results/kinds/
-    python reach.py --kinds fox swa --steps 200 --json out/reach.json --out out/reach.png
+    python reach.py                                  # all kinds, default budget, writes runs/reach-<timestamp>/
+    python reach.py --kinds fox swa --steps 200 --out out/reach     # reach.json, reach.png, README.md there
+    python reach.py --out results/kinds --force      # regenerate the shipped results on purpose (1044 s)
 
 For each kind the same small byte-level LM (attention_kinds.build_model) is trained on the same budget
 on a mixture: every step has a batch of Shakespeare windows (next-byte loss on every position) and a
@@ -26,11 +27,10 @@ gradient-times-input norm of the input embedding at distance d, with respect to 
 the model gives its own top prediction at i; the window is the smallest d whose prefix sum holds
 1 - eps of sum_d a_d. Averaged over rows (and reported per row).
 """
-import argparse
 import json
-import math
 import os
 import platform
+import sys
 import time
 
 import numpy as np
@@ -38,9 +38,12 @@ import torch
 import torch.nn.functional as F
 
 import attention_kinds as ak
+import data
 import forget
+import outputs
 import renewal
-import train as shk
+import train
+from fox_attention import capture_gates
 
 DEFAULT_KINDS = {"softmax": {}, "fox": {}, "alibi": {}, "swa": {"w": 32}, "bswa": {"block": 32, "mem": 1},
                  "fam": {"block": 32, "mem": 1, "fam_len": 8, "state_passing": 0.5}}
@@ -53,8 +56,8 @@ MARK = ord("#")          # absent from the corpus, so it only ever means "key fo
 def fox_gate_windows(model, tokens, eps):
     """Per layer, per head: mean eps-window of the first-passage law of the held-out gates (iid
     increments with their empirical law) and the median per-query window of the trace itself.
-    tokens (S, T) int64. Returns {"law_mean": [[W per head] per layer], "trace_median": [...], "censored_frac": [...]}."""
-    from fox_attention import capture_gates
+    tokens (S, T) int64. Returns {"law_mean": [[W per head] per layer], "trace_median": [...],
+    "censored_frac": [...]}."""
     gates = capture_gates(model, tokens)
     out = {"law_mean": [], "trace_median": [], "censored_frac": []}
     for l in range(len(model.blocks)):
@@ -200,66 +203,47 @@ def passkey_reach(depths, acc, level=0.5, contiguous=False):
 # ----------------------------------------------------------------------------- one kind
 
 
-def val_stream():
-    return torch.frombuffer(bytearray(b"\n\n".join(b for _, b in shk.load_split("val"))), dtype=torch.uint8)
-
-
 def run_kind(kind, params, args, text_stream, val_text):
-    from tqdm import tqdm
-    torch.manual_seed(args.seed)
-    model = ak.build_model(kind, n_layers=args.layers, d_model=args.d_model, n_heads=args.heads,
-                           context=args.context, **params)
+    """Train the LM around `kind` (params) on the text + passkey mixture and measure it. Returns the result dict."""
+    cfg = train.train_config(args, batch=args.text_batch + args.key_batch, log_every=0)
+    torch.manual_seed(cfg.seed)
+    model = ak.build_model(kind, n_layers=args.n_layers, d_model=args.d_model, n_heads=args.n_heads,
+                           context=cfg.context, **params)
     n_params = sum(p.numel() for p in model.parameters())
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95))
-    gen = torch.Generator().manual_seed(args.seed)       # same batches and keys for every kind
-    T, K = args.context, args.key_len
+    gen = torch.Generator().manual_seed(cfg.seed)        # same batches and keys for every kind
+    T, K = cfg.context, args.key_len
     lo, hi = K, T - K - 1
-    t0 = time.time()
-    hist = []
-    bar = tqdm(range(args.steps), desc=kind, mininterval=5)
-    model.train()
-    for step in bar:
-        for g in opt.param_groups:
-            g["lr"] = shk.lr_at(step, args.steps, args.lr, args.warmup)
+
+    def step_loss(step):
         lm = pk = torch.zeros(())
         if args.text_batch:
-            x, y = shk.get_batch(text_stream, args.text_batch, T, gen)
+            x, y = data.get_batch(text_stream, args.text_batch, T, gen)
             _, lm = model(x, y)
         if args.key_batch:
             depths = torch.randint(lo, hi + 1, (args.key_batch,), generator=gen).tolist()
             seq, _, qpos = passkey_batch(text_stream, args.key_batch, T, depths, K, gen)
             pk, _ = passkey_loss(model, seq, qpos, K)
-        loss = lm + pk
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if not math.isfinite(loss.item()):
-            raise RuntimeError(f"{kind}: loss became {loss.item()} at step {step}")
-        hist.append((lm.item(), pk.item()))
-        bar.set_postfix(lm=f"{lm.item():.3f}", key=f"{pk.item():.3f}", refresh=False)
-    wall = time.time() - t0
+        return lm + pk, {"lm": lm.item(), "key": pk.item()}
+
+    hist, wall = train.train_loop(model, cfg, step_loss, desc=kind)
     model.eval()
-    bpc, _ = shk.evaluate_bpc(model, T, n_seq=args.eval_seqs)
+    bpc, _ = train.evaluate_bpc(model, T, n_seq=cfg.eval_seqs)
     acc, dacc = passkey_accuracy(model, val_text, T, args.depths, K, args.n_eval, args.seed + 1)
-    toks, _ = shk.heldout_tokens(n_seq=args.attr_rows, seq_len=T)
+    toks, _ = data.heldout_tokens(n_seq=args.attr_rows, seq_len=T)
     pos = [T - 1]
     prof = attribution_profile(model, toks, pos)
     aw = attribution_window(prof, args.attr_eps)[:, 0]
-    pred = predicted_window(kind, params, model, args.layers,
-                            args.eps, T - 1, gate_tokens=toks)
+    pred = predicted_window(kind, params, model, args.n_layers, args.eps, T - 1, gate_tokens=toks)
     mean_prof = (prof[:, 0] / prof[:, 0].sum(-1, keepdim=True)).mean(0)
     return {
         "kind": kind, "params": params, "n_params": n_params, "train_wall_s": round(wall, 1),
-        "final_lm_loss": round(float(np.mean([h[0] for h in hist[-20:]])), 4),
-        "final_key_loss": round(float(np.mean([h[1] for h in hist[-20:]])), 4),
+        "final_lm_loss": round(float(np.mean([h["lm"] for h in hist[-20:]])), 4),
+        "final_key_loss": round(float(np.mean([h["key"] for h in hist[-20:]])), 4),
         "val_bpc": round(bpc, 4),
         "predicted": pred,
         "attribution": {"query_pos": pos, "eps": args.attr_eps, "rows": args.attr_rows,
-                        "window_mean": round(aw.double().mean().item(), 1), "window_sd": round(aw.double().std().item(), 1),
+                        "window_mean": round(aw.double().mean().item(), 1),
+                        "window_sd": round(aw.double().std().item(), 1),
                         "window_median": float(aw.double().median().item()), "per_row": aw.tolist(),
                         "window_of_mean_profile": int(attribution_window(mean_prof, args.attr_eps)),
                         "mean_profile": [round(x, 6) for x in mean_prof.tolist()]},
@@ -296,7 +280,7 @@ def print_table(results, context):
                      f"{r['val_bpc']:.4f}", f"{r['train_wall_s']:.0f}"])
     hdr = ["kind", "predicted/layer", "predicted model", "attribution", "passkey reach", "contiguous reach",
            "key loss", "val bpc", "train s"]
-    print(shk.table(rows, hdr))
+    print(train.table(rows, hdr))
     return rows, hdr
 
 
@@ -330,8 +314,7 @@ def plot(results, path, context):
     ax.set_title("Passkey accuracy vs depth; dashed: each kind's predicted model window")
     ax.legend(fontsize=8, loc="center right")
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
+    outputs.save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -348,8 +331,9 @@ def write_readme(path, info, rows, hdr, fig_name, json_name, notes=""):
     md = ["# Reach of attention kinds", "",
           f"Made by `python reach.py {info['argv']}` in {info['wall_s']:.0f} s on {info['device']} "
           f"(torch {info['torch']}, seed {a['seed']}).", "",
-          f"Each kind ({kinds}) wraps the same byte-level LM: {a['layers']} layers, d_model {a['d_model']}, "
-          f"{a['heads']} heads, no positional embedding, context {a['context']}. Every kind trains {a['steps']} steps "
+          f"Each kind ({kinds}) wraps the same byte-level LM: {a['n_layers']} layers, d_model {a['d_model']}, "
+          f"{a['n_heads']} heads, no positional embedding, context {a['context']}. "
+          f"Every kind trains {a['steps']} steps "
           f"(AdamW, lr {a['lr']}, warmup {a['warmup']}, cosine) on the same batches: {data}. Passkey depth is "
           "uniform over the context; filler is training text with digits blanked.", "",
           f"- predicted window: per layer and for the model (layers add up), decay threshold eps = {a['eps']:g}; "
@@ -371,84 +355,128 @@ def write_readme(path, info, rows, hdr, fig_name, json_name, notes=""):
         md += ["", notes.strip()]
     md += ["", f"Figure: `{fig_name}`. All numbers, per-depth accuracies, per-head windows and attribution profiles: "
            f"`{json_name}`.", ""]
-    with open(path, "w") as fh:
-        fh.write("\n".join(md))
+    outputs.write_text(path, "\n".join(md))
+
+
+OUT_FILES = ("reach.json", "reach.png", "README.md")
 
 
 def finish(info, args):
-    """Table, JSON, figure and README from the collected results."""
+    """Table, JSON, figure and README from the collected results, into the folder args.out (checked
+    writable before the work)."""
     for r in info["results"]:
         pk = r["passkey"]
         pk["reach"] = passkey_reach(pk["depths"], pk["accuracy"])
         pk["reach_contiguous"] = passkey_reach(pk["depths"], pk["accuracy"], contiguous=True)
     rows, hdr = print_table(info["results"], info["args"]["context"])
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as fh:
-        json.dump(info, fh, indent=1)
-    plot(info["results"], args.out, info["args"]["context"])
-    readme = args.readme or os.path.join(os.path.dirname(os.path.abspath(args.out)), "README.md")
+    js, fig, readme = (os.path.join(args.out, f) for f in OUT_FILES)
     notes = ""
     if args.notes:
         with open(args.notes) as fh:
             notes = fh.read()
-    write_readme(readme, info, rows, hdr, os.path.basename(args.out), os.path.basename(args.json), notes)
-    print(f"wrote {args.json}, {args.out}, {readme}")
+    # all three rendered to temporary files first, then renamed together: an interruption leaves the
+    # folder's previous set, never a new figure beside an old JSON
+    with outputs.atomic(js) as tj, outputs.atomic(fig) as tf, outputs.atomic(readme) as tr:
+        plot(info["results"], tf, info["args"]["context"])
+        outputs.write_json(tj, info)
+        write_readme(tr, info, rows, hdr, OUT_FILES[1], OUT_FILES[0], notes)
+    print(f"wrote {js}, {fig}, {readme}")
+
+
+def check_args(a):
+    """Every argument checked before any work; UsageError naming the argument."""
+    for name in ("n_eval", "attr_rows", "key_len"):
+        outputs.positive("--" + name.replace("_", "-"), getattr(a, name))
+    for name in ("text_batch", "key_batch"):
+        outputs.positive("--" + name.replace("_", "-"), getattr(a, name), lo=0)
+    if a.text_batch + a.key_batch == 0:
+        raise outputs.UsageError("--text-batch and --key-batch are both 0: nothing to train on")
+    train.train_config(a, batch=a.text_batch + a.key_batch, log_every=0)
+    train.check_sizes(a)
+    outputs.eps_arg("--eps", a.eps)
+    outputs.eps_arg("--attr-eps", a.attr_eps)
+    if a.context < 2 * a.key_len + 2:
+        raise outputs.UsageError(f"--context {a.context} too short for --key-len {a.key_len}")
+    bad = [d for d in a.depths if not a.key_len <= d <= a.context - a.key_len - 1]
+    if bad:
+        raise outputs.UsageError(f"--depths {bad} outside [{a.key_len}, {a.context - a.key_len - 1}] "
+                                 f"for --context {a.context} and --key-len {a.key_len}")
+    for k in a.kinds:
+        try:
+            ak.AttentionRegistry.validate(k, **DEFAULT_KINDS.get(k, {}))
+        except (KeyError, ValueError, TypeError) as exc:
+            raise outputs.UsageError(f"--kinds {k}: {exc}") from None
+    train.check_corpus(a.context, a.eval_seqs, extra=((a.attr_rows, "--attr-rows"),))
+
+
+def check_out(a):
+    """The output folder: a fresh runs/reach-<timestamp>/ by default; a given --out must be a folder whose
+    reach.json / reach.png / README.md are replaced only with --force."""
+    if a.out is None:
+        a.out = outputs.run_dir("reach", make=False)
+    elif os.path.splitext(a.out)[1].lower() in (".png", ".json", ".pdf", ".md"):
+        raise outputs.UsageError(f"--out {a.out}: --out is the output folder (it receives {', '.join(OUT_FILES)}); "
+                                 "got a file name")
+    a.out = outputs.check_dir(a.out, OUT_FILES, force=a.force, what="--out")
+    if a.notes:
+        a.notes = outputs.input_file("--notes", a.notes)
 
 
 def main(argv=None):
-    import sys
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--kinds", nargs="+", default=list(DEFAULT_KINDS), help=f"from {list(DEFAULT_KINDS)} or any registered kind")
-    p.add_argument("--steps", type=int, default=600)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--context", type=int, default=256)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--d-model", type=int, default=64)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--lr", type=float, default=1e-2)
-    p.add_argument("--warmup", type=int, default=30)
-    p.add_argument("--text-batch", type=int, default=8)
-    p.add_argument("--key-batch", type=int, default=16)
-    p.add_argument("--key-len", type=int, default=1)
-    p.add_argument("--depths", type=int, nargs="+", default=[4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 254])
+    p = outputs.parser(__doc__.split("\n")[0])
+    p.add_argument("--kinds", nargs="+", default=list(DEFAULT_KINDS),
+                   help="attention kinds to train, from the registry")
+    # the run flags of train.py (per kind), less those this command sets itself
+    train.add_train_args(p, skip=("batch", "weight_decay", "device", "log_every"), steps=600, context=256, lr=1e-2,
+                         threads=1)
+    train.add_size_args(p, d_model=64, n_layers=2, n_heads=4)
+    p.add_argument("--text-batch", type=int, default=8, help="Shakespeare windows per step")
+    p.add_argument("--key-batch", type=int, default=16, help="passkey examples per step")
+    p.add_argument("--key-len", type=int, default=1, help="digits in a passkey")
+    p.add_argument("--depths", type=int, nargs="+", default=[4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 254],
+                   help="passkey depths tested")
     p.add_argument("--n-eval", type=int, default=64, help="passkey examples per depth")
     p.add_argument("--eps", type=float, default=1e-3, help="decay threshold of the predicted windows")
     p.add_argument("--attr-eps", type=float, default=0.05, help="attribution mass left outside the window")
-    p.add_argument("--attr-rows", type=int, default=16)
-    p.add_argument("--eval-seqs", type=int, default=32)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--json", default="results/kinds/reach.json")
-    p.add_argument("--out", default="results/kinds/reach.png", help="figure path")
-    p.add_argument("--readme", default=None, help="README path (default: next to the figure)")
+    p.add_argument("--attr-rows", type=int, default=16, help="held-out rows of the attribution window")
+    p.add_argument("--out", default=None,
+                   help="output folder for reach.json, reach.png and README.md (default: a fresh "
+                        "runs/reach-<timestamp>/); existing files there are replaced only with --force")
     p.add_argument("--notes", default=None, help="a text file appended to the README (observations)")
     p.add_argument("--replot", default=None, metavar="JSON",
-                   help="no training: rebuild table, figure and README from a results JSON (written to --json/--out)")
+                   help="no training: rebuild table, figure and README from a results JSON (written to --out)")
+    outputs.add_common(p)
     args = p.parse_args(argv)
     if args.replot:
-        with open(args.replot) as fh:
-            info = json.load(fh)
+        src = outputs.input_file("--replot", args.replot)
+        try:
+            with open(src) as fh:
+                info = json.load(fh)
+            ok = isinstance(info, dict) and isinstance(info.get("results"), list) and "args" in info
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise outputs.UsageError(f"--replot {args.replot}: not valid JSON ({exc})") from None
+        if not ok:
+            raise outputs.UsageError(f"--replot {args.replot}: not a reach.py results JSON "
+                                     "(needs 'args' and 'results')")
+        for old, new in (("layers", "n_layers"), ("heads", "n_heads")):    # results written before the renaming
+            if old in info["args"]:
+                info["args"][new] = info["args"].pop(old)
+        check_out(args)
         return finish(info, args)
-    if args.steps < 1:
-        raise ValueError(f"--steps must be >= 1; got {args.steps}")
-    bad = [d for d in args.depths if not args.key_len <= d <= args.context - args.key_len - 1]
-    if bad:
-        raise ValueError(f"depths {bad} outside [{args.key_len}, {args.context - args.key_len - 1}]")
-    forget.threshold(args.eps)
-    forget.threshold(args.attr_eps)
+    check_args(args)
+    check_out(args)
     torch.set_num_threads(args.threads)
-    kinds = []
-    for k in args.kinds:
-        params = ak.AttentionRegistry.validate(k, **DEFAULT_KINDS.get(k, {}))
-        kinds.append((k, params))
-    text_stream, val_text = shk.train_stream(), val_stream()
+    kinds = [(k, ak.AttentionRegistry.validate(k, **DEFAULT_KINDS.get(k, {}))) for k in args.kinds]
+    text_stream, val_text = data.train_stream(), data.val_stream()
     t0 = time.time()
     results = [run_kind(k, prm, args, text_stream, val_text) for k, prm in kinds]
     wall = time.time() - t0
-    info = {"args": vars(args), "argv": " ".join(argv if argv is not None else sys.argv[1:]), "wall_s": round(wall, 1),
+    info = {"args": {k: v for k, v in vars(args).items() if k not in ("force", "debug")},
+            "argv": " ".join(argv if argv is not None else sys.argv[1:]), "wall_s": round(wall, 1),
             "device": f"CPU ({platform.processor() or platform.machine()}, {args.threads} threads)",
             "torch": torch.__version__, "results": results}
     finish(info, args)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(outputs.cli(main))

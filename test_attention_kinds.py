@@ -6,8 +6,10 @@ import torch
 import torch.nn as nn
 
 import attention_kinds as ak
+import reach
 from attention_kinds import AttentionRegistry, Float, Int, Optional, build_model
-from fox_attention import forgetting_attention_reference
+from fox_attention import capture_gates, forgetting_attention_reference
+from model import FoXConfig, FoXLM
 
 torch.set_num_threads(1)
 
@@ -195,7 +197,6 @@ def test_fox_kind_equals_reference():
 
 
 def test_fox_model_exposes_gate_hook():
-    from fox_attention import capture_gates
     m = build_model("fox", n_layers=2, d_model=32, n_heads=4)
     gates = capture_gates(m, torch.randint(0, 256, (1, 12)))
     assert sorted(gates) == ["blocks.0.attn.attention.hook_log_fgate", "blocks.1.attn.attention.hook_log_fgate"]
@@ -298,7 +299,6 @@ def test_fam_reaches_beyond_bswa():
 
 
 def test_attribution_window_exact_on_swa():
-    import reach
     torch.manual_seed(0)
     m = build_model("swa", n_layers=1, d_model=32, n_heads=4, w=4).eval()
     x = torch.randint(0, 256, (3, 20))
@@ -315,7 +315,6 @@ def test_attribution_window_exact_on_swa():
 
 def test_fox_model_equals_foxlm():
     """build_model("fox") is FoXLM (decoder) with the gate projection moved inside the kind."""
-    from fox_attention import FoXConfig, FoXLM
     torch.manual_seed(0)
     ref = FoXLM(FoXConfig(d_model=32, n_layers=2, n_heads=4, context=64)).eval()
     m = build_model("fox", n_layers=2, d_model=32, n_heads=4).eval()
@@ -323,3 +322,8 @@ def test_fox_model_equals_foxlm():
     m.load_state_dict(sd)
     x = torch.randint(0, 256, (2, 40))
     assert (m(x) - ref(x)).abs().max().item() < 1e-5
+
+
+def test_step_needs_a_recurrent_kind():
+    with pytest.raises(ValueError, match="SoftmaxAttention has no recurrent form"):
+        build_model("softmax", n_layers=1, d_model=16, n_heads=2).step(torch.zeros(1, dtype=torch.long))

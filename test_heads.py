@@ -60,9 +60,9 @@ def test_censored_and_degenerate_heads_are_undetermined():
 
 
 def test_mass_window_matches_brute_force():
-    import fox_attention as fa
+    import model as lm
     torch.manual_seed(0)
-    model = fa.FoXLM(fa.FoXConfig(d_model=32, n_layers=1, n_heads=2, context=64)).eval()
+    model = lm.FoXLM(lm.FoXConfig(d_model=32, n_layers=1, n_heads=2, context=64)).eval()
     tokens = torch.randint(0, 256, (2, 40))
     traces, inputs = heads.capture(model, tokens)
     assert traces[0].shape == (2, 40, 2) and traces[0].dtype == torch.float32
@@ -97,10 +97,10 @@ def test_shipped_model_analysis_runs():
 
 
 def test_saved_traces_give_the_same_verdicts(tmp_path):
-    import fox_attention as fa
+    import model as lm
     torch.manual_seed(1)
     ck = tmp_path / "tiny.pt"
-    fa.save_model(str(ck), fa.FoXLM(fa.FoXConfig(d_model=32, n_layers=1, n_heads=2, context=64)), {"name": "tiny"})
+    lm.save_model(str(ck), lm.FoXLM(lm.FoXConfig(d_model=32, n_layers=1, n_heads=2, context=64)), {"name": "tiny"})
     tr = tmp_path / "traces.npz"
     direct, _ = heads.analyse_model(str(ck), n_seq=4, seq_len=256, progress=False, save_traces=str(tr))
     again, info = heads.analyse_traces(str(tr))

@@ -14,7 +14,8 @@ import matplotlib.pyplot as plt
 import figstyle
 from figstyle import Skip
 
-# Published anchors from ANCHORS.md: one H200, torch 2.11 + Triton 3.6, bf16, H16 D128, B*T fixed
+# Reference anchors, measured side by side on one H200 (torch 2.11 + Triton 3.6, bf16, gates near
+# sigmoid(3 + N(0, 1))), H16 D128, B*T fixed
 # (B8 T2048, B2 T8192, B1 T32768). (fwd, fwd+bwd) TFLOP/s as (lo, hi) where a range was reported.
 ANCHORS = {
     "SDPA cuDNN, no forget gate (ceiling)": {2048: ((493, 515), (422, 436)), 8192: ((556, 556), (508, 513)),
@@ -79,6 +80,8 @@ def make(ctx):
                 continue
             lab = name if "ours" in str(name).lower() else f"{name} (ours)"
             lw, lab = (2.6, lab) if name in ours else (1.3, name)
+            if str(name).endswith("_acp"):     # pruned: its speed depends on the gates
+                lab += " (pruned, effective TF/s)"
             ax.plot(*zip(*pts), "o-", lw=lw, ms=5, color=plt.cm.tab10(i % 10), label=lab)
         for i, ((name, a), mk) in enumerate(zip(ANCHORS.items(), ANCHOR_MARKERS)):
             Ts = sorted(a)
@@ -87,7 +90,7 @@ def make(ctx):
             mid = [sum(a[T][j]) / 2 for T in Ts]
             err = [[m - a[T][j][0] for T, m in zip(Ts, mid)], [a[T][j][1] - m for T, m in zip(Ts, mid)]]
             ax.errorbar(xs, mid, yerr=err, fmt=mk, mfc="none", mec="0.35", ecolor="0.35", ms=7, ls="none",
-                        label=f"published anchor (ANCHORS.md, H200, H16 D128): {name}")
+                        label=f"reference anchor (H200, H16 D128): {name}")
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_xlabel("sequence length T (tokens)")

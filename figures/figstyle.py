@@ -35,13 +35,15 @@ def gate_label(g):
 
 
 def save(fig, out, name):
-    """Write out/name.png and out/name.pdf; return both paths."""
-    os.makedirs(out, exist_ok=True)
+    """Write out/name.png and out/name.pdf, each to a temporary file then renamed; return both paths."""
+    import outputs
     paths = [os.path.join(out, f"{name}.{ext}") for ext in ("png", "pdf")]
     # no creation date in the PDF: regenerating unchanged figures leaves the files unchanged
-    fig.savefig(paths[0])
-    fig.savefig(paths[1], metadata={"CreationDate": None})
-    plt.close(fig)
+    try:
+        outputs.save_figure(fig, paths[0])
+        outputs.save_figure(fig, paths[1], metadata={"CreationDate": None})
+    finally:
+        plt.close(fig)
     return paths
 
 

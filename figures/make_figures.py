@@ -1,5 +1,9 @@
 """Regenerate every figure: `python figures/make_figures.py` (add --fast for a quick small-trial pass).
 
+Without --fast and without --out this is the documented way to regenerate the committed figures in
+figures/ (it replaces them). --fast writes to a fresh scratch folder runs/figures-fast-<timestamp>/ and
+is refused over figures/; any other --out whose figure files exist needs --force.
+
 Figures 1-5 are computed from the gate laws (Monte Carlo + exact renewal numerics); figure 6 reads the
 per-head JSON of the trained model and figure 7 the kernel benchmark JSON, and each is skipped with a
 message when its JSON is absent. Output: <out>/figN_*.png and .pdf.
@@ -18,6 +22,8 @@ if HERE not in sys.path:
 import figstyle  # noqa: E402  (also puts the repository root on sys.path)
 from tqdm import tqdm  # noqa: E402
 
+import outputs  # noqa: E402
+
 import fig1_decay  # noqa: E402
 import fig2_window_pmf  # noqa: E402
 import fig3_moments_vs_L  # noqa: E402
@@ -25,32 +31,75 @@ import fig4_alibi_limit  # noqa: E402
 import fig5_dependent  # noqa: E402
 import fig6_heads  # noqa: E402
 import fig7_kernels  # noqa: E402
+import fig8_prune  # noqa: E402
 
 FIGURES = {1: fig1_decay, 2: fig2_window_pmf, 3: fig3_moments_vs_L, 4: fig4_alibi_limit,
-           5: fig5_dependent, 6: fig6_heads, 7: fig7_kernels}
+           5: fig5_dependent, 6: fig6_heads, 7: fig7_kernels, 8: fig8_prune}
+
+
+NAMES = {n: m.__name__ for n, m in FIGURES.items()}
+
+
+def _check_json_input(path, what):
+    """An optional input JSON: absent is fine (the figure is skipped); present must parse."""
+    if not os.path.exists(path):
+        return
+    if not os.path.isfile(path):
+        raise outputs.UsageError(f"{what}: {path} is not a file")
+    try:
+        with open(path) as f:
+            json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise outputs.UsageError(f"{what}: {path} is not valid JSON ({exc})") from None
+
+
+def check_out(a, only):
+    """Resolve and check the output folder before any figure is computed."""
+    figures_dir = os.path.realpath(HERE)
+    if a.out is None:
+        a.out = outputs.run_dir("figures-fast", make=False) if a.fast else HERE
+    out = os.path.abspath(a.out)
+    regen = os.path.realpath(out) == figures_dir
+    if a.fast and regen:
+        raise outputs.UsageError("--out: --fast figures are not written over the committed figures in figures/; "
+                                 "omit --out (a scratch folder under runs/) or choose another folder")
+    files = [f"{NAMES[n]}.{ext}" for n in only for ext in ("png", "pdf")]
+    # the full-quality run into figures/ is the documented regeneration: it replaces them by design
+    a.out = outputs.check_dir(out, files, force=a.force or (regen and not a.fast), what="--out")
+    if a.json:
+        a.json = outputs.check_writable(a.json, force=a.force, what="--json")
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default=HERE, help="output folder (default: figures/)")
+    p = outputs.parser(__doc__.split("\n")[0])
+    p.add_argument("--out", default=None,
+                   help="output folder (default: figures/, or a fresh runs/figures-fast-<timestamp>/ with --fast)")
     p.add_argument("--fast", action="store_true", help="small trial counts and grids (CI smoke run)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed")
     p.add_argument("--trials", type=int, default=None,
                    help="Monte Carlo trials per point (default 200000, or 4000 with --fast)")
-    p.add_argument("--only", type=int, nargs="+", choices=sorted(FIGURES), help="figure numbers to make")
+    p.add_argument("--only", type=int, nargs="+", choices=sorted(FIGURES), help="figure numbers to make (default all)")
     p.add_argument("--json", default=None, help="also write the run summary as JSON to this path")
-    p.add_argument("--heads-json", default=os.path.join(HERE, "heads.json"))
-    p.add_argument("--bench-json", default=os.path.join(HERE, "kernel_bench.json"))
+    p.add_argument("--heads-json", default=os.path.join(HERE, "heads.json"), help="per-head JSON for figure 6")
+    p.add_argument("--bench-json", default=os.path.join(HERE, "kernel_bench.json"),
+                   help="kernel benchmark JSON for figure 7")
+    outputs.add_common(p)
     a = p.parse_args(argv)
     trials = a.trials or (4000 if a.fast else 200_000)
     if trials < 2:
         p.error("--trials must be >= 2")
+    only = a.only or sorted(FIGURES)
+    _check_json_input(a.heads_json, "--heads-json")
+    _check_json_input(a.bench_json, "--bench-json")
+    check_out(a, only)
     ctx = SimpleNamespace(out=a.out, fast=a.fast, seed=a.seed, trials=trials,
                           heads_json=a.heads_json, bench_json=a.bench_json)
     figstyle.apply()
     results = []
     t_all = time.time()
-    for n in tqdm(a.only or sorted(FIGURES), desc="figures", unit="fig", file=sys.stderr):
+    bar = tqdm(only, desc="figures", unit="fig", file=sys.stderr)
+    for n in bar:
+        bar.set_postfix_str(NAMES[n])
         t0 = time.time()
         try:
             paths, summary = FIGURES[n].make(ctx)
@@ -66,10 +115,10 @@ def main(argv=None):
         print(f"{r['figure']:>3d}  {r['status']:8s} {r['seconds']:5.1f}s  {files:36s} {r['summary']}")
     print(f"total {time.time() - t_all:.1f} s, {trials:,} trials per Monte Carlo point, seed {a.seed}")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(dict(trials=trials, seed=a.seed, fast=a.fast, figures=results), f, indent=1)
+        outputs.write_json(a.json, dict(trials=trials, seed=a.seed, fast=a.fast, out=a.out, figures=results))
+    print(f"figures in {a.out}")
     return results
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(outputs.cli(lambda argv: (main(argv), 0)[1]))

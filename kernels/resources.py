@@ -11,8 +11,13 @@ and cuobjdump reads the cubin: REG is registers a thread (255 is the ceiling), S
 LOCAL > 0 means spills to local memory; loopLS counts the spill loads and stores inside loops
 (between a backward branch and its target), which cost a local-memory round trip every iteration,
 while spills before or after the loops cost once per program.
+waits counts the wgmma waits (WARPGROUP.DEPBAR) in the SASS and C7515 is ptxas's advisory that the
+wgmma instructions are serialised (one wait per HGMMA: none overlaps the next); loopI is the
+instruction count of the longest loop body (one iteration; for the forward the diagonal loop;
+the JSON's loop_sizes lists every loop's, in code order).
 HGMMA counts Hopper's warpgroup matrix instructions (a kernel without them runs on the older
-mma.sync path, HMMA, at about half the rate; sm_100's tcgen05 instructions are counted by neither); LDGSTS / UTMALDG count asynchronous (pipelined) copies.
+mma.sync path, HMMA, at about half the rate; sm_100's tcgen05 instructions are counted by
+neither); LDGSTS / UTMALDG count asynchronous (pipelined) copies.
 The compile gets what the JIT specialises at launch for the benchmark shapes (aligned pointers,
 strides divisible by 16, GROUP == 1 a constant); without it the reading is of a kernel that never
 runs. These readings come from this machine's Triton, which may differ from the GPU machine's in
@@ -57,6 +62,33 @@ def _bin(tool):
     return path
 
 
+def _ptxas(arch):
+    """The ptxas Triton uses for sm_`arch` (3.9 ships two; older versions one)."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+        return get_ptxas(arch).path
+    except (ImportError, AttributeError):
+        return _bin("ptxas")
+
+
+def ptxas_warnings(ptx, arch=90):
+    """Run ptxas on Triton's PTX once more, as Triton does, and return its performance advisories
+    ("C7515 ..." lines). Triton discards ptxas's log, and a cached compile does not run ptxas at
+    all, so the log is not otherwise available. C7515 says wgmma instructions were serialised:
+    each one waits for the previous to finish instead of several being in flight."""
+    name = f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        p = subprocess.run([_ptxas(arch), "-v", "-lineinfo", f"--gpu-name={name}", src, "-o",
+                            os.path.join(d, "k.cubin")], capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError(f"ptxas failed on Triton's PTX: {_last_line(p.stderr)}")
+    return sorted({re.sub(r" in line \d+$", "", l.split("info    : ", 1)[-1].strip())
+                   for l in p.stderr.splitlines() if re.search(r"\(C\d+\)", l)})
+
+
 def _last_line(e):
     lines = [l for l in str(e).splitlines() if l.strip()]
     return lines[-1][:160] if lines else ""
@@ -68,7 +100,7 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
     size `group`; return its resource reading (a dict)."""
     fn = fn or _KERNELS[name]
     bm, bn, warps, stages = cfg
-    c = dict(D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=False, PREC="tf32")
+    c = dict(D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=False, PREC="tf32", ACP=False, ONEPASS=False)
     if group == 1:          # the JIT turns an int argument equal to 1 into a constant, so do we
         c["GROUP"] = 1
     if name == "dkdv":
@@ -76,11 +108,12 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
     if name == "fwd":
         c["RES"] = dtype != "fp32"
     c.update(consts)
+    c = {a: x for a, x in c.items() if a in fn.arg_names}
     sig = {}
     for a in fn.arg_names:
         if a in c:
             sig[a] = "constexpr"
-        elif a == "CU":
+        elif a in ("CU", "KLO", "QEND"):
             sig[a] = "*i32"
         elif a.isupper() and a not in ("H", "GROUP", "TQ", "TK"):   # those four are sizes
             sig[a] = f"*{dtype}" if a in _DATA else "*fp32"
@@ -116,15 +149,34 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
     loops = [(int(t, 16), a) for a, op, rest in ins if op == "BRA"
              for t in re.findall(r"0x([0-9a-f]+)", rest)[:1] if int(t, 16) < a]
     in_loop = sum(1 for a, op, _ in ins if op in ("STL", "LDL") and any(lo <= a <= hi for lo, hi in loops))
+    # wgmma pipelining: every HGMMA is issued after a WARPGROUP.ARRIVE and retired by a
+    # WARPGROUP.DEPBAR (wait). Several HGMMA per wait means they overlap; one each (with C7515
+    # from ptxas) means they run one at a time.
+    waits = sum(1 for _, op, rest in ins if op == "WARPGROUP" and rest.startswith(".DEPBAR"))
+    warn = ptxas_warnings(k.asm["ptx"], arch)
     row.update(regs=int(m[1]), stack=int(m[2]), local=int(m[4]),
                smem=k.metadata.shared + int(m[3]),
                hgmma=ops["HGMMA"], mma=ops["HMMA"], ldgsts=ops["LDGSTS"], tma=ops["UTMALDG"],
-               stl=ops["STL"], ldl=ops["LDL"], loop_spill=in_loop)
+               stl=ops["STL"], ldl=ops["LDL"], loop_spill=in_loop, wg_waits=waits,
+               serialized=any("C7515" in w for w in warn), ptxas_warnings=warn,
+               loop_ins=_loop_instructions(ins, loops),
+               loop_sizes=[sum(1 for a, _, _ in ins if lo <= a <= hi) for lo, hi in sorted(loops)])
     row["fits"] = row["smem"] <= SMEM_LIMITS.get(arch, SMEM_LIMITS[90])
     return row
 
 
+def _loop_instructions(ins, loops):
+    """Instructions in the longest loop body (the off-diagonal key or query loop): what one
+    iteration issues per thread."""
+    if not loops:
+        return 0
+    lo, hi = max(loops, key=lambda l: l[1] - l[0])
+    return sum(1 for a, _, _ in ins if lo <= a <= hi)
+
+
 CANDIDATES = {
+    # 128 x 128 at D = 128 is the official FoX kernel's tile: ~687 loop instructions per 128 keys
+    # against ~906 (two iterations) for the shipped 128 x 64
     "fwd": [(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (64, 64, 4, 3),
             (64, 128, 4, 3), (128, 64, 4, 3), (128, 32, 8, 4)],
     "dkdv": [(32, 128, 8, 3), (64, 128, 8, 2), (64, 128, 8, 3), (32, 64, 4, 3), (16, 128, 8, 3),
@@ -141,7 +193,8 @@ def fmt(r):
         return head + "  " + r["error"]
     spill = f"{r['loop_spill']}" if r["loop_spill"] else "-"
     return (head + f" {r['regs']:4d} {r['stack']:5d} {spill:5s} {r['smem'] // 1024:5d}K"
-            f" {'ok' if r['fits'] else 'NO':4s} {r['hgmma']:5d} {r['mma']:4d} {r['ldgsts']:6d}")
+            f" {'ok' if r['fits'] else 'NO':4s} {r['hgmma']:5d} {r['wg_waits']:5d}"
+            f" {'SERIAL' if r['serialized'] else '-':6s} {r['mma']:4d} {r['ldgsts']:6d} {r['loop_ins']:5d}")
 
 
 def main():
@@ -157,7 +210,8 @@ def main():
     ap.add_argument("--json", default="", help="also write the readings here")
     args = ap.parse_args()
     rows = []
-    print("kernel D     dtype G   (BM, BN, W, S)    REG STACK loopLS SMEM fits HGMMA HMMA LDGSTS")
+    print("kernel D     dtype G   (BM, BN, W, S)    REG STACK loopLS SMEM fits HGMMA waits C7515  HMMA"
+          " LDGSTS loopI")
     for D in (int(d) for d in args.d.split(",")):
         for name in args.kernels.split(","):
             cfgs = CANDIDATES[name] if args.sweep else [shipped(name, D, args.arch)]
@@ -165,9 +219,11 @@ def main():
                 r = compile_sm90(name, D, cfg, args.dtype, args.group, arch=args.arch)
                 rows.append(r)
                 print(fmt(r), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(triton=triton.__version__, target="sm_90", rows=rows), f, indent=1)
+    if args.json:     # atomically: a reader never sees half a file
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(dict(triton=triton.__version__, target=f"sm_{args.arch}", rows=rows), f, indent=1)
+        os.replace(tmp, args.json)
 
 
 if __name__ == "__main__":

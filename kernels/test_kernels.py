@@ -106,6 +106,51 @@ def test_matches_reference(B, Tq, Tk, H, Hkv, D, dtype, gate):
     check(run(*args), reference(*args), dtype)
 
 
+@pytest.mark.parametrize("B,Tq,Tk,H,Hkv,D,dtype,gate", [
+    (1, 63, 63, 2, 1, 80, torch.float32, MODERATE),    # runs at 128; GQA
+    (2, 15, 15, 2, 2, 48, torch.bfloat16, STRONG),     # runs at 64
+    (1, 20, 30, 1, 1, 5, torch.float32, NEAR1),        # runs at 16; Tq < Tk
+])
+def test_padded_head_dims(B, Tq, Tk, H, Hkv, D, dtype, gate):
+    """Head dims that are not 16..256 powers of two run zero-padded, with sm_scale from the true D."""
+    args = make(B, Tq, Tk, H, Hkv, D, dtype, gate, seed=5)
+    got = run(*args)
+    assert got[0].shape == (B, Tq, H, D) and got[1].shape == (B, Tq, H, D) and got[2].shape == (B, Tk, Hkv, D)
+    check(got, reference(*args), dtype)
+
+
+def test_fallback_reason(monkeypatch):
+    """On CUDA (mocked: no GPU here) the kernel takes what it supports and names what it does not;
+    forgetting_attention then runs the reference with one warning per reason instead of raising."""
+    import warnings
+    import fox_attention
+    from kernels import fox_triton as kt
+    q, k, v, log_fgate, _ = make(1, 8, 8, 2, 2, 32, torch.float32, MODERATE)
+    assert "runs on CUDA" in kt.fallback_reason(q, k, v, log_fgate) or CUDA
+    monkeypatch.setattr(kt, "_on_cuda", lambda t: True)
+    assert kt.fallback_reason(q, k, v, log_fgate) is None
+    assert kt.fallback_reason(q[..., :20], k[..., :20], v[..., :20], log_fgate) is None    # padded
+    assert "causal=False" in kt.fallback_reason(q, k, v, log_fgate, causal=False)
+    d = [t.double() for t in (q, k, v)]
+    assert "float32" in kt.fallback_reason(*d, log_fgate)
+    assert "log_fgate must be float32" in kt.fallback_reason(q, k, v, log_fgate.double())
+    wide = [torch.randn(1, 8, 2, 320) for _ in range(3)]
+    assert "head dim" in kt.fallback_reason(*wide, log_fgate)
+
+    monkeypatch.setattr(fox_attention, "_on_cuda", lambda t: True)
+    monkeypatch.setattr(fox_attention, "_warned_fallback", set())
+    want = forgetting_attention_reference(*d, log_fgate)
+    with pytest.warns(UserWarning, match="not used .*float32.*PyTorch reference"):
+        got = fox_attention.forgetting_attention(*d, log_fgate)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # the same reason warns once
+        fox_attention.forgetting_attention(*d, log_fgate)
+    called = []
+    monkeypatch.setattr(kt, "fox_attention_triton", lambda *a, **kw: called.append(1) or "kernel")
+    assert fox_attention.forgetting_attention(q, k, v, log_fgate) == "kernel" and called
+
+
 @pytest.mark.skipif(CUDA, reason="interpreter block shapes; the GPU runs its own configs")
 def test_other_block_shapes():
     """The opposite tile orientation to the default (BLOCK_N > BLOCK_M in the forward and dQ)."""
@@ -159,7 +204,7 @@ def _bad(**over):
     (dict(v=torch.randn(1, 8, 2, 16)), "same shape"),
     (dict(q=torch.randn(1, 9, 2, 32)), "seqlen_q"),
     (dict(q=torch.randn(1, 8, 3, 32)), "multiple"),
-    (dict(q=torch.randn(1, 8, 2, 48), k=torch.randn(1, 8, 2, 48), v=torch.randn(1, 8, 2, 48)), "head dim"),
+    (dict(q=torch.randn(1, 8, 2, 288), k=torch.randn(1, 8, 2, 288), v=torch.randn(1, 8, 2, 288)), "head dim"),
     (dict(log_fgate=torch.zeros(1, 8, 3)), "log_fgate must be"),
     (dict(log_fgate=torch.zeros(1, 8, 2, dtype=torch.float64)), "float32"),
     (dict(q=torch.randn(1, 8, 2, 32, dtype=torch.float64)), "bfloat16, float16 or float32"),
@@ -210,8 +255,10 @@ def test_gpu_varlen_full_size():
 
 # What the shipped Hopper configs compile to (sm_90, ahead of time with the ptxas Triton ships; no
 # GPU needed): they must fit in shared memory, use the warpgroup matrix instructions (the D = 256
-# dK/dV tiles excepted, see fox_triton._HOPPER) and keep every spill out of the loops. Before v4
-# the D = 256 dK/dV config and GQA dK/dV at D = 128 spilled 37 loads/stores an iteration.
+# dK/dV tiles excepted, see fox_triton._HOPPER), keep every spill out of the loops, and keep the
+# wgmma instructions pipelined: no C7515 advisory from ptxas and fewer waits than HGMMA. Before v4
+# the D = 256 dK/dV config and GQA dK/dV at D = 128 spilled 37 loads/stores an iteration; before
+# v6 every forward was serialised (24 waits for 24 HGMMA at D = 128).
 def test_hopper_configs_compile_without_loop_spills(tmp_path):
     import json
     import os
@@ -222,38 +269,31 @@ def test_hopper_configs_compile_without_loop_spills(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     rows = []
     # every kernel and head dim without GQA; dK/dV with GQA (its group loop is what spilled)
-    for extra in (["--d", "64,128,256"], ["--d", "128", "--kernels", "dkdv", "--group", "2"]):
+    for extra in (["--d", "64,128,256"], ["--d", "128", "--group", "2"]):
         p = subprocess.run([sys.executable, "kernels/resources.py", *extra, "--json", str(out)],
                            cwd=root, env=env, capture_output=True, text=True)
         if "cuobjdump not found" in p.stderr:
             pytest.skip("Triton's NVIDIA backend has no cuobjdump here")
         assert p.returncode == 0, p.stderr[-2000:]
         rows += json.loads(out.read_text())["rows"]
-    assert len(rows) == 10
+    assert len(rows) == 12
     for r in rows:
         assert "error" not in r, r
         assert r["fits"], r
         assert r["hgmma"] > 0 or (r["D"], r["kernel"]) == (256, "dkdv"), f"no wgmma instructions: {r}"
         assert r["loop_spill"] == 0, f"spills inside the loops: {r}"
+        assert not r["serialized"], f"ptxas serialised the wgmma instructions: {r}"
+        assert r["hgmma"] == 0 or r["wg_waits"] < r["hgmma"], f"one wait per wgmma: {r}"
 
 
-def test_bench_config_and_merge(tmp_path):
-    import json
+def test_sweep_candidates_parse():
     from kernels import bench
-    assert bench.parse_config("fwd=128,64,8,3; dq=64,32,4,2") == {"fwd": (128, 64, 8, 3), "dq": (64, 32, 4, 2)}
-    assert bench.parse_config("") == {}
-    with pytest.raises(SystemExit, match="config wants"):
-        bench.parse_config("fwd=128,64,x")
-    row = lambda T, **tf: dict(B=1, T=T, H=16, D=128, ms={n: 1.0 for n in tf}, tflops=tf, skipped={})
-    path = tmp_path / "b.json"
-    path.write_text(json.dumps(dict(impls=["ours"], runs={"fwd": [row(8192, ours=300.0)]})))
-    bench.merge_into(path, dict(impls=["flex"], runs={"fwd": [row(8192, flex=150.0), row(2048, flex=90.0)],
-                                                      "fwd+bwd": [row(8192, flex=80.0)]}))
-    got = json.loads(path.read_text())
-    assert got["impls"] == ["ours", "flex"]
-    assert got["runs"]["fwd"][0]["tflops"] == {"ours": 300.0, "flex": 150.0}
-    assert [r["T"] for r in got["runs"]["fwd"]] == [8192, 2048]
-    assert got["runs"]["fwd+bwd"][0]["tflops"] == {"flex": 80.0}
+    from kernels.fox_triton import SWEEP_CANDIDATES, set_config
+    for D, cfgs in SWEEP_CANDIDATES.items():
+        assert cfgs[0] == "" and D in (16, 32, 64, 128, 256)
+        for c in cfgs:
+            set_config(**bench.parse_config(c))       # raises on an unknown kernel or a bad tile
+    set_config()
 
 
 def test_launch_steps_down_when_out_of_resources():
@@ -289,13 +329,164 @@ def test_launch_steps_down_when_out_of_resources():
         kt._FALLBACK.pop(key, None)
 
 
-def test_bench_report_tables():
-    from kernels import bench
-    row = lambda B, T, H, D, **tf: dict(B=B, T=T, H=H, D=D, ms={}, tflops=tf, skipped={})
-    data = dict(gpu="GPU", impls=["ours", "sdpa_cudnn"],
-                runs={"fwd": [row(2, 8192, 16, 128, ours=520.0, sdpa_cudnn=560.0), row(8, 2048, 16, 128, ours=300.0)],
-                      "fwd+bwd": [row(2, 8192, 16, 128, ours=400.0, sdpa_cudnn=500.0)]})
-    text = bench.report(data)
-    assert "| B2 T8192 H16 D128 | 520 | 560 | 0.93 | - | 500: met |" in text
-    assert "| B8 T2048 H16 D128 | 300 | - | - | - | - |" in text          # no target below T = 8192
-    assert "| B2 T8192 H16 D128 | 400 | 500 | 0.80 | - | 450: not met |" in text
+# ---------------------------------------------------------------------------------------------
+# adaptive computation pruning
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def small_tiles():
+    """The interpreter's tiles on any device, so that the pruning granule is 32 everywhere and the
+    short test sequences span many granules (on a GPU the shipped tiles would make it 128)."""
+    from kernels.fox_triton import _INTERP, set_config
+    set_config(**_INTERP)
+    yield
+    set_config()
+
+
+def _pruned_mask(log_fgate, Tq, G, delta):
+    """The pruning rule computed independently, pair by pair: (B, H, Tq, Tk) bool, True where
+    query i skips key j: j's granule ends before i's granule starts, and the decay between them,
+    c at the query granule's first position minus c at the key granule's last key, is below
+    delta (B, H). Cumsum in float64, no prefix or monotonicity argument."""
+    B, Tk, H = log_fgate.shape
+    off = Tk - Tq
+    c = torch.cumsum(log_fgate.double(), 1).transpose(1, 2)               # (B, H, Tk)
+    i0 = off + (torch.arange(Tq) // G) * G                                 # (Tq,)
+    jmax = torch.clamp((torch.arange(Tk) // G) * G + G - 1, max=Tk - 1)    # (Tk,)
+    decay = c[..., i0][..., :, None] - c[..., jmax][..., None, :]
+    return (jmax[None, :] < i0[:, None]) & (decay < delta[..., None, None].cpu())
+
+
+def _masked_reference(q, k, v, log_fgate, do, skip):
+    """Float64 forgetting attention with the `skip` pairs removed, and its gradients."""
+    x = [t.detach().double().cpu().requires_grad_() for t in (q, k, v, log_fgate)]
+    qq, kk, vv, lg = x
+    B, Tq, H, D = qq.shape
+    Tk, Hkv = kk.shape[1], kk.shape[2]
+    kk, vv = (t.repeat_interleave(H // Hkv, 2) for t in (kk, vv))
+    c = torch.cumsum(lg, 1).transpose(1, 2)                                 # (B, H, Tk)
+    s = torch.einsum("bihd,bjhd->bhij", qq, kk) * D ** -0.5 + c[..., Tk - Tq:, None] - c[..., None, :]
+    allowed = (torch.arange(Tk)[None, :] <= torch.arange(Tq)[:, None] + Tk - Tq) & ~skip
+    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
+    o = torch.einsum("bhij,bjhd->bihd", p, vv)
+    o.backward(do.double().cpu())
+    return [o.detach()] + [t.grad for t in x]
+
+
+@pytest.mark.parametrize("B,Tq,Tk,H,Hkv,D,dtype,gate,thr", [
+    (1, 300, 300, 2, 1, 32, torch.float32, STRONG, "auto"),      # GQA; the guaranteed-mass rule
+    (2, 100, 130, 2, 2, 32, torch.float32, MODERATE, -3.0),      # Tq < Tk; a threshold given directly
+    (1, 150, 150, 1, 1, 80, torch.bfloat16, MODERATE, -2.0),     # padded to 128: dQ without the peel
+])
+def test_pruning_matches_masked_reference(small_tiles, B, Tq, Tk, H, Hkv, D, dtype, gate, thr):
+    """The pruned kernel computes attention without exactly the pairs of the rule (forward and
+    backward), and the plan's pruned fraction is the rule's, counted pair by pair."""
+    from kernels.fox_triton import acp_plan
+    q, k, v, log_fgate, do = make(B, Tq, Tk, H, Hkv, D, dtype, gate, seed=6)
+    plan = acp_plan(q, k, log_fgate, adaptive_threshold=thr, tol=1e-3)
+    assert plan.granule == 32
+    skip = _pruned_mask(log_fgate.cpu(), Tq, plan.granule, plan.threshold)
+    causal = (torch.arange(Tk)[None, :] <= torch.arange(Tq)[:, None] + Tk - Tq).sum().item() * B * H
+    assert plan.causal_pairs == causal
+    assert plan.pruned_pairs == skip.sum().item()
+    assert 0.2 < plan.pruned_fraction < 0.95            # the case prunes, and not everything
+    got = run(q, k, v, log_fgate, do, adaptive_threshold=thr, tol=1e-3)
+    check([g.cpu() for g in got], _masked_reference(q, k, v, log_fgate, do, skip), dtype)
+
+
+def test_pruning_error_bound(small_tiles):
+    """|o_pruned - o_dense| <= 2 m_i max|v| per row, m_i the dense attention mass on the skipped
+    pairs (the pruned output is the kept part renormalised: o_dense = (1 - m) o_kept + m o_skip);
+    under "auto" m_i <= tol. A threshold loose enough to make the error visible."""
+    from kernels.fox_triton import acp_plan
+    q, k, v, log_fgate, do = make(1, 200, 200, 2, 2, 32, torch.float32, MODERATE, seed=7)
+    for thr, tol in (("auto", 1e-2), (-2.0, None)):
+        plan = acp_plan(q, k, log_fgate, adaptive_threshold=thr, tol=tol or 1e-4)
+        skip = _pruned_mask(log_fgate.cpu(), 200, plan.granule, plan.threshold)
+        x = [t.double().cpu() for t in (q, k, v, log_fgate)]
+        c = torch.cumsum(x[3], 1).transpose(1, 2)
+        s = torch.einsum("bihd,bjhd->bhij", x[0], x[1]) * 32 ** -0.5 + c[..., :, None] - c[..., None, :]
+        p = torch.softmax(s.masked_fill(torch.ones(200, 200).triu(1).bool(), float("-inf")), -1)
+        mass = (p * skip).sum(-1).transpose(1, 2)                          # (B, Tq, H)
+        dense = forgetting_attention_reference(*x)
+        o = fox_attention_triton(q, k, v, log_fgate, adaptive_threshold=thr, tol=tol or 1e-4)
+        err = (o.double().cpu() - dense).abs().amax(-1)                     # (B, Tq, H)
+        bound = 2 * mass * x[2].abs().max()
+        assert (err <= bound + 1e-5).all(), (err - bound).max()
+        if tol is not None:
+            assert mass.max() <= tol
+        else:
+            assert err.max() > 1e-4                     # the pruning is visible (4e-4), the bound not vacuous
+
+
+def test_pruning_bad_arguments():
+    from kernels.fox_triton import acp_plan
+    q, k, v, log_fgate, _ = make(1, 8, 8, 2, 2, 32, torch.float32, MODERATE)
+    for kw, word in ((dict(adaptive_threshold="on"), "auto"), (dict(adaptive_threshold=0.5), "<= 0"),
+                     (dict(adaptive_threshold=float("nan")), "<= 0"), (dict(tol=0.0), "tol"),
+                     (dict(tol=2.0), "tol"), (dict(granule=48), "granule")):
+        with pytest.raises(ValueError, match=word):
+            acp_plan(q, k, log_fgate, **kw)
+    with pytest.raises(ValueError, match="tol"):
+        fox_attention_triton(q, k, v, log_fgate, adaptive_threshold="auto", tol=-1)
+
+
+def test_pruning_varlen(small_tiles):
+    """Packed sequences prune per sequence: the same pairs, output and gradients as each sequence
+    run alone (a threshold given directly, so that every sequence gets the same one)."""
+    from kernels.fox_triton import acp_plan
+    cu = torch.tensor([0, 1, 70, 70, 150], dtype=torch.int32, device=DEV)
+    q, k, v, log_fgate, do = make(1, 150, 150, 2, 1, 32, torch.float32, MODERATE, seed=8)
+    packed = acp_plan(q, k, log_fgate, adaptive_threshold=-2.0, cu_seqlens=cu)
+    got = run(q, k, v, log_fgate, do, adaptive_threshold=-2.0, cu_seqlens=cu)
+    parts, pruned = [], 0
+    for a, b in ((0, 1), (1, 70), (70, 150)):
+        x = [t[:, a:b] for t in (q, k, v, log_fgate, do)]
+        pruned += acp_plan(*x[:2], x[3], adaptive_threshold=-2.0).pruned_pairs
+        parts.append(run(*x, adaptive_threshold=-2.0))
+    assert packed.pruned_pairs == pruned > 0
+    want = [torch.cat([p[i] for p in parts], 1) for i in range(5)]
+    check(got, want, torch.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# one-pass backward (FOX_ONEPASS_BWD=1)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("B,Tq,Tk,H,Hkv,D,dtype,gate", [
+    (1, 150, 150, 2, 1, 32, torch.float32, -10.0),     # GQA; the gate gradient's hard case
+    (1, 20, 63, 2, 2, 64, torch.bfloat16, NEAR1),      # Tq < Tk
+    (2, 15, 15, 2, 2, 80, torch.float16, STRONG),      # padded head dim
+])
+def test_onepass_backward(monkeypatch, B, Tq, Tk, H, Hkv, D, dtype, gate):
+    monkeypatch.setenv("FOX_ONEPASS_BWD", "1")
+    args = make(B, Tq, Tk, H, Hkv, D, dtype, gate, seed=9)
+    check(run(*args), reference(*args), dtype)
+
+
+def test_onepass_backward_varlen_pruned_deterministic(monkeypatch):
+    monkeypatch.setenv("FOX_ONEPASS_BWD", "1")
+    cu = torch.tensor([0, 1, 17, 17, 80, 150], dtype=torch.int32, device=DEV)
+    args = make(1, 150, 150, 2, 1, 32, torch.float32, STRONG)
+    got = run(*args, cu_seqlens=cu)
+    check(got, reference(*args, cu_seqlens=cu), torch.float32)
+    assert all(torch.equal(a, b) for a, b in zip(got, run(*args, cu_seqlens=cu)))
+    # under pruning: the same gradients as the two-pass backward
+    one = run(*args, cu_seqlens=cu, adaptive_threshold=-2.0)
+    monkeypatch.setenv("FOX_ONEPASS_BWD", "0")
+    two = run(*args, cu_seqlens=cu, adaptive_threshold=-2.0)
+    check(one, two, torch.float32)
+    monkeypatch.setenv("FOX_ONEPASS_BWD", "yes")
+    with pytest.raises(ValueError, match="FOX_ONEPASS_BWD"):
+        run(*args)
+
+
+def test_pruning_granule_guard(small_tiles):
+    """A backward launched with tiles wider than the forward's pruning granule would skip other
+    pairs than the forward did: it raises instead."""
+    from kernels.fox_triton import _INTERP, set_config
+    x = [t.detach().requires_grad_() for t in make(1, 40, 40, 1, 1, 32, torch.float32, STRONG)[:4]]
+    o = fox_attention_triton(*x, adaptive_threshold=-2.0)
+    set_config(**dict(_INTERP, dkdv=(64, 64, 4, 1)))
+    with pytest.raises(RuntimeError, match="pruning granule 32"):
+        o.sum().backward()

@@ -1,0 +1,167 @@
+"""Tests of the one-pass backward (kernels/fox_bwd_onepass.py) against the float64 reference.
+
+Inputs, reference and thresholds are test_kernels.py's (relative L2 error on the same rounded
+inputs: bf16 out 0.9 u, grads 1.3 u; fp16 likewise; float32 1e-5 / 2e-5, which an accidental tf32
+product fails). On a CPU the kernels run in Triton's interpreter with 16-query x 32-key tiles (one
+case the other way round), so the short sequences here still cross several blocks of both kinds.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kernels import fox_attention_triton
+from kernels import fox_bwd_onepass as op
+from kernels.test_kernels import CUDA, DEV, MODERATE, NEAR1, STRONG, check, make, reference
+
+NAMES = ["out", "dq", "dk", "dv", "dlog_fgate"]
+
+
+def run(q, k, v, log_fgate, do, **kw):
+    x = [t.detach().clone().requires_grad_() for t in (q, k, v, log_fgate)]
+    o = op.fox_attention_onepass(*x, **kw)
+    o.backward(do)
+    return [o.detach()] + [t.grad for t in x]
+
+
+CASES = [  # B, Tq, Tk, H, Hkv, D, dtype, gate
+    (1, 1, 1, 2, 2, 16, torch.float32, MODERATE),      # a single token: dq = dk = 0 exactly
+    (2, 15, 15, 4, 2, 16, torch.bfloat16, NEAR1),      # GQA 2:1, under one key block
+    (1, 63, 63, 2, 2, 64, torch.float16, STRONG),
+    (1, 63, 63, 1, 1, 128, torch.float32, STRONG),
+    (1, 300, 300, 1, 1, 16, torch.bfloat16, MODERATE),  # many blocks
+    (1, 1, 77, 2, 1, 16, torch.bfloat16, MODERATE),    # one query over 77 keys
+    (1, 20, 63, 2, 2, 64, torch.bfloat16, NEAR1),      # Tq < Tk, the diagonal off the block grid
+    # float32 under very strong forgetting: the gate gradient's row and column sums must cancel
+    # (2e-5 threshold; a per-pass rounding of c in the two-pass kernel gave 4e-5 here)
+    (1, 300, 300, 2, 2, 32, torch.float32, -10.0),   # as in test_kernels.py
+]
+
+
+@pytest.mark.parametrize("B,Tq,Tk,H,Hkv,D,dtype,gate", CASES)
+def test_matches_reference(B, Tq, Tk, H, Hkv, D, dtype, gate):
+    args = make(B, Tq, Tk, H, Hkv, D, dtype, gate)
+    got = run(*args)
+    check(got, reference(*args), dtype)
+    for n, g, x in zip(NAMES[1:], got[1:], args[:4]):
+        assert g.shape == x.shape and g.dtype == x.dtype, f"{n}: {g.shape} {g.dtype}"
+
+
+# dq_mode="ordered": the same tiles, dQ summed in place in a fixed order (from the last key
+# block down). The interpreter runs programs one after another, so this checks the arithmetic and
+# the order (each query block's first contribution stores, later ones add, key block 0 finishes),
+# not the spin waits under concurrency, which only a GPU exercises.
+@pytest.mark.parametrize("B,Tq,Tk,H,Hkv,D,dtype,gate", [CASES[1], CASES[5], CASES[6]])
+def test_ordered_matches_reference(B, Tq, Tk, H, Hkv, D, dtype, gate):
+    args = make(B, Tq, Tk, H, Hkv, D, dtype, gate)
+    check(run(*args, dq_mode="ordered"), reference(*args), dtype)
+
+
+@pytest.mark.parametrize("dtype,mode", [(torch.float32, "workspace"), (torch.bfloat16, "workspace"),
+                                        (torch.bfloat16, "ordered")])
+def test_varlen(dtype, mode):
+    # sequences of 1, 16, 0, 63 and 70 tokens packed into one row; GQA 2:1
+    cu = torch.tensor([0, 1, 17, 17, 80, 150], dtype=torch.int32, device=DEV)
+    args = make(1, 150, 150, 2, 1, 16, dtype, STRONG if dtype == torch.float32 else MODERATE)
+    check(run(*args, cu_seqlens=cu, dq_mode=mode), reference(*args, cu_seqlens=cu), dtype)
+
+
+@pytest.mark.skipif(CUDA, reason="interpreter block shapes; the GPU runs its own configs")
+@pytest.mark.parametrize("mode", ["workspace", "ordered"])
+def test_query_tiles_wider_than_key_tiles(mode):
+    """BLOCK_M > BLOCK_N: several key blocks start their query loop at the same query block, which
+    is what the reducer's last-key-block bound (and the ordered mode's count) must get right."""
+    args = make(1, 75, 90, 2, 1, 16, torch.bfloat16, MODERATE, seed=4)
+    op.set_config((32, 16, 4, 1))
+    try:
+        got = run(*args, dq_mode=mode)
+    finally:
+        op.set_config()
+    check(got, reference(*args), torch.bfloat16)
+
+
+def test_deterministic_and_chunking_changes_nothing():
+    """Two runs are bitwise equal, and so is a run whose dQ workspace is bounded to one head per
+    launch (2 launches here instead of 1). GQA 2:1, so the per-head dk, dv parts are summed too."""
+    args = make(1, 50, 50, 2, 1, 16, torch.bfloat16, MODERATE, seed=3)
+    a, b = run(*args), run(*args)
+    for n, x, y in zip(NAMES, a, b):
+        assert torch.equal(x, y), f"{n} differs between two runs"
+    q, k, v, log_fgate, do = args
+    x = [t.detach().clone().requires_grad_() for t in (q, k, v, log_fgate)]
+    o = fox_attention_triton(*x)   # the shipped forward; its saved tensors feed the one-pass backward
+    ch, cl, _ = op._ft._gate_words(log_fgate, None)
+    ctx = o.grad_fn
+    _, _, _, _, o_res, lse, _, _, _ = ctx.saved_tensors
+    n_blocks = -(-50 // op._configs(q.device, 16)[0][1])
+    per_head = n_blocks * 50 * (16 + 1) * 4                  # one head's workspace, B = 1
+    assert op._heads_per_chunk(1, 2, n_blocks, 50, 16, per_head) == 1
+    got = op.fox_bwd_onepass(q, k, v, o.detach(), o_res, do, lse, ch, cl, 16 ** -0.5,
+                             workspace_bytes=per_head)
+    for n, x, y in zip(NAMES[1:], got, a[1:]):
+        assert torch.equal(x, y), f"{n}: chunked workspace changed the result"
+    c, d = run(*args, dq_mode="ordered"), run(*args, dq_mode="ordered")
+    for n, x, y in zip(NAMES, c, d):
+        assert torch.equal(x, y), f"ordered: {n} differs between two runs"
+    for n, x, y in zip(NAMES[2:4], a[2:4], c[2:4]):     # dk, dv do not depend on the dq mode
+        assert torch.equal(x, y), f"{n} depends on dq_mode"
+
+
+def test_forward_is_the_shipped_one():
+    args = make(1, 40, 40, 2, 2, 16, torch.bfloat16, MODERATE, seed=5)
+    assert torch.equal(op.fox_attention_onepass(*args[:4]), fox_attention_triton(*args[:4]))
+
+
+def test_heads_per_chunk():
+    per_head = 2 * 64 * 8192 * 129 * 4                     # B2 T8192 D128, 128-key blocks
+    assert op._heads_per_chunk(2, 16, 64, 8192, 128, None) == 16
+    assert op._heads_per_chunk(2, 16, 64, 8192, 128, 4 * per_head) == 4
+    assert op._heads_per_chunk(2, 16, 64, 8192, 128, 4 * per_head - 1) == 3
+    assert op._heads_per_chunk(2, 16, 64, 8192, 128, 1) == 1      # one head is the floor
+    assert op._heads_per_chunk(2, 16, 64, 8192, 128, 10 ** 15) == 16
+
+
+def test_bad_inputs():
+    q, k, v, log_fgate, do = make(1, 8, 8, 2, 2, 16, torch.float32, MODERATE)
+    with pytest.raises(NotImplementedError, match="causal=False"):
+        op.fox_attention_onepass(q, k, v, log_fgate, causal=False)
+    with pytest.raises(ValueError, match="seqlen_q"):        # fox_triton's checks, shared
+        op.fox_attention_onepass(torch.randn(1, 9, 2, 16), k, v, log_fgate)
+    with pytest.raises(ValueError, match="sm_scale"):
+        op.fox_attention_onepass(q, k, v, log_fgate, sm_scale=-1.0)
+    with pytest.raises(ValueError, match="dq_mode"):
+        op.fox_attention_onepass(q, k, v, log_fgate, dq_mode="atomic")
+    with pytest.raises(ValueError, match="power-of-two"):
+        op.set_config((24, 32, 4, 1))
+    with pytest.raises(ValueError, match="max_seqlen"):
+        cu = torch.tensor([0, 8], dtype=torch.int32)
+        op.fox_bwd_onepass(q, k, v, q, None, do, torch.zeros(1, 2, 8), torch.zeros(1, 2, 8),
+                           torch.zeros(1, 2, 8), 0.25, cu_seqlens=cu)
+    with pytest.raises(ValueError, match="do must be contiguous"):
+        op.fox_bwd_onepass(q, k, v, q, None, do.transpose(1, 2).contiguous().transpose(1, 2),
+                           torch.zeros(1, 2, 8), torch.zeros(1, 2, 8), torch.zeros(1, 2, 8), 0.25)
+
+
+def test_hopper_config_compiles_without_loop_spills():
+    """The shipped sm_90 config at D = 128 (ahead-of-time compile with the ptxas Triton ships; no
+    GPU): fits in shared memory, uses wgmma, no spill inside a loop. dq_mode="ordered" with the
+    same config: fits, wgmma, and its query loop is still software-pipelined (cp.async), which is
+    what its inline-PTX wait is for (a Triton while loop and CTA barriers there lose it)."""
+    import json
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}    # a real compile
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import json; from kernels import fox_bwd_onepass as op; "
+            "print(json.dumps([op.compile_reading(128, op._HOPPER[128], ordered=o) for o in (False, True)]))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True)
+    if "not found" in p.stderr and "cuobjdump" in p.stderr:
+        pytest.skip("Triton's NVIDIA backend has no cuobjdump here")
+    assert p.returncode == 0, p.stderr[-2000:]
+    plain, ordered = json.loads(p.stdout.strip().splitlines()[-1])
+    for r in (plain, ordered):
+        assert "error" not in r, r
+        assert r["fits"], r
+        assert r["hgmma"] > 0 and not r["wgmma_serialized"], f"no (or serialized) wgmma: {r}"
+        assert r["loop_ops"]["LDGSTS"] > 0, f"query loop not pipelined: {r}"
+    assert plain["loop_spill"] == 0, f"spills inside the loops: {plain}"
