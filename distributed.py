@@ -128,6 +128,14 @@ def setup(device=None, backend=None, timeout_s=1800):
 def teardown():
     """Leave the process group (if one was made); safe to call more than once."""
     if dist.is_initialized():
+        if dist.get_backend() == "gloo":
+            # wait for the other ranks first: a gloo rank that tears down while another still talks to it
+            # can abort at exit (seen here about once in six 2-rank jobs). The wait is bounded, so a rank
+            # whose peer died does not hang (torchrun stops the job then anyway)
+            try:
+                dist.monitored_barrier(timeout=timedelta(seconds=60))
+            except RuntimeError:
+                pass
         dist.destroy_process_group()
 
 

@@ -75,6 +75,9 @@ def _worker(tmp):
                                                     "--out", f"{tmp}/fsdp.pt"]))
     check("train_resume", lambda: train.main(TINY + ["--batch", str(B), "--out", f"{tmp}/resumed.pt",
                                                       "--resume", f"{tmp}/stopped.pt.state"]))
+    outputs.RUNS = f"{tmp}/runs"         # the default output: one run folder, named on rank 0
+    check("train_run_dir", lambda: train.main(TINY + ["--batch", str(B)]))
+    check("eval_only", lambda: outputs.cli(train.main, ["--eval-only", "--checkpoint", f"{tmp}/one.pt"]))
 
     def analysis():        # the command line's path: forget.py -> heads.main -> analyse_model
         printed = io.StringIO()
@@ -128,6 +131,8 @@ def _launch(tmp, world=2, limit_s=240):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
            os.path.abspath(__file__), tmp]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s)
+    with open(f"{tmp}/job_stderr.txt", "w") as fh:        # the whole log, for a failure's first lines
+        fh.write(r.stderr)
     if r.returncode != 0:
         pytest.fail(f"torchrun exited with {r.returncode}:\n{r.stderr[-4000:]}")
 
@@ -194,6 +199,15 @@ def test_only_rank0_writes_and_nothing_temporary_is_left(job):
     assert not [n for n in names if n.endswith(".tmp") or n.startswith(".")], names
     for run in ("ddp", "fsdp", "resumed"):
         assert names.count(f"{run}.pt") == 1
+
+
+def test_default_run_folder_is_named_once_on_rank_0(job):
+    tmp, ranks = job
+    _ok(ranks, "train_run_dir")
+    runs = os.listdir(f"{tmp}/runs")
+    assert len(runs) == 1 and runs[0].startswith("train-"), runs
+    assert os.listdir(f"{tmp}/runs/{runs[0]}") == ["fox_shakespeare.pt"]
+    assert [r["eval_only"] for r in ranks] == [2, 2]           # a single-process command, refused on every rank
 
 
 def test_resumed_run_continues_the_same_data_order(job):
@@ -350,6 +364,20 @@ def test_stop_and_resume_in_one_process_is_exact_with_dropout(tmp_path):
     split, ms = load_model(str(tmp_path / "split.pt"))
     assert ms["losses"] == mf["losses"]
     assert all(torch.equal(a, b) for a, b in zip(full.state_dict().values(), split.state_dict().values()))
+
+
+def test_train_api_refuses_a_bad_stop_or_resume_without_the_data_order(tmp_path):
+    import train
+    cfg = train.TrainConfig(steps=3, batch=1, context=32, eval_seqs=1, log_every=0, threads=1)
+    small = FoXConfig(d_model=16, n_layers=1, n_heads=2, context=32)
+    for stop in (0, 3, 1.5, True):
+        with pytest.raises(ValueError, match="stop_at must be an int in"):
+            train.train(small, cfg, str(tmp_path / "m.pt"), stop_at=stop)
+    with pytest.raises(ValueError, match="default data order"):
+        train.train(small, cfg, str(tmp_path / "m.pt"), next_batch=lambda step: None, stop_at=1)
+    with pytest.raises(ValueError, match="start, stop"):
+        train.train_loop(torch.nn.Linear(2, 1), cfg, lambda step: None, start=2, stop=1)
+    assert os.listdir(tmp_path) == []
 
 
 def test_main_only_runs_in_the_main_process_alone(monkeypatch):
