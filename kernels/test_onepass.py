@@ -52,6 +52,15 @@ def test_matches_reference(B, Tq, Tk, H, Hkv, D, dtype, gate):
         assert g.shape == x.shape and g.dtype == x.dtype, f"{n}: {g.shape} {g.dtype}"
 
 
+def test_gate_gradient_tq_below_tk_float32():
+    """float32, log g ~ -3, Tq 63 < Tk 70, GQA: a case where the two-pass backward's dlog_fgate
+    measured 2.6e-5 (over the 2e-5 threshold: its two passes recompute dS separately and the row
+    and column sums cancel only to their rounding); the one-pass backward's sums share one dS tile
+    (2.7e-6 measured). The threshold is not loosened for either."""
+    args = make(1, 63, 70, 2, 1, 16, torch.float32, STRONG, seed=4)
+    check(run(*args), reference(*args), torch.float32)
+
+
 # dq_mode="ordered": the same tiles, dQ summed in place in a fixed order (from the last key
 # block down). The interpreter runs programs one after another, so this checks the arithmetic and
 # the order (each query block's first contribution stores, later ones add, key block 0 finishes),
