@@ -449,38 +449,6 @@ def test_pruning_varlen(small_tiles):
     check(got, want, torch.float32)
 
 
-# ---------------------------------------------------------------------------------------------
-# one-pass backward (FOX_ONEPASS_BWD=1)
-# ---------------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("B,Tq,Tk,H,Hkv,D,dtype,gate", [
-    (1, 150, 150, 2, 1, 32, torch.float32, -10.0),     # GQA; the gate gradient's hard case
-    (1, 20, 63, 2, 2, 64, torch.bfloat16, NEAR1),      # Tq < Tk
-    (2, 15, 15, 2, 2, 80, torch.float16, STRONG),      # padded head dim
-])
-def test_onepass_backward(monkeypatch, B, Tq, Tk, H, Hkv, D, dtype, gate):
-    monkeypatch.setenv("FOX_ONEPASS_BWD", "1")
-    args = make(B, Tq, Tk, H, Hkv, D, dtype, gate, seed=9)
-    check(run(*args), reference(*args), dtype)
-
-
-def test_onepass_backward_varlen_pruned_deterministic(monkeypatch):
-    monkeypatch.setenv("FOX_ONEPASS_BWD", "1")
-    cu = torch.tensor([0, 1, 17, 17, 80, 150], dtype=torch.int32, device=DEV)
-    args = make(1, 150, 150, 2, 1, 32, torch.float32, STRONG)
-    got = run(*args, cu_seqlens=cu)
-    check(got, reference(*args, cu_seqlens=cu), torch.float32)
-    assert all(torch.equal(a, b) for a, b in zip(got, run(*args, cu_seqlens=cu)))
-    # under pruning: the same gradients as the two-pass backward
-    one = run(*args, cu_seqlens=cu, adaptive_threshold=-2.0)
-    monkeypatch.setenv("FOX_ONEPASS_BWD", "0")
-    two = run(*args, cu_seqlens=cu, adaptive_threshold=-2.0)
-    check(one, two, torch.float32)
-    monkeypatch.setenv("FOX_ONEPASS_BWD", "yes")
-    with pytest.raises(ValueError, match="FOX_ONEPASS_BWD"):
-        run(*args)
-
-
 def test_pruning_granule_guard(small_tiles):
     """A backward launched with tiles wider than the forward's pruning granule would skip other
     pairs than the forward did: it raises instead."""
