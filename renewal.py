@@ -243,7 +243,7 @@ class VarianceLaw:
 REGIME_FRACTION = 0.25
 
 
-def _finish(lead, const, L, kappa, what):
+def _variance_law(lead, const, L, kappa, what):
     v = lead + const
     if not v > 0:
         raise OutsideRegime(f"{what} gives Var[N] = {v:.4g} <= 0 at L/kappa = {L / kappa:.4g}: L is far "
@@ -260,7 +260,7 @@ def bartlett_var(kappa, sigma2_lr, sum_k_gamma_k, L):
     (`second_order_var` has them), +1.3% at L/kappa = 200 for tau = 18 (measured).
     """
     lead = dependent_var(kappa, sigma2_lr, L)
-    return _finish(lead, bartlett_correction(sum_k_gamma_k, kappa), L, kappa, "the Bartlett-corrected law")
+    return _variance_law(lead, bartlett_correction(sum_k_gamma_k, kappa), L, kappa, "the Bartlett-corrected law")
 
 
 def second_order_constant(kappa, sigma2_lr, kappa3_lr, sum_k_gamma_k):
@@ -294,7 +294,7 @@ def second_order_var(kappa, sigma2_lr, kappa3_lr, sum_k_gamma_k, L):
     """
     lead = dependent_var(kappa, sigma2_lr, L)
     const = second_order_constant(kappa, sigma2_lr, kappa3_lr, sum_k_gamma_k)
-    return _finish(lead, const, L, kappa, "the second-order law")
+    return _variance_law(lead, const, L, kappa, "the second-order law")
 
 
 def finite_n_var(kappa, gamma, L):
