@@ -39,6 +39,7 @@ MAX_LAG = 256
 LAWS = ("iid", "lr", "mix")                 # iid, autocorrelation-adjusted, document-mixture
 LAW_NAMES = dict(iid="iid law holds", lr="autocorrelation-adjusted law holds", mix="document-mixture law holds")
 L_SHARE = math.log(1e3)                      # L at which the between-document share of Var[W] is reported
+CURVE_POINTS = 4                             # thresholds in the curve test (spread evenly over the usable ones)
 LONG_TRACES = 8192                           # the trace length a censored head needs before it is falsified
 
 
@@ -115,7 +116,8 @@ class HeadResult:
     stratum_kappa: dict = field(default_factory=dict)      # label -> mean of per-sequence kappa_d
     stratum_share: float = field(default_factory=_nan)     # share of B between strata
     se_stratum_share: float = field(default_factory=_nan)
-    # calibration: parametric-bootstrap inflation of each test's statistic (>= 1), per law
+    # calibration per law: [c, nu] of the scaled chi-square fitted to the bootstrap's z^2 and curve F
+    # (curve_p_* are then the calibrated p-values: the larger of nominal and calibrated)
     n_boot: int = 0
     calib_slope: dict = field(default_factory=dict)
     calib_curve: dict = field(default_factory=dict)
@@ -264,31 +266,36 @@ def _gls_lack_of_fit(D, D_loo, X):
     S, n = D_loo.shape
     p = n - X.shape[1]
     if p < 1 or p >= S:
-        return float("nan")
+        return float("nan"), float("nan")
     dev = D_loo - D_loo.mean(0)
     C = (S - 1) / S * dev.T @ dev                                                   # (n, n)
     Ci = np.linalg.pinv(C, rcond=1e-12, hermitian=True)
     beta = np.linalg.pinv(X.T @ Ci @ X) @ (X.T @ Ci @ D)
     r = D - X @ beta
     T2 = float(r @ Ci @ r)
-    return float(stats.f.sf(T2 * (S - p) / (p * (S - 1)), p, S - p))
+    F = T2 * (S - p) / (p * (S - 1))
+    return float(stats.f.sf(F, p, S - p)), float(F)
 
 
 def _tests(V, V_loo, Lu, curves):
     """Slope z and curve p-value of each law against the measured Var[W] V (n,) at Lu, V_loo (S, n).
-    Returns {law: (z, se of the slope difference, predicted slope, curve p)}, plus the measured slope,
+    Returns {law: (z, se of the slope difference, predicted slope, curve p, curve F)}, plus the measured slope,
     its SE and the straight line's lack-of-fit p under the keys 'slope', 'slope_se', 'linear_p'."""
     A = np.stack([Lu, np.ones_like(Lu)], 1)
     pinvA = np.linalg.pinv(A)                                                       # least-squares slope: row 0
     slope, slope_loo = pinvA[0] @ V, V_loo @ pinvA[0]
+    sub = np.unique(np.round(np.linspace(0, len(Lu) - 1, min(CURVE_POINTS, len(Lu)))).astype(int))
     out = dict(slope=float(slope), slope_se=float(_jackknife(slope_loo)),
-               linear_p=_gls_lack_of_fit(V, V_loo, A))
-    ones = np.ones((len(Lu), 1))
+               linear_p=_gls_lack_of_fit(V[sub], V_loo[:, sub], A[sub])[0])
+    # the curve test on CURVE_POINTS thresholds spread over the usable ones: neighbouring eps share most
+    # of their windows, and a jackknife covariance of many nearly collinear values is unstable
+    sub = np.unique(np.round(np.linspace(0, len(Lu) - 1, min(CURVE_POINTS, len(Lu)))).astype(int))
+    ones = np.ones((len(sub), 1))
     for law, (P, P_loo) in curves.items():
         d, d_loo = slope - pinvA[0] @ P, slope_loo - P_loo @ pinvA[0]
         se = float(_jackknife(d_loo))
         z = float(d / se) if se > 0 else float("inf")
-        out[law] = (z, se, float(pinvA[0] @ P), _gls_lack_of_fit(V - P, V_loo - P_loo, ones))
+        out[law] = (z, se, float(pinvA[0] @ P)) + _gls_lack_of_fit((V - P)[sub], (V_loo - P_loo)[:, sub], ones)
     return out
 
 
@@ -326,32 +333,83 @@ def _null_traces(x, law, phi, rng, kd=None):
     return y
 
 
+def _scaled_chi2(u):
+    """Two-moment (Satterthwaite) fit of c chi^2_nu to bootstrap draws u (B,) of a squared statistic:
+    c = var / (2 mean), nu = 2 mean^2 / var. Returns (c, nu), or None with fewer than 3 finite draws."""
+    u = np.asarray(u, dtype=np.float64)
+    u = u[np.isfinite(u)]
+    if len(u) < 3 or u.var(ddof=1) <= 0:
+        return None
+    m, v = u.mean(), u.var(ddof=1)
+    return float(v / (2 * m)), float(2 * m * m / v)
+
+
 def _calibrate(x, Lu, r0, n_boot, seed, laws):
-    """Parametric-bootstrap inflation factors of each law's two statistics: the root mean square of
-    |z| (slope) and of the curve test's normal score Phi^-1(1 - p/2) on n_boot traces where the law
-    holds, over the same under a nominal (Student t / uniform p) law; floored at 1 (never more liberal
-    than nominal). Returns ({law: slope factor}, {law: curve factor})."""
-    S, T = x.shape
+    """The null law of each law's two statistics on n_boot parametric-bootstrap heads where that law holds
+    (_null_traces): the squared slope z and the curve test's Hotelling F, each fitted by a scaled
+    chi-square (_scaled_chi2, which keeps a heavy tail when the draws have one). Returns
+    ({law: [c, nu] of z^2}, {law: [c, nu] of F})."""
     g = _gates(x)
     phi = float(np.clip((g.tau - 1) / (g.tau + 1), -0.95, 0.99))
     rng = np.random.default_rng(seed)
-    nominal_z2 = (S - 1) / (S - 3) if S > 3 else float("inf")
     k_slope, k_curve = {}, {}
     for law in laws:
-        zs, qs = [], []
+        z2, F = [], []
         for _ in range(n_boot):
-            y = _null_traces(x, law, phi, rng, g.kd)
-            _, _, t = _fit(y, Lu, r0)
-            if law not in t:
-                continue
-            z, _, _, p = t[law]
-            zs.append(z)
-            if math.isfinite(p):
-                qs.append(stats.norm.isf(max(p, 1e-300) / 2))
-        zs, qs = np.asarray(zs), np.asarray(qs)
-        k_slope[law] = float(max(1.0, math.sqrt(np.mean(zs ** 2) / nominal_z2))) if len(zs) else float("nan")
-        k_curve[law] = float(max(1.0, math.sqrt(np.mean(qs ** 2)))) if len(qs) else float("nan")
+            t = _fit(_null_traces(x, law, phi, rng, g.kd), Lu, r0)[2]
+            if law in t:
+                z2.append(t[law][0] ** 2)
+                F.append(t[law][4])
+        k_slope[law], k_curve[law] = _scaled_chi2(z2), _scaled_chi2(F)
     return k_slope, k_curve
+
+
+def _p_values(t_law, S, calib_slope=None, calib_curve=None):
+    """p-values of one law's slope and curve tests: nominal (Student t, Hotelling F), or with a bootstrap
+    calibration [c, nu] the larger of the nominal and the scaled chi-square one (never more liberal)."""
+    zl, _, _, p_curve, F = t_law
+    p_slope = float(2 * stats.t.sf(abs(zl), S - 1))
+    if calib_slope:
+        p_slope = max(p_slope, float(stats.chi2.sf(zl * zl / calib_slope[0], calib_slope[1])))
+    if calib_curve and math.isfinite(F):
+        p_curve = max(p_curve, float(stats.chi2.sf(F / calib_curve[0], calib_curve[1])))
+    return p_slope, p_curve
+
+
+def _z_band(z, alpha, S, calib_slope=None):
+    """The slope test's critical |z|: z, or the calibrated one where larger."""
+    if not calib_slope:
+        return z
+    return max(z, math.sqrt(calib_slope[0] * stats.chi2.isf(alpha, calib_slope[1])))
+
+
+def _rejects(t_law, S, alpha, calib_slope=None, calib_curve=None):
+    """Whether one law's tests reject it at level alpha each (_p_values)."""
+    p_slope, p_curve = _p_values(t_law, S, calib_slope, calib_curve)
+    return bool(p_slope < alpha or (math.isfinite(p_curve) and p_curve < alpha))
+
+
+def false_positive_rate(lg, law, n_rep, levels, seed=0):
+    """How often the verdict rejects `law` on n_rep simulated heads where it holds, matched to the head's
+    log-gate traces lg (S, T) as the bootstrap's (same usable eps). levels: list of (z, calib_slope,
+    calib_curve): the slope test's critical value (both tests run at its level alpha) and the bootstrap
+    calibrations of HeadResult.calib_slope/calib_curve[law] (None: nominal), all counted on the same
+    replicates. Returns rejections per level (list of ints)."""
+    x = forget.increments_from_log_gates(np.asarray(lg, dtype=np.float64))
+    S, T = x.shape
+    r = analyse_head(lg)
+    Lu = np.array([L for L, u in zip(r.L_list, r.usable) if u])
+    if len(Lu) < 3:
+        raise ValueError(f"lg: only {len(Lu)} usable eps; the verdict does not test this head")
+    g = _gates(x)
+    phi = float(np.clip((g.tau - 1) / (g.tau + 1), -0.95, 0.99))
+    rng = np.random.default_rng(seed)
+    counts = [0] * len(levels)
+    for _ in range(n_rep):
+        t = _fit(_null_traces(x, law, phi, rng, g.kd), Lu, T // 2)[2][law]
+        for i, (z, cs, cc) in enumerate(levels):
+            counts[i] += _rejects(t, S, float(2 * stats.t.sf(z, S - 1)), cs, cc)
+    return counts
 
 
 def analyse_head(lg, eps_list=EPS_SCAN, z=None, layer=0, head=0, n_heads=1, strata=None, n_boot=0, seed=0):
@@ -466,21 +524,20 @@ def analyse_head(lg, eps_list=EPS_SCAN, z=None, layer=0, head=0, n_heads=1, stra
         res.calib_slope, res.calib_curve = _calibrate(x, Lu, r0, n_boot, seed, laws)
     held, rejected, loose = None, [], []
     for law in laws:
-        zl, se_d, pred, p = t[law]
+        zl, se_d, pred, p, _ = t[law]
+        cs, cc = res.calib_slope.get(law), res.calib_curve.get(law)
+        p_slope, p_curve = _p_values(t[law], S, cs, cc)
         setattr(res, f"z_{law}", zl)
         setattr(res, f"pred_slope_{law}", pred)
-        setattr(res, f"curve_p_{law}", p)
-        ks, kc = res.calib_slope.get(law, 1.0), res.calib_curve.get(law, 1.0)
-        # the curve test on the calibrated normal score, at the slope test's level alpha
-        p_cal = float(2 * stats.norm.sf(stats.norm.isf(p / 2) / kc)) if math.isfinite(p) else float("nan")
-        rej = abs(zl) > ks * z or (math.isfinite(p_cal) and p_cal < alpha)
+        setattr(res, f"curve_p_{law}", p_curve)
+        zb = _z_band(z, alpha, S, cs)
         # a law "holds" only if the test could have seen it fail: the band of the slope difference must
         # be narrower than half the predicted slope; rejecting a law needs no such precision
-        if rej:
+        if p_slope < alpha or (math.isfinite(p_curve) and p_curve < alpha):
             rejected.append(law)
             res.rejected.append(law)
-        elif ks * z * se_d > 0.5 * abs(pred):
-            loose.append(f"{law}: +-{ks * z * se_d / abs(pred):.0%}")
+        elif zb * se_d > 0.5 * abs(pred):
+            loose.append(f"{law}: +-{zb * se_d / abs(pred):.0%}")
         elif law == "mix" and not res.mix_B > z * res.se_mix_B:
             # without a resolved between-document term the mixture is the adjusted law with noise added
             loose.append(f"mix: between-document term B unresolved, z = {res.mix_B / res.se_mix_B:.1f}")
@@ -582,7 +639,7 @@ def mass_windows(attn, x, eps, rows):
     return d.transpose(1, 2)
 
 
-N_BOOT = 20                                  # parametric-bootstrap replicates per law and head (--n-boot)
+N_BOOT = 30                                  # parametric-bootstrap replicates per law and head (--n-boot)
 
 
 def source_labels(spans):
