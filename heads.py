@@ -2,23 +2,36 @@
 
 For every layer and head, from log-gate traces (S sequences, T positions):
   - kappa, sigma^2 of X = -log g; rho_k of X; tau = 1 + 2 sum rho_k (Geyer's initial positive
-    sequence); sigma_LR^2 = sigma^2 tau;
-  - per-row windows W_i(eps) over a scan of eps, on query rows in the second half of each sequence;
-    an eps at which any such row is censored (its window reaches the sequence start) is reported
-    but kept out of every fit (averaging censored rows would bias the variance down), and so is an
-    eps outside the regime the laws claim (L/kappa >= 4 tau);
-  - the falsifier: the slope of Var[W] against L = ln(1/eps) versus sigma^2/kappa^3 (iid law) and
-    sigma_LR^2/kappa^3 (autocorrelation-adjusted law), with jackknife-over-sequences standard errors
-    (rows of one sequence are strongly dependent; sequences are the independent units);
+    sequence), with each sequence centred on its own mean (tau) and on the grand mean (tau_grand: a
+    document-level shift in kappa then counts as long memory); sigma_LR^2 = sigma^2 tau;
+  - per-row windows W_i(eps) over a scan of eps, on query rows in the second half of each sequence
+    (rows 1024-2047 of the default 2048-token sequences lie beyond the shipped model's 1024-token
+    training context; max_len analyses rows inside it); an eps at which any such row is censored (its
+    window reaches the sequence start) is reported but kept out of every fit, and so is an eps outside
+    the regime the laws claim (L/kappa >= 4 tau, sigma^2 L/kappa^3 >= 0.3);
+  - three laws for Var[W](L): iid sigma^2 L/kappa^3, autocorrelation-adjusted sigma_LR^2 L/kappa^3, and
+    the document mixture A L + B L^2 (each sequence a document with its own kappa_d: A the mean
+    within-document slope, B = Var_d(1/kappa_d) with the stationary sampling noise of kappa_d removed),
+    with the between-document share of Var[W] and, where the sequences' sources are known, the part of
+    it between sources;
+  - two tests per law, with jackknife-over-sequences errors (rows of one sequence share their gates;
+    sequences are the independent units): the slope of Var[W] against L, and a Hotelling lack-of-fit
+    test of the whole curve (free constant) with the jackknife covariance across eps;
+  - calibration: a parametric bootstrap per head and law (the head's empirical quantile function on a
+    Gaussian AR(1) latent with the head's tau; for the mixture each sequence scaled to its own kappa_d)
+    fits a scaled chi-square to each statistic's null draws; a p-value is the larger of nominal and
+    calibrated (never more liberal than nominal);
   - the attention-mass window (smallest d holding 1 - eps of row i's actual attention) against the
     decay-only window, to show how much the content term q.k moves it.
-Verdicts: "iid law holds", "autocorrelation-adjusted law holds", "falsified" (with reasons), or
-"undetermined" (too few uncensored eps, or no forgetting at all).
+Verdicts: "iid law holds", "autocorrelation-adjusted law holds", "document-mixture law holds" (the
+first law that both tests keep and whose slope band is narrower than half its prediction; the mixture
+only with a resolved between-document term), "falsified" (every law rejected), or "undetermined" (too
+few usable eps, too imprecise, no forgetting, or a censored head on traces shorter than 8192 tokens).
 
-Critical value: one default everywhere, the two-sided 95% Student-t quantile with S - 1 degrees of
-freedom, Bonferroni-corrected over the heads analysed (critical_z). analyse_model and analyse_traces
-pass the number of heads they analyse; a single analyse_head call reproduces their verdict with the
-same n_heads. The command line is `python forget.py` (this module has none of its own).
+Level: the two-sided 95% Student-t quantile with S - 1 degrees of freedom, Bonferroni-corrected over the
+heads analysed (critical_z), for each test. analyse_model and analyse_traces pass the number of heads
+they analyse; a single analyse_head call reproduces their verdict with the same n_heads. The command
+line is `python forget.py` (main here parses it; `python heads.py` only describes the module).
 """
 import math
 import os

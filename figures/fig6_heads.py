@@ -35,7 +35,10 @@ def make(ctx):
     if not heads:
         raise Skip(f"{path} has no 'heads' entries")
     verdicts = sorted({str(h.get("verdict")) for h in heads})
-    vcol = {v: plt.cm.tab10(i) for i, v in enumerate(verdicts)}
+    fixed = {"iid law holds": "tab:green", "autocorrelation-adjusted law holds": "tab:blue",
+             "document-mixture law holds": "tab:orange", "falsified": "tab:red", "undetermined": "tab:gray"}
+    vcol = {v: plt.matplotlib.colors.to_rgba(fixed[v]) if v in fixed else plt.cm.tab10(5 + i % 5)
+            for i, v in enumerate(verdicts)}
     fig, axs = plt.subplots(2, 2, figsize=(12.5, 10))
     ag, asl, amn, adm = axs.ravel()
 
