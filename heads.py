@@ -921,6 +921,11 @@ def main(argv=None):
     import hf_models
     import outputs
     a = build_parser().parse_args(argv)
+    # the verdict's own options apply to the shipped model and saved traces only: never ignored silently
+    own = [f for f, on in (("--max-len", a.max_len is not None), ("--n-boot", a.n_boot != N_BOOT)) if on]
+    if own and (hf_models.wants_model(a) or a.synthetic):
+        raise outputs.UsageError(f"{' and '.join(own)} apply to the shipped model or --traces; "
+                                 f"not to {'--model' if hf_models.wants_model(a) else '--synthetic'}")
     if hf_models.wants_model(a):
         return hf_models.main(a)
     forget.check_args(a)

@@ -118,3 +118,28 @@ def test_bootstrap_widens_heavy_tailed_tests():
     assert heavy.excess_kurtosis > 50 and light.excess_kurtosis < 5
     band = lambda r: heads._z_band(z, alpha, S, r.calib_slope["iid"])
     assert band(heavy) > 1.2 * z and band(light) < 1.2 * z
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--max-len", "8"], ["--max-len", "32"]),
+    (["--max-len", "4096"], ["--max-len", "--seq-len"]),
+    (["--n-boot", "-1"], ["--n-boot"]),
+    (["--synthetic", "--max-len", "512"], ["--max-len", "--synthetic"]),
+    (["--synthetic", "--n-boot", "5"], ["--n-boot", "--synthetic"]),
+])
+def test_verdict_options_bad_usage(capsys, argv, words):
+    import outputs
+    rc = outputs.cli(heads.main, argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and all(w in err for w in words), err
+
+
+def test_max_len_beyond_saved_traces_is_an_error(tmp_path):
+    import fox_attention as fa
+    path = str(tmp_path / "t.npz")
+    lg = -forget.LogitNormalGate(2, 0.5).sample(np.random.default_rng(17), (4, 64, 2))
+    fa.save_trace(path, {"blocks.0.attn.hook_log_fgate": torch.from_numpy(lg).float()}, {"heads": 2})
+    with pytest.raises(ValueError, match="--max-len"):
+        heads.analyse_traces(path, max_len=128, n_boot=0)
+    results, info = heads.analyse_traces(path, max_len=32, n_boot=0)
+    assert info["analysed_len"] == 32 and len(results) == 2
