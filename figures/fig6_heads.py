@@ -58,7 +58,8 @@ def make(ctx):
     ag.grid(False)
     ag.set_xlabel("head")
     ag.set_ylabel("layer")
-    ag.set_title("(a) verdict per head (colour); forget rate κ (nats/token),\nbetween-document share of Var[W] at ε = 1e-3")
+    ag.set_title("(a) verdict per head (colour); forget rate κ (nats/token),\n"
+                 "between-document share of Var[W] at ε = 1e-3")
     for v in verdicts:
         ag.plot([], [], "s", color=vcol[v], alpha=0.55, ms=9, label=v)
     ag.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, title="verdict")
