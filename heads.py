@@ -275,7 +275,8 @@ def _law_curves(g, Lu, mix):
 def _gls_lack_of_fit(D, D_loo, X):
     """Hotelling lack-of-fit p-value of D (n,) against the column space of X (n, q), with the jackknife
     covariance of D from its leave-one-out values D_loo (S, n): T2 = r' C^-1 r for the GLS residual r,
-    referred to (S - 1) p / (S - p) F(p, S - p) with p = n - q. NaN when p < 1 or p >= S."""
+    referred to (S - 1) p / (S - p) F(p, S - p) with p = n - q. Returns (p-value, F), NaNs when p < 1 or
+    p >= S."""
     S, n = D_loo.shape
     p = n - X.shape[1]
     if p < 1 or p >= S:
@@ -297,12 +298,11 @@ def _tests(V, V_loo, Lu, curves):
     A = np.stack([Lu, np.ones_like(Lu)], 1)
     pinvA = np.linalg.pinv(A)                                                       # least-squares slope: row 0
     slope, slope_loo = pinvA[0] @ V, V_loo @ pinvA[0]
+    # the curve tests on CURVE_POINTS thresholds spread over the usable ones: neighbouring eps share most
+    # of their windows, and a jackknife covariance of many nearly collinear values is unstable
     sub = np.unique(np.round(np.linspace(0, len(Lu) - 1, min(CURVE_POINTS, len(Lu)))).astype(int))
     out = dict(slope=float(slope), slope_se=float(_jackknife(slope_loo)),
                linear_p=_gls_lack_of_fit(V[sub], V_loo[:, sub], A[sub])[0])
-    # the curve test on CURVE_POINTS thresholds spread over the usable ones: neighbouring eps share most
-    # of their windows, and a jackknife covariance of many nearly collinear values is unstable
-    sub = np.unique(np.round(np.linspace(0, len(Lu) - 1, min(CURVE_POINTS, len(Lu)))).astype(int))
     ones = np.ones((len(sub), 1))
     for law, (P, P_loo) in curves.items():
         d, d_loo = slope - pinvA[0] @ P, slope_loo - P_loo @ pinvA[0]
