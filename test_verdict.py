@@ -148,3 +148,14 @@ def test_max_len_beyond_saved_traces_is_an_error(tmp_path):
         heads.analyse_traces(path, max_len=128, n_boot=0)
     results, info = heads.analyse_traces(path, max_len=32, n_boot=0)
     assert info["analysed_len"] == 32 and len(results) == 2
+
+
+def test_tau_is_renewals_pooled_acf_under_both_centrings():
+    rng = np.random.default_rng(18)
+    x = -_docs(rng, 1.0)                                        # documents differ: the centrings disagree
+    r = heads.analyse_head(-x)
+    import renewal
+    for centre, tau in (("sequence", r.tau), ("grand", r.tau_grand)):
+        rho = renewal.acf(x, heads.MAX_LAG, pooled=True, centre=centre)
+        assert tau == pytest.approx(1 + 2 * rho[1:renewal.geyer_cut(rho)].sum(), rel=1e-12)
+    assert r.tau_grand > r.tau + 5 * r.se_tau                   # a shift between documents reads as memory
