@@ -554,47 +554,41 @@ def check_args(a):
             raise outputs.UsageError("--json and --save-traces name the same file")
 
 
-def main(argv=None):
-    import hf_models
+def run_synthetic(a):
+    """`python forget.py --synthetic`: the Monte Carlo table (a: parsed and checked arguments)."""
     import outputs
-    p = outputs.parser(__doc__.split("\n")[0])
-    p.add_argument("--synthetic", action="store_true", help="synthetic gates instead of the shipped model's traces")
-    p.add_argument("--eps", type=float, default=1e-3, help="decay threshold in (0, 1)")
-    p.add_argument("--trials", type=int, default=200_000, help="Monte Carlo trials per gate (--synthetic)")
-    p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (--synthetic)")
-    p.add_argument("--checkpoint", default=None,
-                   help="FoX checkpoint for the per-head analysis (None: the shipped checkpoints/fox_shakespeare.pt)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    p.add_argument("--n-seq", type=int, default=32, help="held-out sequences for the per-head analysis")
-    p.add_argument("--traces", default=None, help="analyse saved log-gate traces (.npz from save_trace) instead")
-    p.add_argument("--save-traces", default=None, help="write the captured log-gate traces to this .npz")
-    p.add_argument("--seq-len", type=int, default=2048,
-                   help="tokens per sequence; windows longer than half of it are censored")
-    p.add_argument("--json", default=None, help="write the results as JSON to this path (NaN written as null)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    hf_models.add_arguments(p)                     # --model: a gated Hugging Face style checkpoint
-    outputs.add_common(p)
-    a = p.parse_args(argv)
-    if hf_models.wants_model(a):
-        return hf_models.main(a)
-    check_args(a)
-    if not a.synthetic:
-        try:
-            import heads
-        except ImportError as exc:
-            # never fall back to another analysis: say what is missing
-            raise outputs.MissingPiece(f"the per-head analysis needs heads.py, fox_attention.py, model.py, data.py and train.py beside "
-                                       f"forget.py (a source checkout of the project); {exc}. "
-                                       "`--synthetic` runs without them") from None
-        try:
-            heads.check(a)
-        except ValueError as exc:
-            raise outputs.UsageError(str(exc)) from None
-        return heads.main(a)
     rows = synthetic_table(a.eps, a.trials, a.seed, progress=not a.no_progress)
     print_synthetic(rows)
     if a.json:
         outputs.write_json(a.json, rows)
+
+
+def main(argv=None):
+    """`python forget.py ARGV`: heads.main parses every flag (the per-head analysis, --model, --synthetic).
+    Without heads.py (an installed package) only --synthetic runs, with its own flags."""
+    import outputs
+    try:
+        import heads
+    except ImportError as exc:
+        argv = sys.argv[1:] if argv is None else list(argv)
+        if "--synthetic" not in argv:
+            # never fall back to another analysis: say what is missing
+            raise outputs.MissingPiece(f"the per-head analysis needs heads.py, fox_attention.py, model.py, data.py and train.py beside "
+                                       f"forget.py (a source checkout of the project); {exc}. "
+                                       "`--synthetic` runs without them") from None
+        p = outputs.parser(__doc__.split("\n")[0])
+        p.add_argument("--synthetic", action="store_true", help="synthetic gates (the only analysis without heads.py)")
+        p.add_argument("--eps", type=float, default=1e-3, help="decay threshold in (0, 1)")
+        p.add_argument("--trials", type=int, default=200_000, help="Monte Carlo trials per gate")
+        p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed")
+        p.add_argument("--json", default=None, help="write the results as JSON to this path")
+        p.add_argument("--no-progress", action="store_true", help="no progress bars")
+        outputs.add_common(p)
+        a = p.parse_args(argv)
+        a.n_seq, a.seq_len, a.device, a.traces, a.checkpoint, a.save_traces = 32, 2048, "cpu", None, None, None
+        check_args(a)
+        return run_synthetic(a)
+    return heads.main(argv)
 
 
 if __name__ == "__main__":
