@@ -36,7 +36,11 @@ import numpy as np
 import torch
 from scipy import special
 
+import data
 import forget
+import fox_attention as fa
+import heads as heads_mod
+import model as fm
 import renewal
 
 CONTEXTS = (2048, 8192, 32768, 131072, 1048576)
@@ -103,6 +107,9 @@ def acp_threshold(log_tol, U, T):
 
 
 # ----------------------------------------------------------------------------- the law of one head
+
+
+SURVIVAL_TOL = 1e-2            # pruning predictions need P(N > n) to ~1e-2 (summed over n, relative to E[W])
 
 
 @dataclass
@@ -178,7 +185,7 @@ class HeadLaw:
         if self.sigma2 == 0.0:
             return "deterministic (constant gate)"
         if self.iid and self.gate is not None:
-            if self.gate.survival(L) is not None:
+            if renewal.closed_form_survival(self.gate, L) is not None:
                 return "iid, closed form"
             if L / self.kappa <= EXACT_MAX_STEPS:
                 return "iid, exact numerics"
@@ -207,13 +214,15 @@ class HeadLaw:
             key = round(L, 12)
             if key not in self._cache:
                 if isinstance(self.gate, forget.EmpiricalGate):
-                    # a step CDF gains nothing from Richardson; 4096 cells over [0, L] resolve it to O(L/4096)
-                    fp = renewal.exact_first_passage(self.gate, math.exp(-L), K=4096, richardson=False)
+                    # a trace's step law: its atoms are bracketed to O(h), which bounds the survival (summed
+                    # error <= mean_err) long before Var[W]; only the survival is used here
+                    fp = renewal.exact_first_passage(self.gate, math.exp(-L), tol=SURVIVAL_TOL, var_tol=math.inf)
                 else:
                     fp = renewal.exact_first_passage(self.gate, math.exp(-L))
-                self._cache[key] = np.clip(fp.survival, 0.0, 1.0)
-            s = self._cache[key]
-            return np.where(n < len(s), s[np.minimum(n, len(s) - 1)], 0.0)
+                self._cache[key] = (fp.n0, np.clip(fp.survival, 0.0, 1.0))
+            n0, s = self._cache[key]                       # s[i] = P(N > n0 + i); P(N > n) = 1 below n0
+            i = n - n0
+            return np.where(i < 0, 1.0, np.where(i < len(s), s[np.clip(i, 0, len(s) - 1)], 0.0))
         # normal approximation; the iid variant is the same with rho = (1,)
         v = self.var_sum(n) if not meth.startswith("iid") else self.sigma2 * n
         sd = np.sqrt(np.maximum(v, 1e-300))
@@ -353,7 +362,6 @@ def pruned_attention(q, k, v, log_fgate, *, log_tol=-10.0, U="auto", block=64, s
     Every row keeps its diagonal block, so its own key; the pruned mass of a row is at most
     T e^{2U} e^{delta} = tol. Returns (out (B, T, H, D) in q.dtype, PruneStats).
     """
-    import fox_attention as fa
     fa._check_inputs(q, k, v, log_fgate, sm_scale)
     log_tol = check_log_tol(log_tol)
     B, T, H, D = q.shape
@@ -418,8 +426,7 @@ def acp_model(log_tol, block=64, record=None, U="auto"):
     """Run a fox_attention FoXLM with ACP pruning in every layer: inside the block, the model's attention
     op (model.forgetting_attention, which the FoX layer calls) is replaced by pruned_attention (with this U); each call appends
     its PruneStats to `record` (a list, layers in call order). Restored on exit."""
-    import model as fm                                   # the FoX layer calls model.forgetting_attention
-    orig = fm.forgetting_attention
+    orig = fm.forgetting_attention                       # the FoX layer calls model.forgetting_attention
 
     def op(q, k, v, log_fgate, *, sm_scale=None, causal=True, chunk=128):
         if not causal:
@@ -598,10 +605,6 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
     bound on the logits and the pruned mass can exceed tol. mass_rows: every mass_rows-th query row is checked against
     its KV horizon (the attention mass beyond it, from the dense attention; 0 skips). Returns a JSON-able dict.
     """
-    import data
-    import fox_attention as fa
-    import heads as heads_mod
-    import model as fm
     from tqdm import tqdm
     t0 = time.perf_counter()
     log_tols = [check_log_tol(t, "log tol") for t in log_tols]

@@ -54,6 +54,28 @@ def timed(fn):
 # ----------------------------------------------------------------------------- against closed forms
 
 
+def test_closed_form_survival_dispatch():
+    from scipy import stats
+    L = renewal.threshold(1e-3)
+    # Beta(a, 1): X ~ Exp(a), so N - 1 ~ Poisson(a L) and P(N > n) = P(Poisson(a L) >= n)
+    s = renewal.closed_form_survival(BetaGate(20.0, 1.0), L)
+    n = np.arange(len(s))
+    assert np.allclose(s, stats.poisson.sf(n - 1, 20.0 * L), rtol=1e-10, atol=1e-15)
+    # ALiBi: P(N > n) = 1 up to n = W = floor(L/m), 0 after
+    s = renewal.closed_form_survival(ConstantGate(0.05), L)
+    w = renewal.alibi_window(0.05, 1e-3)
+    assert len(s) == w + 2 and s[:w + 1].min() == 1.0 and s[-1] == 0.0
+    # gamma X: the full survival gives the moments of the closed-form branch of the exact numerics
+    g = GammaIncrement(2.0, 0.07)
+    s, ex = renewal.closed_form_survival(g, L), renewal.exact_first_passage(g, 1e-3)
+    pmf = -np.diff(np.concatenate([s, [0.0]]))                               # P(W = w) = s_w - s_{w+1}
+    mean = float(np.dot(np.arange(len(pmf)), pmf))
+    assert abs(mean - ex.mean) <= 1e-10 * ex.mean and ex.method == "closed form"
+    # no closed form: laws other than gamma/exponential/constant, including a gamma seen through its CDF only
+    for g in (LogitNormalGate(2, 0.5), BetaGate(2.0, 3.0), CdfGamma(2.0, 0.07)):
+        assert renewal.closed_form_survival(g, L) is None
+
+
 @pytest.mark.parametrize("k,kappa,eps", [(25.0, 1e-3, 1e-6), (25.0, 1e-3, 1e-5)])
 def test_narrow_gamma_far_from_zero_matches_closed_form(k, kappa, eps):
     # L/kappa >= 1e4 and cv = 0.2: the regime where the old lattice (spacing from L) failed
