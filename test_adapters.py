@@ -16,8 +16,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import adapters
+import data
+import forget
 import fox_attention as fa
+import heads
 import model as fm
+import outputs
 
 fla = pytest.importorskip("fla", reason="flash-linear-attention not installed (pip install 'foxwindow[models]')")
 with warnings.catch_warnings():
@@ -357,8 +361,6 @@ def tiny_ckpt(tmp_path_factory):
 
 
 def _forget(argv, capsys):
-    import forget
-    import outputs
     capsys.readouterr()                                      # drop what the test printed before
     code = outputs.cli(forget.main, argv)                    # as `python forget.py ARGV` runs it
     out = capsys.readouterr()
@@ -402,7 +404,6 @@ def test_model_flag_end_to_end(tiny_ckpt, tmp_path, capsys):
 
 
 def test_attention_op_mass_windows_match_heads_on_our_model():
-    import heads
     torch.manual_seed(9)
     model = fm.FoXLM(fm.FoXConfig(d_model=32, n_layers=2, n_heads=2)).eval()
     tok = torch.randint(0, 256, (3, 64))
@@ -603,7 +604,6 @@ def test_model_flag_transformers_mamba2_says_no_mass_window(tiny_ckpt, tmp_path,
 
 
 def test_default_text_is_the_held_out_plays(tiny_ckpt):
-    import data
     ck, _ = tiny_ckpt
     tok = hf_models.load_tokenizer(str(ck))
     ids, spans = hf_models.heldout_ids(tok, 4, 128)
@@ -615,16 +615,15 @@ def test_default_text_is_the_held_out_plays(tiny_ckpt):
 
 
 def test_shipped_files_are_found_from_any_folder(tmp_path, monkeypatch):
-    import heads
-    import package_paths
     monkeypatch.chdir(tmp_path)
     assert os.path.isabs(heads.DEFAULT_CHECKPOINT) and os.path.isfile(heads.DEFAULT_CHECKPOINT)
     # an installed layout (pip --target: share/foxwindow beside the modules)
     (tmp_path / "share" / "foxwindow" / "checkpoints").mkdir(parents=True)
     (tmp_path / "share" / "foxwindow" / "checkpoints" / "x.pt").write_bytes(b"")
-    monkeypatch.setattr(package_paths, "HERE", str(tmp_path))
-    assert package_paths.data_path("checkpoints/x.pt") == str(tmp_path / "share" / "foxwindow" / "checkpoints" / "x.pt")
-    assert package_paths.data_path("checkpoints/none.pt") == str(tmp_path / "checkpoints" / "none.pt")
+    monkeypatch.setattr(outputs, "REPO", str(tmp_path))
+    assert outputs.repo_path("checkpoints/x.pt") == str(tmp_path / "share" / "foxwindow" / "checkpoints" / "x.pt")
+    assert outputs.repo_path("checkpoints/none.pt") == str(tmp_path / "checkpoints" / "none.pt")
+    assert outputs.repo_path(str(tmp_path / "abs.pt")) == str(tmp_path / "abs.pt")      # absolute: unchanged
 
 
 # ----------------------------------------------------------------------------- GPU (skipped without CUDA)

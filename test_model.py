@@ -186,7 +186,7 @@ def test_config_errors():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("autocast", [False, True])
 def test_gpu_model_trains_on_fused_kernel(monkeypatch, autocast):
-    import kernels.fox_triton as kt
+    import kernels.fox_triton as kt                     # needs triton, which only a GPU run requires
     calls = []
     real = kt.fox_attention_triton
     monkeypatch.setattr(kt, "fox_attention_triton", lambda *a, **kw: calls.append(a[0].dtype) or real(*a, **kw))

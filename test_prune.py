@@ -1,6 +1,9 @@
 """Tests for prune.py: block-pruning predictions against exact counts and sampled traces, the pruned
 attention op against its error bound, KV horizons (quantiles, certificates, decoding) and bad input."""
+import json
 import math
+import os
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,6 +15,10 @@ import forget
 import fox_attention as fa
 import model as fm
 import prune
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures"))
+import fig8_prune  # noqa: E402
+import figstyle  # noqa: E402
 
 
 def _closed_form_pruned(T, BM, BN, m, L):
@@ -253,12 +260,6 @@ def test_cli_does_not_overwrite(capsys, tmp_path):
 
 
 def test_figure_from_small_json(tmp_path):
-    import json
-    import os
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures"))
-    import fig8_prune
-    import figstyle
     heads = [dict(layer=0, head=h, kappa=0.5 / (h + 1), tols=[dict(log_tol=lt, pred_frac_blocks=0.1 * h,
                                                                   meas_frac_blocks=0.1 * h + 0.01, se_meas=0.01)
                                                              for lt in (-4.0, -10.0)]) for h in range(3)]
