@@ -170,8 +170,8 @@ def report(rows):
 def markdown(saved):
     """Markdown tables of a saved run (README): law/MC - 1 in % with the Monte Carlo SE, and thresholds."""
     rows = saved["rows"]
-    print(f"| phi | tau | L/kappa | L/(kappa tau) | Var[W] MC ± SE | exact | leading | Bartlett | second-order | "
-          f"finite-n | SE (%) | mean law - MC |")
+    print("| phi | tau | L/kappa | L/(kappa tau) | Var[W] MC ± SE | exact | leading | Bartlett | second-order | "
+          "finite-n | SE (%) | mean law - MC |")
     print("|" + " --- |" * 12)
     for r in rows:
         se = 100 * r["mc_se_var"] / r["mc_var"]

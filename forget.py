@@ -201,7 +201,8 @@ class LogitNormalGate(Gate):
         mu, s = self.mu, self.s
         raw = []
         for k in (1, 2, 3):
-            f = lambda y: _softplus(-(mu + s * y)) ** k * math.exp(-0.5 * y * y) / math.sqrt(2 * math.pi)
+            def f(y, k=k):
+                return _softplus(-(mu + s * y)) ** k * math.exp(-0.5 * y * y) / math.sqrt(2 * math.pi)
             v, _ = integrate.quad(f, -np.inf, np.inf, epsabs=0.0, epsrel=1e-13, limit=200)
             raw.append(v)
         return Moments.from_raw(*raw)

@@ -16,7 +16,6 @@ are Triton-only and need a GPU (said in one line). Every user-facing failure is 
 import contextlib
 import importlib
 import json
-import math
 import os
 import sys
 import tempfile
@@ -24,7 +23,6 @@ import time
 import warnings
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 import adapters

@@ -31,6 +31,7 @@ from scipy import fft as sfft
 from scipy import special
 
 import forget
+import outputs
 from forget import Moments, threshold
 
 # ----------------------------------------------------------------------------- iid laws
@@ -573,12 +574,12 @@ def _hat_pmf(gate, h, K, support):
         if kb - ka > MAX_CELLS:
             raise ValueError(f"{gate}: {kb - ka} lattice cells for one increment exceed the cap {MAX_CELLS}")
         kk = np.arange(ka - 1, kb + 1, dtype=np.float64)   # I_k = int_0^1 F((k + u) h) du, k = ka-1..kb
-        I = gate.cdf((kk[:, None] + _GL_U[None, :]) * h) @ _GL_W
-        I[kk < 0] = 0.0
+        Ic = gate.cdf((kk[:, None] + _GL_U[None, :]) * h) @ _GL_W
+        Ic[kk < 0] = 0.0
         if ka == 0:                                        # I_0: F may be singular at 0 (F ~ x^a); u = v^4
             v = _GL_U
-            I[1] = float(gate.cdf(v ** 4 * h) @ (_GL_W * 4 * v ** 3))
-        p = np.diff(I)                                     # (kb - ka + 1,) points ka..kb
+            Ic[1] = float(gate.cdf(v ** 4 * h) @ (_GL_W * 4 * v ** 3))
+        p = np.diff(Ic)                                     # (kb - ka + 1,) points ka..kb
     p = np.maximum(p, 0.0)                                 # rounding in differences of F near 1
     # the mass beyond x_hi (F rounds to 1 there) is below rounding: normalise, so that the lattice law's total
     # is 1 exactly and P(0)^n = 1 (a mass off by 1e-16 would scale every s_n by 1 + n 1e-16)
@@ -966,8 +967,10 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_
         problems.append(f"survival leaves [0, 1] or does not reach 0 (range {s.min():.3g}..{s.max():.3g}, "
                         f"last {s[-1]:.3g})")
     if not ok or problems:
+        tols = f"{tol:g}" if var_tol == tol else f"{tol:g}, Var[W] {var_tol:g}"
         msg = (f"{gate} at eps = {eps:g}: exact numerics reached |err E[W]| <= {mean_err:.2g}, "
-               f"|err Var[W]| <= {var_err:.2g} (tol {tol:g}{'' if var_tol == tol else f', Var[W] {var_tol:g}'} relative){'; ' if problems else ''}{'; '.join(problems)}")
+               f"|err Var[W]| <= {var_err:.2g} (tol {tols} relative)"
+               f"{'; ' if problems else ''}{'; '.join(problems)}")
         if strict:
             raise AccuracyError(msg)
         warnings.warn(msg, AccuracyWarning, stacklevel=2)
@@ -1015,11 +1018,13 @@ def synthetic_table(eps=1e-3, trials=200_000, seed=0, progress=True):
 def print_synthetic(rows):
     print(f"eps-windows W = N - 1 (largest distance with decay >= eps), eps = {rows[0]['eps']:g}, "
           f"{rows[0]['trials']} trials; laws: mean L/k + mu2/(2k^2) - 1, variance s^2 L/k^3 (+ Smith C)")
-    hdr = f"{'gate':30s} {'MC E[W]':>16s} {'law':>8s} {'exact':>8s} {'MC Var[W]':>15s} {'leading':>8s} {'Smith':>8s} {'exact':>8s} {'z(E)':>6s} {'z(V)':>6s}"
+    hdr = (f"{'gate':30s} {'MC E[W]':>16s} {'law':>8s} {'exact':>8s} {'MC Var[W]':>15s} {'leading':>8s} "
+           f"{'Smith':>8s} {'exact':>8s} {'z(E)':>6s} {'z(V)':>6s}")
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
-        print(f"{r['gate']:30s} {r['mc_mean_W']:9.3f}±{r['se_mean']:<6.3f} {r['law_mean_W']:8.3f} {r['exact_mean_W']:8.3f} "
+        print(f"{r['gate']:30s} {r['mc_mean_W']:9.3f}±{r['se_mean']:<6.3f} {r['law_mean_W']:8.3f} "
+              f"{r['exact_mean_W']:8.3f} "
               f"{r['mc_var_W']:8.3f}±{r['se_var']:<6.3f} {r['law_var_leading']:8.3f} {r['law_var_smith']:8.3f} "
               f"{r['exact_var_W']:8.3f} {r['z_mean']:6.2f} {r['z_var']:6.2f}")
     print("ALiBi rows: the laws do not apply to a lattice increment (nan); exact W = floor(L/m), Var = 0.")
@@ -1051,7 +1056,6 @@ def scan(gates, eps_list=EPS_SCAN, progress=True):
 
 
 def main(argv=None):
-    import outputs
     p = outputs.parser("Window laws against exact first-passage numerics.")
     p.add_argument("--eps", type=float, nargs="+", default=list(EPS_SCAN), help="decay thresholds in (0, 1)")
     p.add_argument("--json", default=None, help="write the rows as JSON to this path")
@@ -1072,7 +1076,8 @@ def main(argv=None):
     print("-" * len(hdr))
     for r in rows:
         flag = "  <- breakdown" if r["lead_term"] < 0.3 else ""
-        print(f"{r['gate']:28s} {r['eps']:7.0e} {r['exact_mean_W']:11.5f} {r['err_mean']:9.1e} {r['exact_var_W']:10.5f} "
+        print(f"{r['gate']:28s} {r['eps']:7.0e} {r['exact_mean_W']:11.5f} {r['err_mean']:9.1e} "
+              f"{r['exact_var_W']:10.5f} "
               f"{r['err_leading']:9.2e} {r['C']:8.4f} {r['err_smith']:9.1e} {r['lead_term']:8.3f} "
               f"{max(r['exact_mean_err'], r['exact_var_err']):9.1e}{flag}")
     print("\nLeading law relative error below 1e-3 once L exceeds (|C|/1e-3 - C) kappa^3/sigma^2:")
@@ -1092,5 +1097,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import outputs
     sys.exit(outputs.cli(main))

@@ -5,7 +5,6 @@ keep the decay the layer hands them, which is exactly what the layer computed). 
 import json
 import math
 import os
-import subprocess
 import sys
 import warnings
 
@@ -187,9 +186,9 @@ def test_ours_matches_the_hook():
     tok = torch.randint(0, 256, (2, 40))
     _, cache = fa.run_with_cache(model, tok)
     cap = adapters.capture_log_decays(model, tok)
-    for l in range(2):
-        torch.testing.assert_close(cap.decays[f"blocks.{l}.attn"], cache[f"blocks.{l}.attn.hook_log_fgate"])
-        assert cap.layer[f"blocks.{l}.attn"] == l and cap.family[f"blocks.{l}.attn"] == "foxwindow"
+    for li in range(2):
+        torch.testing.assert_close(cap.decays[f"blocks.{li}.attn"], cache[f"blocks.{li}.attn.hook_log_fgate"])
+        assert cap.layer[f"blocks.{li}.attn"] == li and cap.family[f"blocks.{li}.attn"] == "foxwindow"
 
 
 # ----------------------------------------------------------------------------- official FoX (stand-in)
@@ -336,9 +335,9 @@ import hf_models  # noqa: E402
 @pytest.fixture(scope="module")
 def tiny_ckpt(tmp_path_factory):
     """save_pretrained of a tiny fla FoX LM and a byte-level BPE tokenizer trained here on a few KB."""
+    from fla.models import ForgettingTransformerConfig
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
-    from fla.models import ForgettingTransformerConfig
     d = tmp_path_factory.mktemp("tiny_fox")
     rng = np.random.default_rng(0)
     words = ["the", "king", "is", "dead", "long", "live", "queen", "to", "be", "or", "not", "ay", "there"]
@@ -411,9 +410,9 @@ def test_attention_op_mass_windows_match_heads_on_our_model():
     with hf_models.attention_ops(model, mass_eps=1e-2, rows=rows, cpu=False) as win:
         model(tok)
     _, inputs = heads.capture(model, tok)
-    for l in range(2):
-        want = heads.mass_windows(model.blocks[l].attn, inputs[l], 1e-2, rows)
-        assert torch.equal(win[f"blocks.{l}.attn"][0], want)
+    for li in range(2):
+        want = heads.mass_windows(model.blocks[li].attn, inputs[li], 1e-2, rows)
+        assert torch.equal(win[f"blocks.{li}.attn"][0], want)
 
 
 def test_model_flag_errors_are_one_line(tiny_ckpt, tmp_path, capsys, monkeypatch):
@@ -570,8 +569,9 @@ def test_transformers_mamba2_model_every_layer(monkeypatch):
     assert set(cap.family.values()) == {"mamba2"} and cap.layer["backbone.layers.1.mixer"] == 1
     internal = seen[1::4]                                                   # hidden, A * dt, B, C per mixer
     assert len(internal) == 2
-    for l in range(2):
-        torch.testing.assert_close(cap.decays[f"backbone.layers.{l}.mixer"], internal[l].float(), rtol=1e-6, atol=1e-7)
+    for li in range(2):
+        torch.testing.assert_close(cap.decays[f"backbone.layers.{li}.mixer"], internal[li].float(),
+                                   rtol=1e-6, atol=1e-7)
     assert cap.decays["backbone.layers.0.mixer"].min() >= -0.5 * model.backbone.layers[0].mixer.A_log.exp().max() - 1e-6
 
 

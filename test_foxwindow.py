@@ -21,8 +21,7 @@ from scipy import integrate, stats
 
 import forget
 import renewal
-from forget import (AR1LogitGate, BetaGate, ConstantGate, GammaIncrement, LogitNormalGate, SEED_GATES,
-                    threshold)
+from forget import SEED_GATES, AR1LogitGate, BetaGate, ConstantGate, GammaIncrement, LogitNormalGate, threshold
 
 
 def bonferroni_z(n_checks, alpha=1e-3):
