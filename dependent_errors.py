@@ -4,6 +4,7 @@ For gate z = mu + s y, y a stationary AR(1) with coefficient phi, X = softplus(-
 grid, this compares the laws of renewal.py with (a) first-passage Monte Carlo (forget.first_passage_mc,
 SEs of mean and variance) and (b) the exact Markov-additive numerics (renewal.markov_first_passage).
 Law moments come from the gate's law (Hermite sums, the chain's fundamental matrix), never from samples.
+The laws and their statuses: docs/THEORY.md section 4.
 
     python dependent_errors.py --json results/dependent/errors.json      # ~80 s of CPU
 

@@ -384,7 +384,7 @@ ALIBI_SLOPES = (0.05, 0.1)
 
 @dataclass
 class MCResult:
-    """Monte Carlo windows W = N - 1 with standard errors (THEORY.md section 6)."""
+    """Monte Carlo windows W = N - 1 with standard errors (docs/THEORY.md section 6)."""
     gate: str
     eps: float
     trials: int
@@ -399,7 +399,8 @@ def first_passage_samples(gate, eps, trials, seed=0, chunk=None, max_steps=10_00
     """Simulate `trials` first passages of sum X_t over L = ln(1/eps); returns (W, overshoot) arrays.
 
     Vectorised over trials, chunked so that memory stays near `chunk` increments (default 2**22)
-    however many trials are asked for; seeded and reproducible for a given (seed, chunk).
+    however many trials are asked for; seeded and reproducible for a given (seed, chunk) (docs/THEORY.md
+    section 5, Monte Carlo).
     """
     L = threshold(eps)
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:

@@ -18,6 +18,9 @@ mu2 = E X^2, mu3 = E X^3 and L = ln(1/eps):
   dependent X, finite n               Var[N] ~ Var(S_n)/kappa^2, n = L/kappa      heuristic, never negative
   AR(1)-logit gates                   Markov-additive walk (S_n, y_n) on a grid   exact numerics (oracle)
 
+Derivations and statuses: docs/THEORY.md sections 2 (iid laws), 4 (dependent increments) and 5 (exact
+numerics); the reference numbers they are checked against: docs/ANCHORS.md.
+
 `python renewal.py` prints the laws against the exact numerics over a scan of eps.
 """
 import math
@@ -858,7 +861,7 @@ def closed_form_survival(gate, L):
     Returns a float64 array (length W + 2 for a constant gate) or None.
     """
     if isinstance(gate, forget.ConstantGate):
-        w = int(math.floor(L / gate.m))                   # W = floor(L/m): P(N > n) = 1 for n <= w
+        w = int(Fraction(float(L)) // Fraction(gate.m))    # W = floor(L/m) in exact rationals, as alibi_window
         return np.concatenate([np.ones(w + 1), [0.0]])
     kt = _closed_gamma(gate)
     return None if kt is None else gamma_survival(*kt, L)

@@ -2,7 +2,8 @@
 
 Law moments come from the gate's law (Hermite sums, the chain's fundamental matrix, exact numerics),
 never from the samples under test; statistical checks use z * SE with z Bonferroni-corrected over the
-checks in one test. Seeds are fixed. The measured error table itself is dependent_errors.py's.
+checks in one test (docs/THEORY.md sections 4 and 6; AR(1) numbers in docs/ANCHORS.md section 5). Seeds are
+fixed. The measured error table itself is dependent_errors.py's.
 """
 import json
 import math

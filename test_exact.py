@@ -3,7 +3,8 @@ independent computations, honesty of the returned error estimates, speed, and ba
 
 References: closed forms (gamma X; scipy's incomplete gamma), brute-force enumeration for a few atoms, and two
 values from an independent high-precision computation (quoted to the digits given; the comparison allows half a
-unit of the last quoted digit on top of 1e-8 relative).
+unit of the last quoted digit on top of 1e-8 relative). The method is docs/THEORY.md section 5; the reference
+numbers are docs/ANCHORS.md sections 2-4.
 """
 import math
 import time
