@@ -60,11 +60,6 @@ def repo_path(path):
     return next((c for c in cands if os.path.exists(c)), cands[0])
 
 
-def user_path(path):
-    """A path the user typed: relative to the working directory, as shells expect."""
-    return os.path.abspath(os.path.expanduser(path))
-
-
 def _tracked(path):
     """True if `path` is a file tracked by the repository's git (False when git or the repo is absent)."""
     rel = os.path.relpath(path, REPO)
