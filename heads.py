@@ -45,7 +45,7 @@ from scipy import stats
 
 import data
 import forget
-import package_paths
+import outputs
 import renewal
 from fox_attention import cum_log_gate, fox_logits
 from model import load_model
@@ -758,7 +758,7 @@ def analyse_model(checkpoint=None, n_seq=32, seq_len=2048, eps_list=EPS_SCAN, ma
     return results, info
 
 
-DEFAULT_CHECKPOINT = package_paths.data_path("checkpoints/fox_shakespeare.pt")   # any cwd, installed or not
+DEFAULT_CHECKPOINT = outputs.repo_path("checkpoints/fox_shakespeare.pt")   # any cwd, installed or not
 
 
 def _f(v, fmt):

@@ -16,7 +16,6 @@ are Triton-only and need a GPU (said in one line). Every user-facing failure is 
 import contextlib
 import importlib
 import json
-import math
 import os
 import sys
 import tempfile
@@ -24,10 +23,12 @@ import time
 import warnings
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 import adapters
+import data
+import fox_attention as fa
+import heads
 
 
 class ModelError(Exception):
@@ -217,7 +218,6 @@ def heldout_ids(tokenizer, n_seq, seq_len, text=None, vocab_size=None):
     Returns (ids (n_seq, seq_len) int64, spans [{"file", "start", "end"}] in token offsets).
     Raises ModelError if the text is missing or too short, or ids exceed the model's vocab_size."""
     if text is None:
-        import data
         try:
             docs = [(f, b.decode("utf-8", errors="replace")) for f, b in data.load_split("val")]
         except (FileNotFoundError, OSError) as exc:
@@ -269,7 +269,6 @@ def mass_windows_qk(q, k, lg, scale, eps, rows):
 
 
 def _fla_reference(q, k, v, g, scale=None, window_size=None, cu_seqlens=None):
-    import fox_attention as fa
     if window_size is not None or cu_seqlens is not None:
         raise ModelError("the CPU stand-in of fla's forgetting attention has no window_size / cu_seqlens; use a GPU")
     return fa.forgetting_attention_reference(q, k, v, g.float(), sm_scale=scale).to(q.dtype)
@@ -277,7 +276,6 @@ def _fla_reference(q, k, v, g, scale=None, window_size=None, cu_seqlens=None):
 
 def _official_reference(q, k, v, log_fgate, *, head_first=False, seq_start=None, sm_scale=None,
                         adaptive_threshold=None):
-    import fox_attention as fa
     if seq_start is not None:
         raise ModelError("the CPU stand-in of the official FoX attention has no padding (seq_start); use a GPU")
     if head_first:                                                              # (B, H, T, D), (B, H, T)
@@ -393,7 +391,6 @@ def analyse_hf_model(cfg: ModelRunConfig, eps_list=None, progress=True, save_tra
     Returns (results [heads.HeadResult], info dict) as heads.analyse_model does, info adding the
     families, what the laws mean for each, and whether attention-mass windows exist. save_traces: .npz
     path for the analysed traces (written atomically; an existing file is kept unless force)."""
-    import heads
     from scipy import stats
     from tqdm import tqdm
     eps_list = heads.EPS_SCAN if eps_list is None else eps_list
@@ -408,7 +405,6 @@ def analyse_hf_model(cfg: ModelRunConfig, eps_list=None, progress=True, save_tra
     t_capture = time.perf_counter() - t0
     traces = analysis_traces(decays, cfg.per_channel)                          # {name: (S, T, H or H*K)}
     if save_traces:
-        import fox_attention as fa
         write_atomic(save_traces, lambda p: fa.save_trace(p, traces, dict(
             model=cfg.model, families=fam, spans=spans, eps=list(eps_list), per_channel=cfg.per_channel)), force=force)
     n_heads = sum(t.shape[2] for t in traces.values())
@@ -459,7 +455,6 @@ def write_atomic(path, write, force=False):
 def main(args):
     """`python forget.py --model ...` (args from forget.main). Returns the exit code: 0, or 2 after one
     line on stderr for a problem with the model, tokenizer, text or options."""
-    import heads
     force = bool(getattr(args, "force", False))
     try:
         cfg = ModelRunConfig(model=args.model, tokenizer=args.tokenizer, text=args.text, device=args.device,

@@ -48,7 +48,7 @@ def _usage(capsys, main, argv, *words):
     """Assert exit code 2 and one stderr line that contains every word."""
     rc, err = _cli(capsys, main, argv)
     assert rc == 2, (argv, rc, err)
-    lines = [l for l in err.strip().splitlines() if l.strip()]
+    lines = [li for li in err.strip().splitlines() if li.strip()]
     assert len(lines) == 1, err
     for w in words:
         assert w in lines[0], (w, lines[0])
@@ -407,8 +407,9 @@ def test_commands_leave_shipped_files_intact(tmp_path):
         "bad": [py, "forget.py", "--eps", "2"],
     }
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    cmds = {k: [c[0], str(root / c[1])] + c[2:] for k, c in tiny.items()}
     procs = {k: subprocess.Popen(c, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True) for k, c in ((k, [c[0], str(root / c[1])] + c[2:]) for k, c in tiny.items())}
+                                 text=True) for k, c in cmds.items()}
     res = {k: (p.wait(timeout=300), *p.communicate()) for k, p in procs.items()}
     for k in ("train", "reach", "figures"):
         assert res[k][0] == 0, (k, res[k][2][-2000:])

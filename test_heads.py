@@ -8,6 +8,7 @@ from scipy import stats
 
 import forget
 import heads
+import model as lm
 
 S, T = 16, 2048
 Z = float(stats.t.isf(1e-3 / 2, S - 1))          # jackknife over S sequences, alpha = 1e-3 per check
@@ -60,7 +61,6 @@ def test_censored_and_degenerate_heads_are_undetermined():
 
 
 def test_mass_window_matches_brute_force():
-    import model as lm
     torch.manual_seed(0)
     model = lm.FoXLM(lm.FoXConfig(d_model=32, n_layers=1, n_heads=2, context=64)).eval()
     tokens = torch.randint(0, 256, (2, 40))
@@ -97,7 +97,6 @@ def test_shipped_model_analysis_runs():
 
 
 def test_saved_traces_give_the_same_verdicts(tmp_path):
-    import model as lm
     torch.manual_seed(1)
     ck = tmp_path / "tiny.pt"
     lm.save_model(str(ck), lm.FoXLM(lm.FoXConfig(d_model=32, n_layers=1, n_heads=2, context=64)), {"name": "tiny"})

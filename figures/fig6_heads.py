@@ -1,11 +1,10 @@
 """Figure 6: the trained model's heads against the laws, read from the per-head JSON that
 `python forget.py --json figures/heads.json` writes. Skipped (never invented) when the JSON is absent."""
 import json
-import math
 import os
 
-import numpy as np
 import matplotlib.pyplot as plt
+import numpy as np
 
 import figstyle
 from figstyle import Skip
@@ -29,7 +28,8 @@ def _arr(v):
 def make(ctx):
     path = ctx.heads_json
     if not os.path.exists(path):
-        raise Skip(f"{os.path.relpath(path)} not found (write it with `python forget.py --json {os.path.relpath(path)}`)")
+        rel = os.path.relpath(path)
+        raise Skip(f"{rel} not found (write it with `python forget.py --json {rel}`)")
     with open(path) as f:
         heads = json.load(f).get("heads") or []
     if not heads:

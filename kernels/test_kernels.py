@@ -7,7 +7,7 @@ Thresholds (relative L2 error against float64 on the same, already-rounded input
 unit roundoff u of the storage type: u = 2^-8 for bf16, 2^-11 for fp16.
   - out: rounding the exact output to the storage type alone costs ~0.4 u (measured 1.6e-3 in
     bf16); P is rounded once more before the P V product, ~0.25 u. A correct kernel lands at
-    0.45-0.5 u (bf16 1.8e-3, fp16 2.3e-4, as ANCHORS.md's 2e-3). Threshold 0.9 u: below what one
+    0.45-0.5 u (bf16 1.8e-3, fp16 2.3e-4, as docs/ANCHORS.md section 7's 2e-3). Threshold 0.9 u: below what one
     systematic slip costs (truncating instead of rounding to nearest gave 4.1e-3 = 1.05 u).
   - dq, dk, dv, dlog_fgate: two more rounded operands (dS, and dq/dk/dv are stored in the
     storage type): measured 0.55-0.75 u (bf16 2.1e-3 to 2.9e-3). Threshold 1.3 u (bf16 5.1e-3);
@@ -234,7 +234,7 @@ def test_not_causal():
 
 @pytest.mark.skipif(not CUDA, reason="full-size shapes need a GPU")
 @pytest.mark.parametrize("B,Tq,Tk,H,Hkv,D,dtype,gate", [
-    (2, 777, 777, 4, 4, 128, torch.bfloat16, -0.05),   # the ANCHORS.md accuracy shape
+    (2, 777, 777, 4, 4, 128, torch.bfloat16, -0.05),   # the docs/ANCHORS.md section 7 accuracy shape
     (2, 777, 777, 4, 4, 128, torch.float16, STRONG),
     (1, 777, 777, 8, 2, 64, torch.bfloat16, NEAR1),
     (1, 500, 1030, 4, 1, 128, torch.bfloat16, MODERATE),
