@@ -42,9 +42,12 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 from scipy import stats
+from tqdm import tqdm
 
 import data
 import forget
+import fox_attention as fa
+import hf_models
 import outputs
 import renewal
 from fox_attention import cum_log_gate, fox_logits
@@ -246,7 +249,10 @@ def _mixture(g, T, Lref, strata=None):
         return None
     A, B = coef(np.ones(S, bool), g.tau)
     AB_loo = np.array([coef(np.arange(S) != d, g.tau_loo[d]) for d in range(S)])        # (S, 2)
-    share = lambda A, B: B * Lref ** 2 / (A * Lref + B * Lref ** 2)
+
+    def share(A, B):                                   # the between-document share of Var[W] at Lref
+        return B * Lref ** 2 / (A * Lref + B * Lref ** 2)
+
     out = dict(A=A, B=B, A_loo=AB_loo[:, 0], B_loo=AB_loo[:, 1], share=share(A, B),
                se_share=float(_jackknife(share(AB_loo[:, 0], AB_loo[:, 1]))))
     if strata is not None:
@@ -606,7 +612,6 @@ def capture(model, tokens):
 
     tokens (S, T) int64. Returns (traces {layer: (S, T, H) float32}, inputs {layer: (S, T, d) float32}).
     """
-    import fox_attention as fa
     inputs, handles = {}, []
     for l, blk in enumerate(model.blocks):
         handles.append(blk.attn.register_forward_pre_hook(
@@ -679,7 +684,6 @@ def _truncate(traces, max_len):
 def analyse_layers(traces, eps_list=EPS_SCAN, strata=None, n_boot=N_BOOT, seed=0, progress=False):
     """The verdict for every head of traces {layer name: (S, T, H) array or tensor of log-gates}, with
     the critical value Bonferroni over all heads. Returns ([HeadResult], z)."""
-    from tqdm import tqdm
     S = next(iter(traces.values())).shape[0]
     n_heads = sum(t.shape[2] for t in traces.values())
     z = critical_z(n_heads, S)                  # Bonferroni over the heads analysed (module docstring)
@@ -708,9 +712,6 @@ def analyse_model(checkpoint=None, n_seq=32, seq_len=2048, eps_list=EPS_SCAN, ma
     save_traces: optional .npz path for the captured log-gate traces and their metadata (whole sequences).
     n_boot: bootstrap replicates per law and head (analyse_head). max_len: analyse only each sequence's
     first max_len positions (rows max_len/2 .. max_len - 1), e.g. the model's training context."""
-    import fox_attention as fa
-    from tqdm import tqdm
-    import outputs
     t0 = time.perf_counter()
     path = checkpoint or DEFAULT_CHECKPOINT
     if save_traces:                             # before the capture, not after it
@@ -853,7 +854,6 @@ def load_traces_checked(path):
     S >= 3 sequences and T >= max(S, H, 16) tokens, the same S and T in every layer. A (B, H, T) array
     saved as if it were (B, T, H) is caught here (it reads as a few tokens and many heads) unless the
     metadata's 'heads' already rejected it in load_trace. Raises ValueError naming the layout."""
-    import fox_attention as fa
     traces, meta = fa.load_trace(path)
     shapes = {name: t.shape for name, t in traces.items()}
     for name, (S, T, H) in shapes.items():
@@ -884,12 +884,134 @@ def check(args):
         raise ValueError(f"--n-seq {args.n_seq} x --seq-len {args.seq_len}: {exc}") from None
 
 
+# ----------------------------------------------------------------------------- Hugging Face style models
+
+
+def analyse_hf_model(cfg, eps_list=None, progress=True, save_traces=None):
+    """Per-head analysis of a Hugging Face style checkpoint (see the module docstring).
+    Returns (results [HeadResult], info dict) as analyse_model does, info adding the
+    families, what the laws mean for each, and whether attention-mass windows exist. save_traces: .npz
+    path for the analysed traces (written atomically; check it with outputs.check_writable first)."""
+    eps_list = EPS_SCAN if eps_list is None else eps_list
+    t0 = time.perf_counter()
+    if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
+        raise hf_models.ModelError(f"--device {cfg.device}: no CUDA device here")
+    model, config = hf_models.load_model(cfg.model, cfg.device, cfg.dtype)
+    tok = hf_models.load_tokenizer(cfg.tokenizer or cfg.model)
+    ids, spans = hf_models.heldout_ids(tok, cfg.n_seq, cfg.seq_len, cfg.text, getattr(config, "vocab_size", None))
+    rows = _rows(cfg.seq_len)
+    decays, fam, lay, mass = hf_models.capture_batches(model, ids, cfg.batch, cfg.device, cfg.mass_eps, rows,
+                                                       cfg.per_channel)
+    t_capture = time.perf_counter() - t0
+    traces = hf_models.analysis_traces(decays, cfg.per_channel)             # {name: (S, T, H or H*K)}
+    if save_traces:
+        fa.save_trace(save_traces, traces, dict(model=cfg.model, families=fam, spans=spans, eps=list(eps_list),
+                                                per_channel=cfg.per_channel))       # written atomically
+    n_heads = sum(t.shape[2] for t in traces.values())
+    z = critical_z(n_heads, cfg.n_seq)
+    results = []
+    bar = tqdm(total=n_heads, desc="heads", disable=not progress, file=sys.stderr)
+    for i, (n, tr) in enumerate(traces.items()):
+        lg = tr.double().numpy()                                                # (S, T, H)
+        layer = lay[n] if lay[n] is not None else i
+        for h in range(lg.shape[2]):
+            r = analyse_head(lg[:, :, h], eps_list, z=z, layer=layer, head=h)
+            _decay_window(r, lg[:, :, h], cfg.mass_eps, rows.numpy())
+            if n in mass:
+                r.mass_window_mean = float(mass[n][:, :, h].double().mean())
+            results.append(r)
+            bar.update()
+    bar.close()
+    families = sorted(set(fam.values()))
+    no_mass = [f for f in families if hf_models.adapters.get_adapter(f).kind != "softmax"]
+    info = dict(checkpoint=cfg.model, model=cfg.model, n_seq=cfg.n_seq, seq_len=cfg.seq_len, spans=spans, z=z,
+                capture_s=t_capture, total_s=time.perf_counter() - t0, val_bpc=None,
+                rows="second half of each sequence", layers=list(traces), families=families,
+                laws={f: hf_models.adapters.get_adapter(f).note for f in families},
+                per_channel=cfg.per_channel, tokens="tokenizer ids of " + (cfg.text or "the held-out plays"),
+                mass_window=("attention-mass window from the attention op's q, k" if not no_mass else
+                             f"not available for {', '.join(no_mass)}: no attention matrix (a recurrent state); "
+                             f"W_mass is empty"))
+    return results, info
+
+
+def main_hf_model(args):
+    """`python forget.py --model ...` (args parsed by main). Returns the exit code: 0, or 2 after one
+    line on stderr for a problem with the model, tokenizer, text or options."""
+    force = bool(getattr(args, "force", False))
+    try:
+        cfg = hf_models.ModelRunConfig(model=args.model, tokenizer=args.tokenizer, text=args.text,
+                                       device=args.device, dtype=args.dtype, n_seq=args.n_seq, seq_len=args.seq_len,
+                                       batch=args.batch, mass_eps=args.eps, per_channel=args.per_channel)
+        json_path, traces_path = getattr(args, "json", None), getattr(args, "save_traces", None)
+        for p, what in ((json_path, "--json"), (traces_path, "--save-traces")):
+            if p:
+                outputs.check_writable(p, force=force, what=what)                 # before any work
+        results, info = analyse_hf_model(cfg, progress=not getattr(args, "no_progress", False),
+                                         save_traces=traces_path)
+        print_table(results, info)
+        for f in info["families"]:
+            print(f"{f}: {info['laws'][f]}")
+        print(f"W_mass: {info['mass_window']}")
+        if json_path:
+            outputs.write_json(json_path, to_json(results, info))
+    except (hf_models.ModelError, ValueError) as exc:
+        print(f"forget: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def _input(path, what):
+    """An input file: relative to the working directory, else to the repository; UsageError if absent."""
+    p = os.path.abspath(path)
+    if not os.path.exists(p) and not os.path.isabs(path) and os.path.exists(outputs.repo_path(path)):
+        p = outputs.repo_path(path)
+    return outputs.input_file(what, p)
+
+
+def check_args(a):
+    """Every argument checked before any work; outputs.UsageError naming the argument."""
+    outputs.eps_arg("--eps", a.eps)
+    outputs.positive("--trials", a.trials, lo=2)                 # a variance needs two windows
+    outputs.positive("--n-seq", a.n_seq, lo=3)                   # the jackknife needs three sequences
+    outputs.positive("--seq-len", a.seq_len, lo=32)              # windows are read on the second half
+    outputs.device_arg("--device", a.device)
+    if a.synthetic:
+        clash = [f for f, v in (("--traces", a.traces), ("--checkpoint", a.checkpoint),
+                                ("--save-traces", a.save_traces)) if v]
+        if clash:
+            raise outputs.UsageError(f"--synthetic ignores {' and '.join(clash)}: drop one or the other")
+    elif a.traces:
+        clash = [f for f, v in (("--checkpoint", a.checkpoint), ("--save-traces", a.save_traces)) if v]
+        if clash:
+            raise outputs.UsageError(f"--traces analyses saved traces; it cannot be combined with "
+                                     f"{' and '.join(clash)}")
+        a.traces = _input(a.traces, "--traces")
+    if a.checkpoint:
+        a.checkpoint = _input(a.checkpoint, "--checkpoint")
+    if a.json:
+        a.json = outputs.check_writable(a.json, force=a.force, what="--json")
+    if a.save_traces:
+        a.save_traces = outputs.check_writable(a.save_traces, force=a.force, what="--save-traces")
+        if a.json and a.json == a.save_traces:
+            raise outputs.UsageError("--json and --save-traces name the same file")
+
+
+def run_synthetic(a):
+    """`python forget.py --synthetic`: the Monte Carlo table (a: parsed and checked arguments)."""
+    rows = renewal.synthetic_table(a.eps, a.trials, a.seed, progress=not a.no_progress)
+    renewal.print_synthetic(rows)
+    if a.json:
+        outputs.write_json(a.json, rows)
+
+
 def build_parser():
     """The command line of the per-head analysis (`python forget.py`): every per-head flag, the --model
     flags of hf_models and --synthetic (forget's synthetic table)."""
-    import hf_models
-    import outputs
-    p = outputs.parser(forget.__doc__.split("\n")[0])
+    p = outputs.parser(__doc__.split("\n")[0] + " (python forget.py and python heads.py)")
     p.add_argument("--synthetic", action="store_true", help="synthetic gates instead of the shipped model's traces")
     p.add_argument("--eps", type=float, default=1e-3, help="decay threshold in (0, 1)")
     p.add_argument("--trials", type=int, default=200_000, help="Monte Carlo trials per gate (--synthetic)")
@@ -916,8 +1038,6 @@ def build_parser():
 
 def main(argv=None):
     """`python forget.py ARGV` (forget.main hands over here). Returns the exit code (None for 0)."""
-    import hf_models
-    import outputs
     a = build_parser().parse_args(argv)
     # the verdict's own options apply to the shipped model and saved traces only: never ignored silently
     own = [f for f, on in (("--max-len", a.max_len is not None), ("--n-boot", a.n_boot != N_BOOT)) if on]
@@ -925,10 +1045,10 @@ def main(argv=None):
         raise outputs.UsageError(f"{' and '.join(own)} apply to the shipped model or --traces; "
                                  f"not to {'--model' if hf_models.wants_model(a) else '--synthetic'}")
     if hf_models.wants_model(a):
-        return hf_models.main(a)
-    forget.check_args(a)
+        return main_hf_model(a)
+    check_args(a)
     if a.synthetic:
-        return forget.run_synthetic(a)
+        return run_synthetic(a)
     outputs.positive("--n-boot", a.n_boot, lo=0)
     if a.max_len is not None:
         outputs.positive("--max-len", a.max_len, lo=32)
@@ -949,6 +1069,10 @@ def main(argv=None):
         outputs.write_json(a.json, to_json(results, info))
 
 
+def run():
+    """The `forget` console command and `python forget.py` / `python heads.py`: main with one-line errors."""
+    return outputs.cli(main)
+
+
 if __name__ == "__main__":
-    import outputs
-    sys.exit(outputs.describe(__doc__))
+    sys.exit(run())

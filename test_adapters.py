@@ -16,7 +16,6 @@ import torch.nn.functional as F
 
 import adapters
 import data
-import forget
 import fox_attention as fa
 import heads
 import model as fm
@@ -361,7 +360,7 @@ def tiny_ckpt(tmp_path_factory):
 
 def _forget(argv, capsys):
     capsys.readouterr()                                      # drop what the test printed before
-    code = outputs.cli(forget.main, argv)                    # as `python forget.py ARGV` runs it
+    code = outputs.cli(heads.main, argv)                    # as `python forget.py ARGV` runs it
     out = capsys.readouterr()
     return code, out.out, out.err
 
