@@ -86,7 +86,10 @@ def _curves(rng, curvature, n_seq=20, Ls=np.linspace(1, 10, 6)):
 
 def test_lack_of_fit_accepts_lines_and_rejects_curves():
     rng = np.random.default_rng(14)
-    line = lambda Ls: np.stack([Ls, np.ones_like(Ls)], 1)
+
+    def line(Ls):
+        return np.stack([Ls, np.ones_like(Ls)], 1)
+
     n, alpha = 300, 0.05
     p_lin = []
     for _ in range(n):
@@ -121,7 +124,10 @@ def test_bootstrap_widens_heavy_tailed_tests():
     heavy = heads.analyse_head(-rng.lognormal(-4, 1.8, (S, T)), z=z, n_boot=12, seed=1)
     light = heads.analyse_head(_iid(rng), z=z, n_boot=12, seed=1)
     assert heavy.excess_kurtosis > 50 and light.excess_kurtosis < 5
-    band = lambda r: heads._z_band(z, alpha, S, r.calib_slope["iid"])
+
+    def band(r):
+        return heads._z_band(z, alpha, S, r.calib_slope["iid"])
+
     assert band(heavy) > 1.2 * z and band(light) < 1.2 * z
 
 

@@ -538,6 +538,7 @@ def _loop_counts(cache_dir):
     import glob
     import re
     import subprocess
+
     from . import resources
     cubins = glob.glob(os.path.join(cache_dir, "**", "*.cubin"), recursive=True)
     if len(cubins) != 1:
@@ -569,6 +570,7 @@ def compile_reading(D, cfg, dtype="bf16", group=1, arch=90, name="onepass", fn=N
     import contextlib
     import io
     import tempfile
+
     from . import resources
     knobs = triton.knobs
     old = knobs.nvidia.dump_ptxas_log, knobs.cache.dir

@@ -45,7 +45,10 @@ def rel(a, b):
 def make(B, Tq, Tk, H, Hkv, D, dtype, gate, seed=0):
     """Random inputs: q, k, v ~ N(0, 1); log g = gate * U(0.5, 1.5) (all <= 0); a dO."""
     g = torch.Generator().manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=g).to(dtype).to(DEV)
+
+    def r(*s):
+        return torch.randn(*s, generator=g).to(dtype).to(DEV)
+
     q, k, v = r(B, Tq, H, D), r(B, Tk, Hkv, D), r(B, Tk, Hkv, D)
     log_fgate = (gate * (0.5 + torch.rand(B, Tk, H, generator=g))).to(DEV)
     return q, k, v, log_fgate, r(B, Tq, H, D)
@@ -123,6 +126,7 @@ def test_fallback_reason(monkeypatch):
     """On CUDA (mocked: no GPU here) the kernel takes what it supports and names what it does not;
     forgetting_attention then runs the reference with one warning per reason instead of raising."""
     import warnings
+
     import fox_attention
     from kernels import fox_triton as kt
     q, k, v, log_fgate, _ = make(1, 8, 8, 2, 2, 32, torch.float32, MODERATE)
@@ -300,6 +304,7 @@ def test_launch_steps_down_when_out_of_resources():
     """A GPU with less shared memory than a config needs gets the next smaller config, and the
     choice is remembered; only when the smallest fails too does the error reach the caller."""
     import triton
+
     from kernels import fox_triton as kt
 
     class Kernel:           # stands in for a Triton kernel; "fits" only tiles up to `largest`

@@ -15,8 +15,18 @@ import torch
 
 from kernels import fox_attention_triton
 from kernels import fox_bwd_onepass as op
-from kernels.test_kernels import (CUDA, DEV, MODERATE, NEAR1, STRONG, _masked_reference, _pruned_mask, check,
-                                   make, reference)
+from kernels.test_kernels import (
+    CUDA,
+    DEV,
+    MODERATE,
+    NEAR1,
+    STRONG,
+    _masked_reference,
+    _pruned_mask,
+    check,
+    make,
+    reference,
+)
 from kernels.test_kernels import run as run_triton
 
 NAMES = ["out", "dq", "dk", "dv", "dlog_fgate"]
