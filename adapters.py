@@ -24,7 +24,6 @@ What the laws mean per family (also in each adapter's `note`):
     bounds how long an input can influence the state, there is no attention-mass window to compare.
 """
 import importlib
-import re
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable

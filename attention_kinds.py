@@ -532,7 +532,7 @@ class KindLM(LM):
 
     def __init__(self, cfg: KindConfig, registry=None):
         registry = AttentionRegistry if registry is None else registry
-        super().__init__(cfg, lambda l: AttentionLayer(
+        super().__init__(cfg, lambda li: AttentionLayer(
             cfg.d_model, cfg.n_heads,
             registry.build(cfg.attention_type, d_model=cfg.d_model, n_heads=cfg.n_heads, **cfg.kind_params),
             cfg.use_bitnet))
@@ -578,19 +578,19 @@ class FAMLM(KindLM):
         nl = len(self.blocks)
         fam = [None] * nl
         if self.training and self.has_saved and self.state_passing > 0 and torch.rand(()) < self.state_passing:
-            fam = [self.saved_fam[l].expand(B, -1, -1) for l in range(nl)]
+            fam = [self.saved_fam[li].expand(B, -1, -1) for li in range(nl)]
         mem_kv = [[] for _ in range(nl)]
         outs = []
         for s in range(0, T, self.block):
             h = x[:, s:s + self.block]
             up = self.fam_init.expand(B, -1, -1)                             # FAM entering layer 0 at the first block
-            for l, blk in enumerate(self.blocks):
-                first = fam[l] is None
-                f_in = up if first else fam[l]
-                h, f_new, k, v = self._block_layer(blk, h, f_in, mem_kv[l], zero_residual=first and l == 0)
+            for li, blk in enumerate(self.blocks):
+                first = fam[li] is None
+                f_in = up if first else fam[li]
+                h, f_new, k, v = self._block_layer(blk, h, f_in, mem_kv[li], zero_residual=first and li == 0)
                 if self.mem > 0:
-                    mem_kv[l] = (mem_kv[l] + [(k, v)])[-self.mem:]
-                fam[l] = up = f_new
+                    mem_kv[li] = (mem_kv[li] + [(k, v)])[-self.mem:]
+                fam[li] = up = f_new
             outs.append(h)
         if self.training and self.state_passing > 0:
             with torch.no_grad():

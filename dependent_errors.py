@@ -4,6 +4,7 @@ For gate z = mu + s y, y a stationary AR(1) with coefficient phi, X = softplus(-
 grid, this compares the laws of renewal.py with (a) first-passage Monte Carlo (forget.first_passage_mc,
 SEs of mean and variance) and (b) the exact Markov-additive numerics (renewal.markov_first_passage).
 Law moments come from the gate's law (Hermite sums, the chain's fundamental matrix), never from samples.
+The laws and their statuses: docs/THEORY.md section 4.
 
     python dependent_errors.py --json results/dependent/errors.json      # ~80 s of CPU
 
@@ -170,8 +171,8 @@ def report(rows):
 def markdown(saved):
     """Markdown tables of a saved run (README): law/MC - 1 in % with the Monte Carlo SE, and thresholds."""
     rows = saved["rows"]
-    print(f"| phi | tau | L/kappa | L/(kappa tau) | Var[W] MC ± SE | exact | leading | Bartlett | second-order | "
-          f"finite-n | SE (%) | mean law - MC |")
+    print("| phi | tau | L/kappa | L/(kappa tau) | Var[W] MC ± SE | exact | leading | Bartlett | second-order | "
+          "finite-n | SE (%) | mean law - MC |")
     print("|" + " --- |" * 12)
     for r in rows:
         se = 100 * r["mc_se_var"] / r["mc_var"]

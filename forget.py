@@ -11,7 +11,7 @@ is the first-passage index of the walk. Throughout, windows are reported as W (a
 """
 import math
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -162,10 +162,6 @@ class Gate:
         """n paths of m consecutive increments (n, m) and the state to continue them."""
         return self.sample(rng, (n, m)), None
 
-    def survival(self, L):
-        """Closed-form P(N > n), n = 0, 1, ..., where one exists; None otherwise."""
-        return None
-
     smooth = True   # a density (no atoms): the lattice error is c h^2 + o(h^2), which Richardson removes
 
     def __repr__(self):
@@ -205,7 +201,8 @@ class LogitNormalGate(Gate):
         mu, s = self.mu, self.s
         raw = []
         for k in (1, 2, 3):
-            f = lambda y: _softplus(-(mu + s * y)) ** k * math.exp(-0.5 * y * y) / math.sqrt(2 * math.pi)
+            def f(y, k=k):
+                return _softplus(-(mu + s * y)) ** k * math.exp(-0.5 * y * y) / math.sqrt(2 * math.pi)
             v, _ = integrate.quad(f, -np.inf, np.inf, epsabs=0.0, epsrel=1e-13, limit=200)
             raw.append(v)
         return Moments.from_raw(*raw)
@@ -246,12 +243,6 @@ class BetaGate(Gate):
         x = np.asarray(x, dtype=np.float64)
         return np.where(x > 0, special.betaincc(self.a, self.b, np.exp(-np.maximum(x, 0))), 0.0)
 
-    def survival(self, L):
-        if self.b != 1.0:
-            return None
-        import renewal                                     # Beta(a, 1): X ~ Exp(a), N - 1 ~ Poisson(a L)
-        return renewal.gamma_survival(1.0, 1.0 / self.a, L)
-
     def sample(self, rng, size):
         # -log of a Beta draw via log-gammas keeps gates near 1 accurate (1 - g underflows otherwise)
         ga, gb = rng.standard_gamma(self.a, size), rng.standard_gamma(self.b, size)
@@ -279,10 +270,6 @@ class GammaIncrement(Gate):
     def sample(self, rng, size):
         return rng.standard_gamma(self.k, size) * self.theta
 
-    def survival(self, L):
-        import renewal
-        return renewal.gamma_survival(self.k, self.theta, L)
-
 
 class ConstantGate(Gate):
     """ALiBi: the constant gate g = exp(-m), X = m deterministic (a lattice law, Var X = 0)."""
@@ -304,10 +291,6 @@ class ConstantGate(Gate):
 
     def sample(self, rng, size):
         return np.full(size, self.m)
-
-    def survival(self, L):
-        w = int(math.floor(L / self.m))                   # W = floor(L/m): P(N > n) = 1 for n <= w
-        return np.concatenate([np.ones(w + 1), [0.0]])
 
 
 class AR1LogitGate(Gate):
@@ -401,7 +384,7 @@ ALIBI_SLOPES = (0.05, 0.1)
 
 @dataclass
 class MCResult:
-    """Monte Carlo windows W = N - 1 with standard errors (THEORY.md section 6)."""
+    """Monte Carlo windows W = N - 1 with standard errors (docs/THEORY.md section 6)."""
     gate: str
     eps: float
     trials: int
@@ -411,15 +394,13 @@ class MCResult:
     se_var: float
     mean_overshoot: float      # E[S_N - L], for the Wald identity
 
-    def as_dict(self):
-        return asdict(self)
-
 
 def first_passage_samples(gate, eps, trials, seed=0, chunk=None, max_steps=10_000_000):
     """Simulate `trials` first passages of sum X_t over L = ln(1/eps); returns (W, overshoot) arrays.
 
     Vectorised over trials, chunked so that memory stays near `chunk` increments (default 2**22)
-    however many trials are asked for; seeded and reproducible for a given (seed, chunk).
+    however many trials are asked for; seeded and reproducible for a given (seed, chunk) (docs/THEORY.md
+    section 5, Monte Carlo).
     """
     L = threshold(eps)
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
@@ -477,126 +458,7 @@ def first_passage_mc(gate, eps, trials=200_000, seed=0, chunk=None):
                     float(R.mean()))
 
 
-# ----------------------------------------------------------------------------- command line
-
-
-def synthetic_table(eps=1e-3, trials=200_000, seed=0, progress=True):
-    """Rows for the seed's gates and ALiBi: Monte Carlo vs laws vs exact numerics."""
-    import renewal
-    from tqdm import tqdm
-    gates = list(SEED_GATES) + [ConstantGate(m) for m in ALIBI_SLOPES]
-    rows = []
-    for i, g in enumerate(tqdm(gates, desc="first passage", disable=not progress, file=sys.stderr)):
-        mc = first_passage_mc(g, eps, trials, seed + i)
-        ex = renewal.exact_first_passage(g, eps)
-        L = threshold(eps)
-        m = g.moments()
-        rows.append(dict(gate=str(g), eps=eps, trials=trials,
-                         mc_mean_W=mc.mean, se_mean=mc.se_mean, mc_var_W=mc.var, se_var=mc.se_var,
-                         law_mean_W=renewal.renewal_mean(m, L) - 1 if not g.lattice else float("nan"),
-                         law_var_leading=renewal.leading_var(m, L),
-                         law_var_smith=renewal.smith_var(m, L) if not g.lattice else float("nan"),
-                         exact_mean_W=ex.mean, exact_var_W=ex.var,
-                         z_mean=(mc.mean - ex.mean) / mc.se_mean if mc.se_mean > 0 else 0.0,
-                         z_var=(mc.var - ex.var) / mc.se_var if mc.se_var > 0 else 0.0))
-    return rows
-
-
-def print_synthetic(rows):
-    print(f"eps-windows W = N - 1 (largest distance with decay >= eps), eps = {rows[0]['eps']:g}, "
-          f"{rows[0]['trials']} trials; laws: mean L/k + mu2/(2k^2) - 1, variance s^2 L/k^3 (+ Smith C)")
-    hdr = f"{'gate':30s} {'MC E[W]':>16s} {'law':>8s} {'exact':>8s} {'MC Var[W]':>15s} {'leading':>8s} {'Smith':>8s} {'exact':>8s} {'z(E)':>6s} {'z(V)':>6s}"
-    print(hdr)
-    print("-" * len(hdr))
-    for r in rows:
-        print(f"{r['gate']:30s} {r['mc_mean_W']:9.3f}±{r['se_mean']:<6.3f} {r['law_mean_W']:8.3f} {r['exact_mean_W']:8.3f} "
-              f"{r['mc_var_W']:8.3f}±{r['se_var']:<6.3f} {r['law_var_leading']:8.3f} {r['law_var_smith']:8.3f} "
-              f"{r['exact_var_W']:8.3f} {r['z_mean']:6.2f} {r['z_var']:6.2f}")
-    print("ALiBi rows: the laws do not apply to a lattice increment (nan); exact W = floor(L/m), Var = 0.")
-
-
-def _input(path, what):
-    """An input file: relative to the working directory, else to the repository; UsageError if absent."""
-    import os
-    import outputs
-    p = os.path.abspath(path)
-    if not os.path.exists(p) and not os.path.isabs(path) and os.path.exists(outputs.repo_path(path)):
-        p = outputs.repo_path(path)
-    return outputs.input_file(what, p)
-
-
-def check_args(a):
-    """Every argument checked before any work; outputs.UsageError naming the argument."""
-    import outputs
-    outputs.eps_arg("--eps", a.eps)
-    outputs.positive("--trials", a.trials, lo=2)                 # a variance needs two windows
-    outputs.positive("--n-seq", a.n_seq, lo=3)                   # the jackknife needs three sequences
-    outputs.positive("--seq-len", a.seq_len, lo=32)              # windows are read on the second half
-    outputs.device_arg("--device", a.device)
-    if a.synthetic:
-        clash = [f for f, v in (("--traces", a.traces), ("--checkpoint", a.checkpoint),
-                                ("--save-traces", a.save_traces)) if v]
-        if clash:
-            raise outputs.UsageError(f"--synthetic ignores {' and '.join(clash)}: drop one or the other")
-    elif a.traces:
-        clash = [f for f, v in (("--checkpoint", a.checkpoint), ("--save-traces", a.save_traces)) if v]
-        if clash:
-            raise outputs.UsageError(f"--traces analyses saved traces; it cannot be combined with "
-                                     f"{' and '.join(clash)}")
-        a.traces = _input(a.traces, "--traces")
-    if a.checkpoint:
-        a.checkpoint = _input(a.checkpoint, "--checkpoint")
-    if a.json:
-        a.json = outputs.check_writable(a.json, force=a.force, what="--json")
-    if a.save_traces:
-        a.save_traces = outputs.check_writable(a.save_traces, force=a.force, what="--save-traces")
-        if a.json and a.json == a.save_traces:
-            raise outputs.UsageError("--json and --save-traces name the same file")
-
-
-def main(argv=None):
-    import hf_models
-    import outputs
-    p = outputs.parser(__doc__.split("\n")[0])
-    p.add_argument("--synthetic", action="store_true", help="synthetic gates instead of the shipped model's traces")
-    p.add_argument("--eps", type=float, default=1e-3, help="decay threshold in (0, 1)")
-    p.add_argument("--trials", type=int, default=200_000, help="Monte Carlo trials per gate (--synthetic)")
-    p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (--synthetic)")
-    p.add_argument("--checkpoint", default=None,
-                   help="FoX checkpoint for the per-head analysis (None: the shipped checkpoints/fox_shakespeare.pt)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    p.add_argument("--n-seq", type=int, default=32, help="held-out sequences for the per-head analysis")
-    p.add_argument("--traces", default=None, help="analyse saved log-gate traces (.npz from save_trace) instead")
-    p.add_argument("--save-traces", default=None, help="write the captured log-gate traces to this .npz")
-    p.add_argument("--seq-len", type=int, default=2048,
-                   help="tokens per sequence; windows longer than half of it are censored")
-    p.add_argument("--json", default=None, help="write the results as JSON to this path (NaN written as null)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    hf_models.add_arguments(p)                     # --model: a gated Hugging Face style checkpoint
-    outputs.add_common(p)
-    a = p.parse_args(argv)
-    if hf_models.wants_model(a):
-        return hf_models.main(a)
-    check_args(a)
-    if not a.synthetic:
-        try:
-            import heads
-        except ImportError as exc:
-            # never fall back to another analysis: say what is missing
-            raise outputs.MissingPiece(f"the per-head analysis needs heads.py, fox_attention.py, model.py, data.py and train.py beside "
-                                       f"forget.py (a source checkout of the project); {exc}. "
-                                       "`--synthetic` runs without them") from None
-        try:
-            heads.check(a)
-        except ValueError as exc:
-            raise outputs.UsageError(str(exc)) from None
-        return heads.main(a)
-    rows = synthetic_table(a.eps, a.trials, a.seed, progress=not a.no_progress)
-    print_synthetic(rows)
-    if a.json:
-        outputs.write_json(a.json, rows)
-
-
 if __name__ == "__main__":
-    import outputs
-    sys.exit(outputs.cli(main))
+    # the command line (per-head verdict, --model, --synthetic) lives in heads.py, above every law it uses
+    import heads
+    sys.exit(heads.run())

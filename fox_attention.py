@@ -38,7 +38,6 @@ import torch.nn.functional as F
 import distributed
 import outputs
 
-
 # ----------------------------------------------------------------------------- the FoX logits
 
 def cum_log_gate(log_fgate):
@@ -446,7 +445,8 @@ def save_trace(path, traces, meta):
         names.append(name)
         arrays[f"trace_{i}"] = a.astype(np.float32)
     stored = dict(meta)
-    stored.update(format=TRACE_FORMAT, names=names, shapes=[list(arrays[f"trace_{i}"].shape) for i in range(len(names))])
+    stored.update(format=TRACE_FORMAT, names=names,
+                  shapes=[list(arrays[f"trace_{i}"].shape) for i in range(len(names))])
     try:
         blob = json.dumps(stored).encode()
     except (TypeError, ValueError) as exc:

@@ -6,28 +6,26 @@
 Loads the checkpoint through transformers' Auto classes (importing the family's package first: `fla` for
 flash-linear-attention models, `forgetting_transformer` for the official FoX code when its config says so),
 tokenises held-out text with the model's own tokenizer (default: the held-out Shakespeare plays that the
-shipped model never saw), reads the log-decays of every gated layer in batches through adapters.py, and
-runs heads.py's per-head analysis with the same table and JSON. Softmax families (FoX) also get the
-attention-mass window, read from the q, k the layer hands its attention op; other families have no
-attention matrix and the table says so. On the CPU the FoX attention op is replaced by this project's
-exact PyTorch reference and fla's fused norms / SwiGLU are switched off; the other fla families' kernels
-are Triton-only and need a GPU (said in one line). Every user-facing failure is one line (ModelError).
+shipped model never saw), reads the log-decays of every gated layer in batches through adapters.py, and hands
+them to heads.py's per-head analysis (heads.analyse_hf_model: the same table and JSON). Softmax families (FoX)
+also get the attention-mass window, read from the q, k the layer hands its attention op; other families have
+no attention matrix and the table says so. On the CPU the FoX attention op is replaced by this project's exact
+PyTorch reference and fla's fused norms / SwiGLU are switched off; the other fla families' kernels are Triton-
+only and need a GPU (said in one line). Every user-facing failure is one line (ModelError).
 """
 import contextlib
 import importlib
 import json
-import math
 import os
 import sys
-import tempfile
-import time
 import warnings
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 import adapters
+import data
+import fox_attention as fa
 
 
 class ModelError(Exception):
@@ -217,7 +215,6 @@ def heldout_ids(tokenizer, n_seq, seq_len, text=None, vocab_size=None):
     Returns (ids (n_seq, seq_len) int64, spans [{"file", "start", "end"}] in token offsets).
     Raises ModelError if the text is missing or too short, or ids exceed the model's vocab_size."""
     if text is None:
-        import data
         try:
             docs = [(f, b.decode("utf-8", errors="replace")) for f, b in data.load_split("val")]
         except (FileNotFoundError, OSError) as exc:
@@ -269,7 +266,6 @@ def mass_windows_qk(q, k, lg, scale, eps, rows):
 
 
 def _fla_reference(q, k, v, g, scale=None, window_size=None, cu_seqlens=None):
-    import fox_attention as fa
     if window_size is not None or cu_seqlens is not None:
         raise ModelError("the CPU stand-in of fla's forgetting attention has no window_size / cu_seqlens; use a GPU")
     return fa.forgetting_attention_reference(q, k, v, g.float(), sm_scale=scale).to(q.dtype)
@@ -277,7 +273,6 @@ def _fla_reference(q, k, v, g, scale=None, window_size=None, cu_seqlens=None):
 
 def _official_reference(q, k, v, log_fgate, *, head_first=False, seq_start=None, sm_scale=None,
                         adaptive_threshold=None):
-    import fox_attention as fa
     if seq_start is not None:
         raise ModelError("the CPU stand-in of the official FoX attention has no padding (seq_start); use a GPU")
     if head_first:                                                              # (B, H, T, D), (B, H, T)
@@ -386,106 +381,6 @@ def capture_batches(model, ids, batch, device, mass_eps=None, rows=None, per_cha
     decays = {n: torch.cat(p, 0) for n, p in parts.items()}
     mass = {n: torch.cat(p, 0) for n, p in mass_parts.items() if n in decays}
     return decays, fam, lay, mass
-
-
-def analyse_hf_model(cfg: ModelRunConfig, eps_list=None, progress=True, save_traces=None, force=False):
-    """Per-head analysis of a Hugging Face style checkpoint (see the module docstring).
-    Returns (results [heads.HeadResult], info dict) as heads.analyse_model does, info adding the
-    families, what the laws mean for each, and whether attention-mass windows exist. save_traces: .npz
-    path for the analysed traces (written atomically; an existing file is kept unless force)."""
-    import heads
-    from scipy import stats
-    from tqdm import tqdm
-    eps_list = heads.EPS_SCAN if eps_list is None else eps_list
-    t0 = time.perf_counter()
-    if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
-        raise ModelError(f"--device {cfg.device}: no CUDA device here")
-    model, config = load_model(cfg.model, cfg.device, cfg.dtype)
-    tok = load_tokenizer(cfg.tokenizer or cfg.model)
-    ids, spans = heldout_ids(tok, cfg.n_seq, cfg.seq_len, cfg.text, getattr(config, "vocab_size", None))
-    rows = heads._rows(cfg.seq_len)
-    decays, fam, lay, mass = capture_batches(model, ids, cfg.batch, cfg.device, cfg.mass_eps, rows, cfg.per_channel)
-    t_capture = time.perf_counter() - t0
-    traces = analysis_traces(decays, cfg.per_channel)                          # {name: (S, T, H or H*K)}
-    if save_traces:
-        import fox_attention as fa
-        write_atomic(save_traces, lambda p: fa.save_trace(p, traces, dict(
-            model=cfg.model, families=fam, spans=spans, eps=list(eps_list), per_channel=cfg.per_channel)), force=force)
-    n_heads = sum(t.shape[2] for t in traces.values())
-    z = float(stats.t.isf(0.05 / (2 * n_heads), cfg.n_seq - 1))
-    results = []
-    bar = tqdm(total=n_heads, desc="heads", disable=not progress, file=sys.stderr)
-    for i, (n, tr) in enumerate(traces.items()):
-        lg = tr.double().numpy()                                                # (S, T, H)
-        layer = lay[n] if lay[n] is not None else i
-        for h in range(lg.shape[2]):
-            r = heads.analyse_head(lg[:, :, h], eps_list, z=z, layer=layer, head=h)
-            heads._decay_window(r, lg[:, :, h], cfg.mass_eps, rows.numpy())
-            if n in mass:
-                r.mass_window_mean = float(mass[n][:, :, h].double().mean())
-            results.append(r)
-            bar.update()
-    bar.close()
-    families = sorted(set(fam.values()))
-    no_mass = [f for f in families if adapters.get_adapter(f).kind != "softmax"]
-    info = dict(checkpoint=cfg.model, model=cfg.model, n_seq=cfg.n_seq, seq_len=cfg.seq_len, spans=spans, z=z,
-                capture_s=t_capture, total_s=time.perf_counter() - t0, val_bpc=None,
-                rows="second half of each sequence", layers=list(traces), families=families,
-                laws={f: adapters.get_adapter(f).note for f in families},
-                per_channel=cfg.per_channel, tokens="tokenizer ids of " + (cfg.text or "the held-out plays"),
-                mass_window=("attention-mass window from the attention op's q, k" if not no_mass else
-                             f"not available for {', '.join(no_mass)}: no attention matrix (a recurrent state); "
-                             f"W_mass is empty"))
-    return results, info
-
-
-def write_atomic(path, write, force=False):
-    """Write `path` through write(tmp_path) then os.replace; refuse an existing file unless force."""
-    if os.path.exists(path) and not force:
-        raise ModelError(f"{path} exists; not overwriting it (remove it or pass --force)")
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d):
-        raise ModelError(f"{path}: folder {d} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.splitext(path)[1], dir=d)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def main(args):
-    """`python forget.py --model ...` (args from forget.main). Returns the exit code: 0, or 2 after one
-    line on stderr for a problem with the model, tokenizer, text or options."""
-    import heads
-    force = bool(getattr(args, "force", False))
-    try:
-        cfg = ModelRunConfig(model=args.model, tokenizer=args.tokenizer, text=args.text, device=args.device,
-                             dtype=args.dtype, n_seq=args.n_seq, seq_len=args.seq_len, batch=args.batch,
-                             mass_eps=args.eps, per_channel=args.per_channel)
-        json_path, traces_path = getattr(args, "json", None), getattr(args, "save_traces", None)
-        for p in (json_path, traces_path):
-            if p and os.path.exists(p) and not force:
-                raise ModelError(f"{p} exists; not overwriting it (remove it or pass --force)")
-        results, info = analyse_hf_model(cfg, progress=not getattr(args, "no_progress", False),
-                                         save_traces=traces_path, force=force)
-        heads.print_table(results, info)
-        for f in info["families"]:
-            print(f"{f}: {info['laws'][f]}")
-        print(f"W_mass: {info['mass_window']}")
-        if json_path:
-            write_atomic(json_path, lambda p: _dump(heads.to_json(results, info), p), force=True)
-    except (ModelError, ValueError) as exc:
-        print(f"forget: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def _dump(obj, path):
-    with open(path, "w") as fh:
-        json.dump(obj, fh, indent=1)
 
 
 def wants_model(args):

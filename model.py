@@ -26,7 +26,6 @@ import torch.nn.functional as F
 import outputs
 from fox_attention import HookPoint, forgetting_attention, forgetting_attention_reference
 
-
 # ----------------------------------------------------------------------------- BitLinear
 
 class BitLinear(nn.Linear):
@@ -229,7 +228,7 @@ class LM(nn.Module):
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList([Block(cfg, make_attention(l)) for l in range(cfg.n_layers)])
+        self.blocks = nn.ModuleList([Block(cfg, make_attention(li)) for li in range(cfg.n_layers)])
         self.ln_f = nn.RMSNorm(cfg.d_model)
         self.apply(self._init)
         for n, p in self.named_parameters():
@@ -326,7 +325,7 @@ class FoXLM(LM):
     """
 
     def __init__(self, cfg: FoXConfig):
-        super().__init__(cfg, lambda l: ForgettingAttention(cfg.layer_config()))
+        super().__init__(cfg, lambda li: ForgettingAttention(cfg.layer_config()))
 
 
 # ----------------------------------------------------------------------------- checkpoints

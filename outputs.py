@@ -21,6 +21,7 @@ import math
 import os
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 
@@ -43,13 +44,20 @@ class MissingPiece(RuntimeError):
 
 
 def repo_path(path):
-    """A path given relative to the repository (defaults in the code) resolved to an absolute one."""
-    return path if os.path.isabs(path) else os.path.join(REPO, path)
+    """A path given relative to the repository (defaults in the code, shipped files such as
+    "checkpoints/fox_shakespeare.pt") resolved to an absolute one, from any working directory.
 
-
-def user_path(path):
-    """A path the user typed: relative to the working directory, as shells expect."""
-    return os.path.abspath(os.path.expanduser(path))
+    A source checkout keeps the files beside the modules; an installed copy has them under
+    <prefix>/share/foxwindow/ (pyproject's data-files), or share/foxwindow beside the modules (pip --target).
+    The first that exists is returned; when none does, the source-tree path, so that a missing-file error
+    names where it was looked for. An absolute path is returned unchanged.
+    """
+    if os.path.isabs(path):
+        return path
+    cands = [os.path.join(REPO, path), os.path.join(REPO, "share", "foxwindow", path)]
+    for prefix in (sysconfig.get_path("data"), sys.prefix, getattr(sys, "base_prefix", sys.prefix)):
+        cands.append(os.path.join(prefix, "share", "foxwindow", path))
+    return next((c for c in cands if os.path.exists(c)), cands[0])
 
 
 def _tracked(path):

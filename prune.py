@@ -36,7 +36,11 @@ import numpy as np
 import torch
 from scipy import special
 
+import data
 import forget
+import fox_attention as fa
+import heads as heads_mod
+import model as fm
 import renewal
 
 CONTEXTS = (2048, 8192, 32768, 131072, 1048576)
@@ -103,6 +107,9 @@ def acp_threshold(log_tol, U, T):
 
 
 # ----------------------------------------------------------------------------- the law of one head
+
+
+SURVIVAL_TOL = 1e-2            # pruning predictions need P(N > n) to ~1e-2 (summed over n, relative to E[W])
 
 
 @dataclass
@@ -178,7 +185,7 @@ class HeadLaw:
         if self.sigma2 == 0.0:
             return "deterministic (constant gate)"
         if self.iid and self.gate is not None:
-            if self.gate.survival(L) is not None:
+            if renewal.closed_form_survival(self.gate, L) is not None:
                 return "iid, closed form"
             if L / self.kappa <= EXACT_MAX_STEPS:
                 return "iid, exact numerics"
@@ -207,13 +214,15 @@ class HeadLaw:
             key = round(L, 12)
             if key not in self._cache:
                 if isinstance(self.gate, forget.EmpiricalGate):
-                    # a step CDF gains nothing from Richardson; 4096 cells over [0, L] resolve it to O(L/4096)
-                    fp = renewal.exact_first_passage(self.gate, math.exp(-L), K=4096, richardson=False)
+                    # a trace's step law: its atoms are bracketed to O(h), which bounds the survival (summed
+                    # error <= mean_err) long before Var[W]; only the survival is used here
+                    fp = renewal.exact_first_passage(self.gate, math.exp(-L), tol=SURVIVAL_TOL, var_tol=math.inf)
                 else:
                     fp = renewal.exact_first_passage(self.gate, math.exp(-L))
-                self._cache[key] = np.clip(fp.survival, 0.0, 1.0)
-            s = self._cache[key]
-            return np.where(n < len(s), s[np.minimum(n, len(s) - 1)], 0.0)
+                self._cache[key] = (fp.n0, np.clip(fp.survival, 0.0, 1.0))
+            n0, s = self._cache[key]                       # s[i] = P(N > n0 + i); P(N > n) = 1 below n0
+            i = n - n0
+            return np.where(i < 0, 1.0, np.where(i < len(s), s[np.clip(i, 0, len(s) - 1)], 0.0))
         # normal approximation; the iid variant is the same with rho = (1,)
         v = self.var_sum(n) if not meth.startswith("iid") else self.sigma2 * n
         sd = np.sqrt(np.maximum(v, 1e-300))
@@ -310,7 +319,9 @@ def measure_block_pruning(log_g, L, block=64):
     fb = pruned.sum((1, 2)) / g.causal.sum()
     ff = (pruned * g.pairs).sum((1, 2)) / g.pairs.sum()
     S = len(fb)
-    se = lambda a: float(a.std(ddof=1) / math.sqrt(S)) if S > 1 else float("nan")
+
+    def se(a):
+        return float(a.std(ddof=1) / math.sqrt(S)) if S > 1 else float("nan")
     return dict(frac_blocks=fb, frac_flops=ff, mean_blocks=float(fb.mean()), se_blocks=se(fb),
                 mean_flops=float(ff.mean()), se_flops=se(ff), n_causal_blocks=int(g.causal.sum()))
 
@@ -353,7 +364,6 @@ def pruned_attention(q, k, v, log_fgate, *, log_tol=-10.0, U="auto", block=64, s
     Every row keeps its diagonal block, so its own key; the pruned mass of a row is at most
     T e^{2U} e^{delta} = tol. Returns (out (B, T, H, D) in q.dtype, PruneStats).
     """
-    import fox_attention as fa
     fa._check_inputs(q, k, v, log_fgate, sm_scale)
     log_tol = check_log_tol(log_tol)
     B, T, H, D = q.shape
@@ -416,10 +426,9 @@ def pruned_attention(q, k, v, log_fgate, *, log_tol=-10.0, U="auto", block=64, s
 @contextmanager
 def acp_model(log_tol, block=64, record=None, U="auto"):
     """Run a fox_attention FoXLM with ACP pruning in every layer: inside the block, the model's attention
-    op (model.forgetting_attention, which the FoX layer calls) is replaced by pruned_attention (with this U); each call appends
-    its PruneStats to `record` (a list, layers in call order). Restored on exit."""
-    import model as fm                                   # the FoX layer calls model.forgetting_attention
-    orig = fm.forgetting_attention
+    op (model.forgetting_attention, which the FoX layer calls) is replaced by pruned_attention (with this U);
+    each call appends its PruneStats to `record` (a list, layers in call order). Restored on exit."""
+    orig = fm.forgetting_attention                       # the FoX layer calls model.forgetting_attention
 
     def op(q, k, v, log_fgate, *, sm_scale=None, causal=True, chunk=128):
         if not causal:
@@ -529,31 +538,31 @@ def decode(model, tokens, horizons=None):
         if hz.shape != (nl, H) or not np.issubdtype(hz.dtype, np.integer) or (hz < 0).any():
             raise ValueError(f"horizons must be (n_layers, n_heads) = {(nl, H)} ints >= 0; got {hz.shape} {hz.dtype}")
         hz = np.minimum(hz, T)
-    slots = [int(hz[l].max()) + 1 for l in range(nl)]
+    slots = [int(hz[li].max()) + 1 for li in range(nl)]
     Kb = [torch.zeros(B, H, n, D) for n in slots]
     Vb = [torch.zeros(B, H, n, D) for n in slots]
     Cb = [torch.zeros(B, H, n, dtype=torch.float64) for n in slots]
     Pb = [torch.full((n,), -1, dtype=torch.long) for n in slots]                 # position held by each slot
-    hzt = [torch.from_numpy(hz[l])[:, None] for l in range(nl)]                  # (H, 1)
+    hzt = [torch.from_numpy(hz[li])[:, None] for li in range(nl)]                  # (H, 1)
     c_now = [torch.zeros(B, H, dtype=torch.float64) for _ in range(nl)]
     out = []
     for t in range(T):
         x = model.wte(tokens[:, t])                                              # (B, d)
-        for l, blk in enumerate(model.blocks):
+        for li, blk in enumerate(model.blocks):
             a = blk.attn
             xin = blk.ln1(x)[:, None]                                            # (B, 1, d)
             q = a.q_proj(xin).view(B, H, D)
-            s = t % slots[l]                                                     # overwrite the oldest slot
-            Kb[l][:, :, s] = a.k_proj(xin).view(B, H, D)
-            Vb[l][:, :, s] = a.v_proj(xin).view(B, H, D)
-            c_now[l] = c_now[l] + a.log_fgate(xin)[:, 0].double()                # (B, H)
-            Cb[l][:, :, s] = c_now[l]
-            Pb[l][s] = t
-            dist = t - Pb[l]                                                     # (slots,)
-            ok = (Pb[l] >= 0)[None, :] & (dist[None, :] <= hzt[l])              # (H, slots) within the horizon
-            logit = (Kb[l] @ q[..., None])[..., 0] * a.scale + (c_now[l][..., None] - Cb[l]).float()
+            s = t % slots[li]                                                     # overwrite the oldest slot
+            Kb[li][:, :, s] = a.k_proj(xin).view(B, H, D)
+            Vb[li][:, :, s] = a.v_proj(xin).view(B, H, D)
+            c_now[li] = c_now[li] + a.log_fgate(xin)[:, 0].double()                # (B, H)
+            Cb[li][:, :, s] = c_now[li]
+            Pb[li][s] = t
+            dist = t - Pb[li]                                                     # (slots,)
+            ok = (Pb[li] >= 0)[None, :] & (dist[None, :] <= hzt[li])              # (H, slots) within the horizon
+            logit = (Kb[li] @ q[..., None])[..., 0] * a.scale + (c_now[li][..., None] - Cb[li]).float()
             logit = logit.masked_fill(~ok, float("-inf"))                         # (B, H, slots)
-            o = (torch.softmax(logit, -1)[:, :, None] @ Vb[l])[:, :, 0]          # (B, H, D)
+            o = (torch.softmax(logit, -1)[:, :, None] @ Vb[li])[:, :, 0]          # (B, H, D)
             x = x + a.out_proj(o.reshape(B, H * D))
             x = x + blk.mlp(blk.ln2(x))
         out.append(model.ln_f(x) @ model.wte.weight.t())
@@ -598,10 +607,6 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
     bound on the logits and the pruned mass can exceed tol. mass_rows: every mass_rows-th query row is checked against
     its KV horizon (the attention mass beyond it, from the dense attention; 0 skips). Returns a JSON-able dict.
     """
-    import data
-    import fox_attention as fa
-    import heads as heads_mod
-    import model as fm
     from tqdm import tqdm
     t0 = time.perf_counter()
     log_tols = [check_log_tol(t, "log tol") for t in log_tols]
@@ -622,8 +627,8 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
 
     # laws from the fitting sequences
     _, cache = fa.run_with_cache(model, fit[:, :-1], names_filter=lambda n: n.endswith("hook_log_fgate"))
-    laws = [[HeadLaw.from_trace(cache[f"blocks.{l}.attn.hook_log_fgate"][:, :, h], name=f"L{l}H{h}")
-             for h in range(H)] for l in range(nl)]
+    laws = [[HeadLaw.from_trace(cache[f"blocks.{li}.attn.hook_log_fgate"][:, :, h], name=f"L{li}H{h}")
+             for h in range(H)] for li in range(nl)]
     bar.update()
     x, y = meas[:, :-1], meas[:, 1:]
     # the dense baseline runs through the same op with nothing pruned (ln tol = -1e4), so the differences
@@ -633,14 +638,14 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
     bpb_dense = bits_per_byte(logits_dense, y)
     inputs = heads_mod.capture(model, x)[1]                                          # layer inputs (S, T, d)
     with torch.no_grad():
-        vmax = float(max(blk.attn.v_proj(inputs[l]).abs().max() for l, blk in enumerate(model.blocks)))
+        vmax = float(max(blk.attn.v_proj(inputs[li]).abs().max() for li, blk in enumerate(model.blocks)))
     bar.update()
     xcert = np.stack([certified_x_min(blk.attn, blk.ln1) for blk in model.blocks])   # (nl, H)
 
-    per_tol, heads = [], [[dict(layer=l, head=h, kappa=laws[l][h].kappa, sigma2=laws[l][h].sigma2,
-                                tau=laws[l][h].tau, se_tau=laws[l][h].se_tau, iid=laws[l][h].iid,
-                                x_min_trace=laws[l][h].x_min, x_min_certified=float(xcert[l, h]), tols=[])
-                           for h in range(H)] for l in range(nl)]
+    per_tol, heads = [], [[dict(layer=li, head=h, kappa=laws[li][h].kappa, sigma2=laws[li][h].sigma2,
+                                tau=laws[li][h].tau, se_tau=laws[li][h].se_tau, iid=laws[li][h].iid,
+                                x_min_trace=laws[li][h].x_min, x_min_certified=float(xcert[li, h]), tols=[])
+                           for h in range(H)] for li in range(nl)]
     for lt in log_tols:
         rec = []
         with torch.no_grad(), acp_model(lt, (BM, BN), rec, U):
@@ -651,13 +656,13 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
         dz = (logits - logits_dense).abs().amax(-1)                                # (B, T) max logit change
         tot_pred = tot_meas = tot_blocks = 0.0
         pair_pred = pair_meas = 0.0
-        for l, st in enumerate(rec):
+        for li, st in enumerate(rec):
             for h in range(H):
-                pr = predict_block_pruning(laws[l][h], seq_len, float(st.L[h]), (BM, BN))
+                pr = predict_block_pruning(laws[li][h], seq_len, float(st.L[h]), (BM, BN))
                 fs = st.frac_per_seq[:, h]
                 se = float(fs.std(ddof=1) / math.sqrt(len(fs)))
                 m = float(fs.mean())
-                heads[l][h]["tols"].append(dict(
+                heads[li][h]["tols"].append(dict(
                     log_tol=lt, U=float(st.U[h]), L=float(st.L[h]), method=pr.method,
                     pred_frac_blocks=pr.frac_blocks, pred_frac_flops=pr.frac_flops, pred_speedup=pr.speedup,
                     meas_frac_blocks=m, se_meas=se, err=m - pr.frac_blocks,
@@ -684,34 +689,34 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
 
     # KV horizons and memory, at each tol, from the law and the measured U
     ctx = model.cfg.context
-    for l in range(nl):
+    for li in range(nl):
         for h in range(H):
-            law = laws[l][h]
-            for e in heads[l][h]["tols"]:
+            law = laws[li][h]
+            for e in heads[li][h]["tols"]:
                 U, lt = e["U"], e["log_tol"]
                 e["horizon"] = {str(T): kv_horizon(law, U, lt, p, T=T).h for T in (seq_len,) + CONTEXTS}
                 e["horizon_method"] = kv_horizon(law, U, lt, p, T=seq_len).method
                 e["mem_saved"] = {str(T): 1 - min(e["horizon"][str(T)] + 1, T) / T for T in CONTEXTS}
                 e["certified_horizon_trace_xmin"] = certified_horizon(law.x_min, U, lt).h if law.x_min > 0 else None
-                e["certified_horizon"] = certified_horizon(xcert[l, h], U, lt).h if xcert[l, h] > 0 else None
+                e["certified_horizon"] = certified_horizon(xcert[li, h], U, lt).h if xcert[li, h] > 0 else None
                 Lc = 2 * U - lt + math.log(ctx)
                 e["p_window_beyond_context"] = float(law.survival(Lc, np.array([ctx + 1]))[0])
-            heads[l][h]["p_window_beyond_context_eps1e-3"] = float(law.survival(forget.threshold(1e-3),
+            heads[li][h]["p_window_beyond_context_eps1e-3"] = float(law.survival(forget.threshold(1e-3),
                                                                                np.array([ctx + 1]))[0])
     if mass_rows:
         # does the horizon hold the attention? mass window = smallest d with mass beyond d <= tol; the
         # horizon suffices for a row iff its mass window <= h
         rows = torch.arange(0, seq_len, mass_rows)
         for i, lt in enumerate(log_tols):
-            for l in range(nl):
-                mw = heads_mod.mass_windows(model.blocks[l].attn, inputs[l], math.exp(lt), rows).numpy()  # (S, R, H)
+            for li in range(nl):
+                mw = heads_mod.mass_windows(model.blocks[li].attn, inputs[li], math.exp(lt), rows).numpy()  # (S, R, H)
                 for h in range(H):
-                    e = heads[l][h]["tols"][i]
+                    e = heads[li][h]["tols"][i]
                     e["mass_window_mean"] = float(mw[:, :, h].mean())
                     e["mass_window_max"] = int(mw[:, :, h].max())
                     e["horizon_coverage"] = float((mw[:, :, h] <= e["horizon"][str(seq_len)]).mean())
     for i, r in enumerate(per_tol):
-        es = [heads[l][h]["tols"][i] for l in range(nl) for h in range(H)]
+        es = [heads[li][h]["tols"][i] for li in range(nl) for h in range(H)]
         r["mem_saved"] = {str(T): float(np.mean([e["mem_saved"][str(T)] for e in es])) for T in CONTEXTS}
         r["heads_beyond_context"] = float(np.mean([e["p_window_beyond_context"] for e in es]))
         if mass_rows:
@@ -729,7 +734,7 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
                    max_abs_logit_diff_vs_parallel=float((lg_full - logits_dense[:decode_seqs]).abs().max()),
                    runs=[])
         for i, lt in enumerate(log_tols):
-            hz = np.array([[heads[l][h]["tols"][i]["horizon"][str(seq_len)] for h in range(H)] for l in range(nl)])
+            hz = np.array([[heads[li][h]["tols"][i]["horizon"][str(seq_len)] for h in range(H)] for li in range(nl)])
             lg_h, kept = decode(model, xd, hz)
             dec["runs"].append(dict(log_tol=lt, horizons=hz, bpb=bits_per_byte(lg_h, yd),
                                     delta_bpb=bits_per_byte(lg_h, yd) - dec["bpb_full"],
@@ -745,7 +750,7 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
                 speedup_model="time proportional to visited blocks",
                 seconds=time.perf_counter() - t0, torch_threads=torch.get_num_threads())
     return _sanitize(dict(info=info, per_tol=per_tol, decode=dec,
-                          heads=[heads[l][h] for l in range(nl) for h in range(H)]))
+                          heads=[heads[li][h] for li in range(nl) for h in range(H)]))
 
 
 def format_report(res):

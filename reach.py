@@ -60,8 +60,8 @@ def fox_gate_windows(model, tokens, eps):
     "censored_frac": [...]}."""
     gates = capture_gates(model, tokens)
     out = {"law_mean": [], "trace_median": [], "censored_frac": []}
-    for l in range(len(model.blocks)):
-        lg = gates[f"blocks.{l}.attn.attention.hook_log_fgate"].double().numpy()     # (S, T, H)
+    for li in range(len(model.blocks)):
+        lg = gates[f"blocks.{li}.attn.attention.hook_log_fgate"].double().numpy()     # (S, T, H)
         law, med, cens = [], [], []
         for h in range(lg.shape[2]):
             fp = renewal.exact_first_passage(forget.EmpiricalGate(lg[:, :, h]), eps)
@@ -266,6 +266,11 @@ def fmt_window(w):
     return f"{w:g}"
 
 
+def _dash(x):
+    """A missing value printed as a dash."""
+    return "-" if x is None else x
+
+
 def print_table(results, context):
     rows = []
     for r in results:
@@ -274,9 +279,8 @@ def print_table(results, context):
         model_w = "none" if m is None else (f"{m:g}" + (" (>T)" if m >= context else ""))
         a = r["attribution"]
         pk = r["passkey"]
-        dash = lambda x: "-" if x is None else x
         rows.append([r["kind"], fmt_window(p["per_layer"]), model_w, f"{a['window_mean']:.1f} +- {a['window_sd']:.1f}",
-                     dash(pk["reach"]), dash(pk["reach_contiguous"]), f"{r['final_key_loss']:.2f}",
+                     _dash(pk["reach"]), _dash(pk["reach_contiguous"]), f"{r['final_key_loss']:.2f}",
                      f"{r['val_bpc']:.4f}", f"{r['train_wall_s']:.0f}"])
     hdr = ["kind", "predicted/layer", "predicted model", "attribution", "passkey reach", "contiguous reach",
            "key loss", "val bpc", "train s"]

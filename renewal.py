@@ -18,6 +18,9 @@ mu2 = E X^2, mu3 = E X^3 and L = ln(1/eps):
   dependent X, finite n               Var[N] ~ Var(S_n)/kappa^2, n = L/kappa      heuristic, never negative
   AR(1)-logit gates                   Markov-additive walk (S_n, y_n) on a grid   exact numerics (oracle)
 
+Derivations and statuses: docs/THEORY.md sections 2 (iid laws), 4 (dependent increments) and 5 (exact
+numerics); the reference numbers they are checked against: docs/ANCHORS.md.
+
 `python renewal.py` prints the laws against the exact numerics over a scan of eps.
 """
 import math
@@ -31,6 +34,7 @@ from scipy import fft as sfft
 from scipy import special
 
 import forget
+import outputs
 from forget import Moments, threshold
 
 # ----------------------------------------------------------------------------- iid laws
@@ -119,23 +123,43 @@ def _gamma_band(k, theta, L, delta=1e-30):
 # ----------------------------------------------------------------------------- dependent increments
 
 
-def acf(x, max_lag):
-    """Sample autocorrelation rho_k of a 1-D series for k = 0..max_lag (FFT, biased normalisation).
+def lag_sums(x, max_lag, centre="sequence"):
+    """Per-sequence lagged products sum_t y_t y_{t+k}, k = 0..max_lag, of traces x (S, n) float (FFT).
 
-    x: (n,) real series, n >= 2. max_lag: int in [0, n - 1] (a lag of n or more has no pair of
-    samples; asking for one is an error, not a wrapped-around value). Returns (max_lag + 1,) float64.
+    centre: "sequence" (y = x minus each sequence's own mean: a document-level shift in the mean is not
+    counted as correlation) or "grand" (y = x minus the mean over all sequences: it is).
+    Returns (S, max_lag + 1) float64. max_lag: int in [0, n - 1].
     """
     x = np.asarray(x, dtype=np.float64)
-    if x.ndim != 1 or len(x) < 2:
-        raise ValueError(f"acf needs a 1-D series of length >= 2; got shape {x.shape}")
-    n = len(x)
+    if x.ndim != 2 or x.shape[1] < 2:
+        raise ValueError(f"lag_sums needs traces (S, n) with n >= 2; got shape {x.shape}")
+    n = x.shape[1]
     if isinstance(max_lag, bool) or not isinstance(max_lag, (int, np.integer)):
         raise ValueError(f"max_lag must be an int; got {max_lag!r}")
     if not 0 <= max_lag <= n - 1:
-        raise ValueError(f"max_lag must lie in [0, len(x) - 1] = [0, {n - 1}]; got {max_lag}")
-    y = x - x.mean()
-    f = np.fft.rfft(y, 2 * n)
-    r = np.fft.irfft(f * np.conj(f))[: max_lag + 1] / n
+        raise ValueError(f"max_lag must lie in [0, n - 1] = [0, {n - 1}]; got {max_lag}")
+    if centre not in ("sequence", "grand"):
+        raise ValueError(f"centre must be 'sequence' or 'grand'; got {centre!r}")
+    y = x - (x.mean(1, keepdims=True) if centre == "sequence" else x.mean())
+    f = np.fft.rfft(y, 2 * n, axis=1)
+    return np.fft.irfft(f * np.conj(f), axis=1)[:, : max_lag + 1]
+
+
+def acf(x, max_lag, pooled=False, centre="sequence"):
+    """Sample autocorrelation rho_k for k = 0..max_lag (FFT).
+
+    x: (n,) real series, n >= 2 (biased normalisation: lag sums / n), or with pooled=True traces (S, n)
+    of S sequences, lag sums added over sequences and divided by (n - k) S (the unbiased pooled
+    autocovariance; centre as in lag_sums). max_lag: int in [0, n - 1] (a lag of n or more has no pair
+    of samples; asking for one is an error, not a wrapped-around value). Returns (max_lag + 1,) float64.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if pooled:
+        r = lag_sums(x, max_lag, centre).sum(0) / ((x.shape[1] - np.arange(max_lag + 1)) * x.shape[0])
+    else:
+        if x.ndim != 1 or len(x) < 2:
+            raise ValueError(f"acf needs a 1-D series of length >= 2; got shape {x.shape}")
+        r = lag_sums(x[None], max_lag)[0] / len(x)
     if r[0] <= 0:
         raise ValueError("acf of a constant series is undefined (variance 0)")
     return r / r[0]
@@ -243,7 +267,7 @@ class VarianceLaw:
 REGIME_FRACTION = 0.25
 
 
-def _finish(lead, const, L, kappa, what):
+def _variance_law(lead, const, L, kappa, what):
     v = lead + const
     if not v > 0:
         raise OutsideRegime(f"{what} gives Var[N] = {v:.4g} <= 0 at L/kappa = {L / kappa:.4g}: L is far "
@@ -260,7 +284,7 @@ def bartlett_var(kappa, sigma2_lr, sum_k_gamma_k, L):
     (`second_order_var` has them), +1.3% at L/kappa = 200 for tau = 18 (measured).
     """
     lead = dependent_var(kappa, sigma2_lr, L)
-    return _finish(lead, bartlett_correction(sum_k_gamma_k, kappa), L, kappa, "the Bartlett-corrected law")
+    return _variance_law(lead, bartlett_correction(sum_k_gamma_k, kappa), L, kappa, "the Bartlett-corrected law")
 
 
 def second_order_constant(kappa, sigma2_lr, kappa3_lr, sum_k_gamma_k):
@@ -294,7 +318,7 @@ def second_order_var(kappa, sigma2_lr, kappa3_lr, sum_k_gamma_k, L):
     """
     lead = dependent_var(kappa, sigma2_lr, L)
     const = second_order_constant(kappa, sigma2_lr, kappa3_lr, sum_k_gamma_k)
-    return _finish(lead, const, L, kappa, "the second-order law")
+    return _variance_law(lead, const, L, kappa, "the second-order law")
 
 
 def finite_n_var(kappa, gamma, L):
@@ -573,12 +597,12 @@ def _hat_pmf(gate, h, K, support):
         if kb - ka > MAX_CELLS:
             raise ValueError(f"{gate}: {kb - ka} lattice cells for one increment exceed the cap {MAX_CELLS}")
         kk = np.arange(ka - 1, kb + 1, dtype=np.float64)   # I_k = int_0^1 F((k + u) h) du, k = ka-1..kb
-        I = gate.cdf((kk[:, None] + _GL_U[None, :]) * h) @ _GL_W
-        I[kk < 0] = 0.0
+        Ic = gate.cdf((kk[:, None] + _GL_U[None, :]) * h) @ _GL_W
+        Ic[kk < 0] = 0.0
         if ka == 0:                                        # I_0: F may be singular at 0 (F ~ x^a); u = v^4
             v = _GL_U
-            I[1] = float(gate.cdf(v ** 4 * h) @ (_GL_W * 4 * v ** 3))
-        p = np.diff(I)                                     # (kb - ka + 1,) points ka..kb
+            Ic[1] = float(gate.cdf(v ** 4 * h) @ (_GL_W * 4 * v ** 3))
+        p = np.diff(Ic)                                     # (kb - ka + 1,) points ka..kb
     p = np.maximum(p, 0.0)                                 # rounding in differences of F near 1
     # the mass beyond x_hi (F rounds to 1 there) is below rounding: normalise, so that the lattice law's total
     # is 1 exactly and P(0)^n = 1 (a mass off by 1e-16 would scale every s_n by 1 + n 1e-16)
@@ -847,6 +871,22 @@ def _closed_gamma(gate):
     return None
 
 
+def closed_form_survival(gate, L):
+    """Closed-form P(N > n), n = 0, 1, ..., for the laws that have one; None for every other gate.
+
+    gate: a forget.Gate. The closed forms are keyed by the gate's type and parameters: gamma X
+    (GammaIncrement(k, theta); BetaGate(a, 1) is exponential X with rate a, so N - 1 ~ Poisson(a L)) gives
+    P(Gamma(n k, theta) <= L), down to 1e-30; a constant X = m (ConstantGate, ALiBi) gives W = floor(L/m),
+    i.e. P(N > n) = 1 for n <= W and 0 after. L: float >= 0, the threshold ln(1/eps).
+    Returns a float64 array (length W + 2 for a constant gate) or None.
+    """
+    if isinstance(gate, forget.ConstantGate):
+        w = int(Fraction(float(L)) // Fraction(gate.m))    # W = floor(L/m) in exact rationals, as alibi_window
+        return np.concatenate([np.ones(w + 1), [0.0]])
+    kt = _closed_gamma(gate)
+    return None if kt is None else gamma_survival(*kt, L)
+
+
 def _finish(gate, eps, s, n_lo, mean, var, method, mean_err=0.0, var_err=0.0, h=0.0):
     if s[-1] != 0.0:
         s = np.concatenate([s, [0.0]])                     # s_n <= _DELTA past the range: P(W = n_hi) holds it
@@ -857,14 +897,16 @@ def _finish(gate, eps, s, n_lo, mean, var, method, mean_err=0.0, var_err=0.0, h=
                         float(h), int(n0))
 
 
-def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True):
+def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_tol=None):
     """Exact distribution and moments of the eps-window W = N - 1 for an iid increment law, with its error.
 
     gate: a forget.Gate with iid increments (moments() and cdf(); an EmpiricalGate's atoms are used directly).
     eps: float in (0, 1). tol: relative target on E[W] and Var[W] (absolute below 1). The lattice is refined
     (up to _MAX_LEVEL) until the estimated error meets tol; otherwise AccuracyWarning, or AccuracyError when
     strict=True, naming the achieved error. richardson=False: no extrapolation (finest lattice, error from
-    the order estimated on three resolutions).
+    the order estimated on three resolutions). var_tol: relative target on Var[W] (None: tol); math.inf when only
+    the survival is needed (sum_n |error of P(N > n)| is within mean_err), e.g. for many-atom trace laws, whose
+    O(h) bracket bounds E[W] long before Var[W].
     Closed forms: gamma X (and Beta(a, 1) gates, exponential X); W = floor(L/m) for any law with Var X = 0.
     Returns FirstPassage (mean_err, var_err, h, method, and survival from n0).
     Raises ValueError at once, before any work, when the expected window L/kappa exceeds MAX_STEPS steps
@@ -873,6 +915,9 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True):
     L = threshold(eps)
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (0 < tol < 1):
         raise ValueError(f"tol must be a number in (0, 1); got {tol!r}")
+    var_tol = tol if var_tol is None else var_tol
+    if isinstance(var_tol, bool) or not isinstance(var_tol, (int, float)) or not var_tol > 0:
+        raise ValueError(f"var_tol must be a number > 0 (math.inf: no target on Var[W]); got {var_tol!r}")
     if not gate.iid:
         raise ValueError(f"{gate} has dependent increments: exact numerics cover iid laws only")
     if isinstance(gate, forget.ConstantGate):
@@ -891,10 +936,6 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True):
         n_lo, s = _gamma_band(*kt, L)
         mean, var = _moments_from_survival(s, n_lo)
         return _finish(gate, eps, s, n_lo, mean, var, "closed form")
-    s = gate.survival(L)
-    if s is not None:
-        mean, var = _moments_from_survival(s)
-        return _finish(gate, eps, s, 0, mean, var, "closed form")
     support = (0.0, 0.0) if isinstance(gate, forget.EmpiricalGate) else _support(gate, m)
     sd_n = math.sqrt(m.sigma2 * L / m.kappa ** 3) + 1.0
     smooth = bool(gate.smooth) and richardson
@@ -928,14 +969,14 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True):
         rnd = max(float(np.max(np.diff(s))) if len(s) > 1 else 0.0, 0.0)
         mean_err += max(b[0] for b in bounds) + rnd * span + _FLOOR * abs(mean)
         var_err += max(b[1] for b in bounds) + rnd * span * span + _FLOOR * max(abs(var), 1.0)
-        ok = mean_err <= tol * max(abs(mean), 1.0) and var_err <= tol * max(abs(var), 1.0)
+        ok = mean_err <= tol * max(abs(mean), 1.0) and var_err <= var_tol * max(abs(var), 1.0)
         top = _MAX_LEVEL_ATOMS if atoms else _MAX_LEVEL
         if ok or len(levels) > top:
             break
         if atoms and n_distinct > 64 and len(levels) >= 4:
             # many distinct atoms: the bracket narrows only as O(h); stop once tol is out of reach by the last level
             left = 2.0 ** -(top + 1 - len(levels))
-            if mean_err * left > tol * max(abs(mean), 1.0) or var_err * left > tol * max(abs(var), 1.0):
+            if mean_err * left > tol * max(abs(mean), 1.0) or var_err * left > var_tol * max(abs(var), 1.0):
                 break
         try:
             levels.append(_level(gate, L, m, len(levels), support))
@@ -949,8 +990,10 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True):
         problems.append(f"survival leaves [0, 1] or does not reach 0 (range {s.min():.3g}..{s.max():.3g}, "
                         f"last {s[-1]:.3g})")
     if not ok or problems:
+        tols = f"{tol:g}" if var_tol == tol else f"{tol:g}, Var[W] {var_tol:g}"
         msg = (f"{gate} at eps = {eps:g}: exact numerics reached |err E[W]| <= {mean_err:.2g}, "
-               f"|err Var[W]| <= {var_err:.2g} (tol {tol:g} relative){'; ' if problems else ''}{'; '.join(problems)}")
+               f"|err Var[W]| <= {var_err:.2g} (tol {tols} relative)"
+               f"{'; ' if problems else ''}{'; '.join(problems)}")
         if strict:
             raise AccuracyError(msg)
         warnings.warn(msg, AccuracyWarning, stacklevel=2)
@@ -971,9 +1014,50 @@ def alibi_limit(m, eps, cvs=(1.0, 0.3, 0.1, 0.03, 0.01)):
     return out
 
 
+# ----------------------------------------------------------------------------- synthetic table
+
+
+def synthetic_table(eps=1e-3, trials=200_000, seed=0, progress=True):
+    """Rows for the seed's gates and ALiBi: Monte Carlo vs laws vs exact numerics."""
+    from tqdm import tqdm
+    gates = list(forget.SEED_GATES) + [forget.ConstantGate(m) for m in forget.ALIBI_SLOPES]
+    rows = []
+    for i, g in enumerate(tqdm(gates, desc="first passage", disable=not progress, file=sys.stderr)):
+        mc = forget.first_passage_mc(g, eps, trials, seed + i)
+        ex = exact_first_passage(g, eps)
+        L = threshold(eps)
+        m = g.moments()
+        rows.append(dict(gate=str(g), eps=eps, trials=trials,
+                         mc_mean_W=mc.mean, se_mean=mc.se_mean, mc_var_W=mc.var, se_var=mc.se_var,
+                         law_mean_W=renewal_mean(m, L) - 1 if not g.lattice else float("nan"),
+                         law_var_leading=leading_var(m, L),
+                         law_var_smith=smith_var(m, L) if not g.lattice else float("nan"),
+                         exact_mean_W=ex.mean, exact_var_W=ex.var,
+                         z_mean=(mc.mean - ex.mean) / mc.se_mean if mc.se_mean > 0 else 0.0,
+                         z_var=(mc.var - ex.var) / mc.se_var if mc.se_var > 0 else 0.0))
+    return rows
+
+
+def print_synthetic(rows):
+    print(f"eps-windows W = N - 1 (largest distance with decay >= eps), eps = {rows[0]['eps']:g}, "
+          f"{rows[0]['trials']} trials; laws: mean L/k + mu2/(2k^2) - 1, variance s^2 L/k^3 (+ Smith C)")
+    hdr = (f"{'gate':30s} {'MC E[W]':>16s} {'law':>8s} {'exact':>8s} {'MC Var[W]':>15s} {'leading':>8s} "
+           f"{'Smith':>8s} {'exact':>8s} {'z(E)':>6s} {'z(V)':>6s}")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        print(f"{r['gate']:30s} {r['mc_mean_W']:9.3f}±{r['se_mean']:<6.3f} {r['law_mean_W']:8.3f} "
+              f"{r['exact_mean_W']:8.3f} "
+              f"{r['mc_var_W']:8.3f}±{r['se_var']:<6.3f} {r['law_var_leading']:8.3f} {r['law_var_smith']:8.3f} "
+              f"{r['exact_var_W']:8.3f} {r['z_mean']:6.2f} {r['z_var']:6.2f}")
+    print("ALiBi rows: the laws do not apply to a lattice increment (nan); exact W = floor(L/m), Var = 0.")
+
+
+
 # ----------------------------------------------------------------------------- command line
 
-EPS_SCAN = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6)
+# the thresholds scanned by default here and by the per-head verdict (heads.py): 0.5 .. 1e-6
+EPS_SCAN = (0.5, 0.3, 0.1, 0.03, 0.01, 3e-3, 1e-3, 3e-4, 1e-4, 1e-5, 1e-6)
 
 
 def scan(gates, eps_list=EPS_SCAN, progress=True):
@@ -996,7 +1080,6 @@ def scan(gates, eps_list=EPS_SCAN, progress=True):
 
 
 def main(argv=None):
-    import outputs
     p = outputs.parser("Window laws against exact first-passage numerics.")
     p.add_argument("--eps", type=float, nargs="+", default=list(EPS_SCAN), help="decay thresholds in (0, 1)")
     p.add_argument("--json", default=None, help="write the rows as JSON to this path")
@@ -1017,7 +1100,8 @@ def main(argv=None):
     print("-" * len(hdr))
     for r in rows:
         flag = "  <- breakdown" if r["lead_term"] < 0.3 else ""
-        print(f"{r['gate']:28s} {r['eps']:7.0e} {r['exact_mean_W']:11.5f} {r['err_mean']:9.1e} {r['exact_var_W']:10.5f} "
+        print(f"{r['gate']:28s} {r['eps']:7.0e} {r['exact_mean_W']:11.5f} {r['err_mean']:9.1e} "
+              f"{r['exact_var_W']:10.5f} "
               f"{r['err_leading']:9.2e} {r['C']:8.4f} {r['err_smith']:9.1e} {r['lead_term']:8.3f} "
               f"{max(r['exact_mean_err'], r['exact_var_err']):9.1e}{flag}")
     print("\nLeading law relative error below 1e-3 once L exceeds (|C|/1e-3 - C) kappa^3/sigma^2:")
@@ -1037,5 +1121,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import outputs
     sys.exit(outputs.cli(main))

@@ -5,7 +5,6 @@ keep the decay the layer hands them, which is exactly what the layer computed). 
 import json
 import math
 import os
-import subprocess
 import sys
 import warnings
 
@@ -16,8 +15,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import adapters
+import data
 import fox_attention as fa
+import heads
 import model as fm
+import outputs
 
 fla = pytest.importorskip("fla", reason="flash-linear-attention not installed (pip install 'foxwindow[models]')")
 with warnings.catch_warnings():
@@ -183,9 +185,9 @@ def test_ours_matches_the_hook():
     tok = torch.randint(0, 256, (2, 40))
     _, cache = fa.run_with_cache(model, tok)
     cap = adapters.capture_log_decays(model, tok)
-    for l in range(2):
-        torch.testing.assert_close(cap.decays[f"blocks.{l}.attn"], cache[f"blocks.{l}.attn.hook_log_fgate"])
-        assert cap.layer[f"blocks.{l}.attn"] == l and cap.family[f"blocks.{l}.attn"] == "foxwindow"
+    for li in range(2):
+        torch.testing.assert_close(cap.decays[f"blocks.{li}.attn"], cache[f"blocks.{li}.attn.hook_log_fgate"])
+        assert cap.layer[f"blocks.{li}.attn"] == li and cap.family[f"blocks.{li}.attn"] == "foxwindow"
 
 
 # ----------------------------------------------------------------------------- official FoX (stand-in)
@@ -332,9 +334,9 @@ import hf_models  # noqa: E402
 @pytest.fixture(scope="module")
 def tiny_ckpt(tmp_path_factory):
     """save_pretrained of a tiny fla FoX LM and a byte-level BPE tokenizer trained here on a few KB."""
+    from fla.models import ForgettingTransformerConfig
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
-    from fla.models import ForgettingTransformerConfig
     d = tmp_path_factory.mktemp("tiny_fox")
     rng = np.random.default_rng(0)
     words = ["the", "king", "is", "dead", "long", "live", "queen", "to", "be", "or", "not", "ay", "there"]
@@ -357,10 +359,8 @@ def tiny_ckpt(tmp_path_factory):
 
 
 def _forget(argv, capsys):
-    import forget
-    import outputs
     capsys.readouterr()                                      # drop what the test printed before
-    code = outputs.cli(forget.main, argv)                    # as `python forget.py ARGV` runs it
+    code = outputs.cli(heads.main, argv)                    # as `python forget.py ARGV` runs it
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -402,7 +402,6 @@ def test_model_flag_end_to_end(tiny_ckpt, tmp_path, capsys):
 
 
 def test_attention_op_mass_windows_match_heads_on_our_model():
-    import heads
     torch.manual_seed(9)
     model = fm.FoXLM(fm.FoXConfig(d_model=32, n_layers=2, n_heads=2)).eval()
     tok = torch.randint(0, 256, (3, 64))
@@ -410,9 +409,9 @@ def test_attention_op_mass_windows_match_heads_on_our_model():
     with hf_models.attention_ops(model, mass_eps=1e-2, rows=rows, cpu=False) as win:
         model(tok)
     _, inputs = heads.capture(model, tok)
-    for l in range(2):
-        want = heads.mass_windows(model.blocks[l].attn, inputs[l], 1e-2, rows)
-        assert torch.equal(win[f"blocks.{l}.attn"][0], want)
+    for li in range(2):
+        want = heads.mass_windows(model.blocks[li].attn, inputs[li], 1e-2, rows)
+        assert torch.equal(win[f"blocks.{li}.attn"][0], want)
 
 
 def test_model_flag_errors_are_one_line(tiny_ckpt, tmp_path, capsys, monkeypatch):
@@ -569,8 +568,9 @@ def test_transformers_mamba2_model_every_layer(monkeypatch):
     assert set(cap.family.values()) == {"mamba2"} and cap.layer["backbone.layers.1.mixer"] == 1
     internal = seen[1::4]                                                   # hidden, A * dt, B, C per mixer
     assert len(internal) == 2
-    for l in range(2):
-        torch.testing.assert_close(cap.decays[f"backbone.layers.{l}.mixer"], internal[l].float(), rtol=1e-6, atol=1e-7)
+    for li in range(2):
+        torch.testing.assert_close(cap.decays[f"backbone.layers.{li}.mixer"], internal[li].float(),
+                                   rtol=1e-6, atol=1e-7)
     assert cap.decays["backbone.layers.0.mixer"].min() >= -0.5 * model.backbone.layers[0].mixer.A_log.exp().max() - 1e-6
 
 
@@ -603,7 +603,6 @@ def test_model_flag_transformers_mamba2_says_no_mass_window(tiny_ckpt, tmp_path,
 
 
 def test_default_text_is_the_held_out_plays(tiny_ckpt):
-    import data
     ck, _ = tiny_ckpt
     tok = hf_models.load_tokenizer(str(ck))
     ids, spans = hf_models.heldout_ids(tok, 4, 128)
@@ -615,16 +614,15 @@ def test_default_text_is_the_held_out_plays(tiny_ckpt):
 
 
 def test_shipped_files_are_found_from_any_folder(tmp_path, monkeypatch):
-    import heads
-    import package_paths
     monkeypatch.chdir(tmp_path)
     assert os.path.isabs(heads.DEFAULT_CHECKPOINT) and os.path.isfile(heads.DEFAULT_CHECKPOINT)
     # an installed layout (pip --target: share/foxwindow beside the modules)
     (tmp_path / "share" / "foxwindow" / "checkpoints").mkdir(parents=True)
     (tmp_path / "share" / "foxwindow" / "checkpoints" / "x.pt").write_bytes(b"")
-    monkeypatch.setattr(package_paths, "HERE", str(tmp_path))
-    assert package_paths.data_path("checkpoints/x.pt") == str(tmp_path / "share" / "foxwindow" / "checkpoints" / "x.pt")
-    assert package_paths.data_path("checkpoints/none.pt") == str(tmp_path / "checkpoints" / "none.pt")
+    monkeypatch.setattr(outputs, "REPO", str(tmp_path))
+    assert outputs.repo_path("checkpoints/x.pt") == str(tmp_path / "share" / "foxwindow" / "checkpoints" / "x.pt")
+    assert outputs.repo_path("checkpoints/none.pt") == str(tmp_path / "checkpoints" / "none.pt")
+    assert outputs.repo_path(str(tmp_path / "abs.pt")) == str(tmp_path / "abs.pt")      # absolute: unchanged
 
 
 # ----------------------------------------------------------------------------- GPU (skipped without CUDA)

@@ -269,7 +269,7 @@ def test_user_kind_registers_and_trains():
     m = build_model(attention_type="square", n_layers=2, d_model=32, n_heads=4, quadratic_temp=5.0)
     assert m.blocks[0].attn.attention.quadratic_temp == 5.0
     losses = _train_steps(m)
-    assert all(math.isfinite(l) for l in losses)
+    assert all(math.isfinite(li) for li in losses)
 
 
 def test_fam_forward_backward_ragged_length():
@@ -281,7 +281,7 @@ def test_fam_forward_backward_ragged_length():
     assert math.isfinite(loss.item()) and m.fam_init.grad is not None and m.fam_init.grad.abs().sum() > 0
     assert m.has_saved
     # with state passing at probability 1 the next training step starts from the saved FAM
-    assert all(math.isfinite(l) for l in _train_steps(m, n=2, T=13))
+    assert all(math.isfinite(li) for li in _train_steps(m, n=2, T=13))
 
 
 def test_fam_reaches_beyond_bswa():
@@ -290,7 +290,8 @@ def test_fam_reaches_beyond_bswa():
     x = torch.randint(0, 256, (1, 16))
     x2 = x.clone()
     x2[0, 0] = (x[0, 0] + 1) % 256
-    for name, p, reached in (("bswa", {"block": 4, "mem": 1}, False), ("fam", {"block": 4, "mem": 1, "fam_len": 2}, True)):
+    for name, p, reached in (("bswa", {"block": 4, "mem": 1}, False),
+                             ("fam", {"block": 4, "mem": 1, "fam_len": 2}, True)):
         m = build_model(name, n_layers=1, d_model=32, n_heads=4, **p).eval()
         assert (not torch.equal(m(x)[0, 15], m(x2)[0, 15])) == reached
 

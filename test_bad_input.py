@@ -48,7 +48,7 @@ def _usage(capsys, main, argv, *words):
     """Assert exit code 2 and one stderr line that contains every word."""
     rc, err = _cli(capsys, main, argv)
     assert rc == 2, (argv, rc, err)
-    lines = [l for l in err.strip().splitlines() if l.strip()]
+    lines = [li for li in err.strip().splitlines() if li.strip()]
     assert len(lines) == 1, err
     for w in words:
         assert w in lines[0], (w, lines[0])
@@ -86,39 +86,33 @@ def bad_files(tmp_path_factory):
     (["--n-seq", "100000"], ["--n-seq", "windows"]),
 ])
 def test_forget_cli_usage(capsys, argv, words):
-    _usage(capsys, forget.main, argv, *words)
+    _usage(capsys, heads.main, argv, *words)
 
 
 def test_forget_cli_files(capsys, bad_files, tmp_path):
     d = bad_files
-    _usage(capsys, forget.main, ["--json", str(tmp_path / "nodir" / "x.json")], "--json", "does not exist")
-    _usage(capsys, forget.main, ["--json", str(tmp_path)], "--json", "is a folder")
-    _usage(capsys, forget.main, ["--json", str(d / "existing.json"), "--synthetic"], "--json", "--force")
-    _usage(capsys, forget.main, ["--save-traces", str(d / "existing.json" / "x.npz")], "--save-traces", "is a file")
-    _usage(capsys, forget.main, ["--traces", str(d / "absent.npz")], "--traces", "not found")
-    _usage(capsys, forget.main, ["--traces", str(d / "corrupt.npz")], "corrupt")
-    _usage(capsys, forget.main, ["--traces", str(d / "bht.npz")], "(B, H, T)", "512 heads")
-    _usage(capsys, forget.main, ["--checkpoint", str(d / "garbage.pt")], "--checkpoint", "corrupt")
-    _usage(capsys, forget.main, ["--checkpoint", str(d / "foreign.pt")], "--checkpoint", "not a foxwindow")
+    _usage(capsys, heads.main, ["--json", str(tmp_path / "nodir" / "x.json")], "--json", "does not exist")
+    _usage(capsys, heads.main, ["--json", str(tmp_path)], "--json", "is a folder")
+    _usage(capsys, heads.main, ["--json", str(d / "existing.json"), "--synthetic"], "--json", "--force")
+    _usage(capsys, heads.main, ["--save-traces", str(d / "existing.json" / "x.npz")], "--save-traces", "is a file")
+    _usage(capsys, heads.main, ["--traces", str(d / "absent.npz")], "--traces", "not found")
+    _usage(capsys, heads.main, ["--traces", str(d / "corrupt.npz")], "corrupt")
+    _usage(capsys, heads.main, ["--traces", str(d / "bht.npz")], "(B, H, T)", "512 heads")
+    _usage(capsys, heads.main, ["--checkpoint", str(d / "garbage.pt")], "--checkpoint", "corrupt")
+    _usage(capsys, heads.main, ["--checkpoint", str(d / "foreign.pt")], "--checkpoint", "not a foxwindow")
     assert (d / "existing.json").read_text() == "keep me"
     if not CUDA:
-        _usage(capsys, forget.main, ["--device", "cuda"], "--device", "CUDA")
+        _usage(capsys, heads.main, ["--device", "cuda"], "--device", "CUDA")
 
 
 def test_forget_eps_needs_a_value(capsys):
-    rc, err = _cli(capsys, forget.main, ["--eps"])
+    rc, err = _cli(capsys, heads.main, ["--eps"])
     assert rc == 2 and "--eps" in err and len(err.strip().splitlines()) == 1
-
-
-def test_forget_no_silent_fallback(capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "heads", None)          # as in an installed package without heads.py
-    rc, err = _cli(capsys, forget.main, ["--n-seq", "4"])
-    assert rc == 1 and "heads.py" in err and "--synthetic" in err and len(err.strip().splitlines()) == 1
 
 
 def test_forget_synthetic_json_is_strict(capsys, tmp_path):
     out = tmp_path / "s.json"
-    rc, _ = _cli(capsys, forget.main, ["--synthetic", "--trials", "500", "--no-progress", "--json", str(out)])
+    rc, _ = _cli(capsys, heads.main, ["--synthetic", "--trials", "500", "--no-progress", "--json", str(out)])
     assert rc == 0
 
     def no_nan(c):
@@ -175,8 +169,18 @@ def test_train_debug_shows_traceback(capsys):
         outputs.cli(train.main, ["--steps", "0", "--debug"])
 
 
-@pytest.mark.parametrize("module, first", [("heads.py", "Per-head verdict"),
-                                           ("fox_attention.py", "Forgetting attention"),
+@pytest.mark.parametrize("script", ["forget.py", "heads.py"])
+def test_forget_and_heads_share_one_command_line(capsys, monkeypatch, script):
+    import runpy
+    monkeypatch.setattr(sys, "argv", [script, "--help"])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_path(os.path.join(REPO, script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert e.value.code in (0, None) and "Per-head verdict" in out
+    assert all(f in out for f in ("--synthetic", "--traces", "--model", "--n-boot", "--force"))
+
+
+@pytest.mark.parametrize("module, first", [("fox_attention.py", "Forgetting attention"),
                                            ("outputs.py", "Safe outputs"), ("model.py", "The model"),
                                            ("data.py", "The corpus"), ("attention_kinds.py", "Attention kinds")])
 def test_library_modules_say_what_they_are(capsys, monkeypatch, module, first):
@@ -407,8 +411,9 @@ def test_commands_leave_shipped_files_intact(tmp_path):
         "bad": [py, "forget.py", "--eps", "2"],
     }
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    cmds = {k: [c[0], str(root / c[1])] + c[2:] for k, c in tiny.items()}
     procs = {k: subprocess.Popen(c, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True) for k, c in ((k, [c[0], str(root / c[1])] + c[2:]) for k, c in tiny.items())}
+                                 text=True) for k, c in cmds.items()}
     res = {k: (p.wait(timeout=300), *p.communicate()) for k, p in procs.items()}
     for k in ("train", "reach", "figures"):
         assert res[k][0] == 0, (k, res[k][2][-2000:])

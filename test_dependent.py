@@ -2,14 +2,17 @@
 
 Law moments come from the gate's law (Hermite sums, the chain's fundamental matrix, exact numerics),
 never from the samples under test; statistical checks use z * SE with z Bonferroni-corrected over the
-checks in one test. Seeds are fixed. The measured error table itself is dependent_errors.py's.
+checks in one test (docs/THEORY.md sections 4 and 6; AR(1) numbers in docs/ANCHORS.md section 5). Seeds are
+fixed. The measured error table itself is dependent_errors.py's.
 """
+import json
 import math
 
 import numpy as np
 import pytest
 from scipy import stats
 
+import dependent_errors
 import forget
 import renewal
 from forget import AR1LogitGate, LogitNormalGate, threshold
@@ -211,7 +214,6 @@ def test_second_order_law_and_mean_law_in_their_regime():
 
 
 def test_script_rejects_bad_input_and_never_overwrites(tmp_path, capsys):
-    import dependent_errors
     for argv in (["--phi", "1.0"], ["--ratios", "0"], ["--trials", "1"], ["--s", "-1"], ["--cells", "1"]):
         with pytest.raises(SystemExit) as e:
             dependent_errors.main(argv + ["--no-progress"])
@@ -226,9 +228,6 @@ def test_script_rejects_bad_input_and_never_overwrites(tmp_path, capsys):
 
 
 def test_script_writes_a_small_run(tmp_path):
-    import json
-
-    import dependent_errors
     out = tmp_path / "r.json"
     dependent_errors.main(["--phi", "0.5", "--ratios", "10", "--trials", "2000", "--no-scan", "--json", str(out),
                            "--no-progress"])

@@ -3,8 +3,8 @@
 One 2-rank job, started by torchrun itself (`python -m torch.distributed.run --standalone
 --nproc_per_node=2 test_distributed.py TMP`), runs every multi-process check, so the interpreters start
 once: DDP and FSDP2 training through train.main, a resumed run, the sharded gate capture and analysis
-through forget.main, hook names of wrapped models, and the collectives' error paths. Each rank writes
-what it saw to a JSON file that the tests below read.
+through heads.main (the forget.py command), hook names of wrapped models, and the collectives' error
+paths. Each rank writes what it saw to a JSON file that the tests below read.
 """
 import contextlib
 import io
@@ -22,8 +22,8 @@ import torch
 
 import data
 import distributed
-import forget
 import fox_attention as fa
+import heads
 import outputs
 from model import FoXConfig, FoXLM, load_model
 
@@ -79,10 +79,10 @@ def _worker(tmp):
     check("train_run_dir", lambda: train.main(TINY + ["--batch", str(B)]))
     check("eval_only", lambda: outputs.cli(train.main, ["--eval-only", "--checkpoint", f"{tmp}/one.pt"]))
 
-    def analysis():        # the command line's path: forget.py -> heads.main -> analyse_model
+    def analysis():        # the command line's path: heads.main -> analyse_model
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
-            forget.main(_analysis(tmp, 2))
+            heads.main(_analysis(tmp, 2))
         return printed.getvalue()
     check("analysis", analysis)
 
@@ -147,7 +147,7 @@ def job(tmp_path_factory):
     try:
         train.main(TINY + ["--batch", str(2 * B), "--out", f"{tmp}/one.pt"])
         train.main(TINY + ["--batch", str(2 * B), "--out", f"{tmp}/stopped.pt", "--stop-at", "2"])
-        forget.main(_analysis(tmp, 1))
+        heads.main(_analysis(tmp, 1))
         with open(f"{tmp}/exists.txt", "w") as fh:
             fh.write("old")
         t0 = time.time()

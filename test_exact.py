@@ -3,7 +3,8 @@ independent computations, honesty of the returned error estimates, speed, and ba
 
 References: closed forms (gamma X; scipy's incomplete gamma), brute-force enumeration for a few atoms, and two
 values from an independent high-precision computation (quoted to the digits given; the comparison allows half a
-unit of the last quoted digit on top of 1e-8 relative).
+unit of the last quoted digit on top of 1e-8 relative). The method is docs/THEORY.md section 5; the reference
+numbers are docs/ANCHORS.md sections 2-4.
 """
 import math
 import time
@@ -52,6 +53,28 @@ def timed(fn):
 
 
 # ----------------------------------------------------------------------------- against closed forms
+
+
+def test_closed_form_survival_dispatch():
+    from scipy import stats
+    L = renewal.threshold(1e-3)
+    # Beta(a, 1): X ~ Exp(a), so N - 1 ~ Poisson(a L) and P(N > n) = P(Poisson(a L) >= n)
+    s = renewal.closed_form_survival(BetaGate(20.0, 1.0), L)
+    n = np.arange(len(s))
+    assert np.allclose(s, stats.poisson.sf(n - 1, 20.0 * L), rtol=1e-10, atol=1e-15)
+    # ALiBi: P(N > n) = 1 up to n = W = floor(L/m), 0 after
+    s = renewal.closed_form_survival(ConstantGate(0.05), L)
+    w = renewal.alibi_window(0.05, 1e-3)
+    assert len(s) == w + 2 and s[:w + 1].min() == 1.0 and s[-1] == 0.0
+    # gamma X: the full survival gives the moments of the closed-form branch of the exact numerics
+    g = GammaIncrement(2.0, 0.07)
+    s, ex = renewal.closed_form_survival(g, L), renewal.exact_first_passage(g, 1e-3)
+    pmf = -np.diff(np.concatenate([s, [0.0]]))                               # P(W = w) = s_w - s_{w+1}
+    mean = float(np.dot(np.arange(len(pmf)), pmf))
+    assert abs(mean - ex.mean) <= 1e-10 * ex.mean and ex.method == "closed form"
+    # no closed form: laws other than gamma/exponential/constant, including a gamma seen through its CDF only
+    for g in (LogitNormalGate(2, 0.5), BetaGate(2.0, 3.0), CdfGamma(2.0, 0.07)):
+        assert renewal.closed_form_survival(g, L) is None
 
 
 @pytest.mark.parametrize("k,kappa,eps", [(25.0, 1e-3, 1e-6), (25.0, 1e-3, 1e-5)])

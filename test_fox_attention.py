@@ -8,8 +8,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fox_attention as fa
-from fox_attention import (capture_gates, forgetting_attention, forgetting_attention_naive,
-                           forgetting_attention_reference, load_trace, run_with_cache, save_trace)
+from fox_attention import (
+    capture_gates,
+    forgetting_attention,
+    forgetting_attention_naive,
+    forgetting_attention_reference,
+    load_trace,
+    run_with_cache,
+    save_trace,
+)
 from model import FoXConfig, FoXLM
 
 
@@ -117,7 +124,8 @@ def test_gradcheck():
     q, k, v = (torch.randn(1, 5, 2, 3, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
     lg = (-0.2 - torch.rand(1, 5, 2, generator=g, dtype=torch.float64)).requires_grad_()   # stays < 0 under eps
     for causal in (True, False):
-        f = lambda q, k, v, lg: forgetting_attention_reference(q, k, v, lg, causal=causal, chunk=2)
+        def f(q, k, v, lg, causal=causal):
+            return forgetting_attention_reference(q, k, v, lg, causal=causal, chunk=2)
         assert torch.autograd.gradcheck(f, (q, k, v, lg), eps=1e-6, atol=1e-6)
 
 
@@ -206,11 +214,11 @@ def test_run_with_cache():
     toks = torch.randint(0, 256, (2, 17))
     logits, cache = run_with_cache(m, toks)
     assert logits.shape == (2, 17, 256)
-    assert sorted(cache) == [f"blocks.{l}.attn.hook_log_fgate" for l in range(2)]
-    for l in range(2):
-        c = cache[f"blocks.{l}.attn.hook_log_fgate"]
+    assert sorted(cache) == [f"blocks.{li}.attn.hook_log_fgate" for li in range(2)]
+    for li in range(2):
+        c = cache[f"blocks.{li}.attn.hook_log_fgate"]
         assert c.shape == (2, 17, 2) and c.dtype == torch.float32 and (c <= 0).all() and not c.requires_grad
-        assert m.blocks[l].attn.hook_log_fgate.name == f"blocks.{l}.attn.hook_log_fgate"
+        assert m.blocks[li].attn.hook_log_fgate.name == f"blocks.{li}.attn.hook_log_fgate"
     torch.testing.assert_close(logits, m(toks))
     _, c1 = run_with_cache(m, toks, names_filter=["blocks.1.attn.hook_log_fgate"])
     _, c2 = run_with_cache(m, toks, names_filter=lambda n: n.startswith("blocks.0"))
@@ -255,7 +263,8 @@ class ToyFoX(nn.Module):
 
     def __init__(self, d=8, H=3, L=2):
         super().__init__()
-        self.layers = nn.ModuleList([nn.ModuleDict({"fgate_proj": nn.Linear(d, H), "mix": nn.Linear(d, d)}) for _ in range(L)])
+        self.layers = nn.ModuleList([nn.ModuleDict({"fgate_proj": nn.Linear(d, H), "mix": nn.Linear(d, d)})
+                                     for _ in range(L)])
 
     def forward(self, x):
         for layer in self.layers:
@@ -297,7 +306,8 @@ def test_trace_roundtrip_and_errors(tmp_path):
     rng = np.random.default_rng(0)
     tr = {"blocks.0.attn.hook_log_fgate": -rng.random((2, 50, 4)).astype(np.float32),
           "blocks.1.attn.hook_log_fgate": torch.zeros(2, 50, 4)}
-    meta = {"model": "toy", "layers": [0, 1], "heads": 4, "text_span": [{"file": "a.txt", "start": 0, "end": 50}], "eps": 1e-3}
+    meta = {"model": "toy", "layers": [0, 1], "heads": 4, "text_span": [{"file": "a.txt", "start": 0, "end": 50}],
+            "eps": 1e-3}
     p = str(tmp_path / "t.npz")
     save_trace(p, tr, meta)
     back, m2 = load_trace(p)

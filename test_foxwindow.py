@@ -2,7 +2,7 @@
 
 Statistical checks compare Monte Carlo estimates with moments computed from the distribution (exact
 numerics or quadrature), never from the samples under test, at |estimate - law| <= z * SE with z
-Bonferroni-corrected over the checks in one test (THEORY.md section 6). Seeds are fixed.
+Bonferroni-corrected over the checks in one test (docs/THEORY.md section 6). Seeds are fixed.
 """
 import sys
 
@@ -21,8 +21,7 @@ from scipy import integrate, stats
 
 import forget
 import renewal
-from forget import (AR1LogitGate, BetaGate, ConstantGate, GammaIncrement, LogitNormalGate, SEED_GATES,
-                    threshold)
+from forget import SEED_GATES, AR1LogitGate, BetaGate, ConstantGate, GammaIncrement, LogitNormalGate, threshold
 
 
 def bonferroni_z(n_checks, alpha=1e-3):
@@ -282,7 +281,7 @@ def test_dependent_laws_on_ar1_gates(mu, s, phi, eps, resolved):
     r = forget.first_passage_mc(g, eps, trials=100_000, seed=11)
     z = bonferroni_z(4)
     slr = renewal.long_run_variance(m.sigma2, tau)
-    # mean law: checked to about 0.1 in this regime (THEORY.md section 4)
+    # mean law: checked to about 0.1 in this regime (docs/THEORY.md section 4)
     assert abs(r.mean - (renewal.dependent_mean(m.kappa, slr, L) - 1)) <= 0.1 + z * r.se_mean
     # the iid mean is biased by sigma^2 sum rho / kappa^2, which the simulation resolves
     assert r.mean - (renewal.renewal_mean(m, L) - 1) > z * r.se_mean

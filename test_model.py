@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 import data
-from model import BitLinear, FoXConfig, FoXLM, ForgettingAttention, load_model, save_model
 from fox_attention import run_with_cache
+from model import BitLinear, ForgettingAttention, FoXConfig, FoXLM, load_model, save_model
 
 CKPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoints", "fox_shakespeare.pt")
 
@@ -186,7 +186,7 @@ def test_config_errors():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 @pytest.mark.parametrize("autocast", [False, True])
 def test_gpu_model_trains_on_fused_kernel(monkeypatch, autocast):
-    import kernels.fox_triton as kt
+    import kernels.fox_triton as kt  # needs triton, which only a GPU run requires
     calls = []
     real = kt.fox_attention_triton
     monkeypatch.setattr(kt, "fox_attention_triton", lambda *a, **kw: calls.append(a[0].dtype) or real(*a, **kw))
@@ -203,4 +203,4 @@ def test_gpu_model_trains_on_fused_kernel(monkeypatch, autocast):
         opt.step()
         losses.append(loss.item())
     assert calls and calls[0] == (torch.bfloat16 if autocast else torch.float32), calls[:2]
-    assert all(math.isfinite(l) for l in losses) and losses[-1] < losses[0], losses
+    assert all(math.isfinite(li) for li in losses) and losses[-1] < losses[0], losses

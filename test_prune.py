@@ -1,6 +1,9 @@
 """Tests for prune.py: block-pruning predictions against exact counts and sampled traces, the pruned
 attention op against its error bound, KV horizons (quantiles, certificates, decoding) and bad input."""
+import json
 import math
+import os
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,6 +15,10 @@ import forget
 import fox_attention as fa
 import model as fm
 import prune
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures"))
+import fig8_prune  # noqa: E402
+import figstyle  # noqa: E402
 
 
 def _closed_form_pruned(T, BM, BN, m, L):
@@ -143,14 +150,14 @@ def test_decoding_with_horizons_equals_a_band_mask():
     calls = []
 
     def band(q, k, v, log_fgate, *, sm_scale=None, causal=True, chunk=128):
-        l = len(calls)
-        calls.append(l)
+        li = len(calls)
+        calls.append(li)
         T = q.shape[1]
         i = torch.arange(T)
         c = torch.cumsum(log_fgate.double(), 1).transpose(1, 2)
         logits = torch.einsum("bihd,bjhd->bhij", q, k) * sm_scale + (c[..., :, None] - c[..., None, :]).float()
         d = i[:, None] - i[None, :]
-        keep = (d >= 0) & (d[None] <= torch.from_numpy(hz[l])[:, None, None])       # (H, T, T)
+        keep = (d >= 0) & (d[None] <= torch.from_numpy(hz[li])[:, None, None])       # (H, T, T)
         p = torch.softmax(logits.masked_fill(~keep, float("-inf")), -1)
         return torch.einsum("bhij,bjhd->bihd", p, v)
 
@@ -198,9 +205,9 @@ def test_certified_x_min_holds_for_the_model():
     xm = np.stack([prune.certified_x_min(b.attn, b.ln1) for b in model.blocks])
     toks = torch.randint(0, 256, (4, 64), generator=torch.Generator().manual_seed(2))
     _, cache = fa.run_with_cache(model, toks, names_filter=lambda n: n.endswith("hook_log_fgate"))
-    for l in range(2):
-        x = -cache[f"blocks.{l}.attn.hook_log_fgate"].double().numpy()          # (B, T, H)
-        assert (x.min((0, 1)) >= xm[l] * (1 - 1e-6)).all() and (xm[l] > 0).all()
+    for li in range(2):
+        x = -cache[f"blocks.{li}.attn.hook_log_fgate"].double().numpy()          # (B, T, H)
+        assert (x.min((0, 1)) >= xm[li] * (1 - 1e-6)).all() and (xm[li] > 0).all()
 
 
 def test_bad_input_raises():
@@ -253,12 +260,6 @@ def test_cli_does_not_overwrite(capsys, tmp_path):
 
 
 def test_figure_from_small_json(tmp_path):
-    import json
-    import os
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures"))
-    import fig8_prune
-    import figstyle
     heads = [dict(layer=0, head=h, kappa=0.5 / (h + 1), tols=[dict(log_tol=lt, pred_frac_blocks=0.1 * h,
                                                                   meas_frac_blocks=0.1 * h + 0.01, se_meas=0.01)
                                                              for lt in (-4.0, -10.0)]) for h in range(3)]

@@ -41,7 +41,7 @@ def test_training_steps_run(tmp_path):
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    assert all(math.isfinite(l) for l in losses) and losses[-1] < losses[0]
+    assert all(math.isfinite(li) for li in losses) and losses[-1] < losses[0]
 
 
 def test_train_config_errors():

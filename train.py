@@ -255,7 +255,9 @@ def train(model_cfg, cfg, out, next_batch=None, parallel="ddp", stop_at=None, re
         stream = data.train_stream()
         order = data.ShardedWindows(len(stream), cfg.context, cfg.batch, cfg.seed, rank=distributed.rank(),
                                     world=distributed.world_size())
-        next_batch = lambda step: data.windows(stream, order.starts(step), cfg.context)   # this rank's slice
+
+        def next_batch(step):                   # this rank's slice of the step's global batch
+            return data.windows(stream, order.starts(step), cfg.context)
     start, hist = 0, []
     if resume:
         start, hist = load_state(resume, model, opt, order, cfg.steps)

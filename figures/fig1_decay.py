@@ -1,8 +1,8 @@
 """Figure 1: the decay D(d) = exp(-(X_1 + ... + X_d)) against distance is monotone; the window is its eps-crossing."""
 import math
 
-import numpy as np
 import matplotlib.pyplot as plt
+import numpy as np
 
 import figstyle
 import forget

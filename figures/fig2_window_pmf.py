@@ -1,6 +1,6 @@
 """Figure 2: the window W is a random first-passage time; its Monte Carlo histogram against the exact pmf."""
-import numpy as np
 import matplotlib.pyplot as plt
+import numpy as np
 
 import figstyle
 import forget

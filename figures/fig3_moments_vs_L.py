@@ -1,6 +1,6 @@
 """Figure 3: E[W] and Var[W] grow linearly in L = ln(1/eps); simulation, exact numerics, leading and Smith laws."""
-import numpy as np
 import matplotlib.pyplot as plt
+import numpy as np
 
 import figstyle
 import forget
@@ -16,7 +16,8 @@ def make(ctx):
     for i, (g, col) in enumerate(zip(forget.SEED_GATES, figstyle.GATE_COLORS)):
         m = g.moments()
         Ls = np.array([forget.threshold(e) for e in eps_list])
-        mc = [forget.first_passage_mc(g, e, ctx.trials, seed=ctx.seed + 300 + 20 * i + j) for j, e in enumerate(eps_list)]
+        mc = [forget.first_passage_mc(g, e, ctx.trials, seed=ctx.seed + 300 + 20 * i + j)
+              for j, e in enumerate(eps_list)]
         ex = [renewal.exact_first_passage(g, e) for e in eps_list]
         lab = figstyle.gate_label(g)
         # mean: renewal expansion E[W] = L/k + mu2/(2k^2) - 1 and the exact numerics coincide to < 1e-8

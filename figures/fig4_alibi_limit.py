@@ -1,8 +1,8 @@
 """Figure 4: ALiBi as the zero-variance limit. Gamma increments with mean m and shrinking coefficient of
 variation: the exact window distribution collapses onto ALiBi's integer window floor(L/m), while the
 variance expansions (large-variance results) stop tracking it."""
-import numpy as np
 import matplotlib.pyplot as plt
+import numpy as np
 
 import figstyle
 import forget

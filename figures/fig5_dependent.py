@@ -1,6 +1,6 @@
 """Figure 5: input-correlated gates inflate the window variance by tau = 1 + 2 sum rho_k (AR(1) logits)."""
-import numpy as np
 import matplotlib.pyplot as plt
+import numpy as np
 
 import figstyle
 import forget

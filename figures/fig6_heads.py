@@ -1,11 +1,10 @@
 """Figure 6: the trained model's heads against the laws, read from the per-head JSON that
 `python forget.py --json figures/heads.json` writes. Skipped (never invented) when the JSON is absent."""
 import json
-import math
 import os
 
-import numpy as np
 import matplotlib.pyplot as plt
+import numpy as np
 
 import figstyle
 from figstyle import Skip
@@ -29,13 +28,17 @@ def _arr(v):
 def make(ctx):
     path = ctx.heads_json
     if not os.path.exists(path):
-        raise Skip(f"{os.path.relpath(path)} not found (write it with `python forget.py --json {os.path.relpath(path)}`)")
+        rel = os.path.relpath(path)
+        raise Skip(f"{rel} not found (write it with `python forget.py --json {rel}`)")
     with open(path) as f:
         heads = json.load(f).get("heads") or []
     if not heads:
         raise Skip(f"{path} has no 'heads' entries")
     verdicts = sorted({str(h.get("verdict")) for h in heads})
-    vcol = {v: plt.cm.tab10(i) for i, v in enumerate(verdicts)}
+    fixed = {"iid law holds": "tab:green", "autocorrelation-adjusted law holds": "tab:blue",
+             "document-mixture law holds": "tab:orange", "falsified": "tab:red", "undetermined": "tab:gray"}
+    vcol = {v: plt.matplotlib.colors.to_rgba(fixed[v]) if v in fixed else plt.cm.tab10(5 + i % 5)
+            for i, v in enumerate(verdicts)}
     fig, axs = plt.subplots(2, 2, figsize=(12.5, 10))
     ag, asl, amn, adm = axs.ravel()
 
@@ -45,7 +48,9 @@ def make(ctx):
     grid = np.full((nl, nh), np.nan)
     for h in heads:
         grid[h["layer"], h["head"]] = verdicts.index(str(h.get("verdict")))
-        ag.text(h["head"], h["layer"], f"κ={h['kappa']:.3g}", ha="center", va="center", fontsize=7)
+        share = h.get("between_share")
+        ag.text(h["head"], h["layer"], f"κ={h['kappa']:.3g}" + (f"\nbetween {share:.2f}" if share is not None else ""),
+                ha="center", va="center", fontsize=7)
     cmap = plt.matplotlib.colors.ListedColormap([vcol[v] for v in verdicts])
     ag.imshow(grid, cmap=cmap, vmin=-0.5, vmax=len(verdicts) - 0.5, alpha=0.55, aspect="auto")
     ag.set_xticks(range(nh))
@@ -53,7 +58,8 @@ def make(ctx):
     ag.grid(False)
     ag.set_xlabel("head")
     ag.set_ylabel("layer")
-    ag.set_title("(a) falsifier verdict per head (colour); forget rate κ (nats/token)")
+    ag.set_title("(a) verdict per head (colour); forget rate κ (nats/token),\n"
+                 "between-document share of Var[W] at ε = 1e-3")
     for v in verdicts:
         ag.plot([], [], "s", color=vcol[v], alpha=0.55, ms=9, label=v)
     ag.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, title="verdict")
@@ -66,13 +72,17 @@ def make(ctx):
         asl.errorbar(h["pred_slope_lr"], h["slope"], yerr=[[h["slope"] - lo], [hi - h["slope"]]], fmt="o",
                      color=c, ms=4, capsize=2)
         asl.plot(h["pred_slope_iid"], h["slope"], "x", color=c, ms=5)
-    vals = [v for h in tested for v in (h["slope"], h["pred_slope_iid"], h["pred_slope_lr"]) if v is not None and v > 0]
+        if h.get("pred_slope_mix") is not None:
+            asl.plot(h["pred_slope_mix"], h["slope"], "^", color=c, ms=5, mfc="none")
+    vals = [v for h in tested for v in (h["slope"], h["pred_slope_iid"], h["pred_slope_lr"], h.get("pred_slope_mix"))
+            if v is not None and v > 0]
     if not vals:
         vals = [1.0]
     lim = [min(vals) / 1.5, max(vals) * 1.5]
     asl.plot(lim, lim, "k--", lw=1, label="measured = predicted")
     asl.plot([], [], "o", color="gray", label="vs adjusted law τσ²/κ³ (with CI)")
     asl.plot([], [], "x", color="gray", label="vs iid law σ²/κ³")
+    asl.plot([], [], "^", color="gray", mfc="none", label="vs document-mixture law (least-squares slope)")
     asl.set_xscale("log")
     asl.set_yscale("log")
     figstyle.plain_log(asl)
@@ -106,7 +116,9 @@ def make(ctx):
     x = _arr([h.get("decay_window_mean") for h in heads])
     y = _arr([h.get("mass_window_mean") for h in heads])
     for xi, yi, h in zip(x, y, heads):
-        adm.plot(xi, yi, "o", color=vcol[str(h.get("verdict"))], ms=5)
+        cens = (h.get("decay_window_censored") or 0) > 0 or (h.get("mass_window_censored") or 0) > 0
+        adm.plot(xi, yi, "o", color=vcol[str(h.get("verdict"))], ms=5, mfc="none" if cens else None)
+    adm.plot([], [], "o", color="gray", mfc="none", label="censored (a lower bound)")
     ok = (x > 0) & (y > 0)
     lim = [min(x[ok].min(), y[ok].min()) / 1.5, max(x[ok].max(), y[ok].max()) * 1.5] if ok.any() else [1, 10]
     adm.plot(lim, lim, "k--", lw=1, label="equal")

@@ -14,8 +14,8 @@ import matplotlib.pyplot as plt
 import figstyle
 from figstyle import Skip
 
-# Reference anchors, measured side by side on one H200 (torch 2.11 + Triton 3.6, bf16, gates near
-# sigmoid(3 + N(0, 1))), H16 D128, B*T fixed
+# Reference anchors (docs/ANCHORS.md section 6), measured side by side on one H200 (torch 2.11 + Triton 3.6,
+# bf16, gates near sigmoid(3 + N(0, 1))), H16 D128, B*T fixed
 # (B8 T2048, B2 T8192, B1 T32768). (fwd, fwd+bwd) TFLOP/s as (lo, hi) where a range was reported.
 ANCHORS = {
     "SDPA cuDNN, no forget gate (ceiling)": {2048: ((493, 515), (422, 436)), 8192: ((556, 556), (508, 513)),

@@ -12,6 +12,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+import outputs  # noqa: E402  (needs ROOT on sys.path)
+
 GATE_COLORS = ("tab:blue", "tab:orange", "tab:green")
 ALIBI_COLORS = ("black", "dimgray")
 
@@ -36,7 +38,6 @@ def gate_label(g):
 
 def save(fig, out, name):
     """Write out/name.png and out/name.pdf, each to a temporary file then renamed; return both paths."""
-    import outputs
     paths = [os.path.join(out, f"{name}.{ext}") for ext in ("png", "pdf")]
     # no creation date in the PDF: regenerating unchanged figures leaves the files unchanged
     try:

@@ -8,7 +8,6 @@ Figures 1-5 are computed from the gate laws (Monte Carlo + exact renewal numeric
 per-head JSON of the trained model and figure 7 the kernel benchmark JSON, and each is skipped with a
 message when its JSON is absent. Output: <out>/figN_*.png and .pdf.
 """
-import argparse
 import json
 import os
 import sys
@@ -19,10 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-import figstyle  # noqa: E402  (also puts the repository root on sys.path)
 from tqdm import tqdm  # noqa: E402
-
-import outputs  # noqa: E402
 
 import fig1_decay  # noqa: E402
 import fig2_window_pmf  # noqa: E402
@@ -32,6 +28,8 @@ import fig5_dependent  # noqa: E402
 import fig6_heads  # noqa: E402
 import fig7_kernels  # noqa: E402
 import fig8_prune  # noqa: E402
+import figstyle  # noqa: E402  (also puts the repository root on sys.path)
+import outputs  # noqa: E402
 
 FIGURES = {1: fig1_decay, 2: fig2_window_pmf, 3: fig3_moments_vs_L, 4: fig4_alibi_limit,
            5: fig5_dependent, 6: fig6_heads, 7: fig7_kernels, 8: fig8_prune}

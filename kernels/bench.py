@@ -9,7 +9,7 @@
 Columns (each skipped with its reason when it cannot run; `--impls all` lists them in this order):
   ours            kernels.fox_triton, dense
   ours_acp        ours with adaptive computation pruning (a threshold argument), where the kernel has one
-  ours_1pass      ours with a one-pass backward flag, where the kernel has one
+  ours_1pass      ours with the one-pass backward (backward="one_pass", or a flag), where the kernel has one
   official        the official FoX Triton op, loaded from a local file (--official, FOX_OFFICIAL_KERNEL or
                   .official/, filled by kernels/prepare_gpu.sh), dense
   official_acp    the same with adaptive_threshold
@@ -182,11 +182,13 @@ def check_rows(o, ref, rows):
 # columns: make(case) returns f(q, k, v, log_fgate) -> o (B, T, H, D), or raises Unavailable
 # ------------------------------------------------------------------------------------------------
 
-# keyword a kernel may call each option by; the column is skipped when the signature has none of them
+# (keyword, value) under which a kernel may take each option, the first found in its signature wins;
+# the column is skipped when the signature has none of them. Value None: the column's own (the threshold).
 OURS_OPTIONS = {
-    "ours_acp": ("adaptive threshold", ("adaptive_threshold", "acp_threshold", "prune_threshold", "threshold")),
-    "ours_1pass": ("one-pass backward flag", ("one_pass_backward", "bwd_one_pass", "one_pass", "onepass_bwd",
-                                              "single_pass_backward")),
+    "ours_acp": ("adaptive threshold", [(n, None) for n in ("adaptive_threshold", "acp_threshold",
+                                                             "prune_threshold", "threshold")]),
+    "ours_1pass": ("one-pass backward", [("backward", "one_pass")] + [
+        (n, True) for n in ("one_pass_backward", "bwd_one_pass", "one_pass", "onepass_bwd", "single_pass_backward")]),
 }
 OURS_KW = {}        # --ours-kw: extra keywords for every ours column (checked against the signature)
 
@@ -197,13 +199,13 @@ def _ours_fn():
 
 
 def ours_option(column):
-    """The keyword under which fox_attention_triton takes column's option; Unavailable if it has none."""
+    """(keyword, value) under which fox_attention_triton takes column's option; Unavailable if it has none."""
     fn = _ours_fn()
-    what, names = OURS_OPTIONS[column]
+    what, options = OURS_OPTIONS[column]
     params = inspect.signature(fn).parameters
-    for n in names:
+    for n, value in options:
         if n in params:
-            return n
+            return n, value
     raise Unavailable(f"fox_attention_triton has no {what} (keywords {', '.join(params)})")
 
 
@@ -215,7 +217,7 @@ def make_ours(case):
 def make_ours_acp(case):
     """Ours with the (B, H) threshold; where the kernel takes no tensor there (a probe on 16 positions
     says so), with one float, the smallest over (B, H), which prunes least, and a note in the row."""
-    fn, kw = _ours_fn(), ours_option("ours_acp")
+    fn, (kw, _) = _ours_fn(), ours_option("ours_acp")
     thr = case["threshold"]
     probe = [case[n][:, :16] for n in ("q", "k", "v", "log_fgate")]
     try:
@@ -229,8 +231,8 @@ def make_ours_acp(case):
 
 
 def make_ours_1pass(case):
-    fn, kw = _ours_fn(), ours_option("ours_1pass")
-    return lambda q, k, v, lf: fn(q, k, v, lf, **{kw: True}, **OURS_KW)
+    fn, (kw, value) = _ours_fn(), ours_option("ours_1pass")
+    return lambda q, k, v, lf: fn(q, k, v, lf, **{kw: value}, **OURS_KW)
 
 
 _OFFICIAL = {}
@@ -550,8 +552,8 @@ def fmt_row(row, impls, mode):
 # the report (no GPU needed)
 # ------------------------------------------------------------------------------------------------
 
-RATIOS = [("ours", "official"), ("ours", "sdpa_cudnn"), ("ours_acp", "official_acp"), ("ours_acp", "ours"),
-          ("official_acp", "official")]
+RATIOS = [("ours", "official"), ("ours", "sdpa_cudnn"), ("ours_1pass", "ours"), ("ours_acp", "official_acp"),
+          ("ours_acp", "ours"), ("official_acp", "official")]
 PRUNED = ("ours_acp", "official_acp")
 
 

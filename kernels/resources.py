@@ -100,7 +100,7 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
     size `group`; return its resource reading (a dict)."""
     fn = fn or _KERNELS[name]
     bm, bn, warps, stages = cfg
-    c = dict(D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=False, PREC="tf32", ACP=False, ONEPASS=False)
+    c = dict(D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=False, PREC="tf32", ACP=False)
     if group == 1:          # the JIT turns an int argument equal to 1 into a constant, so do we
         c["GROUP"] = 1
     if name == "dkdv":

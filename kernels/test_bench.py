@@ -199,6 +199,9 @@ def test_gpu_check_refuses_a_plan_over_budget():
     p = _gpu_check({"BUDGET": "100"}, "--dry-run")
     assert p.returncode == 1 and "over the budget of 100 s" in p.stderr
     assert "plan (budget 100 s, limits sum 500 s)" in p.stdout and "dry targets" not in p.stdout
+    # the pruned and one-pass target rows come right after the dense ones, before the tests
+    steps = [l.split()[1] for l in p.stdout.splitlines() if l.strip()[:1].isdigit()]
+    assert steps[:5] == ["env", "targets", "acp", "onepass", "tests"], steps
     assert _gpu_check({}, "--bogus").returncode == 2
 
 
@@ -207,7 +210,7 @@ def test_gpu_check_dry_run():
     p = _gpu_check({}, "--dry-run")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "dry run: every step parses and imports" in p.stdout
-    for step in ("targets", "tests", "scan", "slow", "sweep", "figure7"):
+    for step in ("targets", "acp", "onepass", "tests", "scan", "slow", "sweep", "figure7"):
         assert f"dry {step}" in p.stdout
 
 
@@ -227,11 +230,44 @@ def test_pruning_column_found_by_signature(tmp_path, monkeypatch, capsys):
     (r,) = json.load(open(path))["runs"]["fwd"]
     assert r["ok"] == {"ours": True, "ours_acp": True}
     assert "given as one float" in r["notes"]["ours_acp"]
-    assert r["skipped"]["ours_1pass"].startswith("fox_attention_triton has no one-pass backward flag")
+    assert r["skipped"]["ours_1pass"].startswith("fox_attention_triton has no one-pass backward (keywords")
     capsys.readouterr()
     bench.main(["--report", path])
     md = capsys.readouterr().out
     assert "- ours_acp: adaptive_threshold given as one float" in md and "- ours_1pass (1 rows" in md
+
+
+def test_wired_options_found_in_the_kernel():
+    """The shipped fox_attention_triton's signature gives both option columns: pruning under
+    adaptive_threshold, the one-pass backward as backward="one_pass", a value the kernel accepts."""
+    from kernels import fox_triton as kt
+    assert bench.ours_option("ours_acp") == ("adaptive_threshold", None)
+    assert bench.ours_option("ours_1pass") == ("backward", "one_pass")
+    assert "one_pass" in kt.BACKWARDS and kt.backward_mode("one_pass") == "one_pass"
+    assert bench.availability("ours_1pass") == "available" and bench.availability("ours_acp") == "available"
+
+
+def test_one_pass_column_passes_the_keyword(monkeypatch):
+    """ours_1pass calls the kernel with backward="one_pass" (a boolean flag only for older spellings),
+    and ours without it."""
+    seen = []
+
+    def kernel(q, k, v, log_fgate, *, sm_scale=None, backward=None):
+        seen.append(backward)
+        return forgetting_attention_reference(q, k, v, log_fgate, sm_scale=sm_scale)
+
+    monkeypatch.setattr(bench, "_ours_fn", lambda: kernel)
+    x = [torch.randn(1, 8, 2, 16), torch.randn(1, 8, 2, 16), torch.randn(1, 8, 2, 16), -torch.rand(1, 8, 2)]
+    bench.make_ours_1pass({})(*x)
+    bench.make_ours({})(*x)
+    assert seen == ["one_pass", None]
+
+    def flagged(q, k, v, log_fgate, *, one_pass_backward=False):
+        seen.append(one_pass_backward)
+        return q
+    monkeypatch.setattr(bench, "_ours_fn", lambda: flagged)
+    bench.make_ours_1pass({})(*x)
+    assert seen[-1] is True
 
 
 @pytest.mark.skipif(not os.path.exists(bench.official_path()),

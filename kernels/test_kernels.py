@@ -7,7 +7,7 @@ Thresholds (relative L2 error against float64 on the same, already-rounded input
 unit roundoff u of the storage type: u = 2^-8 for bf16, 2^-11 for fp16.
   - out: rounding the exact output to the storage type alone costs ~0.4 u (measured 1.6e-3 in
     bf16); P is rounded once more before the P V product, ~0.25 u. A correct kernel lands at
-    0.45-0.5 u (bf16 1.8e-3, fp16 2.3e-4, as ANCHORS.md's 2e-3). Threshold 0.9 u: below what one
+    0.45-0.5 u (bf16 1.8e-3, fp16 2.3e-4, as docs/ANCHORS.md section 7's 2e-3). Threshold 0.9 u: below what one
     systematic slip costs (truncating instead of rounding to nearest gave 4.1e-3 = 1.05 u).
   - dq, dk, dv, dlog_fgate: two more rounded operands (dS, and dq/dk/dv are stored in the
     storage type): measured 0.55-0.75 u (bf16 2.1e-3 to 2.9e-3). Threshold 1.3 u (bf16 5.1e-3);
@@ -45,7 +45,10 @@ def rel(a, b):
 def make(B, Tq, Tk, H, Hkv, D, dtype, gate, seed=0):
     """Random inputs: q, k, v ~ N(0, 1); log g = gate * U(0.5, 1.5) (all <= 0); a dO."""
     g = torch.Generator().manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=g).to(dtype).to(DEV)
+
+    def r(*s):
+        return torch.randn(*s, generator=g).to(dtype).to(DEV)
+
     q, k, v = r(B, Tq, H, D), r(B, Tk, Hkv, D), r(B, Tk, Hkv, D)
     log_fgate = (gate * (0.5 + torch.rand(B, Tk, H, generator=g))).to(DEV)
     return q, k, v, log_fgate, r(B, Tq, H, D)
@@ -123,6 +126,7 @@ def test_fallback_reason(monkeypatch):
     """On CUDA (mocked: no GPU here) the kernel takes what it supports and names what it does not;
     forgetting_attention then runs the reference with one warning per reason instead of raising."""
     import warnings
+
     import fox_attention
     from kernels import fox_triton as kt
     q, k, v, log_fgate, _ = make(1, 8, 8, 2, 2, 32, torch.float32, MODERATE)
@@ -234,7 +238,7 @@ def test_not_causal():
 
 @pytest.mark.skipif(not CUDA, reason="full-size shapes need a GPU")
 @pytest.mark.parametrize("B,Tq,Tk,H,Hkv,D,dtype,gate", [
-    (2, 777, 777, 4, 4, 128, torch.bfloat16, -0.05),   # the ANCHORS.md accuracy shape
+    (2, 777, 777, 4, 4, 128, torch.bfloat16, -0.05),   # the docs/ANCHORS.md section 7 accuracy shape
     (2, 777, 777, 4, 4, 128, torch.float16, STRONG),
     (1, 777, 777, 8, 2, 64, torch.bfloat16, NEAR1),
     (1, 500, 1030, 4, 1, 128, torch.bfloat16, MODERATE),
@@ -300,6 +304,7 @@ def test_launch_steps_down_when_out_of_resources():
     """A GPU with less shared memory than a config needs gets the next smaller config, and the
     choice is remembered; only when the smallest fails too does the error reach the caller."""
     import triton
+
     from kernels import fox_triton as kt
 
     class Kernel:           # stands in for a Triton kernel; "fits" only tiles up to `largest`
@@ -447,38 +452,6 @@ def test_pruning_varlen(small_tiles):
     assert packed.pruned_pairs == pruned > 0
     want = [torch.cat([p[i] for p in parts], 1) for i in range(5)]
     check(got, want, torch.float32)
-
-
-# ---------------------------------------------------------------------------------------------
-# one-pass backward (FOX_ONEPASS_BWD=1)
-# ---------------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("B,Tq,Tk,H,Hkv,D,dtype,gate", [
-    (1, 150, 150, 2, 1, 32, torch.float32, -10.0),     # GQA; the gate gradient's hard case
-    (1, 20, 63, 2, 2, 64, torch.bfloat16, NEAR1),      # Tq < Tk
-    (2, 15, 15, 2, 2, 80, torch.float16, STRONG),      # padded head dim
-])
-def test_onepass_backward(monkeypatch, B, Tq, Tk, H, Hkv, D, dtype, gate):
-    monkeypatch.setenv("FOX_ONEPASS_BWD", "1")
-    args = make(B, Tq, Tk, H, Hkv, D, dtype, gate, seed=9)
-    check(run(*args), reference(*args), dtype)
-
-
-def test_onepass_backward_varlen_pruned_deterministic(monkeypatch):
-    monkeypatch.setenv("FOX_ONEPASS_BWD", "1")
-    cu = torch.tensor([0, 1, 17, 17, 80, 150], dtype=torch.int32, device=DEV)
-    args = make(1, 150, 150, 2, 1, 32, torch.float32, STRONG)
-    got = run(*args, cu_seqlens=cu)
-    check(got, reference(*args, cu_seqlens=cu), torch.float32)
-    assert all(torch.equal(a, b) for a, b in zip(got, run(*args, cu_seqlens=cu)))
-    # under pruning: the same gradients as the two-pass backward
-    one = run(*args, cu_seqlens=cu, adaptive_threshold=-2.0)
-    monkeypatch.setenv("FOX_ONEPASS_BWD", "0")
-    two = run(*args, cu_seqlens=cu, adaptive_threshold=-2.0)
-    check(one, two, torch.float32)
-    monkeypatch.setenv("FOX_ONEPASS_BWD", "yes")
-    with pytest.raises(ValueError, match="FOX_ONEPASS_BWD"):
-        run(*args)
 
 
 def test_pruning_granule_guard(small_tiles):
