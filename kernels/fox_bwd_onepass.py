@@ -33,8 +33,9 @@ cancel by construction up to the order of the float32 additions.
 
 Everything else is the shipped kernel's: the row statistics (lse) and O with its rounding residual
 from the shipped forward, Delta from its delta kernel, c as float64 split into float32 words
-hi + lo with a per-tile anchor (the backward's two-word form), the interpreter workarounds (_dot,
-_cast) and the packed-sequence bounds (_seq_bounds). These are fox_triton's private helpers,
+hi + lo with a per-tile anchor (the backward's two-word form), the P^T / dS^T tile with its dK, dV
+updates (_bwd_kv_tile, the dK/dV pass's loop body), the interpreter workarounds (_dot, _cast) and
+the packed-sequence bounds (_seq_bounds). These are fox_triton's private helpers,
 imported by name below; a rename there raises ImportError here naming the missing one.
 
 Wiring: fox_triton._FoxAttention.backward calls fox_bwd_onepass when fox_attention_triton is given
@@ -64,6 +65,7 @@ LOG2E = _need("LOG2E")
 _dot = _need("_dot")                      # @triton.jit helpers: resolved as this module's globals
 _cast = _need("_cast")
 _seq_bounds = _need("_seq_bounds")
+_bwd_kv_tile = _need("_bwd_kv_tile")
 _bwd_delta_kernel = _need("_bwd_delta_kernel")
 _suffix_sum = _need("_suffix_sum")
 _precision = _need("_precision")
@@ -134,25 +136,10 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, 
     offs_d = tl.arange(0, D)
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
-        rows = m0 + tl.arange(0, BLOCK_M)
-        m_ok = rows < Tq
-        pos_m = rows + off
-        q = tl.load(q_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
-        do = tl.load(do_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
-        # rows past Tq get lse = +inf, hence P = 0: they add nothing anywhere
-        lse = tl.load(lse_base + rows, mask=m_ok, other=float("inf"))
-        delta = tl.load(delta_base + rows, mask=m_ok, other=0.0)
-        u = (tl.load(ch_base + pos_m, mask=m_ok, other=0.0) - ha) \
-            + (tl.load(cl_base + pos_m, mask=m_ok, other=0.0) - la)    # (BLOCK_M,) c_i - c_a
-        sT = _dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + (u - lse)[None, :]
-        if MASK:
-            sT = tl.where(pos_m[None, :] >= cols[:, None], sT, float("-inf"))
-        pT = tl.math.exp2(sT)                                           # (BLOCK_N, BLOCK_M)
-        dv += _dot(_cast(pT, do.dtype, PREC), do, PREC)
-        dpT = _dot(v, tl.trans(do), PREC)
-        dsT = pT * (dpT - delta[None, :])
-        ds16 = _cast(dsT, q.dtype, PREC)                  # one rounding, shared by dK and dQ
-        dk += _dot(ds16, q, PREC)
+        # P^T, dS^T and dK, dV as in the two-pass dK/dV loop; ds16: dS^T rounded once, for dK and dQ
+        dk, dv, dsT, ds16, rows, m_ok = _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, offs_d, q_base,
+                                                     do_base, ch_base, cl_base, lse_base, delta_base,
+                                                     s_qt, m0, Tq, off, qk_scale, BLOCK_M, MASK, PREC)
         # dQ's partial transposed, K^T dS: (D, BLOCK_M), so that the product's M dimension is D
         # (64-row wgmma tiles need M >= 64; BLOCK_M is 16-32 here)
         dq_part = _dot(tl.trans(k), ds16, PREC)                         # (D, BLOCK_M) float32

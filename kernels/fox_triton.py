@@ -249,6 +249,41 @@ def _bwd_delta_kernel(O, ORES, DO, DELTA, s_qb, s_qt, s_qh, s_lb, s_lh, H, TQ,
 
 
 @triton.jit
+def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, offs_d, q_base, do_base, ch_base, cl_base, lse_base,
+                 delta_base, s_qt, m0, Tq, off, qk_scale, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
+                 PREC: tl.constexpr):
+    # One key block against query block m0, the part both backwards share (this one's dK/dV pass
+    # and fox_bwd_onepass's single pass): P^T and dS^T as (BLOCK_N, BLOCK_M) tiles, added into dv
+    # and dk. k, v: (BLOCK_N, D) in the input dtype; dk, dv: (BLOCK_N, D) float32; w: (BLOCK_N,)
+    # float32, c_a - c_j against the key block's anchor a (hi + lo words ha, la); cols: (BLOCK_N,)
+    # key positions; offs_d: (D,) arange(0, D), made by the caller outside its query loop.
+    # q_base, do_base: the head's (Tq, D) rows (row stride s_qt); ch_base, cl_base: its gate
+    # words (by position); lse_base, delta_base: its (Tq,) float32 row terms.
+    # Returns dk, dv, dS^T (BLOCK_N, BLOCK_M) float32 and its one rounding to q's dtype (shared by
+    # dK and, in the one-pass kernel, dQ), the query rows (BLOCK_M,) and their mask rows < Tq.
+    rows = m0 + tl.arange(0, BLOCK_M)
+    m_ok = rows < Tq
+    pos_m = rows + off
+    q = tl.load(q_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
+    do = tl.load(do_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
+    # rows past Tq get lse = +inf, hence P = 0: they add nothing to dk, dv, dc (nor to dq)
+    lse = tl.load(lse_base + rows, mask=m_ok, other=float("inf"))
+    delta = tl.load(delta_base + rows, mask=m_ok, other=0.0)
+    u = (tl.load(ch_base + pos_m, mask=m_ok, other=0.0) - ha) \
+        + (tl.load(cl_base + pos_m, mask=m_ok, other=0.0) - la)    # (BLOCK_M,) c_i - c_a
+    sT = _dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + (u - lse)[None, :]
+    if MASK:
+        sT = tl.where(pos_m[None, :] >= cols[:, None], sT, float("-inf"))
+    pT = tl.math.exp2(sT)                                           # (BLOCK_N, BLOCK_M)
+    dv += _dot(_cast(pT, do.dtype, PREC), do, PREC)
+    dpT = _dot(v, tl.trans(do), PREC)
+    dsT = pT * (dpT - delta[None, :])
+    ds16 = _cast(dsT, q.dtype, PREC)
+    dk += _dot(ds16, q, PREC)
+    return dk, dv, dsT, ds16, rows, m_ok
+
+
+@triton.jit
 def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, cl_base,
                     lse_base, delta_base, s_qt, lo, hi, Tq, off, qk_scale,
                     D: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
@@ -257,24 +292,9 @@ def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base,
     offs_d = tl.arange(0, D)
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
-        rows = m0 + tl.arange(0, BLOCK_M)
-        m_ok = rows < Tq
-        pos_m = rows + off
-        q = tl.load(q_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
-        do = tl.load(do_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
-        # rows past Tq get lse = +inf, hence P = 0: they add nothing to dk, dv or dc
-        lse = tl.load(lse_base + rows, mask=m_ok, other=float("inf"))
-        delta = tl.load(delta_base + rows, mask=m_ok, other=0.0)
-        u = (tl.load(ch_base + pos_m, mask=m_ok, other=0.0) - ha) \
-            + (tl.load(cl_base + pos_m, mask=m_ok, other=0.0) - la)    # (BLOCK_M,) c_i - c_a
-        sT = _dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + (u - lse)[None, :]
-        if MASK:
-            sT = tl.where(pos_m[None, :] >= cols[:, None], sT, float("-inf"))
-        pT = tl.math.exp2(sT)
-        dv += _dot(_cast(pT, do.dtype, PREC), do, PREC)
-        dpT = _dot(v, tl.trans(do), PREC)
-        dsT = pT * (dpT - delta[None, :])
-        dk += _dot(_cast(dsT, q.dtype, PREC), q, PREC)
+        dk, dv, dsT, _, _, _ = _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, offs_d, q_base, do_base,
+                                            ch_base, cl_base, lse_base, delta_base, s_qt, m0, Tq, off,
+                                            qk_scale, BLOCK_M, MASK, PREC)
         dc -= tl.sum(dsT, 1)                          # d c_j = -colsum_j(dS)
     return dk, dv, dc
 
