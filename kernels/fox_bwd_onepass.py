@@ -65,8 +65,12 @@ LOG2E = _need("LOG2E")
 _dot = _need("_dot")                      # @triton.jit helpers: resolved as this module's globals
 _cast = _need("_cast")
 _seq_bounds = _need("_seq_bounds")
+_bwd_key_block = _need("_bwd_key_block")
+_bwd_key_anchor = _need("_bwd_key_anchor")
 _bwd_kv_tile = _need("_bwd_kv_tile")
-_bwd_delta_kernel = _need("_bwd_delta_kernel")
+_bwd_delta = _need("_bwd_delta")
+_dkdv_buffers = _need("_dkdv_buffers")
+_dkdv_sum = _need("_dkdv_sum")
 _suffix_sum = _need("_suffix_sum")
 _precision = _need("_precision")
 _interpreting = _need("_interpreting")
@@ -218,12 +222,8 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, SEM
     off = Tk - Tq
     b64 = b.to(tl.int64)
     t64 = bos.to(tl.int64)
-    offs_d = tl.arange(0, D)
-    cols = n0 + tl.arange(0, BLOCK_N)
-    n_ok = cols < Tk
-    kv_ptr = b64 * s_kb + t64 * s_kt + (h // GROUP) * s_kh + cols[:, None] * s_kt + offs_d[None, :]
-    k = tl.load(K + kv_ptr, mask=n_ok[:, None], other=0.0)
-    v = tl.load(V + kv_ptr, mask=n_ok[:, None], other=0.0)
+    offs_d, cols, n_ok, k, v = _bwd_key_block(K, V, b64 * s_kb + t64 * s_kt + (h // GROUP) * s_kh, s_kt,
+                                              n0, Tk, D, BLOCK_N)
     dk = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
 
@@ -234,11 +234,7 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, SEM
     w_off = b64 * s_wb + hw.to(tl.int64) * s_wh + slot * s_wn + t64
     r_off = b64 * s_rb + hw.to(tl.int64) * s_rh + slot * s_rn + t64
     sem_base = SEM + (pid_bh // hc) * s_sb + hw * s_sh
-    # anchor a = first key of the block: w_j = c_a - c_j here, u_i = c_i - c_a per query block
-    ha = tl.load(CH + c_off + n0)
-    la = tl.load(CL + c_off + n0)
-    w = (ha - tl.load(CH + c_off + cols, mask=n_ok, other=0.0)) \
-        + (la - tl.load(CL + c_off + cols, mask=n_ok, other=0.0))     # (BLOCK_N,)
+    ha, la, w = _bwd_key_anchor(CH + c_off, CL + c_off, n0, cols, n_ok)     # w_j = c_a - c_j: (BLOCK_N,)
     dc = tl.zeros_like(w)
 
     # query blocks from the first that sees key n0; those before m_full touch the diagonal. The
@@ -428,20 +424,9 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
     nb = cu_seqlens.numel() - 1 if varlen else B
     prec = _precision(q.dtype)
     cu = cu_seqlens if varlen else lse              # any pointer: unused when not varlen
-    res = o_res is not None
-    delta = torch.empty_like(lse)                   # (B, H, Tq)
-    bm = 8192 // D
-    _bwd_delta_kernel[(triton.cdiv(Tq, bm), B * H)](
-        o, o_res if res else o, do, delta, q.stride(0), q.stride(1), q.stride(2), lse.stride(0),
-        lse.stride(1), H, Tq, D=D, BLOCK_M=bm, RES=res)
+    delta = _bwd_delta(o, o_res, do, lse)           # (B, H, Tq)
 
-    split = H != Hkv            # GQA: per-query-head float32 parts of dk, dv, summed below
-    if split:
-        dk = torch.empty(B, Tk, H, D, device=k.device, dtype=torch.float32)
-        dv = torch.empty_like(dk)
-    else:
-        dk = torch.empty_like(k)
-        dv = torch.empty_like(v)
+    dk, dv, _ = _dkdv_buffers(k, v, H)              # GQA: per-query-head float32 parts, summed below
     dq = torch.empty_like(q)
     dc = torch.empty_like(ch)                       # (B, H, Tk)
     dr = torch.empty_like(lse)                      # (B, H, Tq)
@@ -491,9 +476,7 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
                 raise
     del wq, wr
     dc[..., Tk - Tq:] += dr                         # query i sits at key position Tk - Tq + i
-    if split:                                       # fixed order: deterministic
-        dk = dk.view(B, Tk, Hkv, H // Hkv, D).sum(3).to(k.dtype)
-        dv = dv.view(B, Tk, Hkv, H // Hkv, D).sum(3).to(v.dtype)
+    dk, dv = _dkdv_sum(dk, dv, k, v)
     return dq, dk, dv, _suffix_sum(dc, cu_seqlens)
 
 
