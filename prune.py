@@ -22,12 +22,9 @@ used is reported with every prediction.
 `python prune.py` checks the predictions on the shipped model (CPU, held-out text): the laws are
 fitted on one set of held-out sequences, the measurements are made on another.
 """
-import argparse
-import json
 import math
 import os
 import sys
-import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,6 +38,7 @@ import forget
 import fox_attention as fa
 import heads as heads_mod
 import model as fm
+import outputs
 import renewal
 
 CONTEXTS = (2048, 8192, 32768, 131072, 1048576)
@@ -815,35 +813,9 @@ def format_report(res):
     return "\n".join(out)
 
 
-def atomic_write(path, text, force=False):
-    """Write text to path via a temp file in the same folder and os.replace; refuse to overwrite unless force."""
-    if os.path.exists(path) and not force:
-        raise FileExistsError(f"{path} exists; pass --force to overwrite it")
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=os.path.basename(path))
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        os.chmod(tmp, 0o666 & ~umask)                                            # mkstemp makes it 0600
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):                                                    # one line, exit code 2
-        print(f"prune.py: error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def main(argv=None):
-    p = _Parser(description="ACP block pruning and KV-cache horizons of FoX heads: "
-                                            "predictions from the gate laws against the shipped model.")
+    p = outputs.parser("ACP block pruning and KV-cache horizons of FoX heads: "
+                       "predictions from the gate laws against the shipped model.")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--tol", type=float, nargs="+", help="tolerated pruned attention mass, each in (0, 1)")
     g.add_argument("--log-tol", type=float, nargs="+", help=f"ln tol, each < 0 (default {list(DEFAULT_LOG_TOLS)})")
@@ -855,8 +827,9 @@ def main(argv=None):
     p.add_argument("--U", default="auto", help="logit bound: 'auto' (ACP, from the q/k norms) or a number >= 0 "
                    "(a fixed U, e.g. 0 for the decay alone; not a bound, so pruning may exceed tol)")
     p.add_argument("--decode-seqs", type=int, default=4, help="sequences decoded token by token (0: skip)")
-    p.add_argument("--checkpoint", default="checkpoints/fox_shakespeare.pt")
-    p.add_argument("--out", default="results/prune", help="folder for prune.txt and prune.json")
+    p.add_argument("--checkpoint", default="checkpoints/fox_shakespeare.pt", help="FoX checkpoint (.pt)")
+    p.add_argument("--out", default=None, help="folder for prune.txt and prune.json (None: a new "
+                                               "runs/prune-<time>/; the committed run: --out results/prune --force)")
     p.add_argument("--json", default=None, help="JSON path (default OUT/prune.json)")
     p.add_argument("--force", action="store_true", help="overwrite existing outputs")
     p.add_argument("--threads", type=int, default=1,
@@ -884,25 +857,25 @@ def main(argv=None):
             raise ValueError(f"--decode-seqs must be >= 0; got {a.decode_seqs}")
         if not 0 < a.p < 1:
             raise ValueError(f"--p must lie in (0, 1); got {a.p}")
-        if not os.path.isfile(a.checkpoint):
-            raise ValueError(f"--checkpoint {a.checkpoint} not found")
-    except ValueError as exc:
+        checkpoint = outputs.input_file("--checkpoint", outputs.repo_path(a.checkpoint)
+                                        if not os.path.exists(a.checkpoint) else a.checkpoint)
+        # every output checked before any work; nothing existing is replaced without --force
+        out = outputs.check_dir(a.out, [] if a.json else ["prune.json"], force=a.force) if a.out else \
+            outputs.run_dir("prune")
+        txt_path = outputs.check_writable(os.path.join(out, "prune.txt"), force=a.force, what="--out")
+        json_path = outputs.check_writable(a.json or os.path.join(out, "prune.json"), force=a.force, what="--json")
+    except ValueError as exc:                              # outputs.UsageError is a ValueError
         fail(str(exc))
-    txt_path = os.path.join(a.out, "prune.txt")
-    json_path = a.json or os.path.join(a.out, "prune.json")
-    for path in (txt_path, json_path):
-        if os.path.exists(path) and not a.force:
-            fail(f"{path} exists; pass --force to overwrite it (or --out elsewhere)")
     torch.set_num_threads(a.threads)
     try:
-        res = analyse_model(a.checkpoint, log_tols, block, a.n_seq, a.seq_len, a.p,
+        res = analyse_model(checkpoint, log_tols, block, a.n_seq, a.seq_len, a.p,
                             decode_seqs=min(a.decode_seqs, a.n_seq), seed=a.seed, progress=not a.no_progress, U=U)
     except ValueError as exc:
         fail(str(exc))
     text = format_report(res)
     print(text)
-    atomic_write(txt_path, text + "\n", force=a.force)
-    atomic_write(json_path, json.dumps(res, indent=1) + "\n", force=a.force)
+    outputs.write_text(txt_path, text + "\n")
+    outputs.write_json(json_path, res)
     print(f"wrote {txt_path} and {json_path}", file=sys.stderr)
     return res
 

@@ -33,8 +33,9 @@ cancel by construction up to the order of the float32 additions.
 
 Everything else is the shipped kernel's: the row statistics (lse) and O with its rounding residual
 from the shipped forward, Delta from its delta kernel, c as float64 split into float32 words
-hi + lo with a per-tile anchor (the backward's two-word form), the interpreter workarounds (_dot,
-_cast) and the packed-sequence bounds (_seq_bounds). These are fox_triton's private helpers,
+hi + lo with a per-tile anchor (the backward's two-word form), the P^T / dS^T tile with its dK, dV
+updates (_bwd_kv_tile, the dK/dV pass's loop body), the interpreter workarounds (_dot, _cast) and
+the packed-sequence bounds (_seq_bounds). These are fox_triton's private helpers,
 imported by name below; a rename there raises ImportError here naming the missing one.
 
 Wiring: fox_triton._FoxAttention.backward calls fox_bwd_onepass when fox_attention_triton is given
@@ -64,7 +65,12 @@ LOG2E = _need("LOG2E")
 _dot = _need("_dot")                      # @triton.jit helpers: resolved as this module's globals
 _cast = _need("_cast")
 _seq_bounds = _need("_seq_bounds")
-_bwd_delta_kernel = _need("_bwd_delta_kernel")
+_bwd_key_block = _need("_bwd_key_block")
+_bwd_key_anchor = _need("_bwd_key_anchor")
+_bwd_kv_tile = _need("_bwd_kv_tile")
+_bwd_delta = _need("_bwd_delta")
+_dkdv_buffers = _need("_dkdv_buffers")
+_dkdv_sum = _need("_dkdv_sum")
 _suffix_sum = _need("_suffix_sum")
 _precision = _need("_precision")
 _interpreting = _need("_interpreting")
@@ -134,25 +140,10 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, 
     offs_d = tl.arange(0, D)
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
-        rows = m0 + tl.arange(0, BLOCK_M)
-        m_ok = rows < Tq
-        pos_m = rows + off
-        q = tl.load(q_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
-        do = tl.load(do_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
-        # rows past Tq get lse = +inf, hence P = 0: they add nothing anywhere
-        lse = tl.load(lse_base + rows, mask=m_ok, other=float("inf"))
-        delta = tl.load(delta_base + rows, mask=m_ok, other=0.0)
-        u = (tl.load(ch_base + pos_m, mask=m_ok, other=0.0) - ha) \
-            + (tl.load(cl_base + pos_m, mask=m_ok, other=0.0) - la)    # (BLOCK_M,) c_i - c_a
-        sT = _dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + (u - lse)[None, :]
-        if MASK:
-            sT = tl.where(pos_m[None, :] >= cols[:, None], sT, float("-inf"))
-        pT = tl.math.exp2(sT)                                           # (BLOCK_N, BLOCK_M)
-        dv += _dot(_cast(pT, do.dtype, PREC), do, PREC)
-        dpT = _dot(v, tl.trans(do), PREC)
-        dsT = pT * (dpT - delta[None, :])
-        ds16 = _cast(dsT, q.dtype, PREC)                  # one rounding, shared by dK and dQ
-        dk += _dot(ds16, q, PREC)
+        # P^T, dS^T and dK, dV as in the two-pass dK/dV loop; ds16: dS^T rounded once, for dK and dQ
+        dk, dv, dsT, ds16, rows, m_ok = _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, offs_d, q_base,
+                                                     do_base, ch_base, cl_base, lse_base, delta_base,
+                                                     s_qt, m0, Tq, off, qk_scale, BLOCK_M, MASK, PREC)
         # dQ's partial transposed, K^T dS: (D, BLOCK_M), so that the product's M dimension is D
         # (64-row wgmma tiles need M >= 64; BLOCK_M is 16-32 here)
         dq_part = _dot(tl.trans(k), ds16, PREC)                         # (D, BLOCK_M) float32
@@ -231,12 +222,8 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, SEM
     off = Tk - Tq
     b64 = b.to(tl.int64)
     t64 = bos.to(tl.int64)
-    offs_d = tl.arange(0, D)
-    cols = n0 + tl.arange(0, BLOCK_N)
-    n_ok = cols < Tk
-    kv_ptr = b64 * s_kb + t64 * s_kt + (h // GROUP) * s_kh + cols[:, None] * s_kt + offs_d[None, :]
-    k = tl.load(K + kv_ptr, mask=n_ok[:, None], other=0.0)
-    v = tl.load(V + kv_ptr, mask=n_ok[:, None], other=0.0)
+    offs_d, cols, n_ok, k, v = _bwd_key_block(K, V, b64 * s_kb + t64 * s_kt + (h // GROUP) * s_kh, s_kt,
+                                              n0, Tk, D, BLOCK_N)
     dk = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
 
@@ -247,11 +234,7 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, SEM
     w_off = b64 * s_wb + hw.to(tl.int64) * s_wh + slot * s_wn + t64
     r_off = b64 * s_rb + hw.to(tl.int64) * s_rh + slot * s_rn + t64
     sem_base = SEM + (pid_bh // hc) * s_sb + hw * s_sh
-    # anchor a = first key of the block: w_j = c_a - c_j here, u_i = c_i - c_a per query block
-    ha = tl.load(CH + c_off + n0)
-    la = tl.load(CL + c_off + n0)
-    w = (ha - tl.load(CH + c_off + cols, mask=n_ok, other=0.0)) \
-        + (la - tl.load(CL + c_off + cols, mask=n_ok, other=0.0))     # (BLOCK_N,)
+    ha, la, w = _bwd_key_anchor(CH + c_off, CL + c_off, n0, cols, n_ok)     # w_j = c_a - c_j: (BLOCK_N,)
     dc = tl.zeros_like(w)
 
     # query blocks from the first that sees key n0; those before m_full touch the diagonal. The
@@ -441,20 +424,9 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
     nb = cu_seqlens.numel() - 1 if varlen else B
     prec = _precision(q.dtype)
     cu = cu_seqlens if varlen else lse              # any pointer: unused when not varlen
-    res = o_res is not None
-    delta = torch.empty_like(lse)                   # (B, H, Tq)
-    bm = 8192 // D
-    _bwd_delta_kernel[(triton.cdiv(Tq, bm), B * H)](
-        o, o_res if res else o, do, delta, q.stride(0), q.stride(1), q.stride(2), lse.stride(0),
-        lse.stride(1), H, Tq, D=D, BLOCK_M=bm, RES=res)
+    delta = _bwd_delta(o, o_res, do, lse)           # (B, H, Tq)
 
-    split = H != Hkv            # GQA: per-query-head float32 parts of dk, dv, summed below
-    if split:
-        dk = torch.empty(B, Tk, H, D, device=k.device, dtype=torch.float32)
-        dv = torch.empty_like(dk)
-    else:
-        dk = torch.empty_like(k)
-        dv = torch.empty_like(v)
+    dk, dv, _ = _dkdv_buffers(k, v, H)              # GQA: per-query-head float32 parts, summed below
     dq = torch.empty_like(q)
     dc = torch.empty_like(ch)                       # (B, H, Tk)
     dr = torch.empty_like(lse)                      # (B, H, Tq)
@@ -504,9 +476,7 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
                 raise
     del wq, wr
     dc[..., Tk - Tq:] += dr                         # query i sits at key position Tk - Tq + i
-    if split:                                       # fixed order: deterministic
-        dk = dk.view(B, Tk, Hkv, H // Hkv, D).sum(3).to(k.dtype)
-        dv = dv.view(B, Tk, Hkv, H // Hkv, D).sum(3).to(v.dtype)
+    dk, dv = _dkdv_sum(dk, dv, k, v)
     return dq, dk, dv, _suffix_sum(dc, cu_seqlens)
 
 

@@ -249,6 +249,68 @@ def _bwd_delta_kernel(O, ORES, DO, DELTA, s_qb, s_qt, s_qh, s_lb, s_lh, H, TQ,
 
 
 @triton.jit
+def _bwd_key_block(K, V, kv_off, s_kt, n0, Tk, D: tl.constexpr, BLOCK_N: tl.constexpr):
+    # The key block [n0, n0 + BLOCK_N) of one kv head, as both backwards hold it through their
+    # query loops. K, V: the (B, Tk, Hkv, D) inputs; kv_off: the offset of the head's first key
+    # (int64), rows s_kt apart. Returns offs_d (D,), cols (BLOCK_N,) key positions, n_ok = cols < Tk,
+    # and k, v (BLOCK_N, D) in the input dtype, keys past Tk zero.
+    offs_d = tl.arange(0, D)
+    cols = n0 + tl.arange(0, BLOCK_N)
+    n_ok = cols < Tk
+    kv_ptr = kv_off + cols[:, None] * s_kt + offs_d[None, :]
+    k = tl.load(K + kv_ptr, mask=n_ok[:, None], other=0.0)
+    v = tl.load(V + kv_ptr, mask=n_ok[:, None], other=0.0)
+    return offs_d, cols, n_ok, k, v
+
+
+@triton.jit
+def _bwd_key_anchor(ch_base, cl_base, n0, cols, n_ok):
+    # anchor a = first key of the block: w_j = c_a - c_j here, u_i = c_i - c_a per query block.
+    # ch_base, cl_base: one head's hi and lo gate words (float32, by position); cols, n_ok: the
+    # block's key positions (BLOCK_N,) and which are < Tk. Returns ha, la (scalars) and w (BLOCK_N,).
+    ha = tl.load(ch_base + n0)
+    la = tl.load(cl_base + n0)
+    w = (ha - tl.load(ch_base + cols, mask=n_ok, other=0.0)) \
+        + (la - tl.load(cl_base + cols, mask=n_ok, other=0.0))     # (BLOCK_N,)
+    return ha, la, w
+
+
+@triton.jit
+def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, offs_d, q_base, do_base, ch_base, cl_base, lse_base,
+                 delta_base, s_qt, m0, Tq, off, qk_scale, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
+                 PREC: tl.constexpr):
+    # One key block against query block m0, the part both backwards share (this one's dK/dV pass
+    # and fox_bwd_onepass's single pass): P^T and dS^T as (BLOCK_N, BLOCK_M) tiles, added into dv
+    # and dk. k, v: (BLOCK_N, D) in the input dtype; dk, dv: (BLOCK_N, D) float32; w: (BLOCK_N,)
+    # float32, c_a - c_j against the key block's anchor a (hi + lo words ha, la); cols: (BLOCK_N,)
+    # key positions; offs_d: (D,) arange(0, D), made by the caller outside its query loop.
+    # q_base, do_base: the head's (Tq, D) rows (row stride s_qt); ch_base, cl_base: its gate
+    # words (by position); lse_base, delta_base: its (Tq,) float32 row terms.
+    # Returns dk, dv, dS^T (BLOCK_N, BLOCK_M) float32 and its one rounding to q's dtype (shared by
+    # dK and, in the one-pass kernel, dQ), the query rows (BLOCK_M,) and their mask rows < Tq.
+    rows = m0 + tl.arange(0, BLOCK_M)
+    m_ok = rows < Tq
+    pos_m = rows + off
+    q = tl.load(q_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
+    do = tl.load(do_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
+    # rows past Tq get lse = +inf, hence P = 0: they add nothing to dk, dv, dc (nor to dq)
+    lse = tl.load(lse_base + rows, mask=m_ok, other=float("inf"))
+    delta = tl.load(delta_base + rows, mask=m_ok, other=0.0)
+    u = (tl.load(ch_base + pos_m, mask=m_ok, other=0.0) - ha) \
+        + (tl.load(cl_base + pos_m, mask=m_ok, other=0.0) - la)    # (BLOCK_M,) c_i - c_a
+    sT = _dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + (u - lse)[None, :]
+    if MASK:
+        sT = tl.where(pos_m[None, :] >= cols[:, None], sT, float("-inf"))
+    pT = tl.math.exp2(sT)                                           # (BLOCK_N, BLOCK_M)
+    dv += _dot(_cast(pT, do.dtype, PREC), do, PREC)
+    dpT = _dot(v, tl.trans(do), PREC)
+    dsT = pT * (dpT - delta[None, :])
+    ds16 = _cast(dsT, q.dtype, PREC)
+    dk += _dot(ds16, q, PREC)
+    return dk, dv, dsT, ds16, rows, m_ok
+
+
+@triton.jit
 def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, cl_base,
                     lse_base, delta_base, s_qt, lo, hi, Tq, off, qk_scale,
                     D: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
@@ -257,24 +319,9 @@ def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base,
     offs_d = tl.arange(0, D)
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
-        rows = m0 + tl.arange(0, BLOCK_M)
-        m_ok = rows < Tq
-        pos_m = rows + off
-        q = tl.load(q_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
-        do = tl.load(do_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
-        # rows past Tq get lse = +inf, hence P = 0: they add nothing to dk, dv or dc
-        lse = tl.load(lse_base + rows, mask=m_ok, other=float("inf"))
-        delta = tl.load(delta_base + rows, mask=m_ok, other=0.0)
-        u = (tl.load(ch_base + pos_m, mask=m_ok, other=0.0) - ha) \
-            + (tl.load(cl_base + pos_m, mask=m_ok, other=0.0) - la)    # (BLOCK_M,) c_i - c_a
-        sT = _dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + (u - lse)[None, :]
-        if MASK:
-            sT = tl.where(pos_m[None, :] >= cols[:, None], sT, float("-inf"))
-        pT = tl.math.exp2(sT)
-        dv += _dot(_cast(pT, do.dtype, PREC), do, PREC)
-        dpT = _dot(v, tl.trans(do), PREC)
-        dsT = pT * (dpT - delta[None, :])
-        dk += _dot(_cast(dsT, q.dtype, PREC), q, PREC)
+        dk, dv, dsT, _, _, _ = _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, offs_d, q_base, do_base,
+                                            ch_base, cl_base, lse_base, delta_base, s_qt, m0, Tq, off,
+                                            qk_scale, BLOCK_M, MASK, PREC)
         dc -= tl.sum(dsT, 1)                          # d c_j = -colsum_j(dS)
     return dk, dv, dc
 
@@ -292,11 +339,7 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
         m_end = Tq
     q_off = b64 * s_qb + t64 * s_qt + h * s_qh
     l_off = b64 * s_lb + h * s_lh + bos
-    # anchor a = first key of the block: w_j = c_a - c_j here, u_i = c_i - c_a per query block
-    ha = tl.load(CH + c_off + n0)
-    la = tl.load(CL + c_off + n0)
-    w = (ha - tl.load(CH + c_off + cols, mask=n_ok, other=0.0)) \
-        + (la - tl.load(CL + c_off + cols, mask=n_ok, other=0.0))
+    ha, la, w = _bwd_key_anchor(CH + c_off, CL + c_off, n0, cols, n_ok)
     dc = tl.zeros_like(w)
     dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
                                  CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
@@ -336,12 +379,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, KLO, QEND, CU,
     off = Tk - Tq
     b64 = b.to(tl.int64)
     t64 = bos.to(tl.int64)
-    offs_d = tl.arange(0, D)
-    cols = n0 + tl.arange(0, BLOCK_N)
-    n_ok = cols < Tk
-    kv_ptr = b64 * s_kb + t64 * s_kt + hk * s_kh + cols[:, None] * s_kt + offs_d[None, :]
-    k = tl.load(K + kv_ptr, mask=n_ok[:, None], other=0.0)
-    v = tl.load(V + kv_ptr, mask=n_ok[:, None], other=0.0)
+    offs_d, cols, n_ok, k, v = _bwd_key_block(K, V, b64 * s_kb + t64 * s_kt + hk * s_kh, s_kt, n0, Tk,
+                                              D, BLOCK_N)
     dk = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
 
@@ -634,6 +673,53 @@ def _suffix_sum(dc, cu_seqlens):
     return suf.to(torch.float32).transpose(1, 2).contiguous()
 
 
+def _bwd_delta(o, o_res, do, lse):
+    """Delta_i = rowsum(dO_i * O_i) for both backwards (the delta kernel explains why O's
+    rounding residual joins in).
+
+    o, do:  (B, Tq, H, D)  q's dtype, contiguous
+    o_res:  (B, Tq, H, D)  o's rounding residual, or None (Delta then uses o alone)
+    lse:    (B, H, Tq)     float32; Delta gets its shape and strides
+    returns (B, H, Tq) float32
+    """
+    B, Tq, H, D = o.shape
+    delta = torch.empty_like(lse)
+    bm = 8192 // D                              # 64 float32 registers a thread per tile
+    _bwd_delta_kernel[(triton.cdiv(Tq, bm), B * H)](
+        o, o if o_res is None else o_res, do, delta, o.stride(0), o.stride(1), o.stride(2),
+        lse.stride(0), lse.stride(1), H, Tq, D=D, BLOCK_M=bm, RES=o_res is not None)
+    return delta
+
+
+def _dkdv_buffers(k, v, H):
+    """The dk, dv buffers the backward kernels write, and whether they are GQA parts.
+
+    k, v: (B, Tk, Hkv, D); H: query heads. Under GQA (H != Hkv) a program covers one query head
+    and writes its float32 part: (B, Tk, H, D) float32 each, summed over the group by _dkdv_sum.
+    Otherwise the finished gradients: k's and v's shape and dtype.
+    returns dk, dv, split (bool: the GQA parts)
+    """
+    B, Tk, Hkv, D = k.shape
+    split = H != Hkv
+    if split:
+        dk = torch.empty(B, Tk, H, D, device=k.device, dtype=torch.float32)
+        dv = torch.empty_like(dk)
+    else:
+        dk = torch.empty_like(k)
+        dv = torch.empty_like(v)
+    return dk, dv, split
+
+
+def _dkdv_sum(dk, dv, k, v):
+    """dk, dv from _dkdv_buffers as gradients of k, v: (B, Tk, Hkv, D) in k's and v's dtype; GQA
+    parts are summed over each group of query heads in a fixed order (deterministic)."""
+    B, Tk, Hkv, D = k.shape
+    if dk.shape[2] == Hkv:
+        return dk, dv
+    G = dk.shape[2] // Hkv
+    return dk.view(B, Tk, Hkv, G, D).sum(3).to(k.dtype), dv.view(B, Tk, Hkv, G, D).sum(3).to(v.dtype)
+
+
 # ----------------------------------------------------------------------------------------------
 # adaptive computation pruning
 # ----------------------------------------------------------------------------------------------
@@ -839,19 +925,9 @@ class _FoxAttention(torch.autograd.Function):
         nb = cu_seqlens.numel() - 1 if varlen else B
         prec = _precision(q.dtype)
         cu = cu_seqlens if varlen else lse
-        delta = torch.empty_like(lse)
-        bm = 8192 // D                              # 64 float32 registers a thread per tile
-        _bwd_delta_kernel[(triton.cdiv(Tq, bm), B * H)](
-            o, o_res, do, delta, q.stride(0), q.stride(1), q.stride(2), lse.stride(0), lse.stride(1),
-            H, Tq, D=D, BLOCK_M=bm, RES=ctx.res)
+        delta = _bwd_delta(o, o_res if ctx.res else None, do, lse)
         dq = torch.empty_like(q)
-        split = H != Hkv            # GQA: per-query-head float32 parts of dk, dv, summed below
-        if split:
-            dk = torch.empty(B, Tk, H, D, device=k.device, dtype=torch.float32)
-            dv = torch.empty_like(dk)
-        else:
-            dk = torch.empty_like(k)
-            dv = torch.empty_like(v)
+        dk, dv, split = _dkdv_buffers(k, v, H)      # GQA: per-query-head float32 parts, summed below
         dc = torch.empty_like(ch)                   # (B, H, Tk)
         dr = torch.empty_like(lse)                  # (B, H, Tq)
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
@@ -867,9 +943,7 @@ class _FoxAttention(torch.autograd.Function):
                 q.dtype, (q, k, v, do, ch, cl, lse, delta, dq, dr, klo, cu) + strides + scales, consts,
                 granule=G)
         dc[..., Tk - Tq:] += dr                     # query i sits at key position Tk - Tq + i
-        if split:                                   # fixed order: deterministic
-            dk = dk.view(B, Tk, Hkv, H // Hkv, D).sum(3).to(k.dtype)
-            dv = dv.view(B, Tk, Hkv, H // Hkv, D).sum(3).to(v.dtype)
+        dk, dv = _dkdv_sum(dk, dv, k, v)
         return dq, dk, dv, _suffix_sum(dc, cu_seqlens), None, None, None, None, None
 
 
