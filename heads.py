@@ -1055,6 +1055,12 @@ def main(argv=None):
     if own and (hf_models.wants_model(a) or a.synthetic):
         raise outputs.UsageError(f"{' and '.join(own)} apply to the shipped model or --traces; "
                                  f"not to {'--model' if hf_models.wants_model(a) else '--synthetic'}")
+    single = [f for f, on in (("--model", hf_models.wants_model(a)), ("--traces", a.traces),
+                              ("--synthetic", a.synthetic)) if on]
+    if single and distributed.launched():
+        # only the shipped-model capture is split across ranks; the rest would run once per rank
+        raise outputs.UsageError(f"{single[0]} runs in one process; under torchrun only the shipped model's "
+                                 "capture is split across ranks (run it without torchrun)")
     if hf_models.wants_model(a):
         return main_hf_model(a)
     check_args(a)

@@ -407,3 +407,15 @@ def test_compiled_model_is_unwrapped_for_hooks():
 
 if __name__ == "__main__":          # a rank of the job that the `job` fixture starts with torchrun
     _worker(sys.argv[1])
+
+
+def test_single_process_analyses_refused_under_torchrun(monkeypatch, capsys):
+    import heads
+    import outputs
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    for argv in (["--synthetic"], ["--traces", "x.npz"], ["--model", "some/dir"]):
+        assert outputs.cli(heads.main, argv) == 2
+        err = capsys.readouterr().err
+        assert "torchrun" in err and argv[0] in err and len(err.strip().splitlines()) == 1
