@@ -19,6 +19,7 @@ run: .venv/stamp
 	$(PY) forget.py
 
 test: .venv/stamp
+	$(PY) -m ruff check .
 	$(PY) test_foxwindow.py
 
 figures: .venv/stamp

@@ -40,8 +40,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import outputs
-from fox_attention import HookPoint, cum_log_gate, forgetting_attention, fox_bias
-from model import LM, BitLinear, LMConfig, fgate_bias_init
+from fox_attention import cum_log_gate, forgetting_attention, fox_bias
+from model import LM, BitLinear, HookPoint, LMConfig, fgate_bias_init
 
 # ----------------------------------------------------------------------------- parameter specs
 

@@ -47,12 +47,12 @@ from tqdm import tqdm
 import data
 import distributed
 import forget
-import fox_attention as fa
 import hf_models
 import outputs
 import renewal
 from fox_attention import cum_log_gate, fox_logits
 from model import load_model
+from traces import load_trace, run_with_cache, save_trace
 
 EPS_SCAN = renewal.EPS_SCAN
 MAX_LAG = 256
@@ -618,7 +618,7 @@ def capture(model, tokens):
         handles.append(blk.attn.register_forward_pre_hook(
             lambda mod, args, l=l: inputs.__setitem__(l, args[0].detach().float())))
     try:
-        _, cache = fa.run_with_cache(model, tokens, names_filter=lambda n: n.endswith("hook_log_fgate"))
+        _, cache = run_with_cache(model, tokens, names_filter=lambda n: n.endswith("hook_log_fgate"))
     finally:
         for h in handles:
             h.remove()
@@ -742,7 +742,7 @@ def analyse_model(checkpoint=None, n_seq=32, seq_len=2048, eps_list=EPS_SCAN, ma
         return None, None                       # rank 0 analyses and writes
     t_capture = time.perf_counter() - t0
     if save_traces:
-        fa.save_trace(save_traces, {f"blocks.{l}.attn.hook_log_fgate": t for l, t in traces.items()},
+        save_trace(save_traces, {f"blocks.{l}.attn.hook_log_fgate": t for l, t in traces.items()},
                       dict(model=meta.get("name", path), checkpoint=path, spans=spans, eps=list(eps_list),
                            heads=model.cfg.n_heads, seq_len=seq_len))
     traces = _truncate(traces, max_len)
@@ -841,7 +841,7 @@ def to_json(results, info):
 
 
 def analyse_traces(path, eps_list=EPS_SCAN, mass_eps=1e-3, n_boot=N_BOOT, max_len=None, seed=0, progress=False):
-    """Per-head analysis of traces saved with fox_attention.save_trace (any model's gates): each
+    """Per-head analysis of traces saved with traces.save_trace (any model's gates): each
     (S, T, H) entry is one layer. No attention-mass windows (they need the model). Returns (results, info)."""
     t0 = time.perf_counter()
     traces, meta = load_traces_checked(path)
@@ -861,11 +861,11 @@ MIN_TRACE_LEN = 16
 
 
 def load_traces_checked(path):
-    """fox_attention.load_trace plus the layout checks the analysis needs: every trace (S, T, H) with
+    """traces.load_trace plus the layout checks the analysis needs: every trace (S, T, H) with
     S >= 3 sequences and T >= max(S, H, 16) tokens, the same S and T in every layer. A (B, H, T) array
     saved as if it were (B, T, H) is caught here (it reads as a few tokens and many heads) unless the
     metadata's 'heads' already rejected it in load_trace. Raises ValueError naming the layout."""
-    traces, meta = fa.load_trace(path)
+    traces, meta = load_trace(path)
     shapes = {name: t.shape for name, t in traces.items()}
     for name, (S, T, H) in shapes.items():
         if T < H or T < MIN_TRACE_LEN or T < S:
@@ -916,7 +916,7 @@ def analyse_hf_model(cfg, eps_list=None, progress=True, save_traces=None):
     t_capture = time.perf_counter() - t0
     traces = hf_models.analysis_traces(decays, cfg.per_channel)             # {name: (S, T, H or H*K)}
     if save_traces:
-        fa.save_trace(save_traces, traces, dict(model=cfg.model, families=fam, spans=spans, eps=list(eps_list),
+        save_trace(save_traces, traces, dict(model=cfg.model, families=fam, spans=spans, eps=list(eps_list),
                                                 per_channel=cfg.per_channel))       # written atomically
     n_heads = sum(t.shape[2] for t in traces.values())
     z = critical_z(n_heads, cfg.n_seq)

@@ -24,9 +24,24 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import outputs
-from fox_attention import HookPoint, forgetting_attention, forgetting_attention_reference
+from fox_attention import forgetting_attention, forgetting_attention_reference
 
 # ----------------------------------------------------------------------------- BitLinear
+
+class HookPoint(nn.Module):
+    """Identity module (TransformerLens style): forward hooks on it can read or replace its input.
+
+    A forward hook returning a tensor replaces the value (patching). `name` is filled in by
+    the owning model, e.g. "blocks.0.attn.hook_log_fgate".
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.name = None
+
+    def forward(self, x):
+        return x
+
 
 class BitLinear(nn.Linear):
     """BitNet b1.58 linear layer: ternary weights {-1, 0, +1} times one absmean scale.

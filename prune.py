@@ -40,6 +40,7 @@ import heads as heads_mod
 import model as fm
 import outputs
 import renewal
+import traces
 
 CONTEXTS = (2048, 8192, 32768, 131072, 1048576)
 DEFAULT_LOG_TOLS = (-4.0, -7.0, -10.0, -13.0)
@@ -624,7 +625,7 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
                disable=not progress, file=sys.stderr)
 
     # laws from the fitting sequences
-    _, cache = fa.run_with_cache(model, fit[:, :-1], names_filter=lambda n: n.endswith("hook_log_fgate"))
+    _, cache = traces.run_with_cache(model, fit[:, :-1], names_filter=lambda n: n.endswith("hook_log_fgate"))
     laws = [[HeadLaw.from_trace(cache[f"blocks.{li}.attn.hook_log_fgate"][:, :, h], name=f"L{li}H{h}")
              for h in range(H)] for li in range(nl)]
     bar.update()

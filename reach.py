@@ -43,7 +43,7 @@ import forget
 import outputs
 import renewal
 import train
-from fox_attention import capture_gates
+from traces import capture_gates
 
 DEFAULT_KINDS = {"softmax": {}, "fox": {}, "alibi": {}, "swa": {"w": 32}, "bswa": {"block": 32, "mem": 1},
                  "fam": {"block": 32, "mem": 1, "fam_len": 8, "state_passing": 0.5}}

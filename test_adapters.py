@@ -20,6 +20,7 @@ import fox_attention as fa
 import heads
 import model as fm
 import outputs
+from traces import capture_gates, load_trace, run_with_cache
 
 fla = pytest.importorskip("fla", reason="flash-linear-attention not installed (pip install 'foxwindow[models]')")
 with warnings.catch_warnings():
@@ -127,7 +128,7 @@ def test_hgrn_applies_its_lower_bound(monkeypatch):
     assert g.min() >= math.log(0.9) - 1e-6                                # the bound holds: X <= -log lb
     # capture_gates refuses to read f_proj of such a layer as if it were the decay
     with pytest.raises(ValueError, match="not its log-decay"):
-        fa.capture_gates(_Net(layer, lower_bound=lb), _x(2), gate_names=["f_proj"])
+        capture_gates(_Net(layer, lower_bound=lb), _x(2), gate_names=["f_proj"])
 
 
 def test_gated_deltanet_matches_the_library_gate(monkeypatch):
@@ -183,7 +184,7 @@ def test_ours_matches_the_hook():
     torch.manual_seed(5)
     model = fm.FoXLM(fm.FoXConfig(d_model=32, n_layers=2, n_heads=2)).eval()
     tok = torch.randint(0, 256, (2, 40))
-    _, cache = fa.run_with_cache(model, tok)
+    _, cache = run_with_cache(model, tok)
     cap = adapters.capture_log_decays(model, tok)
     for li in range(2):
         torch.testing.assert_close(cap.decays[f"blocks.{li}.attn"], cache[f"blocks.{li}.attn.hook_log_fgate"])
@@ -260,28 +261,28 @@ class _TwoCalls(nn.Module):
 def test_capture_gates_keeps_every_call_and_refuses_gate_values():
     torch.manual_seed(7)
     m, x = _TwoCalls(), torch.randn(2, 5, 8)
-    got = fa.capture_gates(m, x)
+    got = capture_gates(m, x)
     assert sorted(got) == ["fgate_proj", "fgate_proj#1"]
     torch.testing.assert_close(got["fgate_proj#1"], F.logsigmoid(m.fgate_proj(x + m.mix(x))))
     # a module that already outputs sigmoid gates: logsigmoid again would be wrong, so it is refused ...
     sig = nn.Sequential()
     sig.add_module("fgate_proj", nn.Sequential(nn.Linear(8, 3), nn.Sigmoid()))
     with pytest.raises(ValueError, match="look like gate values"):
-        fa.capture_gates(sig, x)
+        capture_gates(sig, x)
     # ... and read right when told
-    got = fa.capture_gates(sig, x, output="gate")
+    got = capture_gates(sig, x, output="gate")
     torch.testing.assert_close(got["fgate_proj"], F.logsigmoid(sig.fgate_proj[0](x)), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="output must be"):
-        fa.capture_gates(sig, x, output="probabilities")
+        capture_gates(sig, x, output="probabilities")
 
 
 def test_run_with_cache_and_filters_fail_loudly():
     with pytest.raises(ValueError, match="no HookPoint"):
-        fa.run_with_cache(nn.Linear(4, 4), torch.zeros(1, 4))
+        run_with_cache(nn.Linear(4, 4), torch.zeros(1, 4))
     m = fm.FoXLM(fm.FoXConfig(d_model=16, n_layers=1, n_heads=2)).eval()
     tok = torch.randint(0, 256, (1, 6))
     with pytest.raises(ValueError, match="matched none"):
-        fa.run_with_cache(m, tok, names_filter=lambda n: n.endswith("hook_nothing"))
+        run_with_cache(m, tok, names_filter=lambda n: n.endswith("hook_nothing"))
     with pytest.raises(ValueError, match="matched none"):
         adapters.capture_log_decays(m, tok, names_filter=lambda n: "mlp" in n)
     with pytest.raises(ValueError, match="not gated layers"):
@@ -377,7 +378,7 @@ def test_model_flag_end_to_end(tiny_ckpt, tmp_path, capsys):
     assert [(h["layer"], h["head"]) for h in res["heads"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert all(h["kappa"] > 0 and h["mass_window_mean"] is not None for h in res["heads"])
     # the saved traces are the layers' own gates: logsigmoid(f_proj(input of the layer))
-    traces, meta = fa.load_trace(str(tr))
+    traces, meta = load_trace(str(tr))
     assert sorted(traces) == ["model.layers.0.attn", "model.layers.1.attn"] and meta["families"]
     model, _ = hf_models.load_model(str(ck))
     tok = hf_models.load_tokenizer(str(ck))

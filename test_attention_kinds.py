@@ -8,8 +8,9 @@ import torch.nn as nn
 import attention_kinds as ak
 import reach
 from attention_kinds import AttentionRegistry, Float, Int, Optional, build_model
-from fox_attention import capture_gates, forgetting_attention_reference
+from fox_attention import forgetting_attention_reference
 from model import FoXConfig, FoXLM
+from traces import capture_gates
 
 torch.set_num_threads(1)
 

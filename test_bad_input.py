@@ -29,6 +29,7 @@ import train
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures"))
 import make_figures  # noqa: E402
+import traces
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 CUDA = torch.cuda.is_available()
@@ -67,7 +68,7 @@ def bad_files(tmp_path_factory):
     (d / "plainfile").write_text("a file, not a folder")
     rng = np.random.default_rng(0)
     lg = np.log(rng.beta(20, 1, (8, 2, 512))).astype(np.float32)        # (B, H, T): the wrong layout
-    fa.save_trace(str(d / "bht.npz"), {"blocks.0.attn.hook_log_fgate": lg}, {"model": "test"})
+    traces.save_trace(str(d / "bht.npz"), {"blocks.0.attn.hook_log_fgate": lg}, {"model": "test"})
     return d
 
 
@@ -306,7 +307,7 @@ def test_one_default_z_in_python_and_cli(tmp_path):
     """analyse_head's default z is the Bonferroni value the command line uses, given the same head count."""
     tr = np.stack([_head_traces(6, 700, s) for s in range(3)], -1).astype(np.float32)   # (S, T, H)
     path = str(tmp_path / "t.npz")
-    fa.save_trace(path, {"blocks.0.attn.hook_log_fgate": tr}, {"heads": 3})
+    traces.save_trace(path, {"blocks.0.attn.hook_log_fgate": tr}, {"heads": 3})
     results, info = heads.analyse_traces(path)
     assert info["z"] == pytest.approx(heads.critical_z(3, 6))
     for h, r in enumerate(results):
@@ -329,15 +330,15 @@ def test_save_trace_checks(tmp_path):
     tr = {"a": -np.ones((2, 5, 3), np.float32)}
     for key in ("names", "shapes", "format"):
         with pytest.raises(ValueError, match="reserved"):
-            fa.save_trace(str(tmp_path / "x.npz"), tr, {key: ["mine"]})
+            traces.save_trace(str(tmp_path / "x.npz"), tr, {key: ["mine"]})
     with pytest.raises(ValueError, match="empty"):
-        fa.save_trace(str(tmp_path / "x.npz"), {"a": np.zeros((2, 0, 3), np.float32)}, {})
+        traces.save_trace(str(tmp_path / "x.npz"), {"a": np.zeros((2, 0, 3), np.float32)}, {})
     with pytest.raises(ValueError, match="heads"):
-        fa.save_trace(str(tmp_path / "x.npz"), tr, {"heads": 5})
+        traces.save_trace(str(tmp_path / "x.npz"), tr, {"heads": 5})
     assert not list(tmp_path.iterdir())                                     # nothing written on failure
     p = str(tmp_path / "ok.npz")
-    fa.save_trace(p, tr, {"heads": 3, "model": "m"})
-    back, meta = fa.load_trace(p)
+    traces.save_trace(p, tr, {"heads": 3, "model": "m"})
+    back, meta = traces.load_trace(p)
     assert meta["names"] == ["a"] and meta["model"] == "m" and np.array_equal(back["a"], tr["a"])
 
 

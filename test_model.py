@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 import data
-from fox_attention import run_with_cache
 from model import BitLinear, ForgettingAttention, FoXConfig, FoXLM, load_model, save_model
+from traces import run_with_cache
 
 CKPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoints", "fox_shakespeare.pt")
 

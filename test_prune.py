@@ -19,6 +19,7 @@ import prune
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "figures"))
 import fig8_prune  # noqa: E402
 import figstyle  # noqa: E402
+import traces
 
 
 def _closed_form_pruned(T, BM, BN, m, L):
@@ -204,7 +205,7 @@ def test_certified_x_min_holds_for_the_model():
     model = _tiny_model(2)
     xm = np.stack([prune.certified_x_min(b.attn, b.ln1) for b in model.blocks])
     toks = torch.randint(0, 256, (4, 64), generator=torch.Generator().manual_seed(2))
-    _, cache = fa.run_with_cache(model, toks, names_filter=lambda n: n.endswith("hook_log_fgate"))
+    _, cache = traces.run_with_cache(model, toks, names_filter=lambda n: n.endswith("hook_log_fgate"))
     for li in range(2):
         x = -cache[f"blocks.{li}.attn.hook_log_fgate"].double().numpy()          # (B, T, H)
         assert (x.min((0, 1)) >= xm[li] * (1 - 1e-6)).all() and (xm[li] > 0).all()

@@ -9,6 +9,7 @@ from scipy import stats
 
 import forget
 import heads
+import traces
 
 S, T = 16, 512
 N_REP = 60                                   # replicates per law: ~0.01-0.05 s each
@@ -146,10 +147,9 @@ def test_verdict_options_bad_usage(capsys, argv, words):
 
 
 def test_max_len_beyond_saved_traces_is_an_error(tmp_path):
-    import fox_attention as fa
     path = str(tmp_path / "t.npz")
     lg = -forget.LogitNormalGate(2, 0.5).sample(np.random.default_rng(17), (4, 64, 2))
-    fa.save_trace(path, {"blocks.0.attn.hook_log_fgate": torch.from_numpy(lg).float()}, {"heads": 2})
+    traces.save_trace(path, {"blocks.0.attn.hook_log_fgate": torch.from_numpy(lg).float()}, {"heads": 2})
     with pytest.raises(ValueError, match="--max-len"):
         heads.analyse_traces(path, max_len=128, n_boot=0)
     results, info = heads.analyse_traces(path, max_len=32, n_boot=0)

@@ -215,7 +215,10 @@ def evaluate_bpc(model, context, n_seq=32, batch=8, device="cpu"):
 
 def table(rows, header):
     w = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
-    line = lambda r: "  ".join(str(c).rjust(w[i]) for i, c in enumerate(r))
+
+    def line(r):
+        return "  ".join(str(c).rjust(w[i]) for i, c in enumerate(r))
+
     return "\n".join([line(header), "  ".join("-" * x for x in w)] + [line(r) for r in rows])
 
 
