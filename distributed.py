@@ -15,7 +15,7 @@ data or the laws; train.py, heads.py and fox_attention.py call it in a few lines
                                                            and every rank shares its result or its error
 
 The data order of a sharded run is data.ShardedWindows; atomic writes are outputs'. This file imports
-nothing from the project, so any layer may use it (fox_attention unwraps models with it).
+only outputs (the bottom layer), so any layer may use it (traces unwraps models with it).
 
 Without torchrun (no WORLD_SIZE in the environment) every function acts as for a single process and
 no process group is made, so the same code path runs both ways. The backend follows the device:
@@ -29,6 +29,8 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+import outputs
 
 # prefixes that wrappers insert into module and parameter names: DDP / DataParallel ("module."),
 # torch.compile ("_orig_mod."), FSDP1 ("_fsdp_wrapped_module."), activation checkpointing
@@ -68,22 +70,15 @@ def launched():
 
 
 def _device_for(device, local_rank):
-    """cpu -> cpu; cuda / None with CUDA present -> cuda:<local_rank>; cuda:N is kept."""
+    """cpu -> cpu; cuda / None with CUDA present -> cuda:<local_rank>; cuda:N is kept. A device string
+    outputs.device_arg refuses raises its ValueError (UsageError)."""
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {device!r}") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r} asked for but CUDA is not available")
-        if dev.index is None:
-            if local_rank >= torch.cuda.device_count():
-                raise ValueError(f"LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} CUDA devices")
-            dev = torch.device("cuda", local_rank)
-    elif dev.type != "cpu":
-        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {device!r}")
+    dev = torch.device(outputs.device_arg("device", device))
+    if dev.type == "cuda" and dev.index is None:
+        if local_rank >= torch.cuda.device_count():
+            raise ValueError(f"LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} CUDA devices")
+        dev = torch.device("cuda", local_rank)
     return dev
 
 
