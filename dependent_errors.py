@@ -12,17 +12,15 @@ Laws: mean  E[W] = L/kappa - 1/2 + sigma_LR^2/(2 kappa^2);  lead  sigma_LR^2 L/k
 bartlett  lead - 2 sum k gamma_k/kappa^2;  second  lead + C_dep (renewal.second_order_constant);
 finite_n  Var(S_n)/kappa^2 at n = L/kappa. Errors are law/reference - 1 (mean: law - reference, in tokens).
 """
-import argparse
 import json
 import math
-import os
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 import forget
+import outputs
 import renewal
 
 PHIS = (0.5, 0.9, 0.97)
@@ -198,36 +196,21 @@ def markdown(saved):
                   + f" | {f(t['mean_0.1'])} | {f(t['mean_0.01'])} |")
 
 
-def write_json(path, obj, force):
-    if os.path.exists(path) and not force:
-        _fail(f"--json {path} exists; pass --force to overwrite it")
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Measure the dependent-increment window laws against Monte Carlo "
-                                            "and exact Markov-additive numerics (AR(1)-logit gates).")
-    p.add_argument("--mu", type=float, default=2.0, help="logit mean (default 2)")
-    p.add_argument("--s", type=float, default=0.5, help="logit scale > 0 (default 0.5)")
+    p = outputs.parser("Measure the dependent-increment window laws against Monte Carlo "
+                       "and exact Markov-additive numerics (AR(1)-logit gates).")
+    p.add_argument("--mu", type=float, default=2.0, help="logit mean")
+    p.add_argument("--s", type=float, default=0.5, help="logit scale > 0")
     p.add_argument("--phi", type=float, nargs="+", default=list(PHIS), help="AR(1) coefficients in (-1, 1)")
     p.add_argument("--ratios", type=float, nargs="+", default=list(RATIOS), help="L/kappa values > 0")
-    p.add_argument("--trials", type=int, default=400_000, help="Monte Carlo walks per cell (default 400000)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cells", type=int, default=8, help="exact numerics: S-grid cells per kappa (default 8)")
-    p.add_argument("--scan-cells", type=int, default=4, help="regime scan: S-grid cells per kappa (default 4)")
+    p.add_argument("--trials", type=int, default=400_000, help="Monte Carlo walks per cell")
+    p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed")
+    p.add_argument("--cells", type=int, default=8, help="exact numerics: S-grid cells per kappa")
+    p.add_argument("--scan-cells", type=int, default=4, help="regime scan: S-grid cells per kappa")
     p.add_argument("--no-scan", action="store_true", help="skip the regime scan (exact numerics up to 8 tau)")
-    p.add_argument("--json", default=None, help="write the rows here (atomic; refuses to overwrite)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing --json file")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--json", default=None, help="write the rows here (atomic; an existing file only with --force)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    outputs.add_common(p)
     p.add_argument("--markdown", metavar="JSON", help="print markdown tables of a saved run and exit")
     a = p.parse_args(argv)
     if a.markdown:
@@ -248,8 +231,11 @@ def main(argv=None):
         _fail(f"--trials must be >= 2; got {a.trials}")
     if a.cells < 2 or a.scan_cells < 2:
         _fail(f"--cells and --scan-cells must be >= 2; got {a.cells}, {a.scan_cells}")
-    if a.json and os.path.exists(a.json) and not a.force:
-        _fail(f"--json {a.json} exists; pass --force to overwrite it")
+    if a.json:                                             # before the work: folder, permissions, --force
+        try:
+            a.json = outputs.check_writable(a.json, force=a.force, what="--json")
+        except outputs.UsageError as exc:
+            _fail(str(exc))
     t0 = time.time()
     rows = measure(a.mu, a.s, a.phi, a.ratios, a.trials, a.seed, a.cells, progress=not a.no_progress)
     report(rows)
@@ -258,8 +244,8 @@ def main(argv=None):
         report_regime(scan)
     print(f"({time.time() - t0:.0f} s)")
     if a.json:
-        write_json(a.json, dict(command=" ".join(["python dependent_errors.py"] + (argv or sys.argv[1:])),
-                                seconds=time.time() - t0, rows=rows, regime_scan=scan), a.force)
+        outputs.write_json(a.json, dict(command=" ".join(["python dependent_errors.py"] + (argv or sys.argv[1:])),
+                                        seconds=time.time() - t0, rows=rows, regime_scan=scan))
 
 
 if __name__ == "__main__":
