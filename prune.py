@@ -21,6 +21,11 @@ used is reported with every prediction.
 
 `python prune.py` checks the predictions on the shipped model (CPU, held-out text): the laws are
 fitted on one set of held-out sequences, the measurements are made on another.
+`python prune.py --traces FILE --U X` does the same for any model's gate traces (forget.py --save-traces):
+the rule needs only the log gates and delta, so the prediction vs measurement table, KV horizons, memory
+saved and P(W > context) come from the traces alone (fitted on the odd sequences, measured on the even
+ones); U must be given, and what needs the model (bits per byte, decoding, attention-mass coverage,
+certified horizons, ACP's "auto" U) is left out and said so.
 """
 import math
 import os
@@ -575,6 +580,44 @@ def bits_per_byte(logits, targets):
                                                    targets.reshape(-1)) / math.log(2))
 
 
+# ----------------------------------------------------------------------------- per-head entries (model and traces)
+
+
+def pruning_entry(pr, frac_per_seq, flops_per_seq):
+    """Prediction vs measurement of one head at one tol. pr: BlockPrediction; frac_per_seq, flops_per_seq:
+    (S,) float, the measured pruned fraction of causal blocks / pairs per held-out sequence. Returns a dict
+    (err = measured - predicted, se_meas its SE over sequences, z = err / se_meas or None when se_meas = 0)."""
+    fs = np.asarray(frac_per_seq, dtype=np.float64)
+    m = float(fs.mean())
+    se = float(fs.std(ddof=1) / math.sqrt(len(fs))) if len(fs) > 1 else float("nan")
+    return dict(method=pr.method, pred_frac_blocks=pr.frac_blocks, pred_frac_flops=pr.frac_flops,
+                pred_speedup=pr.speedup, meas_frac_blocks=m, se_meas=se, err=m - pr.frac_blocks,
+                meas_frac_flops=float(np.mean(flops_per_seq)), z=(m - pr.frac_blocks) / se if se > 0 else None)
+
+
+def _p_beyond(law, L, ctx):
+    """P(W > ctx) = P(W >= ctx + 1) at level L."""
+    return float(law.survival(L, np.array([ctx + 1]))[0])
+
+
+def horizon_entry(law, U, log_tol, p, T, ctx):
+    """KV horizons of one head at one tol: the p-quantile of W at L = 2U + ln(1/tol) + ln T' for T' = T and
+    each of CONTEXTS, the memory saved at CONTEXTS, the horizon certified by the smallest increment seen in
+    the fitting traces (not a guarantee: other inputs may forget more slowly), and P(W > ctx) at the level
+    of a context of ctx tokens. law: HeadLaw; U >= 0; log_tol < 0; p in (0, 1); T, ctx: int > 0."""
+    hz = {str(t): kv_horizon(law, U, log_tol, p, T=t).h for t in (T,) + CONTEXTS}
+    return dict(horizon=hz, horizon_method=kv_horizon(law, U, log_tol, p, T=T).method,
+                mem_saved={str(t): 1 - min(hz[str(t)] + 1, t) / t for t in CONTEXTS},
+                certified_horizon_trace_xmin=certified_horizon(law.x_min, U, log_tol).h if law.x_min > 0 else None,
+                p_window_beyond_context=_p_beyond(law, 2 * U - log_tol + math.log(ctx), ctx))
+
+
+def memory_summary(entries):
+    """Mean over heads of the memory saved at CONTEXTS and of P(W > context), from horizon_entry dicts."""
+    return dict(mem_saved={str(t): float(np.mean([e["mem_saved"][str(t)] for e in entries])) for t in CONTEXTS},
+                heads_beyond_context=float(np.mean([e["p_window_beyond_context"] for e in entries])))
+
+
 # ----------------------------------------------------------------------------- the shipped model
 
 
@@ -659,14 +702,9 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
             for h in range(H):
                 pr = predict_block_pruning(laws[li][h], seq_len, float(st.L[h]), (BM, BN))
                 fs = st.frac_per_seq[:, h]
-                se = float(fs.std(ddof=1) / math.sqrt(len(fs)))
-                m = float(fs.mean())
                 heads[li][h]["tols"].append(dict(
-                    log_tol=lt, U=float(st.U[h]), L=float(st.L[h]), method=pr.method,
-                    pred_frac_blocks=pr.frac_blocks, pred_frac_flops=pr.frac_flops, pred_speedup=pr.speedup,
-                    meas_frac_blocks=m, se_meas=se, err=m - pr.frac_blocks,
-                    meas_frac_flops=float(st.flops_per_seq[:, h].mean()),
-                    z=(m - pr.frac_blocks) / se if se > 0 else None,
+                    log_tol=lt, U=float(st.U[h]), L=float(st.L[h]),
+                    **pruning_entry(pr, fs, st.flops_per_seq[:, h]),
                     max_pruned_mass=float(st.max_pruned_mass[h]), max_out_err=float(st.max_err[h]),
                     max_out_err_bound=float(st.max_err_bound[h])))
                 tot_pred += pr.expected_pruned_blocks
@@ -693,15 +731,9 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
             law = laws[li][h]
             for e in heads[li][h]["tols"]:
                 U, lt = e["U"], e["log_tol"]
-                e["horizon"] = {str(T): kv_horizon(law, U, lt, p, T=T).h for T in (seq_len,) + CONTEXTS}
-                e["horizon_method"] = kv_horizon(law, U, lt, p, T=seq_len).method
-                e["mem_saved"] = {str(T): 1 - min(e["horizon"][str(T)] + 1, T) / T for T in CONTEXTS}
-                e["certified_horizon_trace_xmin"] = certified_horizon(law.x_min, U, lt).h if law.x_min > 0 else None
+                e.update(horizon_entry(law, U, lt, p, seq_len, ctx))
                 e["certified_horizon"] = certified_horizon(xcert[li, h], U, lt).h if xcert[li, h] > 0 else None
-                Lc = 2 * U - lt + math.log(ctx)
-                e["p_window_beyond_context"] = float(law.survival(Lc, np.array([ctx + 1]))[0])
-            heads[li][h]["p_window_beyond_context_eps1e-3"] = float(law.survival(forget.threshold(1e-3),
-                                                                               np.array([ctx + 1]))[0])
+            heads[li][h]["p_window_beyond_context_eps1e-3"] = _p_beyond(law, forget.threshold(1e-3), ctx)
     if mass_rows:
         # does the horizon hold the attention? mass window = smallest d with mass beyond d <= tol; the
         # horizon suffices for a row iff its mass window <= h
@@ -716,8 +748,7 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
                     e["horizon_coverage"] = float((mw[:, :, h] <= e["horizon"][str(seq_len)]).mean())
     for i, r in enumerate(per_tol):
         es = [heads[li][h]["tols"][i] for li in range(nl) for h in range(H)]
-        r["mem_saved"] = {str(T): float(np.mean([e["mem_saved"][str(T)] for e in es])) for T in CONTEXTS}
-        r["heads_beyond_context"] = float(np.mean([e["p_window_beyond_context"] for e in es]))
+        r.update(memory_summary(es))
         if mass_rows:
             r["min_horizon_coverage"] = float(min(e["horizon_coverage"] for e in es))
 
@@ -752,50 +783,146 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
                           heads=[heads[li][h] for li in range(nl) for h in range(H)]))
 
 
+# ----------------------------------------------------------------------------- any model's traces
+
+
+TRACE_LEFT_OUT = ("bits per byte, decoding, attention-mass coverage of the horizons, the horizons certified by "
+                  "the gate weights and ACP's 'auto' U (from the q/k norms) need the model itself; a trace file "
+                  "holds only the log gates")
+
+
+def analyse_traces(path, U, log_tols=DEFAULT_LOG_TOLS, block=64, p=0.99, context=None, report_log_tol=None):
+    """Block pruning and KV horizons from a trace file written by traces.save_trace (any model's gates).
+
+    The rule prunes a block from the log gates and delta = -(2U + ln T) + ln tol alone, so everything that
+    needs no model is computed: each head's law is fitted on the odd sequences (1, 3, ...) and the pruned
+    fraction is measured on the even ones (0, 2, ...), as analyse_model does with held-out text.
+    path: .npz with {layer: (S, T, H) float32 log gates}, S >= 6; U: float >= 0 (a fixed bound on
+    |q.k| * scale: it is not checked against the model's logits); log_tols: ln tol values < 0; block: int or
+    (BM, BN); p: KV horizon quantile in (0, 1); context: int > 0, the context for P(W > context) (None: the
+    trace length T); report_log_tol: the tol of the per-head text table (None: the middle one).
+    Returns a JSON-able dict like analyse_model's, without the columns that need the model.
+    """
+    t0 = time.perf_counter()
+    U = check_U(U)
+    log_tols = [check_log_tol(t, "log tol") for t in log_tols]
+    if not log_tols:
+        raise ValueError("log_tols must hold at least one ln tol")
+    BM, BN = check_block(block)
+    if not 0 < p < 1:
+        raise ValueError(f"p must lie in (0, 1); got {p!r}")
+    report_log_tol = log_tols[len(log_tols) // 2] if report_log_tol is None else check_log_tol(report_log_tol)
+    if report_log_tol not in log_tols:
+        raise ValueError(f"report_log_tol {report_log_tol} is not one of log_tols {log_tols}")
+    trs, meta = heads_mod.load_traces_checked(path)
+    S, T = next(iter(trs.values())).shape[:2]
+    if S < 6:
+        raise ValueError(f"{path}: {S} sequences; the laws are fitted on half of them and the pruning measured on "
+                         "the other half, so at least 6 are needed (3 for each half's jackknife)")
+    ctx = T if context is None else _pos_int(context, "context")
+    heads, per_tol = [], [dict(log_tol=lt) for lt in log_tols]
+    for li, (name, tr) in enumerate(trs.items()):
+        fit, meas = tr[1::2].astype(np.float64), tr[0::2].astype(np.float64)      # (S/2, T, H) each, disjoint
+        for h in range(tr.shape[2]):
+            law = HeadLaw.from_trace(fit[:, :, h], name=f"{name}[{h}]")
+            hd = dict(layer=li, layer_name=name, head=h, kappa=law.kappa, sigma2=law.sigma2, tau=law.tau,
+                      se_tau=law.se_tau, iid=law.iid, x_min_trace=law.x_min, tols=[],
+                      **{"p_window_beyond_context_eps1e-3": _p_beyond(law, forget.threshold(1e-3), ctx)})
+            for lt in log_tols:
+                L = -acp_threshold(lt, U, T)
+                m = measure_block_pruning(meas[:, :, h], L, (BM, BN))
+                hd["tols"].append(dict(log_tol=lt, U=U, L=L,
+                                       **pruning_entry(predict_block_pruning(law, T, L, (BM, BN)),
+                                                       m["frac_blocks"], m["frac_flops"]),
+                                       **horizon_entry(law, U, lt, p, T, ctx)))
+            heads.append(hd)
+    for i, r in enumerate(per_tol):
+        es = [hd["tols"][i] for hd in heads]
+        pb, mb = (float(np.mean([e[k] for e in es])) for k in ("pred_frac_blocks", "meas_frac_blocks"))
+        r.update(pred_frac_blocks=pb, meas_frac_blocks=mb,
+                 pred_frac_flops=float(np.mean([e["pred_frac_flops"] for e in es])),
+                 meas_frac_flops=float(np.mean([e["meas_frac_flops"] for e in es])),
+                 pred_speedup=1 / (1 - pb), meas_speedup=1 / (1 - mb), **memory_summary(es))
+    info = dict(source="traces", traces=path, model=meta.get("model", "?"), n_seq=len(range(0, S, 2)),
+                n_fit=len(range(1, S, 2)), seq_len=T, block=[BM, BN], log_tols=log_tols, p=p,
+                decode_log_tol=report_log_tol, context=ctx, context_given=context is not None,
+                U=f"fixed {U:g} (given; not checked against the model's logits)", left_out=TRACE_LEFT_OUT,
+                speedup_model="time proportional to visited blocks", seconds=time.perf_counter() - t0)
+    return _sanitize(dict(info=info, per_tol=per_tol, decode=None, heads=heads))
+
+
 def format_report(res):
-    """The per-head table (at the decoding tol) and the per-tol summary, as text."""
+    """The per-head table (at the decoding tol) and the per-tol summary, as text. res: from analyse_model, or
+    from analyse_traces (source "traces"), whose columns that need the model are left out and said so."""
     info = res["info"]
+    traced = info.get("source") == "traces"
     i = info["log_tols"].index(info["decode_log_tol"])
-    out = [f"ACP block pruning and KV horizons: {info['checkpoint']}, {info['n_seq']} held-out sequences x "
-           f"{info['seq_len']} bytes (laws fitted on {info['n_seq']} other sequences), blocks {info['block'][0]}x"
-           f"{info['block'][1]}, U = {info['U']}.",
-           f"Per head at ln tol = {info['decode_log_tol']:g}: pruned fraction of causal blocks predicted from "
-           f"the law vs measured (+- SE over sequences); KV horizon h = {info['p']} quantile of W at "
-           f"L = 2U + ln(1/tol) + ln T; cert = certified horizon from the gate weights (summed over keys); "
-           f"Wm = largest attention-mass window at tol (mass beyond it <= tol), cov = fraction of rows with Wm <= h.",
-           f"{'L.H':>4s} {'kappa':>7s} {'tau':>5s} {'law':>9s} {'U':>6s} {'L':>6s} {'pred':>6s} "
-           f"{'meas':>14s} {'err':>7s} {'h(T)':>7s} {'Wm':>5s} {'cov':>5s} {'cert':>9s} {'mem@32k':>7s} "
-           f"{'mem@1M':>7s} {'P(W>ctx)':>8s}"]
+    if traced:
+        ctx = info["context"]
+        out = [f"ACP block pruning and KV horizons from gate traces: {info['traces']} (model {info['model']}), "
+               f"{info['n_seq']} sequences x {info['seq_len']} tokens measured (laws fitted on {info['n_fit']} "
+               f"other sequences), blocks {info['block'][0]}x{info['block'][1]}, U = {info['U']}.",
+               f"Left out: {info['left_out']}.",
+               f"Per head at ln tol = {info['decode_log_tol']:g}: pruned fraction of causal blocks predicted from "
+               f"the law vs measured on the traces (+- SE over sequences); KV horizon h = {info['p']} quantile of W "
+               f"at L = 2U + ln(1/tol) + ln T; P(W>ctx) at context {ctx}"
+               f"{'' if info['context_given'] else ' (the trace length; --context sets it)'}."]
+    else:
+        ctx = info["training_context"]
+        out = [f"ACP block pruning and KV horizons: {info['checkpoint']}, {info['n_seq']} held-out sequences x "
+               f"{info['seq_len']} bytes (laws fitted on {info['n_seq']} other sequences), blocks {info['block'][0]}x"
+               f"{info['block'][1]}, U = {info['U']}.",
+               f"Per head at ln tol = {info['decode_log_tol']:g}: pruned fraction of causal blocks predicted from "
+               f"the law vs measured (+- SE over sequences); KV horizon h = {info['p']} quantile of W at "
+               f"L = 2U + ln(1/tol) + ln T; cert = certified horizon from the gate weights (summed over keys); "
+               f"Wm = largest attention-mass window at tol (mass beyond it <= tol), cov = fraction of rows with "
+               f"Wm <= h."]
+    model_cols = "" if traced else f" {'Wm':>5s} {'cov':>5s} {'cert':>9s}"
+    out.append(f"{'L.H':>4s} {'kappa':>7s} {'tau':>5s} {'law':>9s} {'U':>6s} {'L':>6s} {'pred':>6s} "
+               f"{'meas':>14s} {'err':>7s} {'h(T)':>7s}{model_cols} {'mem@32k':>7s} {'mem@1M':>7s} {'P(W>ctx)':>8s}")
     out.append("-" * len(out[-1]))
     for hd in res["heads"]:
         e = hd["tols"][i]
         law = {"iid, exact numerics": "iid exact", "autocorrelation-adjusted normal": "AR normal"}.get(
             e["method"], e["method"][:9])
-        cert = e["certified_horizon"]
+        cols = ""
+        if not traced:
+            cert = e["certified_horizon"]
+            cols = (f" {e.get('mass_window_max', -1):5d} {e.get('horizon_coverage', float('nan')):5.3f} "
+                    f"{cert if cert is not None else '-':>9}")
         out.append(f"{hd['layer']:>2d}.{hd['head']:<1d} {hd['kappa']:7.4f} {hd['tau']:5.2f} {law:>9s} {e['U']:6.2f} "
                    f"{e['L']:6.2f} {e['pred_frac_blocks']:6.3f} {e['meas_frac_blocks']:6.3f}+-{e['se_meas']:<6.3f} "
-                   f"{e['err']:+7.3f} {e['horizon'][str(info['seq_len'])]:>7d} {e.get('mass_window_max', -1):5d} "
-                   f"{e.get('horizon_coverage', float('nan')):5.3f} "
-                   f"{cert if cert is not None else '-':>9} {e['mem_saved']['32768']:7.3f} "
+                   f"{e['err']:+7.3f} {e['horizon'][str(info['seq_len'])]:>7d}{cols} {e['mem_saved']['32768']:7.3f} "
                    f"{e['mem_saved']['1048576']:7.3f} {e['p_window_beyond_context']:8.3f}")
+    if traced:
+        names = sorted({(hd["layer"], hd["layer_name"]) for hd in res["heads"]})
+        out.append("layers: " + ", ".join(f"{li} = {n}" for li, n in names))
     out.append("")
-    out.append(f"Model, per tol (dense bits/byte {info['bpb_dense']:.4f}; mass bound: every row's pruned attention "
-               f"mass <= tol; output bound: |pruned - dense| <= mass x range(v) per entry, excess = largest "
-               f"|pruned - dense| - bound, which float32 rounding alone puts near 1e-7 x max|v|):")
-    hdr = (f"{'ln tol':>6s} {'pred blk':>8s} {'meas blk':>8s} {'FLOP p/m':>11s} {'speedup p/m':>11s} "
-           f"{'dbpb':>9s} {'readout':>8s} {'max mass':>9s} {'tol':>9s} {'excess':>9s} "
-           + " ".join(f"{'mem@' + (f'{T // 1024}k' if T < 1 << 20 else '1M'):>8s}" for T in CONTEXTS))
+    mem_hdr = " ".join(f"{'mem@' + (f'{T // 1024}k' if T < 1 << 20 else '1M'):>8s}" for T in CONTEXTS)
+    if traced:
+        out.append("Per tol, all heads:")
+        hdr = f"{'ln tol':>6s} {'pred blk':>8s} {'meas blk':>8s} {'FLOP p/m':>11s} {'speedup p/m':>11s} " + mem_hdr
+    else:
+        out.append(f"Model, per tol (dense bits/byte {info['bpb_dense']:.4f}; mass bound: every row's pruned "
+                   f"attention mass <= tol; output bound: |pruned - dense| <= mass x range(v) per entry, excess = "
+                   f"largest |pruned - dense| - bound, which float32 rounding alone puts near 1e-7 x max|v|):")
+        hdr = (f"{'ln tol':>6s} {'pred blk':>8s} {'meas blk':>8s} {'FLOP p/m':>11s} {'speedup p/m':>11s} "
+               f"{'dbpb':>9s} {'readout':>8s} {'max mass':>9s} {'tol':>9s} {'excess':>9s} " + mem_hdr)
     out.append(hdr)
     out.append("-" * len(hdr))
     for r in res["per_tol"]:
+        model = "" if traced else (f"{r['delta_bpb']:+9.2e} {r['readout_bound']:8.2e} {r['max_pruned_mass']:9.2e} "
+                                   f"{math.exp(r['log_tol']):9.2e} {r['max_excess']:+9.1e} ")
         out.append(f"{r['log_tol']:6.1f} {r['pred_frac_blocks']:8.3f} {r['meas_frac_blocks']:8.3f} "
                    f"{r['pred_frac_flops']:5.3f}/{r['meas_frac_flops']:5.3f} "
-                   f"{r['pred_speedup']:5.2f}/{r['meas_speedup']:<5.2f} "
-                   f"{r['delta_bpb']:+9.2e} {r['readout_bound']:8.2e} {r['max_pruned_mass']:9.2e} "
-                   f"{math.exp(r['log_tol']):9.2e} {r['max_excess']:+9.1e} "
+                   f"{r['pred_speedup']:5.2f}/{r['meas_speedup']:<5.2f} " + model
                    + " ".join(f"{r['mem_saved'][str(T)]:8.3f}" for T in CONTEXTS))
-    out.append("dbpb: pruned - dense bits/byte; readout: 2 mean_t max|d logit| / ln 2, a bound on |dbpb| from the "
-               "measured logit change; mem@T: KV memory saved at context T (1 - kept/T, mean over heads).")
+    if traced:
+        out.append("mem@T: KV memory saved at context T (1 - kept/T, mean over heads); speedup: time proportional "
+                   "to visited blocks (a model).")
+    else:
+        out.append("dbpb: pruned - dense bits/byte; readout: 2 mean_t max|d logit| / ln 2, a bound on |dbpb| from "
+                   "the measured logit change; mem@T: KV memory saved at context T (1 - kept/T, mean over heads).")
     d = res.get("decode")
     if d:
         out.append("")
@@ -807,28 +934,39 @@ def format_report(res):
                        f"({r['mem_frac']:.3f} of full)")
     pc = [h["tols"][i]["p_window_beyond_context"] for h in res["heads"]]
     pe = [h["p_window_beyond_context_eps1e-3"] for h in res["heads"]]
-    out.append(f"windows beyond the training context ({info['training_context']}): at L = 2U + ln(1/tol) + ln ctx, "
-               f"mean P(W > ctx) over heads {np.mean(pc):.3f}, heads with P > 1/2: {sum(v > 0.5 for v in pc)} of "
-               f"{len(pc)}; at eps = 1e-3 (decay alone): {np.mean(pe):.3f}, {sum(v > 0.5 for v in pe)} of {len(pe)}")
-    out.append(f"run time {info['seconds']:.1f} s on {info['torch_threads']} threads")
+    out.append(f"windows beyond the {'context' if traced else 'training context'} ({ctx}): at "
+               f"L = 2U + ln(1/tol) + ln ctx, mean P(W > ctx) over heads {np.mean(pc):.3f}, heads with P > 1/2: "
+               f"{sum(v > 0.5 for v in pc)} of {len(pc)}; at eps = 1e-3 (decay alone): {np.mean(pe):.3f}, "
+               f"{sum(v > 0.5 for v in pe)} of {len(pe)}")
+    threads = "" if traced else f" on {info['torch_threads']} threads"
+    out.append(f"run time {info['seconds']:.1f} s{threads}")
     return "\n".join(out)
 
 
 def main(argv=None):
     p = outputs.parser("ACP block pruning and KV-cache horizons of FoX heads: "
-                       "predictions from the gate laws against the shipped model.")
+                       "predictions from the gate laws against the shipped model, or against any model's "
+                       "gate traces (--traces, from forget.py --save-traces).")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--tol", type=float, nargs="+", help="tolerated pruned attention mass, each in (0, 1)")
     g.add_argument("--log-tol", type=float, nargs="+", help=f"ln tol, each < 0 (default {list(DEFAULT_LOG_TOLS)})")
     p.add_argument("--block", type=int, nargs="+", default=[64, 64], help="block size BM [BN] (default 64 64)")
-    p.add_argument("--n-seq", type=int, default=8, help="held-out sequences measured (as many again fit the laws)")
-    p.add_argument("--seq-len", type=int, default=1024, help="tokens per sequence (default: the training context)")
+    p.add_argument("--n-seq", type=int, default=None,
+                   help="held-out sequences measured (as many again fit the laws; default 8; model only)")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="tokens per sequence (default 1024, the training context; model only)")
     p.add_argument("--seed", type=int, default=0, help="torch seed (the sequences are fixed; nothing is sampled)")
     p.add_argument("--p", type=float, default=0.99, help="probability for the KV horizon quantile")
-    p.add_argument("--U", default="auto", help="logit bound: 'auto' (ACP, from the q/k norms) or a number >= 0 "
-                   "(a fixed U, e.g. 0 for the decay alone; not a bound, so pruning may exceed tol)")
-    p.add_argument("--decode-seqs", type=int, default=4, help="sequences decoded token by token (0: skip)")
-    p.add_argument("--checkpoint", default="checkpoints/fox_shakespeare.pt", help="FoX checkpoint (.pt)")
+    p.add_argument("--U", default=None, help="logit bound: 'auto' (ACP, from the q/k norms; the default with the "
+                   "model) or a number >= 0 (a fixed U, e.g. 0 for the decay alone; not a bound, so pruning may "
+                   "exceed tol); required with --traces")
+    p.add_argument("--decode-seqs", type=int, default=None,
+                   help="sequences decoded token by token (default 4; 0: skip; model only)")
+    p.add_argument("--checkpoint", default=None, help="FoX checkpoint (.pt; default checkpoints/fox_shakespeare.pt)")
+    p.add_argument("--traces", default=None, help="gate trace file (.npz from forget.py --save-traces) of any "
+                   "model: fits the laws on its odd sequences and measures the pruning on the even ones")
+    p.add_argument("--context", type=int, default=None,
+                   help="context for P(W > context) with --traces (default: the trace length)")
     p.add_argument("--out", default=None, help="folder for prune.txt and prune.json (None: a new "
                                                "runs/prune-<time>/; the committed run: --out results/prune --force)")
     p.add_argument("--json", default=None, help="JSON path (default OUT/prune.json)")
@@ -847,6 +985,23 @@ def main(argv=None):
             log_tols = [check_tol(t, "--tol") for t in a.tol]
         else:
             log_tols = [check_log_tol(t, "--log-tol") for t in (a.log_tol or DEFAULT_LOG_TOLS)]
+        if a.traces is not None:
+            given = [f for f, v in (("--checkpoint", a.checkpoint), ("--n-seq", a.n_seq), ("--seq-len", a.seq_len),
+                                    ("--decode-seqs", a.decode_seqs)) if v is not None]
+            if given:
+                raise ValueError(f"{given[0]} cannot be used with --traces (it needs the model; the traces fix "
+                                 "the sequences)")
+            if a.U is None or a.U == "auto":
+                raise ValueError("--traces needs --U X, a number >= 0 ('auto' takes U from the model's q/k norms, "
+                                 "which a trace file does not hold)")
+            if a.context is not None:
+                _pos_int(a.context, "--context")
+        elif a.context is not None:
+            raise ValueError("--context applies to --traces only (the model's own training context is used)")
+        a.n_seq = 8 if a.n_seq is None else a.n_seq
+        a.seq_len = 1024 if a.seq_len is None else a.seq_len
+        a.decode_seqs = 4 if a.decode_seqs is None else a.decode_seqs
+        a.U = "auto" if a.U is None else a.U
         if len(a.block) > 2:
             raise ValueError(f"--block takes one or two sizes; got {a.block}")
         block = check_block(tuple(a.block) if len(a.block) == 2 else a.block[0])
@@ -858,8 +1013,14 @@ def main(argv=None):
             raise ValueError(f"--decode-seqs must be >= 0; got {a.decode_seqs}")
         if not 0 < a.p < 1:
             raise ValueError(f"--p must lie in (0, 1); got {a.p}")
-        checkpoint = outputs.input_file("--checkpoint", outputs.repo_path(a.checkpoint)
-                                        if not os.path.exists(a.checkpoint) else a.checkpoint)
+        if a.traces is not None:
+            try:
+                heads_mod.load_traces_checked(a.traces)
+            except (FileNotFoundError, ValueError) as exc:
+                raise ValueError(f"--traces: {exc}") from None
+        else:
+            ck = a.checkpoint or "checkpoints/fox_shakespeare.pt"
+            checkpoint = outputs.input_file("--checkpoint", outputs.repo_path(ck) if not os.path.exists(ck) else ck)
         # every output checked before any work; nothing existing is replaced without --force
         out = outputs.check_dir(a.out, [] if a.json else ["prune.json"], force=a.force) if a.out else \
             outputs.run_dir("prune")
@@ -869,8 +1030,12 @@ def main(argv=None):
         fail(str(exc))
     torch.set_num_threads(a.threads)
     try:
-        res = analyse_model(checkpoint, log_tols, block, a.n_seq, a.seq_len, a.p,
-                            decode_seqs=min(a.decode_seqs, a.n_seq), seed=a.seed, progress=not a.no_progress, U=U)
+        if a.traces is not None:
+            res = analyse_traces(a.traces, U, log_tols, block, a.p, a.context)
+        else:
+            res = analyse_model(checkpoint, log_tols, block, a.n_seq, a.seq_len, a.p,
+                                decode_seqs=min(a.decode_seqs, a.n_seq), seed=a.seed, progress=not a.no_progress,
+                                U=U)
     except ValueError as exc:
         fail(str(exc))
     text = format_report(res)

@@ -313,3 +313,84 @@ def test_from_trace_chooses_the_law():
     assert not dep.iid and dep.tau > 3 and dep.method(8.0) == "autocorrelation-adjusted normal"
     const = prune.HeadLaw.from_trace(np.full((4, 50), -0.2))
     assert const.method(3.0).startswith("deterministic") and const.x_min == pytest.approx(0.2)
+
+
+# ----------------------------------------------------------------------------- --traces: any model's gate traces
+
+
+def _trace_file(path, S=24, T=256, m=0.3, seed=3, iid=True):
+    """Layer 'a': (S, T, 2) log gates, head 0 iid logit-normal(1, 1) (iid=False: constant e^-0.05), head 1 the
+    constant gate e^-m; layer 'b': (S, T, 1), the constant gate e^-(2m). Returns (path, [the two constant
+    heads' float32 log gates])."""
+    x = forget.LogitNormalGate(1, 1).sample(np.random.default_rng(seed), (S, T)) if iid else np.full((S, T), 0.05)
+    lg_c = [np.float32(-m), np.float32(-2 * m)]
+    a = np.stack([-x, np.full((S, T), lg_c[0])], axis=-1).astype(np.float32)            # (S, T, 2)
+    b = np.full((S, T, 1), lg_c[1], dtype=np.float32)                                   # (S, T, 1)
+    traces.save_trace(str(path), {"a": a, "b": b}, dict(model="synthetic"))
+    return str(path), lg_c
+
+
+def test_traces_predicted_and_measured_pruning_agree(tmp_path):
+    path, lg_c = _trace_file(tmp_path / "t.npz")
+    U, lt, T, block = 0.5, -4.0, 256, (32, 32)
+    res = prune.analyse_traces(path, U, [lt], block, context=20)
+    L = 2 * U + math.log(T) - lt                                                     # -delta
+    assert [(h["layer"], h["head"]) for h in res["heads"]] == [(0, 0), (0, 1), (1, 0)]
+    e = res["heads"][0]["tols"][0]                                                   # the iid head
+    assert e["L"] == pytest.approx(L)
+    assert 0.05 < e["pred_frac_blocks"] < 0.95                                       # the check has power here
+    z = stats.norm.isf(0.001 / 2)
+    assert e["se_meas"] > 0 and abs(e["err"]) <= z * e["se_meas"]
+    # the law fitted on the odd sequences predicts what the true law predicts (fit error << measurement SE)
+    true = prune.predict_block_pruning(prune.HeadLaw.from_gate(forget.LogitNormalGate(1, 1)), T, L, block)
+    assert abs(e["pred_frac_blocks"] - true.frac_blocks) <= e["se_meas"]
+    # ALiBi: prediction and measurement both equal the closed form, and the horizon is floor(L_T / m)
+    for e, lg in zip([res["heads"][1]["tols"][0], res["heads"][2]["tols"][0]], lg_c):
+        m = -float(lg)
+        n_pruned, n_causal = _closed_form_pruned(T, *block, m, L)
+        assert 0 < n_pruned < n_causal
+        assert e["method"].startswith("deterministic")
+        assert e["pred_frac_blocks"] == n_pruned / n_causal and e["se_meas"] <= 1e-15
+        assert e["meas_frac_blocks"] == pytest.approx(n_pruned / n_causal, rel=1e-12)     # a mean over sequences
+        for t, h in e["horizon"].items():
+            assert h == math.floor((2 * U - lt + math.log(int(t))) / m)
+    # W at the level of a 20-token context: floor(L_20 / m) = 26 > 20 for m = 0.3, 13 for m = 0.6
+    assert [res["heads"][i]["tols"][0]["p_window_beyond_context"] for i in (1, 2)] == [1.0, 0.0]
+    r = res["per_tol"][0]
+    assert r["pred_frac_blocks"] == pytest.approx(np.mean([h["tols"][0]["pred_frac_blocks"] for h in res["heads"]]))
+    assert res["info"]["n_seq"] == 12 and res["info"]["n_fit"] == 12 and res["decode"] is None
+
+
+def test_traces_cli_text_and_json(tmp_path, capsys):
+    path, _ = _trace_file(tmp_path / "t.npz", S=6, T=64, iid=False)
+    res = prune.main(["--traces", path, "--U", "0", "--log-tol", "-3", "--block", "16", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "Left out: bits per byte" in out and "need the model itself" in out and " cov " not in out
+    assert json.loads((tmp_path / "prune.json").read_text())["info"]["source"] == "traces"
+    assert len(res["heads"]) == 3
+
+
+@pytest.mark.parametrize("extra,msg", [([], "--traces needs --U"), (["--U", "auto"], "--traces needs --U"),
+                                       (["--U", "0", "--checkpoint", "checkpoints/fox_shakespeare.pt"],
+                                        "--checkpoint cannot be used with --traces"),
+                                       (["--U", "0", "--n-seq", "4"], "--n-seq cannot be used with --traces"),
+                                       (["--U", "0", "--context", "0"], "--context")])
+def test_traces_cli_usage_errors_exit_2(extra, msg, tmp_path, capsys):
+    path, _ = _trace_file(tmp_path / "t.npz", S=6, T=32, iid=False)
+    with pytest.raises(SystemExit) as e:
+        prune.main(["--traces", path, "--out", str(tmp_path / "o")] + extra)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and len(err.splitlines()) == 1
+
+
+def test_traces_bad_files_and_context_without_traces(tmp_path, capsys):
+    path, _ = _trace_file(tmp_path / "t.npz", S=4, T=32, iid=False)
+    with pytest.raises(ValueError, match="at least 6"):
+        prune.analyse_traces(path, 0.0, [-4.0])
+    for argv, msg in [(["--traces", str(tmp_path / "none.npz"), "--U", "0"], "--traces: trace file not found"),
+                      (["--context", "100"], "--context applies to --traces only")]:
+        with pytest.raises(SystemExit) as e:
+            prune.main(argv + ["--out", str(tmp_path / "o")])
+        err = capsys.readouterr().err.strip()
+        assert e.value.code == 2 and msg in err and len(err.splitlines()) == 1
