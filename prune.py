@@ -730,9 +730,9 @@ def analyse_model(checkpoint="checkpoints/fox_shakespeare.pt", log_tols=DEFAULT_
         for h in range(H):
             law = laws[li][h]
             for e in heads[li][h]["tols"]:
-                U, lt = e["U"], e["log_tol"]
-                e.update(horizon_entry(law, U, lt, p, seq_len, ctx))
-                e["certified_horizon"] = certified_horizon(xcert[li, h], U, lt).h if xcert[li, h] > 0 else None
+                Uh, lt = e["U"], e["log_tol"]                 # this head's U (U itself stays the run's choice)
+                e.update(horizon_entry(law, Uh, lt, p, seq_len, ctx))
+                e["certified_horizon"] = certified_horizon(xcert[li, h], Uh, lt).h if xcert[li, h] > 0 else None
             heads[li][h]["p_window_beyond_context_eps1e-3"] = _p_beyond(law, forget.threshold(1e-3), ctx)
     if mass_rows:
         # does the horizon hold the attention? mass window = smallest d with mass beyond d <= tol; the
