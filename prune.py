@@ -1038,6 +1038,9 @@ def main(argv=None):
                                 U=U)
     except ValueError as exc:
         fail(str(exc))
+    ck = res["info"].get("checkpoint")
+    if ck and os.path.commonpath([os.path.abspath(ck), outputs.REPO]) == outputs.REPO:
+        res["info"]["checkpoint"] = os.path.relpath(ck, outputs.REPO)      # results name no machine paths
     text = format_report(res)
     print(text)
     outputs.write_text(txt_path, text + "\n")
