@@ -45,7 +45,7 @@ def _cli(capsys, main, argv):
     return rc, capsys.readouterr().err
 
 
-def _usage(capsys, main, argv, *words):
+def _check_usage(capsys, main, argv, *words):
     """Assert exit code 2 and one stderr line that contains every word."""
     rc, err = _cli(capsys, main, argv)
     assert rc == 2, (argv, rc, err)
@@ -87,23 +87,23 @@ def bad_files(tmp_path_factory):
     (["--n-seq", "100000"], ["--n-seq", "windows"]),
 ])
 def test_forget_cli_usage(capsys, argv, words):
-    _usage(capsys, heads.main, argv, *words)
+    _check_usage(capsys, heads.main, argv, *words)
 
 
 def test_forget_cli_files(capsys, bad_files, tmp_path):
     d = bad_files
-    _usage(capsys, heads.main, ["--json", str(tmp_path / "nodir" / "x.json")], "--json", "does not exist")
-    _usage(capsys, heads.main, ["--json", str(tmp_path)], "--json", "is a folder")
-    _usage(capsys, heads.main, ["--json", str(d / "existing.json"), "--synthetic"], "--json", "--force")
-    _usage(capsys, heads.main, ["--save-traces", str(d / "existing.json" / "x.npz")], "--save-traces", "is a file")
-    _usage(capsys, heads.main, ["--traces", str(d / "absent.npz")], "--traces", "not found")
-    _usage(capsys, heads.main, ["--traces", str(d / "corrupt.npz")], "corrupt")
-    _usage(capsys, heads.main, ["--traces", str(d / "bht.npz")], "(B, H, T)", "512 heads")
-    _usage(capsys, heads.main, ["--checkpoint", str(d / "garbage.pt")], "--checkpoint", "corrupt")
-    _usage(capsys, heads.main, ["--checkpoint", str(d / "foreign.pt")], "--checkpoint", "not a foxwindow")
+    _check_usage(capsys, heads.main, ["--json", str(tmp_path / "nodir" / "x.json")], "--json", "does not exist")
+    _check_usage(capsys, heads.main, ["--json", str(tmp_path)], "--json", "is a folder")
+    _check_usage(capsys, heads.main, ["--json", str(d / "existing.json"), "--synthetic"], "--json", "--force")
+    _check_usage(capsys, heads.main, ["--save-traces", str(d / "existing.json" / "x.npz")], "--save-traces", "is a file")
+    _check_usage(capsys, heads.main, ["--traces", str(d / "absent.npz")], "--traces", "not found")
+    _check_usage(capsys, heads.main, ["--traces", str(d / "corrupt.npz")], "corrupt")
+    _check_usage(capsys, heads.main, ["--traces", str(d / "bht.npz")], "(B, H, T)", "512 heads")
+    _check_usage(capsys, heads.main, ["--checkpoint", str(d / "garbage.pt")], "--checkpoint", "corrupt")
+    _check_usage(capsys, heads.main, ["--checkpoint", str(d / "foreign.pt")], "--checkpoint", "not a foxwindow")
     assert (d / "existing.json").read_text() == "keep me"
     if not CUDA:
-        _usage(capsys, heads.main, ["--device", "cuda"], "--device", "CUDA")
+        _check_usage(capsys, heads.main, ["--device", "cuda"], "--device", "CUDA")
 
 
 def test_forget_eps_needs_a_value(capsys):
@@ -145,7 +145,7 @@ def test_forget_synthetic_json_is_strict(capsys, tmp_path):
 ])
 def test_train_cli_usage(capsys, monkeypatch, argv, words):
     monkeypatch.chdir(REPO)
-    _usage(capsys, train.main, argv, *words)
+    _check_usage(capsys, train.main, argv, *words)
 
 
 TINY_TRAIN = ["--steps", "2", "--context", "64", "--batch", "2", "--d-model", "16", "--n-layers", "1", "--n-heads", "2",
@@ -205,22 +205,22 @@ def test_library_modules_say_what_they_are(capsys, monkeypatch, module, first):
     (["--out", "x.json", "--json", "y"], ["unrecognized"]),
 ])
 def test_reach_cli_usage(capsys, argv, words):
-    _usage(capsys, reach.main, argv, *words)
+    _check_usage(capsys, reach.main, argv, *words)
 
 
 def test_reach_outputs(capsys, bad_files, monkeypatch, tmp_path):
     monkeypatch.chdir(REPO)
     d = bad_files
-    _usage(capsys, reach.main, ["--out", "reach.png"], "--out", "folder")
-    _usage(capsys, reach.main, ["--out", "."], "README.md", "tracked source file")
-    _usage(capsys, reach.main, ["--out", ".", "--force"], "README.md", "tracked source file")
-    _usage(capsys, reach.main, ["--out", "results/kinds"], "reach.json", "--force")
-    _usage(capsys, reach.main, ["--out", str(d / "plainfile")], "--out", "is a file")
-    _usage(capsys, reach.main, ["--replot", str(d / "corrupt.json"), "--out", str(tmp_path / "r")], "--replot", "JSON")
-    _usage(capsys, reach.main, ["--replot", str(d / "wrong.json"), "--out", str(tmp_path / "r")], "--replot", "results")
+    _check_usage(capsys, reach.main, ["--out", "reach.png"], "--out", "folder")
+    _check_usage(capsys, reach.main, ["--out", "."], "README.md", "tracked source file")
+    _check_usage(capsys, reach.main, ["--out", ".", "--force"], "README.md", "tracked source file")
+    _check_usage(capsys, reach.main, ["--out", "results/kinds"], "reach.json", "--force")
+    _check_usage(capsys, reach.main, ["--out", str(d / "plainfile")], "--out", "is a file")
+    _check_usage(capsys, reach.main, ["--replot", str(d / "corrupt.json"), "--out", str(tmp_path / "r")], "--replot", "JSON")
+    _check_usage(capsys, reach.main, ["--replot", str(d / "wrong.json"), "--out", str(tmp_path / "r")], "--replot", "results")
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "reach.json").write_text("user data")
-    _usage(capsys, reach.main, ["--out", str(tmp_path / "mine")], "reach.json", "--force")
+    _check_usage(capsys, reach.main, ["--out", str(tmp_path / "mine")], "reach.json", "--force")
     assert (tmp_path / "mine" / "reach.json").read_text() == "user data"
 
 
@@ -228,28 +228,28 @@ def test_reach_outputs(capsys, bad_files, monkeypatch, tmp_path):
 
 
 def test_make_figures_outputs(capsys, bad_files, tmp_path):
-    _usage(capsys, make_figures.main, ["--fast", "--out", os.path.join(REPO, "figures")], "--fast", "committed")
-    _usage(capsys, make_figures.main, ["--fast", "--out", str(bad_files / "existing.json")], "--out", "is a file")
-    _usage(capsys, make_figures.main, ["--fast", "--heads-json", str(bad_files / "corrupt.json"), "--out",
+    _check_usage(capsys, make_figures.main, ["--fast", "--out", os.path.join(REPO, "figures")], "--fast", "committed")
+    _check_usage(capsys, make_figures.main, ["--fast", "--out", str(bad_files / "existing.json")], "--out", "is a file")
+    _check_usage(capsys, make_figures.main, ["--fast", "--heads-json", str(bad_files / "corrupt.json"), "--out",
                                        str(tmp_path)], "--heads-json", "JSON")
     (tmp_path / "fig1_decay.png").write_bytes(b"mine")
-    _usage(capsys, make_figures.main, ["--fast", "--only", "1", "--out", str(tmp_path)], "fig1_decay.png", "--force")
+    _check_usage(capsys, make_figures.main, ["--fast", "--only", "1", "--out", str(tmp_path)], "fig1_decay.png", "--force")
     assert (tmp_path / "fig1_decay.png").read_bytes() == b"mine"
 
 
 def test_bench_laws_cli(capsys, bad_files, tmp_path):
-    _usage(capsys, bench_laws.main, ["--checkpoint", str(bad_files / "absent.pt")], "--checkpoint", "not found")
-    _usage(capsys, bench_laws.main, ["--checkpoint", str(bad_files / "foreign.pt")], "--checkpoint")
-    _usage(capsys, bench_laws.main, ["--repeats", "0"], "--repeats")
-    _usage(capsys, bench_laws.main, ["--json", str(tmp_path)], "--json", "folder")
+    _check_usage(capsys, bench_laws.main, ["--checkpoint", str(bad_files / "absent.pt")], "--checkpoint", "not found")
+    _check_usage(capsys, bench_laws.main, ["--checkpoint", str(bad_files / "foreign.pt")], "--checkpoint")
+    _check_usage(capsys, bench_laws.main, ["--repeats", "0"], "--repeats")
+    _check_usage(capsys, bench_laws.main, ["--json", str(tmp_path)], "--json", "folder")
     if not CUDA:
-        _usage(capsys, bench_laws.main, ["--gpu-only"], "--gpu-only", "CUDA")
+        _check_usage(capsys, bench_laws.main, ["--gpu-only"], "--gpu-only", "CUDA")
 
 
 def test_renewal_cli(capsys, tmp_path):
-    _usage(capsys, renewal.main, ["--eps", "0"], "--eps")
-    _usage(capsys, renewal.main, ["--eps", "0.1", "1.5"], "--eps", "1.5")
-    _usage(capsys, renewal.main, ["--json", str(tmp_path)], "--json", "folder")
+    _check_usage(capsys, renewal.main, ["--eps", "0"], "--eps")
+    _check_usage(capsys, renewal.main, ["--eps", "0.1", "1.5"], "--eps", "1.5")
+    _check_usage(capsys, renewal.main, ["--json", str(tmp_path)], "--json", "folder")
     rc, err = _cli(capsys, renewal.main, ["--eps"])
     assert rc == 2 and "--eps" in err
 
@@ -436,7 +436,7 @@ def test_reach_replot_writes_one_set(capsys, tmp_path):
     assert _cli(capsys, reach.main, ["--replot", src, "--out", str(out)])[0] == 0
     assert sorted(os.listdir(out)) == ["README.md", "reach.json", "reach.png"]
     first = (out / "reach.json").read_bytes()
-    _usage(capsys, reach.main, ["--replot", src, "--out", str(out)], "--force")
+    _check_usage(capsys, reach.main, ["--replot", src, "--out", str(out)], "--force")
     assert _cli(capsys, reach.main, ["--replot", src, "--out", str(out), "--force"])[0] == 0
     assert (out / "reach.json").read_bytes() == first and sorted(os.listdir(out)) == ["README.md", "reach.json",
                                                                                         "reach.png"]
