@@ -95,7 +95,8 @@ def test_forget_cli_files(capsys, bad_files, tmp_path):
     _check_usage(capsys, heads.main, ["--json", str(tmp_path / "nodir" / "x.json")], "--json", "does not exist")
     _check_usage(capsys, heads.main, ["--json", str(tmp_path)], "--json", "is a folder")
     _check_usage(capsys, heads.main, ["--json", str(d / "existing.json"), "--synthetic"], "--json", "--force")
-    _check_usage(capsys, heads.main, ["--save-traces", str(d / "existing.json" / "x.npz")], "--save-traces", "is a file")
+    _check_usage(capsys, heads.main, ["--save-traces", str(d / "existing.json" / "x.npz")],
+                 "--save-traces", "is a file")
     _check_usage(capsys, heads.main, ["--traces", str(d / "absent.npz")], "--traces", "not found")
     _check_usage(capsys, heads.main, ["--traces", str(d / "corrupt.npz")], "corrupt")
     _check_usage(capsys, heads.main, ["--traces", str(d / "bht.npz")], "(B, H, T)", "512 heads")
@@ -216,8 +217,10 @@ def test_reach_outputs(capsys, bad_files, monkeypatch, tmp_path):
     _check_usage(capsys, reach.main, ["--out", ".", "--force"], "README.md", "tracked source file")
     _check_usage(capsys, reach.main, ["--out", "results/kinds"], "reach.json", "--force")
     _check_usage(capsys, reach.main, ["--out", str(d / "plainfile")], "--out", "is a file")
-    _check_usage(capsys, reach.main, ["--replot", str(d / "corrupt.json"), "--out", str(tmp_path / "r")], "--replot", "JSON")
-    _check_usage(capsys, reach.main, ["--replot", str(d / "wrong.json"), "--out", str(tmp_path / "r")], "--replot", "results")
+    _check_usage(capsys, reach.main, ["--replot", str(d / "corrupt.json"), "--out", str(tmp_path / "r")],
+                 "--replot", "JSON")
+    _check_usage(capsys, reach.main, ["--replot", str(d / "wrong.json"), "--out", str(tmp_path / "r")],
+                 "--replot", "results")
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "reach.json").write_text("user data")
     _check_usage(capsys, reach.main, ["--out", str(tmp_path / "mine")], "reach.json", "--force")
@@ -233,7 +236,8 @@ def test_make_figures_outputs(capsys, bad_files, tmp_path):
     _check_usage(capsys, make_figures.main, ["--fast", "--heads-json", str(bad_files / "corrupt.json"), "--out",
                                        str(tmp_path)], "--heads-json", "JSON")
     (tmp_path / "fig1_decay.png").write_bytes(b"mine")
-    _check_usage(capsys, make_figures.main, ["--fast", "--only", "1", "--out", str(tmp_path)], "fig1_decay.png", "--force")
+    _check_usage(capsys, make_figures.main, ["--fast", "--only", "1", "--out", str(tmp_path)],
+                 "fig1_decay.png", "--force")
     assert (tmp_path / "fig1_decay.png").read_bytes() == b"mine"
 
 
