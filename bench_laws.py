@@ -10,11 +10,11 @@ import time
 import numpy as np
 import torch
 
+import exact
 import forget
 import heads
 import model
 import outputs
-import renewal
 
 
 def median_time(fn, repeats):
@@ -38,20 +38,20 @@ def cpu_rows(a, bar):
     n = lgt.numel()
     rows.append(("per-query windows, torch (16, 2048, 64)", t, f"{n / t:.2e} rows/s", ">= 1e7 rows/s", n / t >= 1e7))
     for g in forget.SEED_GATES:
-        t = median_time(lambda: renewal.exact_first_passage(g, 1e-3), a.repeats)
+        t = median_time(lambda: exact.exact_first_passage(g, 1e-3), a.repeats)
         rows.append((f"exact moments {g}", t, f"{t * 1e3:.0f} ms", "< 100 ms", t < 0.1))
     # far windows: time, and the returned error estimate against the 1e-8 relative target
     for g, eps in ((forget.LogitNormalGate(6, 0.1), 1e-12), (forget.LogitNormalGate(2, 0.5), 1e-300),
                    (forget.LogitNormalGate(12, 0.5), 1e-3)):
-        t = median_time(lambda: renewal.exact_first_passage(g, eps), a.repeats)
-        r = renewal.exact_first_passage(g, eps)
+        t = median_time(lambda: exact.exact_first_passage(g, eps), a.repeats)
+        r = exact.exact_first_passage(g, eps)
         rel = max(r.mean_err / r.mean, r.var_err / r.var)
         rows.append((f"exact moments {g}, eps {eps:g} (E[W] {r.mean:.3g})", t, f"{t:.2f} s, err {rel:.0e}",
                      "< 3 s, <= 1e-8", t < 3 and rel <= 1e-8))
     t = median_time(lambda: forget.first_passage_mc(forget.SEED_GATES[0], 1e-3, 1_000_000, seed=1),
                     max(1, a.repeats // 2))
     rows.append(("Monte Carlo 1e6 trials, seed gate 1", t, f"{t:.2f} s", "<= 2 s", t <= 2))
-    t = median_time(lambda: renewal.synthetic_table(progress=False), 1)
+    t = median_time(lambda: exact.synthetic_table(progress=False), 1)
     rows.append(("forget.py --synthetic table", t, f"{t:.1f} s", "< 30 s", t < 30))
     t = median_time(lambda: heads.analyse_model(a.checkpoint, n_seq=16, progress=False), 1)
     rows.append(("capture + per-head analysis, 16 x 2048", t, f"{t:.1f} s", "<= 20 s", t <= 20))

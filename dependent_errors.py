@@ -2,7 +2,7 @@
 
 For gate z = mu + s y, y a stationary AR(1) with coefficient phi, X = softplus(-z), and each L/kappa in a
 grid, this compares the laws of renewal.py with (a) first-passage Monte Carlo (forget.first_passage_mc,
-SEs of mean and variance) and (b) the exact Markov-additive numerics (renewal.markov_first_passage).
+SEs of mean and variance) and (b) the exact Markov-additive numerics (exact.markov_first_passage).
 Law moments come from the gate's law (Hermite sums, the chain's fundamental matrix), never from samples.
 The laws and their statuses: docs/THEORY.md section 4.
 
@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+import exact
 import forget
 import outputs
 import renewal
@@ -34,7 +35,7 @@ def _fail(msg):
     sys.exit(2)
 
 
-def laws(lr: renewal.LongRun, gamma, L):
+def laws(lr: exact.LongRun, gamma, L):
     """Every law's E[W] and Var[W] at L. A law outside its regime (negative variance) gives None."""
     out = dict(mean=renewal.dependent_mean(lr.kappa, lr.sigma2_lr, L) - 1,
                lead=renewal.dependent_var(lr.kappa, lr.sigma2_lr, L),
@@ -59,14 +60,14 @@ def measure(mu, s, phis, ratios, trials, seed, cells, progress=True):
     bar = tqdm(total=len(phis) * (len(ratios) + 1), desc="dependent laws", disable=not progress, file=sys.stderr)
     for i, phi in enumerate(phis):
         g = forget.AR1LogitGate(mu, s, phi)
-        lr = renewal.ar1_long_run(g)
+        lr = exact.ar1_long_run(g)
         Ls = [r * lr.kappa for r in ratios]
         gamma = g.autocovariance(np.arange(int(max(ratios)) + 2))       # (n_lags,) gamma_0 = sigma2
         t0 = time.time()
-        exact = renewal.markov_first_passage(g, [math.exp(-L) for L in Ls], cells_per_kappa=cells)
+        passages = exact.markov_first_passage(g, [math.exp(-L) for L in Ls], cells_per_kappa=cells)
         t_exact = time.time() - t0
         bar.update()
-        for j, (r, L, ex) in enumerate(zip(ratios, Ls, exact)):
+        for j, (r, L, ex) in enumerate(zip(ratios, Ls, passages)):
             mc = forget.first_passage_mc(g, math.exp(-L), trials, seed=seed + 100 * i + j)
             row = dict(mu=mu, s=s, phi=phi, tau=lr.tau, L_over_kappa=r, L=L, L_over_kappa_tau=r / lr.tau,
                        kappa=lr.kappa, sigma2_lr=lr.sigma2_lr, kappa3_lr=lr.kappa3_lr,
@@ -104,12 +105,12 @@ def regime_scan(mu, s, phis, mults, cells, progress=True):
     out = []
     for phi in tqdm(phis, desc="regime scan", disable=not progress, file=sys.stderr):
         g = forget.AR1LogitGate(mu, s, phi)
-        lr = renewal.ar1_long_run(g)
+        lr = exact.ar1_long_run(g)
         Ls = [m * lr.tau * lr.kappa for m in mults]
         gamma = g.autocovariance(np.arange(int(max(Ls) / lr.kappa) + 2))
-        exact = renewal.markov_first_passage(g, [math.exp(-L) for L in Ls], cells_per_kappa=cells)
+        passages = exact.markov_first_passage(g, [math.exp(-L) for L in Ls], cells_per_kappa=cells)
         pts = []
-        for m, L, ex in zip(mults, Ls, exact):
+        for m, L, ex in zip(mults, Ls, passages):
             lw = laws(lr, gamma, L)
             pts.append(dict(mult=m, L_over_kappa=L / lr.kappa, exact_mean=ex.mean, exact_var=ex.var,
                             exact_err_var=ex.err_var, mean_err=lw["mean"] - ex.mean,

@@ -46,6 +46,7 @@ from tqdm import tqdm
 
 import data
 import distributed
+import exact
 import forget
 import hf_models
 import outputs
@@ -54,7 +55,7 @@ from fox_attention import cum_log_gate, fox_logits
 from model import load_model
 from traces import load_trace, run_with_cache, save_trace
 
-EPS_SCAN = renewal.EPS_SCAN
+EPS_SCAN = exact.EPS_SCAN
 MAX_LAG = 256
 LAWS = ("iid", "lr", "mix")                 # iid, autocorrelation-adjusted, document-mixture
 LAW_NAMES = dict(iid="iid law holds", lr="autocorrelation-adjusted law holds", mix="document-mixture law holds")
@@ -1013,8 +1014,8 @@ def check_args(a):
 
 def run_synthetic(a):
     """`python forget.py --synthetic`: the Monte Carlo table (a: parsed and checked arguments)."""
-    rows = renewal.synthetic_table(a.eps, a.trials, a.seed, progress=not a.no_progress)
-    renewal.print_synthetic(rows)
+    rows = exact.synthetic_table(a.eps, a.trials, a.seed, progress=not a.no_progress)
+    exact.print_synthetic(rows)
     if a.json:
         outputs.write_json(a.json, rows)
 

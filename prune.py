@@ -13,7 +13,7 @@ without running the model. The same law gives a per-head KV-cache horizon for de
 p-quantile of the window W at L = 2U + ln(1/tol) (+ ln T for the sum over keys), and, where the
 gate weights bound the decay for every input, a certified horizon.
 
-Law per head (HeadLaw): the iid law by exact numerics (renewal.exact_first_passage, closed forms
+Law per head (HeadLaw): the iid law by exact numerics (exact.exact_first_passage, closed forms
 where the gate has one) when the increments look independent (|tau - 1| <= 2 SE); otherwise the
 autocorrelation-adjusted normal approximation S_n ~ N(n kappa, Var S_n) with
 Var S_n = sigma^2 (n + 2 sum_{k<n} (n - k) rho_k) from the measured autocorrelation. The method
@@ -39,6 +39,7 @@ import torch
 from scipy import special
 
 import data
+import exact
 import forget
 import fox_attention as fa
 import heads as heads_mod
@@ -189,7 +190,7 @@ class HeadLaw:
         if self.sigma2 == 0.0:
             return "deterministic (constant gate)"
         if self.iid and self.gate is not None:
-            if renewal.closed_form_survival(self.gate, L) is not None:
+            if exact.closed_form_survival(self.gate, L) is not None:
                 return "iid, closed form"
             if L / self.kappa <= EXACT_MAX_STEPS:
                 return "iid, exact numerics"
@@ -220,9 +221,9 @@ class HeadLaw:
                 if isinstance(self.gate, forget.EmpiricalGate):
                     # a trace's step law: its atoms are bracketed to O(h), which bounds the survival (summed
                     # error <= mean_err) long before Var[W]; only the survival is used here
-                    fp = renewal.exact_first_passage(self.gate, math.exp(-L), tol=SURVIVAL_TOL, var_tol=math.inf)
+                    fp = exact.exact_first_passage(self.gate, math.exp(-L), tol=SURVIVAL_TOL, var_tol=math.inf)
                 else:
-                    fp = renewal.exact_first_passage(self.gate, math.exp(-L))
+                    fp = exact.exact_first_passage(self.gate, math.exp(-L))
                 self._cache[key] = (fp.n0, np.clip(fp.survival, 0.0, 1.0))
             n0, s = self._cache[key]                       # s[i] = P(N > n0 + i); P(N > n) = 1 below n0
             i = n - n0

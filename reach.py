@@ -13,7 +13,7 @@ digit, which is also the distance from each later answer position to its digit.
 
 Windows are distances (W, as in forget.py). Predicted window per layer at decay threshold eps:
     fox    first-passage law of the trained gates (increments of the held-out gates taken as iid,
-           renewal.exact_first_passage): mean W per head, the layer's largest head
+           exact.exact_first_passage): mean W per head, the layer's largest head
     alibi  floor(L / m_h), L = ln(1/eps), the smallest slope's head
     swa    w - 1 (hard)
     bswa   block*mem + p for a query at offset p in its block: block*mem .. block*(mem+1) - 1 (hard)
@@ -39,6 +39,7 @@ import torch.nn.functional as F
 
 import attention_kinds as ak
 import data
+import exact
 import forget
 import outputs
 import renewal
@@ -64,7 +65,7 @@ def fox_gate_windows(model, tokens, eps):
         lg = gates[f"blocks.{li}.attn.attention.hook_log_fgate"].double().numpy()     # (S, T, H)
         law, med, cens = [], [], []
         for h in range(lg.shape[2]):
-            fp = renewal.exact_first_passage(forget.EmpiricalGate(lg[:, :, h]), eps)
+            fp = exact.exact_first_passage(forget.EmpiricalGate(lg[:, :, h]), eps)
             law.append(float(fp.mean))
             w, c = forget.windows(lg[:, :, h], eps, dim=-1)
             med.append(float(np.median(w)))

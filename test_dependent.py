@@ -1,4 +1,4 @@
-"""Tests of the dependent-increment window laws and the exact Markov-additive numerics (renewal.py).
+"""Tests of the dependent-increment window laws and the exact Markov-additive numerics (renewal.py, exact.py).
 
 Law moments come from the gate's law (Hermite sums, the chain's fundamental matrix, exact numerics),
 never from the samples under test; statistical checks use z * SE with z Bonferroni-corrected over the
@@ -13,6 +13,7 @@ import pytest
 from scipy import stats
 
 import dependent_errors
+import exact
 import forget
 import renewal
 from forget import AR1LogitGate, LogitNormalGate, threshold
@@ -35,7 +36,7 @@ RATIO_GRID = (0.1, 0.5, 1, 3, 10, 30, 100, 1000)
 
 @pytest.fixture(scope="module")
 def long_runs():
-    return {phi: (AR1LogitGate(2, 0.5, phi), renewal.ar1_long_run(AR1LogitGate(2, 0.5, phi))) for phi in PHI_GRID}
+    return {phi: (AR1LogitGate(2, 0.5, phi), exact.ar1_long_run(AR1LogitGate(2, 0.5, phi))) for phi in PHI_GRID}
 
 
 def test_no_law_returns_a_negative_or_nan_variance(long_runs):
@@ -64,7 +65,7 @@ def test_no_law_returns_a_negative_or_nan_variance(long_runs):
 
 def test_outside_regime_raises_and_flags():
     g = AR1LogitGate(2, 0.5, 0.97)
-    lr = renewal.ar1_long_run(g)
+    lr = exact.ar1_long_run(g)
     # measured: at L/kappa = 10 (0.16 tau) both expansions are negative
     with pytest.raises(renewal.OutsideRegime):
         renewal.bartlett_var(lr.kappa, lr.sigma2_lr, lr.sum_k_gamma_k, 10 * lr.kappa)
@@ -101,9 +102,9 @@ def test_phi_outside_unit_interval_is_rejected(phi):
     (lambda: renewal.finite_n_var(0.1, [1.0], -1.0), "L"),
     (lambda: renewal.finite_n_var(0.1, [[1.0]], 1.0), "gamma"),
     (lambda: renewal.finite_n_var(0.1, [1.0, -0.9, 0.0], 1.0), "autocovariance"),   # Var(S_2) < 0
-    (lambda: renewal.markov_first_passage(AR1LogitGate(2, 0.5, 0.5), 1.5), "eps"),
-    (lambda: renewal.markov_first_passage(AR1LogitGate(2, 0.5, 0.5), 1e-3, cells_per_kappa=1), "cells_per_kappa"),
-    (lambda: renewal.markov_first_passage(AR1LogitGate(2, 0.5, 0.5), []), "eps"),
+    (lambda: exact.markov_first_passage(AR1LogitGate(2, 0.5, 0.5), 1.5), "eps"),
+    (lambda: exact.markov_first_passage(AR1LogitGate(2, 0.5, 0.5), 1e-3, cells_per_kappa=1), "cells_per_kappa"),
+    (lambda: exact.markov_first_passage(AR1LogitGate(2, 0.5, 0.5), []), "eps"),
 ])
 def test_bad_input_names_the_argument(fn, arg):
     with pytest.raises(ValueError, match=arg):
@@ -112,7 +113,7 @@ def test_bad_input_names_the_argument(fn, arg):
 
 def test_markov_numerics_need_an_ar1_gate():
     with pytest.raises(TypeError, match="AR1LogitGate"):
-        renewal.markov_first_passage(LogitNormalGate(2, 0.5), 1e-3)
+        exact.markov_first_passage(LogitNormalGate(2, 0.5), 1e-3)
 
 
 # ----------------------------------------------------------------------------- the laws' ingredients
@@ -120,7 +121,7 @@ def test_markov_numerics_need_an_ar1_gate():
 
 def test_long_run_cumulants_reduce_to_the_marginal_ones_at_phi_0():
     g = AR1LogitGate(2, 0.5, 0.0)
-    lr, m = renewal.ar1_long_run(g), g.moments()
+    lr, m = exact.ar1_long_run(g), g.moments()
     assert lr.tau == pytest.approx(1.0, abs=1e-12) and lr.sum_k_gamma_k == pytest.approx(0.0, abs=1e-15)
     k3 = m.mu3 - 3 * m.kappa * m.mu2 + 2 * m.kappa ** 3                 # third central moment, by quadrature
     assert lr.kappa3_lr == pytest.approx(k3, rel=1e-9)
@@ -133,11 +134,11 @@ def test_long_run_cumulants_reduce_to_the_marginal_ones_at_phi_0():
 def test_long_run_variance_two_ways(phi):
     # Hermite closed form (the gate) against the chain's fundamental matrix: independent routes
     g = AR1LogitGate(2, 0.5, phi)
-    y, pi, P, x = renewal._ar1_chain(g)
+    y, pi, P, x = exact._ar1_chain(g)
     xd = x - pi @ x
     Z = np.linalg.inv(np.eye(len(y)) - P + pi[None, :])
     slr_chain = pi @ (xd * xd) + 2 * pi @ (xd * (Z @ xd - xd))
-    assert renewal.ar1_long_run(g).sigma2_lr == pytest.approx(slr_chain, rel=1e-8)
+    assert exact.ar1_long_run(g).sigma2_lr == pytest.approx(slr_chain, rel=1e-8)
 
 
 def test_finite_n_law_is_the_variance_of_the_sum():
@@ -159,8 +160,8 @@ def test_finite_n_law_is_the_variance_of_the_sum():
 def test_markov_numerics_reduce_to_iid_numerics_at_phi_0():
     g0, iid = AR1LogitGate(2, 0.5, 0.0), LogitNormalGate(2, 0.5)
     eps = [_eps(iid, 8), _eps(iid, 20)]
-    for mp, e in zip(renewal.markov_first_passage(g0, eps), eps):
-        ex = renewal.exact_first_passage(iid, e)
+    for mp, e in zip(exact.markov_first_passage(g0, eps), eps):
+        ex = exact.exact_first_passage(iid, e)
         assert mp.L == pytest.approx(threshold(e))
         assert abs(mp.mean - ex.mean) <= max(mp.err_mean, 1e-6)
         assert abs(mp.var - ex.var) <= max(mp.err_var, 1e-6)
@@ -171,7 +172,7 @@ def test_markov_numerics_reduce_to_iid_numerics_at_phi_0():
 def test_markov_numerics_agree_with_monte_carlo():
     g = AR1LogitGate(2, 0.5, 0.9)
     eps = _eps(g, 17)                                              # L/kappa = 0.94 tau, far from the asymptotics
-    mp = renewal.markov_first_passage(g, eps)[0]
+    mp = exact.markov_first_passage(g, eps)[0]
     mc = forget.first_passage_mc(g, eps, trials=100_000, seed=3)
     z = bonferroni_z(2)
     assert abs(mc.mean - mp.mean) <= z * mc.se_mean + mp.err_mean
@@ -185,7 +186,7 @@ def test_leading_law_within_its_stated_error_at_phi_half():
     # README: the leading law is within 2% of Monte Carlo at phi = 0.5, L/kappa = 100 (34.7 tau); the
     # second-order law within 0.5% there. Both against one simulation: Bonferroni over 2.
     g = AR1LogitGate(2, 0.5, 0.5)
-    lr = renewal.ar1_long_run(g)
+    lr = exact.ar1_long_run(g)
     L = 100 * lr.kappa
     mc = forget.first_passage_mc(g, math.exp(-L), trials=100_000, seed=5)
     z = bonferroni_z(2)
@@ -200,7 +201,7 @@ def test_second_order_law_and_mean_law_in_their_regime():
     # README: at L/kappa >= 2.7 tau the second-order law is within 2% and the mean law within 0.1 token;
     # checked at phi = 0.9, L/kappa = 50 (2.75 tau), where the leading law is 28% high (resolved here).
     g = AR1LogitGate(2, 0.5, 0.9)
-    lr = renewal.ar1_long_run(g)
+    lr = exact.ar1_long_run(g)
     L = 50 * lr.kappa
     mc = forget.first_passage_mc(g, math.exp(-L), trials=100_000, seed=9)
     z = bonferroni_z(3)

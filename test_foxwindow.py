@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import integrate, stats
 
+import exact
 import forget
 import renewal
 from forget import SEED_GATES, AR1LogitGate, BetaGate, ConstantGate, GammaIncrement, LogitNormalGate, threshold
@@ -149,7 +150,7 @@ def test_ar1_autocovariance_is_consistent():
 @pytest.mark.parametrize("eps", [1e-2, 1e-3, 1e-4, 1e-6])
 def test_iid_laws_match_exact_numerics(gate, eps):
     m, L = gate.moments(), threshold(eps)
-    ex = renewal.exact_first_passage(gate, eps)
+    ex = exact.exact_first_passage(gate, eps)
     assert ex.var >= 1.0
     assert abs(renewal.renewal_mean(m, L) - 1 - ex.mean) < 1e-6
     assert abs(renewal.smith_var(m, L) - ex.var) < 1e-6
@@ -164,19 +165,19 @@ def test_seed_numbers_corrected():
     expect = [(49.82, 11.37, 11.41), (17.79, 11.10, 11.08), (136.88, 12.09, 12.18)]
     for gate, (EN, lead, sim) in zip(SEED_GATES, expect):
         m = gate.moments()
-        ex = renewal.exact_first_passage(gate, 1e-3)
+        ex = exact.exact_first_passage(gate, 1e-3)
         assert ex.mean + 1 == pytest.approx(EN, abs=0.04)
         assert renewal.leading_var(m, L) == pytest.approx(lead, abs=0.012)      # the seed truncates 11.116
         assert ex.var == pytest.approx(sim, abs=0.1)
 
 
 # k = 1.5 has a density with an infinite derivative at 0: Richardson's h^2 premise fails there and
-# the lattice converges more slowly (documented in renewal.exact_first_passage)
+# the lattice converges more slowly (documented in exact.exact_first_passage)
 @pytest.mark.parametrize("k,theta,tol", [(2.0, 0.07, 1e-6), (5.0, 0.03, 1e-8), (3.0, 0.2, 1e-8), (1.5, 0.2, 1e-5)])
 @pytest.mark.parametrize("eps", [1e-2, 1e-4])
 def test_lattice_numerics_match_gamma_closed_form(k, theta, tol, eps):
-    closed = renewal.exact_first_passage(GammaIncrement(k, theta), eps)
-    lattice = renewal.exact_first_passage(SmoothGamma(k, theta), eps)
+    closed = exact.exact_first_passage(GammaIncrement(k, theta), eps)
+    lattice = exact.exact_first_passage(SmoothGamma(k, theta), eps)
     assert "Richardson" in lattice.method and closed.method == "closed form"
     assert abs(lattice.mean - closed.mean) < tol
     assert abs(lattice.var - closed.var) < tol
@@ -196,7 +197,7 @@ def test_exponential_increments_are_poisson():
         assert m.kappa == pytest.approx(1 / a, rel=1e-12) and renewal.smith_C(m) == pytest.approx(0, abs=1e-9)
         for eps in (1e-1, 1e-3):
             L = threshold(eps)
-            ex = renewal.exact_first_passage(gate, eps)
+            ex = exact.exact_first_passage(gate, eps)
             lam = L * a
             assert ex.mean == pytest.approx(lam, abs=1e-9) and ex.var == pytest.approx(lam, abs=1e-9)
             np.testing.assert_allclose(ex.pmf[:40], stats.poisson.pmf(np.arange(40), lam), atol=1e-12)
@@ -207,7 +208,7 @@ def test_variance_is_linear_in_L():
     gate = SEED_GATES[0]
     m = gate.moments()
     Ls = np.array([threshold(e) for e in (1e-2, 1e-3, 1e-4, 1e-5, 1e-6)])
-    V = np.array([renewal.exact_first_passage(gate, math.exp(-L)).var for L in Ls])
+    V = np.array([exact.exact_first_passage(gate, math.exp(-L)).var for L in Ls])
     slope, intercept = np.polyfit(Ls, V, 1)
     assert slope == pytest.approx(m.sigma2 / m.kappa ** 3, rel=1e-7)
     assert intercept == pytest.approx(renewal.smith_C(m), abs=1e-6)
@@ -215,11 +216,11 @@ def test_variance_is_linear_in_L():
 
 
 def test_alibi_limit_of_the_distribution():
-    rows = renewal.alibi_limit(0.05, 1e-3, cvs=(0.3, 0.1, 0.03, 0.01, 0.003))
+    rows = exact.alibi_limit(0.05, 1e-3, cvs=(0.3, 0.1, 0.03, 0.01, 0.003))
     p = [r[1] for r in rows]
     assert all(b > a for a, b in zip(p, p[1:])) and p[-1] > 0.97
     assert rows[-1][3] < 0.05                                       # Var -> 0
-    ex = renewal.exact_first_passage(ConstantGate(0.05), 1e-3)
+    ex = exact.exact_first_passage(ConstantGate(0.05), 1e-3)
     assert ex.mean == 138 and ex.var == 0
     # the renewal expansion does not describe a lattice increment: it would give L/m + 1/2 - 1
     L = threshold(1e-3)
@@ -234,7 +235,7 @@ def test_monte_carlo_matches_exact_moments_and_wald():
     for i, gate in enumerate(SEED_GATES):
         eps, n = 1e-3, 200_000
         W, R = forget.first_passage_samples(gate, eps, n, seed=10 + i)
-        ex = renewal.exact_first_passage(gate, eps)
+        ex = exact.exact_first_passage(gate, eps)
         w = W.astype(float)
         mean, var = w.mean(), w.var(ddof=1)
         se_mean = math.sqrt(var / n)
@@ -330,8 +331,8 @@ def test_tau_estimated_from_a_trace():
     (lambda: forget.windows(np.zeros(4), 0.0), "eps"),
     (lambda: forget.windows(np.zeros(4), 1.0), "eps"),
     (lambda: forget.windows(np.zeros(4), float("nan")), "eps"),
-    (lambda: renewal.exact_first_passage(SEED_GATES[0], -1), "eps"),
-    (lambda: renewal.exact_first_passage(AR1LogitGate(2, 0.5, 0.5), 1e-3), "dependent"),
+    (lambda: exact.exact_first_passage(SEED_GATES[0], -1), "eps"),
+    (lambda: exact.exact_first_passage(AR1LogitGate(2, 0.5, 0.5), 1e-3), "dependent"),
     (lambda: forget.first_passage_mc(SEED_GATES[0], 1e-3, trials=0), "trials"),
     (lambda: LogitNormalGate(0, -1), "s > 0"),
     (lambda: BetaGate(0, 1), "a > 0"),
@@ -354,7 +355,7 @@ def test_empirical_gate_moments_are_the_trace_moments():
     m = g.moments()
     x = -lg
     assert m.kappa == pytest.approx(x.mean()) and m.sigma2 == pytest.approx(x.var())
-    ex = renewal.exact_first_passage(g, 1e-2)                       # the empirical law's exact window
+    ex = exact.exact_first_passage(g, 1e-2)                       # the empirical law's exact window
     r = forget.first_passage_mc(g, 1e-2, 50_000, seed=2)
     z = bonferroni_z(1)
     assert abs(r.mean - ex.mean) <= z * r.se_mean + 0.01           # + lattice error of an atomic law (O(h))

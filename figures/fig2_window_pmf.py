@@ -2,9 +2,11 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-import figstyle
+import figstyle  # first: it puts the repository root on sys.path
+
+# isort: split
+import exact
 import forget
-import renewal
 
 EPS = 1e-3
 
@@ -14,7 +16,7 @@ def make(ctx):
     parts = []
     for i, (g, col, ax) in enumerate(zip(forget.SEED_GATES, figstyle.GATE_COLORS, axes)):
         W, _ = forget.first_passage_samples(g, EPS, ctx.trials, seed=ctx.seed + 20 + i)
-        ex = renewal.exact_first_passage(g, EPS)
+        ex = exact.exact_first_passage(g, EPS)
         pmf = ex.pmf
         hist = np.bincount(W, minlength=len(pmf)) / len(W)
         lo, hi = int(ex.mean - 4.5 * ex.var ** 0.5), int(ex.mean + 4.5 * ex.var ** 0.5) + 1

@@ -2,7 +2,10 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-import figstyle
+import figstyle  # first: it puts the repository root on sys.path
+
+# isort: split
+import exact
 import forget
 import renewal
 
@@ -18,7 +21,7 @@ def make(ctx):
         Ls = np.array([forget.threshold(e) for e in eps_list])
         mc = [forget.first_passage_mc(g, e, ctx.trials, seed=ctx.seed + 300 + 20 * i + j)
               for j, e in enumerate(eps_list)]
-        ex = [renewal.exact_first_passage(g, e) for e in eps_list]
+        ex = [exact.exact_first_passage(g, e) for e in eps_list]
         lab = figstyle.gate_label(g)
         # mean: renewal expansion E[W] = L/k + mu2/(2k^2) - 1 and the exact numerics coincide to < 1e-8
         am.errorbar(Ls, [r.mean for r in mc], yerr=[2 * r.se_mean for r in mc], fmt="o", color=col, ms=4,

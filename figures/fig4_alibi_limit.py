@@ -4,7 +4,10 @@ variance expansions (large-variance results) stop tracking it."""
 import matplotlib.pyplot as plt
 import numpy as np
 
-import figstyle
+import figstyle  # first: it puts the repository root on sys.path
+
+# isort: split
+import exact
 import forget
 import renewal
 
@@ -22,7 +25,7 @@ def make(ctx):
     for cv, col in zip(CVS, colors):
         k = 1.0 / cv ** 2
         g = forget.GammaIncrement(k, M / k)
-        fp = renewal.exact_first_passage(g, EPS)
+        fp = exact.exact_first_passage(g, EPS)
         pmf = np.pad(fp.pmf, (0, max(0, w[-1] + 1 - len(fp.pmf))))
         p0 = pmf[w0]
         ap.plot(w, pmf[w], ".-", color=col, lw=1, ms=3.5,

@@ -2,7 +2,10 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
-import figstyle
+import figstyle  # first: it puts the repository root on sys.path
+
+# isort: split
+import exact
 import forget
 import renewal
 
@@ -19,7 +22,7 @@ def _tau_bartlett(phi, L):
 
 def _second_order(phi, L):
     """Var[W] of the second-order law (lead + C_dep) divided by the iid law sigma^2 L / kappa^3."""
-    lr = renewal.ar1_long_run(forget.AR1LogitGate(MU, S, phi))
+    lr = exact.ar1_long_run(forget.AR1LogitGate(MU, S, phi))
     v = renewal.second_order_var(lr.kappa, lr.sigma2_lr, lr.kappa3_lr, lr.sum_k_gamma_k, L)
     return v.var / (lr.sigma2 * L / lr.kappa ** 3)
 
