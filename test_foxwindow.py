@@ -23,24 +23,11 @@ import exact
 import forget
 import renewal
 from forget import SEED_GATES, AR1LogitGate, BetaGate, ConstantGate, GammaIncrement, LogitNormalGate, threshold
+from test_exact import CdfOnly
 
 
 def bonferroni_z(n_checks, alpha=1e-3):
     return float(stats.norm.isf(alpha / (2 * n_checks)))
-
-
-class SmoothGamma(forget.Gate):
-    """A gamma increment law seen only through its CDF, so the lattice numerics are exercised."""
-
-    def __init__(self, k, theta):
-        self.g = GammaIncrement(k, theta)
-        self.name = f"lattice-{self.g}"
-
-    def moments(self):
-        return self.g.moments()
-
-    def cdf(self, x):
-        return self.g.cdf(x)
 
 
 # ----------------------------------------------------------------------------- decay and windows
@@ -177,7 +164,7 @@ def test_seed_numbers_corrected():
 @pytest.mark.parametrize("eps", [1e-2, 1e-4])
 def test_lattice_numerics_match_gamma_closed_form(k, theta, tol, eps):
     closed = exact.exact_first_passage(GammaIncrement(k, theta), eps)
-    lattice = exact.exact_first_passage(SmoothGamma(k, theta), eps)
+    lattice = exact.exact_first_passage(CdfOnly(GammaIncrement(k, theta)), eps)
     assert "Richardson" in lattice.method and closed.method == "closed form"
     assert abs(lattice.mean - closed.mean) < tol
     assert abs(lattice.var - closed.var) < tol
