@@ -6,3 +6,31 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+# ----------------------------------------------------------------------------- helpers shared by the tests
+# (imported as `from conftest import ...`: this root conftest is the one module pytest puts on sys.path
+# for every test folder)
+from scipy import stats  # noqa: E402
+
+from foxwindow import forget  # noqa: E402  (after TRITON_INTERPRET is set)
+
+
+def bonferroni_z(n_checks, alpha=1e-3):
+    """Two-sided z for n_checks simultaneous checks at family-wise level alpha."""
+    return float(stats.norm.isf(alpha / (2 * n_checks)))
+
+
+class CdfOnly(forget.Gate):
+    """A law seen only through its moments and CDF (its closed form, sampler and atoms hidden), so the
+    lattice numerics are exercised on it."""
+
+    def __init__(self, law):
+        self.law = law
+        self.name = f"cdf-{law}"
+
+    def moments(self):
+        return self.law.moments()
+
+    def cdf(self, x):
+        return self.law.cdf(x)

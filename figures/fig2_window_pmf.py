@@ -5,8 +5,7 @@ import numpy as np
 import figstyle  # first: it puts the repository root on sys.path
 
 # isort: split
-import exact
-import forget
+from foxwindow import exact, forget
 
 EPS = 1e-3
 

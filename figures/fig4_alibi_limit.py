@@ -7,9 +7,7 @@ import numpy as np
 import figstyle  # first: it puts the repository root on sys.path
 
 # isort: split
-import exact
-import forget
-import renewal
+from foxwindow import exact, forget, renewal
 
 EPS, M = 1e-3, 0.05
 CVS = (1.0, 0.3, 0.1, 0.03, 0.01)

@@ -5,9 +5,7 @@ import numpy as np
 import figstyle  # first: it puts the repository root on sys.path
 
 # isort: split
-import exact
-import forget
-import renewal
+from foxwindow import exact, forget, renewal
 
 EPS, MU, S = 1e-6, 2.0, 0.5
 

@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-import outputs  # noqa: E402  (needs ROOT on sys.path)
+from foxwindow import outputs  # noqa: E402  (needs ROOT on sys.path)
 
 GATE_COLORS = ("tab:blue", "tab:orange", "tab:green")
 ALIBI_COLORS = ("black", "dimgray")

@@ -1,0 +1,45 @@
+"""The commands, one table: `python forget.py` (and the other scripts at the top of a checkout),
+`python -m foxwindow NAME` and the installed `foxwindow NAME` all start here, so every command runs
+through outputs.cli (one-line errors with exit 2, --debug for the traceback).
+
+Each command's module is imported only when that command runs: `foxwindow renewal` does not pay
+for torch's model code, and a missing optional dependency fails only the command that needs it.
+"""
+import importlib
+import sys
+
+# name -> (module, one line for `foxwindow --help`)
+COMMANDS = {
+    "forget": ("heads", "per-head windows and verdicts: the shipped model, saved traces, --model, --synthetic"),
+    "renewal": ("exact", "the window laws against exact first-passage numerics"),
+    "train": ("train", "train the FoX language model (or score a checkpoint)"),
+    "prune": ("prune", "ACP block pruning and KV-cache horizons predicted from the gate laws"),
+    "reach": ("reach", "how far each attention kind reaches: windows, attribution, passkey retrieval"),
+    "bench-laws": ("bench_laws", "speed of the window numerics"),
+    "dependent-errors": ("dependent_errors", "the dependent-increment laws against exact numerics"),
+}
+
+
+def command(name, argv=None):
+    """Run the command `name` with argv (default sys.argv[1:]). Returns its exit code."""
+    from foxwindow import outputs
+    mod = importlib.import_module(f"foxwindow.{COMMANDS[name][0]}")
+    return outputs.cli(mod.main, argv)
+
+
+def _usage():
+    width = max(map(len, COMMANDS))
+    rows = "\n".join(f"  {n:<{width}}  {d}" for n, (_, d) in COMMANDS.items())
+    return f"usage: foxwindow COMMAND [options]   (foxwindow COMMAND --help for its options)\n\ncommands:\n{rows}\n"
+
+
+def main(argv=None):
+    """`foxwindow COMMAND ...` and `python -m foxwindow COMMAND ...`."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage(), end="")
+        return 0 if argv else 2
+    if argv[0] not in COMMANDS:
+        print(f"foxwindow: error: unknown command '{argv[0]}' (one of: {', '.join(COMMANDS)})", file=sys.stderr)
+        return 2
+    return command(argv[0], argv[1:])

@@ -1,0 +1,250 @@
+"""Measured errors of the dependent-increment window laws on AR(1)-logit gates.
+
+For gate z = mu + s y, y a stationary AR(1) with coefficient phi, X = softplus(-z), and each L/kappa in a
+grid, this compares the laws of renewal.py with (a) first-passage Monte Carlo (forget.first_passage_mc,
+SEs of mean and variance) and (b) the exact Markov-additive numerics (exact.markov_first_passage).
+Law moments come from the gate's law (Hermite sums, the chain's fundamental matrix), never from samples.
+The laws and their statuses: docs/THEORY.md section 4.
+
+    python dependent_errors.py --json results/dependent/errors.json      # ~80 s of CPU
+
+Laws: mean  E[W] = L/kappa - 1/2 + sigma_LR^2/(2 kappa^2);  lead  sigma_LR^2 L/kappa^3;
+bartlett  lead - 2 sum k gamma_k/kappa^2;  second  lead + C_dep (renewal.second_order_constant);
+finite_n  Var(S_n)/kappa^2 at n = L/kappa. Errors are law/reference - 1 (mean: law - reference, in tokens).
+"""
+import json
+import math
+import sys
+import time
+
+import numpy as np
+
+from foxwindow import exact, forget, outputs, renewal
+
+PHIS = (0.5, 0.9, 0.97)
+RATIOS = (10, 17, 30, 50, 100, 200)
+TAU_MULTS = (0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8)        # regime scan: L/kappa in units of tau
+TOLS = (0.10, 0.02)
+
+
+def _fail(msg):
+    print(f"dependent_errors.py: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def laws(lr: exact.LongRun, gamma, L):
+    """Every law's E[W] and Var[W] at L. A law outside its regime (negative variance) gives None."""
+    out = dict(mean=renewal.dependent_mean(lr.kappa, lr.sigma2_lr, L) - 1,
+               lead=renewal.dependent_var(lr.kappa, lr.sigma2_lr, L),
+               finite_n=renewal.finite_n_var(lr.kappa, gamma, L))
+    for name, fn in (("bartlett", lambda: renewal.bartlett_var(lr.kappa, lr.sigma2_lr, lr.sum_k_gamma_k, L)),
+                     ("second", lambda: renewal.second_order_var(lr.kappa, lr.sigma2_lr, lr.kappa3_lr,
+                                                                 lr.sum_k_gamma_k, L))):
+        try:
+            v = fn()
+            out[name], out[name + "_in_regime"] = v.var, v.in_regime
+        except renewal.OutsideRegime:
+            out[name], out[name + "_in_regime"] = None, False
+    return out
+
+
+VAR_LAWS = ("lead", "bartlett", "second", "finite_n")
+
+
+def measure(mu, s, phis, ratios, trials, seed, cells, progress=True):
+    from tqdm import tqdm
+    rows = []
+    bar = tqdm(total=len(phis) * (len(ratios) + 1), desc="dependent laws", disable=not progress, file=sys.stderr)
+    for i, phi in enumerate(phis):
+        g = forget.AR1LogitGate(mu, s, phi)
+        lr = exact.ar1_long_run(g)
+        Ls = [r * lr.kappa for r in ratios]
+        gamma = g.autocovariance(np.arange(int(max(ratios)) + 2))       # (n_lags,) gamma_0 = sigma2
+        t0 = time.time()
+        passages = exact.markov_first_passage(g, [math.exp(-L) for L in Ls], cells_per_kappa=cells)
+        t_exact = time.time() - t0
+        bar.update()
+        for j, (r, L, ex) in enumerate(zip(ratios, Ls, passages)):
+            mc = forget.first_passage_mc(g, math.exp(-L), trials, seed=seed + 100 * i + j)
+            row = dict(mu=mu, s=s, phi=phi, tau=lr.tau, L_over_kappa=r, L=L, L_over_kappa_tau=r / lr.tau,
+                       kappa=lr.kappa, sigma2_lr=lr.sigma2_lr, kappa3_lr=lr.kappa3_lr,
+                       sum_k_gamma_k=lr.sum_k_gamma_k, trials=trials, seed=seed + 100 * i + j,
+                       mc_mean=mc.mean, mc_se_mean=mc.se_mean, mc_var=mc.var, mc_se_var=mc.se_var,
+                       exact_mean=ex.mean, exact_var=ex.var, exact_err_mean=ex.err_mean, exact_err_var=ex.err_var,
+                       exact_seconds_all_L=t_exact,
+                       z_mean_mc_vs_exact=(mc.mean - ex.mean) / mc.se_mean,
+                       z_var_mc_vs_exact=(mc.var - ex.var) / mc.se_var)
+            lw = laws(lr, gamma, L)
+            row["law_mean"] = lw["mean"]
+            row["mean_err_vs_mc"] = lw["mean"] - mc.mean                         # tokens, SE = mc_se_mean
+            row["mean_err_vs_exact"] = lw["mean"] - ex.mean
+            for k in VAR_LAWS:
+                v = lw[k]
+                row[f"law_{k}"] = v
+                if k in ("bartlett", "second"):
+                    row[f"{k}_in_regime"] = lw[k + "_in_regime"]
+                # law/MC - 1 with the delta-method SE (law/MC) SE_var/MC
+                row[f"{k}_err_vs_mc"] = None if v is None else v / mc.var - 1
+                row[f"{k}_se_vs_mc"] = None if v is None else v / mc.var * mc.se_var / mc.var
+                row[f"{k}_err_vs_exact"] = None if v is None else v / ex.var - 1
+            rows.append(row)
+            bar.update()
+    bar.close()
+    return rows
+
+
+def regime_scan(mu, s, phis, mults, cells, progress=True):
+    """Exact numerics only (no noise): every law's error at L/kappa = m tau for m in mults, and per law and
+    tolerance the smallest m from which on every scanned point is within it. The leading law's own
+    thresholds lie beyond the scan; they follow from the O(1) term C_dep, which the second-order law's
+    agreement with the exact numerics at the largest m confirms (its error is printed)."""
+    from tqdm import tqdm
+    out = []
+    for phi in tqdm(phis, desc="regime scan", disable=not progress, file=sys.stderr):
+        g = forget.AR1LogitGate(mu, s, phi)
+        lr = exact.ar1_long_run(g)
+        Ls = [m * lr.tau * lr.kappa for m in mults]
+        gamma = g.autocovariance(np.arange(int(max(Ls) / lr.kappa) + 2))
+        passages = exact.markov_first_passage(g, [math.exp(-L) for L in Ls], cells_per_kappa=cells)
+        pts = []
+        for m, L, ex in zip(mults, Ls, passages):
+            lw = laws(lr, gamma, L)
+            pts.append(dict(mult=m, L_over_kappa=L / lr.kappa, exact_mean=ex.mean, exact_var=ex.var,
+                            exact_err_var=ex.err_var, mean_err=lw["mean"] - ex.mean,
+                            **{f"{k}_err": None if lw[k] is None else lw[k] / ex.var - 1 for k in VAR_LAWS}))
+        C = renewal.second_order_constant(lr.kappa, lr.sigma2_lr, lr.kappa3_lr, lr.sum_k_gamma_k)
+        slope = lr.sigma2_lr / lr.kappa ** 2 * lr.tau           # d lead / d m, m = L/(kappa tau)
+        thr = {}
+        for k in VAR_LAWS:
+            for tol in TOLS:
+                ok = [p[f"{k}_err"] is not None and abs(p[f"{k}_err"]) <= tol for p in pts]
+                bad = [i for i, o in enumerate(ok) if not o]
+                thr[f"{k}_{tol:g}"] = (None if bad and bad[-1] == len(pts) - 1
+                                       else mults[bad[-1] + 1] if bad else mults[0])
+        for tol in TOLS:
+            # lead / (lead + C) - 1 = -C / (lead + C): within tol once lead >= |C|/tol - C
+            thr[f"lead_from_C_{tol:g}"] = max(abs(C) / tol - C, 0.0) / slope
+        for tol in (0.1, 0.01):
+            bad = [i for i, p in enumerate(pts) if abs(p["mean_err"]) > tol]
+            thr[f"mean_{tol:g}"] = None if bad and bad[-1] == len(pts) - 1 else mults[bad[-1] + 1] if bad else mults[0]
+        out.append(dict(phi=phi, tau=lr.tau, C_dep=C, cells=cells, points=pts, thresholds=thr))
+    return out
+
+
+def report_regime(scan):
+    print("\nRegime scan against the exact numerics (no Monte Carlo): errors in % at L/kappa = m tau.")
+    for sc in scan:
+        print(f"phi = {sc['phi']:g} (tau = {sc['tau']:.2f}, C_dep = {sc['C_dep']:.2f})")
+        print(f"  {'m':>5s} {'L/k':>7s} {'exact Var':>10s} " + " ".join(f"{k:>8s}" for k in VAR_LAWS)
+              + f" {'mean':>8s}")
+        for p in sc["points"]:
+            print(f"  {p['mult']:5g} {p['L_over_kappa']:7.1f} {p['exact_var']:10.2f} "
+                  + " ".join(f"{_pct(p[f'{k}_err']):>8s}" for k in VAR_LAWS) + f" {p['mean_err']:+8.3f}")
+        t = sc["thresholds"]
+        print("  within tolerance from L/kappa = m tau on (None: not within the scan): "
+              + ", ".join(f"{k} {v if v is None else f'{v:.3g}'}" for k, v in t.items()))
+
+
+def _pct(x):
+    return "   neg." if x is None else f"{100 * x:+7.1f}"
+
+
+def report(rows):
+    print("Errors of the dependent-increment laws, law/reference - 1 in % (variance), law - reference in tokens "
+          "(mean). 'neg.' = the law's variance is <= 0 there (OutsideRegime).")
+    hdr = (f"{'phi':>5s} {'tau':>6s} {'L/k':>5s} {'L/k/tau':>7s} {'MC Var[W]':>16s} {'exact Var':>10s} {'z':>5s} "
+           f"{'lead':>7s} {'Bartl.':>7s} {'second':>7s} {'fin-n':>7s} | {'mean-MC':>14s} {'mean-ex':>8s}")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        print(f"{r['phi']:5.2f} {r['tau']:6.2f} {r['L_over_kappa']:5g} {r['L_over_kappa_tau']:7.2f} "
+              f"{r['mc_var']:9.2f}±{r['mc_se_var']:6.2f} {r['exact_var']:10.3f} {r['z_var_mc_vs_exact']:+5.1f} "
+              + " ".join(_pct(r[f"{k}_err_vs_exact"]) for k in VAR_LAWS)
+              + f" | {r['mean_err_vs_mc']:+7.3f}±{r['mc_se_mean']:.3f} {r['mean_err_vs_exact']:+8.4f}")
+    print("Variance errors above are against the exact numerics; against Monte Carlo (law/MC - 1 ± SE) in the JSON.")
+
+
+def markdown(saved):
+    """Markdown tables of a saved run (README): law/MC - 1 in % with the Monte Carlo SE, and thresholds."""
+    rows = saved["rows"]
+    print("| phi | tau | L/kappa | L/(kappa tau) | Var[W] MC ± SE | exact | leading | Bartlett | second-order | "
+          "finite-n | SE (%) | mean law - MC |")
+    print("|" + " --- |" * 12)
+    for r in rows:
+        se = 100 * r["mc_se_var"] / r["mc_var"]
+        cells = " | ".join(_pct(r[f"{k}_err_vs_mc"]).strip() for k in VAR_LAWS)
+        print(f"| {r['phi']:g} | {r['tau']:.1f} | {r['L_over_kappa']:g} | {r['L_over_kappa_tau']:.2f} | "
+              f"{r['mc_var']:.2f} ± {r['mc_se_var']:.2f} | {r['exact_var']:.2f} | {cells} | {se:.2f} | "
+              f"{r['mean_err_vs_mc']:+.3f} ± {r['mc_se_mean']:.3f} |")
+    scan = saved.get("regime_scan") or []
+    if scan:
+        print("\n| phi | tau | " + " | ".join(f"{k} {100 * t:g}%" for k in VAR_LAWS for t in TOLS)
+              + " | mean 0.1 | mean 0.01 |")
+        print("|" + " --- |" * (4 + 2 * len(VAR_LAWS)))
+        for sc in scan:
+            t = sc["thresholds"]
+            def f(v):
+                return "> 8" if v is None else f"{v:.3g}"
+            cells = []
+            for k in VAR_LAWS:
+                for tol in TOLS:
+                    v = t[f"{k}_{tol:g}"]
+                    cells.append(f"{t[f'lead_from_C_{tol:g}']:.3g}*" if k == "lead" and v is None else f(v))
+            print(f"| {sc['phi']:g} | {sc['tau']:.1f} | " + " | ".join(cells)
+                  + f" | {f(t['mean_0.1'])} | {f(t['mean_0.01'])} |")
+
+
+def main(argv=None):
+    p = outputs.parser("Measure the dependent-increment window laws against Monte Carlo "
+                       "and exact Markov-additive numerics (AR(1)-logit gates).")
+    p.add_argument("--mu", type=float, default=2.0, help="logit mean")
+    p.add_argument("--s", type=float, default=0.5, help="logit scale > 0")
+    p.add_argument("--phi", type=float, nargs="+", default=list(PHIS), help="AR(1) coefficients in (-1, 1)")
+    p.add_argument("--ratios", type=float, nargs="+", default=list(RATIOS), help="L/kappa values > 0")
+    p.add_argument("--trials", type=int, default=400_000, help="Monte Carlo walks per cell")
+    p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed")
+    p.add_argument("--cells", type=int, default=8, help="exact numerics: S-grid cells per kappa")
+    p.add_argument("--scan-cells", type=int, default=4, help="regime scan: S-grid cells per kappa")
+    p.add_argument("--no-scan", action="store_true", help="skip the regime scan (exact numerics up to 8 tau)")
+    p.add_argument("--json", default=None, help="write the rows here (atomic; an existing file only with --force)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    outputs.add_common(p)
+    p.add_argument("--markdown", metavar="JSON", help="print markdown tables of a saved run and exit")
+    a = p.parse_args(argv)
+    if a.markdown:
+        try:
+            with open(a.markdown) as f:
+                saved = json.load(f)
+        except (OSError, ValueError) as e:
+            _fail(f"--markdown {a.markdown}: {e}")
+        markdown(saved)
+        return
+    if not (a.s > 0 and math.isfinite(a.s)) or not math.isfinite(a.mu):
+        _fail(f"--mu must be finite and --s positive; got mu={a.mu}, s={a.s}")
+    if any(not (-1 < f < 1) for f in a.phi):
+        _fail(f"--phi values must lie in (-1, 1); got {a.phi}")
+    if any(not (r > 0 and math.isfinite(r)) for r in a.ratios):
+        _fail(f"--ratios must be positive; got {a.ratios}")
+    if a.trials < 2:
+        _fail(f"--trials must be >= 2; got {a.trials}")
+    if a.cells < 2 or a.scan_cells < 2:
+        _fail(f"--cells and --scan-cells must be >= 2; got {a.cells}, {a.scan_cells}")
+    if a.json:                                             # before the work: folder, permissions, --force
+        try:
+            a.json = outputs.check_writable(a.json, force=a.force, what="--json")
+        except outputs.UsageError as exc:
+            _fail(str(exc))
+    t0 = time.time()
+    rows = measure(a.mu, a.s, a.phi, a.ratios, a.trials, a.seed, a.cells, progress=not a.no_progress)
+    report(rows)
+    scan = [] if a.no_scan else regime_scan(a.mu, a.s, a.phi, TAU_MULTS, a.scan_cells, progress=not a.no_progress)
+    if scan:
+        report_regime(scan)
+    print(f"({time.time() - t0:.0f} s)")
+    if a.json:
+        outputs.write_json(a.json, dict(command=" ".join(["python dependent_errors.py"] + (argv or sys.argv[1:])),
+                                        seconds=time.time() - t0, rows=rows, regime_scan=scan))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,457 @@
+"""Forget-gate decay, increments X = -log g, per-query eps-windows, and first-passage Monte Carlo.
+
+A FoX head multiplies the attention of query i on key j by the decay
+    D_ij = prod_{t=j+1..i} g_t = exp(-(c_i - c_j)),   c_i = sum_{t<=i} X_t,   X_t = -log g_t >= 0.
+The eps-window of query i is the largest distance d with D_{i,i-d} >= eps. Reading the increments
+backwards from the query, it is W = N - 1, where N(eps) = inf{n : X_1 + ... + X_n > L}, L = ln(1/eps),
+is the first-passage index of the walk. Throughout, windows are reported as W (a distance), never N.
+
+`python forget.py` runs the per-head analysis of the shipped FoX model (see heads.py);
+`python forget.py --synthetic` prints Monte Carlo windows beside the laws for synthetic gates.
+"""
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy import integrate, signal, special
+
+# ----------------------------------------------------------------------------- validation
+
+
+def threshold(eps):
+    """L = ln(1/eps) for eps in (0, 1); raises ValueError otherwise."""
+    eps = float(eps)
+    if not (0.0 < eps < 1.0) or math.isnan(eps):
+        raise ValueError(f"eps must lie in (0, 1); got {eps}")
+    return -math.log(eps)
+
+
+def _as_float_tensor(a, name):
+    if isinstance(a, torch.Tensor):
+        t = a
+    else:
+        arr = np.asarray(a)
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+            raise ValueError(f"{name} must be a real-valued array; got dtype {arr.dtype}")
+        t = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float64))      # no copy if already so
+    if not torch.is_floating_point(t):
+        raise ValueError(f"{name} must be a floating-point array; got dtype {t.dtype}")
+    if t.dim() == 0 or t.shape[-1] == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); a trace needs at least one position")
+    return t
+
+
+def increments_from_log_gates(log_g):
+    """X = -log g from log-gates (any shape, float). Raises ValueError on NaN/inf or log g > 0.
+
+    Returns the same kind of array it was given (numpy or torch), float64 for numpy input.
+    """
+    is_np = not isinstance(log_g, torch.Tensor)
+    t = _as_float_tensor(log_g, "log-gates")
+    hi, lo = t.max().item(), t.min().item()                # NaN propagates through both reductions
+    if math.isnan(hi) or math.isnan(lo):
+        raise ValueError("log-gates contain NaN; gates must lie in (0, 1]")
+    if math.isinf(lo):
+        raise ValueError("log-gates contain infinite values (a gate of 0); gates must lie in (0, 1]")
+    if hi > 0:
+        raise ValueError(f"log-gates must be <= 0 (gates in (0, 1]); max is {hi:.3g}")
+    x = -t
+    return x.numpy() if is_np else x
+
+
+def increments_from_gates(g):
+    """X = -log g from gates in (0, 1]. Raises ValueError for gates outside (0, 1] or NaN."""
+    is_np = not isinstance(g, torch.Tensor)
+    t = _as_float_tensor(g, "gates")
+    if torch.isnan(t).any():
+        raise ValueError("gates contain NaN; gates must lie in (0, 1]")
+    if (t <= 0).any() or (t > 1).any():
+        raise ValueError(f"gates must lie in (0, 1]; got min {t.min().item():.3g}, max {t.max().item():.3g}")
+    x = -torch.log(t.double() if t.dtype != torch.float64 else t)
+    return x.numpy() if is_np else x
+
+
+# ----------------------------------------------------------------------------- decay and windows
+
+
+def decay_matrix(log_g):
+    """Reference decay D (T, T) from one trace of log-gates (T,): D_ij = exp(c_i - c_j) for j <= i, else 0.
+
+    O(T^2) memory: for tests and pictures. c is accumulated in float64.
+    """
+    x = increments_from_log_gates(np.asarray(log_g, dtype=np.float64))
+    if x.ndim != 1:
+        raise ValueError(f"decay_matrix takes one trace of shape (T,); got {x.shape}")
+    c = np.cumsum(x)
+    d = c[None, :] - c[:, None]                      # (T, T) = c_j - c_i = -(c_i - c_j)
+    return np.where(np.tri(len(x), dtype=bool), np.exp(np.minimum(d, 0.0)), 0.0)
+
+
+def windows(log_g, eps, dim=None):
+    """Per-query eps-windows of log-gate traces: W_i = largest d with D_{i,i-d} >= eps.
+
+    log_g: log-gates <= 0, numpy array or torch tensor with time on `dim`. dim=None (the default) is
+           allowed only where the layout is unambiguous: (T,) one trace, or (S, T) S sequences with time
+           last. Three or more dimensions need an explicit dim: dim=1 for a (B, T, H) capture (the
+           layout of capture_gates and save_trace), dim=-1 for (B, H, T). Any float dtype; c is built in
+           float64.
+    Returns (W, censored), int64 and bool, same shape and kind as the input. censored[i] is True when
+    the window reaches the start of the trace (c_i <= L): the true window is then at least W_i.
+    O(T log T) per row, batched with torch.searchsorted.
+    """
+    L = threshold(eps)
+    is_np = not isinstance(log_g, torch.Tensor)
+    x = increments_from_log_gates(log_g)
+    t = torch.from_numpy(x) if is_np else x
+    if dim is None:
+        if t.dim() > 2:
+            raise ValueError(f"windows: log_g has shape {tuple(t.shape)}; pass dim, the time dimension "
+                             "(dim=1 for a (B, T, H) capture, dim=-1 for (B, H, T))")
+        dim = -1
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -t.dim() <= dim < t.dim():
+        raise ValueError(f"windows: dim must be an int in [{-t.dim()}, {t.dim() - 1}] for shape "
+                         f"{tuple(t.shape)}; got {dim!r}")
+    t = t.movedim(dim, -1).to(torch.float64)
+    T = t.shape[-1]
+    c = torch.cat([t.new_zeros(t.shape[:-1] + (1,)), torch.cumsum(t, dim=-1)], dim=-1)   # (..., T+1), c_0 = 0
+    # smallest j with c_j >= c_i - L: keys j..i are within eps of query i
+    j = torch.searchsorted(c.contiguous(), (c[..., 1:] - L).contiguous(), side="left")   # (..., T)
+    i = torch.arange(1, T + 1, device=t.device)
+    w = (i - j).movedim(-1, dim)
+    cens = (j == 0).movedim(-1, dim)
+    return (w.numpy(), cens.numpy()) if is_np else (w, cens)
+
+
+# ----------------------------------------------------------------------------- gate distributions
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Moments of the increment X = -log g: forget rate kappa = E X, sigma2 = Var X, raw mu2, mu3."""
+    kappa: float
+    sigma2: float
+    mu2: float
+    mu3: float
+
+    @staticmethod
+    def from_raw(m1, m2, m3):
+        return Moments(m1, m2 - m1 * m1, m2, m3)
+
+
+class Gate:
+    """An increment law for X = -log g. Subclasses give moments by quadrature (never from samples),
+    the CDF of X, and a sampler. `iid` gates have independent increments; `lattice` gates are atoms."""
+    iid = True
+    lattice = False
+    name = "gate"
+
+    def moments(self) -> Moments:
+        raise NotImplementedError
+
+    def cdf(self, x):
+        """P(X <= x), vectorised over numpy x."""
+        raise NotImplementedError
+
+    def sample(self, rng, size):
+        """iid increments, float64 numpy array of `size`."""
+        raise NotImplementedError
+
+    def sample_paths(self, rng, n, m, state=None):
+        """n paths of m consecutive increments (n, m) and the state to continue them."""
+        return self.sample(rng, (n, m)), None
+
+    smooth = True   # a density (no atoms): the lattice error is c h^2 + o(h^2), which Richardson removes
+
+    def __repr__(self):
+        return self.name
+
+
+def _softplus(z):
+    """log(1 + e^z) in float64; beyond z = 30 it equals z to 1e-13 (and exp would overflow past 709)."""
+    if np.ndim(z) == 0:
+        return float(np.logaddexp(0.0, z))
+    out = np.log1p(np.exp(np.minimum(z, 30.0)))
+    big = z > 30.0
+    if big.any():
+        out[big] = z[big]
+    return out
+
+
+def _check_real(**params):
+    """TypeError naming the parameter unless it is a real number (bool and strings excluded)."""
+    for k, v in params.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"gate parameter {k} must be a real number; got {type(v).__name__} {v!r}")
+
+
+class LogitNormalGate(Gate):
+    """g = sigmoid(Z), Z ~ N(mu, s): X = softplus(-Z). The seed's validation gates are
+    (mu, s) = (2, 0.5), (1, 1), (3, 0.3)."""
+
+    def __init__(self, mu, s):
+        _check_real(mu=mu, s=s)
+        if not (s > 0) or not math.isfinite(mu) or not math.isfinite(s):
+            raise ValueError(f"logit-normal gate needs finite mu and s > 0; got mu={mu}, s={s}")
+        self.mu, self.s = float(mu), float(s)
+        self.name = f"logit-normal(mu={mu:g}, s={s:g})"
+
+    def moments(self):
+        mu, s = self.mu, self.s
+        raw = []
+        for k in (1, 2, 3):
+            def f(y, k=k):
+                return _softplus(-(mu + s * y)) ** k * math.exp(-0.5 * y * y) / math.sqrt(2 * math.pi)
+            v, _ = integrate.quad(f, -np.inf, np.inf, epsabs=0.0, epsrel=1e-13, limit=200)
+            raw.append(v)
+        return Moments.from_raw(*raw)
+
+    def cdf(self, x):
+        x = np.asarray(x, dtype=np.float64)
+        out = np.zeros_like(x)
+        pos = x > 0
+        xp = x[pos]
+        # X <= x  <=>  Z >= -log(expm1(x)); log(expm1 x) computed without overflow
+        lem = np.where(xp > 30, xp + np.log1p(-np.exp(-np.minimum(xp, 700))), np.log(np.expm1(np.minimum(xp, 30))))
+        out[pos] = special.ndtr((self.mu + lem) / self.s)
+        return out
+
+    def sample(self, rng, size):
+        return _softplus(-(self.mu + self.s * rng.standard_normal(size)))
+
+
+class BetaGate(Gate):
+    """g ~ Beta(a, b). Beta(a, 1) gives exponential X with rate a (the exactly solvable case)."""
+
+    def __init__(self, a, b):
+        _check_real(a=a, b=b)
+        if not (a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)):
+            raise ValueError(f"Beta gate needs finite a > 0 and b > 0; got a={a}, b={b}")
+        self.a, self.b = float(a), float(b)
+        self.name = f"beta(a={a:g}, b={b:g})"
+
+    def moments(self):
+        a, ab = self.a, self.a + self.b
+        # cumulants of X = -log g: k_n = (-1)^n (psi^(n-1)(a) - psi^(n-1)(a+b))
+        k1 = special.digamma(ab) - special.digamma(a)
+        k2 = special.polygamma(1, a) - special.polygamma(1, ab)
+        k3 = special.polygamma(2, ab) - special.polygamma(2, a)
+        return Moments(float(k1), float(k2), float(k2 + k1 * k1), float(k3 + 3 * k2 * k1 + k1 ** 3))
+
+    def cdf(self, x):
+        x = np.asarray(x, dtype=np.float64)
+        return np.where(x > 0, special.betaincc(self.a, self.b, np.exp(-np.maximum(x, 0))), 0.0)
+
+    def sample(self, rng, size):
+        # -log of a Beta draw via log-gammas keeps gates near 1 accurate (1 - g underflows otherwise)
+        ga, gb = rng.standard_gamma(self.a, size), rng.standard_gamma(self.b, size)
+        return np.log1p(gb / ga)
+
+
+class GammaIncrement(Gate):
+    """X ~ Gamma(k, theta): P(N > n) = P(Gamma(n k, theta) <= L) in closed form (the best oracle)."""
+
+    def __init__(self, k, theta):
+        _check_real(k=k, theta=theta)
+        if not (k > 0 and theta > 0 and math.isfinite(k) and math.isfinite(theta)):
+            raise ValueError(f"gamma increment needs finite k > 0 and theta > 0; got k={k}, theta={theta}")
+        self.k, self.theta = float(k), float(theta)
+        self.name = f"gamma(k={k:g}, theta={theta:g})"
+
+    def moments(self):
+        k, th = self.k, self.theta
+        return Moments(k * th, k * th * th, k * (k + 1) * th ** 2, k * (k + 1) * (k + 2) * th ** 3)
+
+    def cdf(self, x):
+        x = np.asarray(x, dtype=np.float64)
+        return special.gammainc(self.k, np.maximum(x, 0) / self.theta)
+
+    def sample(self, rng, size):
+        return rng.standard_gamma(self.k, size) * self.theta
+
+
+class ConstantGate(Gate):
+    """ALiBi: the constant gate g = exp(-m), X = m deterministic (a lattice law, Var X = 0)."""
+    lattice = True
+
+    def __init__(self, m):
+        _check_real(m=m)
+        if not (m > 0 and math.isfinite(m)):
+            raise ValueError(f"ALiBi slope m must be finite and > 0; got {m}")
+        self.m = float(m)
+        self.name = f"alibi(m={m:g})"
+
+    def moments(self):
+        m = self.m
+        return Moments(m, 0.0, m * m, m ** 3)
+
+    def cdf(self, x):
+        return (np.asarray(x, dtype=np.float64) >= self.m).astype(np.float64)
+
+    def sample(self, rng, size):
+        return np.full(size, self.m)
+
+
+class AR1LogitGate(Gate):
+    """Dependent gates: logit z_t = mu + s y_t with y a stationary AR(1), y_t = phi y_{t-1} + sqrt(1-phi^2) e_t.
+
+    Same marginal as LogitNormalGate(mu, s); X_t = softplus(-z_t) is autocorrelated. The autocovariance
+    of X follows from the Hermite expansion of softplus: gamma_k = sum_n c_n^2 phi^(k n).
+    """
+    iid = False
+
+    def __init__(self, mu, s, phi):
+        _check_real(phi=phi)
+        if not (-1 < phi < 1):
+            raise ValueError(f"AR(1) coefficient phi must lie in (-1, 1); got {phi}")
+        self.marginal = LogitNormalGate(mu, s)
+        self.mu, self.s, self.phi = float(mu), float(s), float(phi)
+        self.name = f"ar1-logit(mu={mu:g}, s={s:g}, phi={phi:g})"
+
+    def moments(self):
+        return self.marginal.moments()
+
+    def cdf(self, x):
+        return self.marginal.cdf(x)
+
+    def sample(self, rng, size):
+        return self.marginal.sample(rng, size)
+
+    def _hermite_c2(self, nmax=80):
+        # c_n^2 = E[f(Y) He_n(Y)]^2 / n!, by Gauss-Hermite (probabilists') quadrature
+        y, w = np.polynomial.hermite_e.hermegauss(160)
+        w = w / math.sqrt(2 * math.pi)
+        f = _softplus(-(self.mu + self.s * y))
+        he_prev, he = np.ones_like(y), y.copy()
+        c2 = []
+        for n in range(1, nmax + 1):
+            a = np.dot(w, f * he)
+            c2.append(a * a / math.factorial(n))
+            he_prev, he = he, y * he - n * he_prev
+        return np.array(c2)
+
+    def autocovariance(self, lags):
+        """gamma_k = Cov(X_0, X_k) for integer lags k >= 0 (exact up to quadrature)."""
+        c2 = self._hermite_c2()
+        n = np.arange(1, len(c2) + 1)
+        return np.array([np.sum(c2 * self.phi ** (abs(k) * n)) for k in np.atleast_1d(lags)])
+
+    def dependence_sums(self):
+        """(sum_{k>=1} gamma_k, sum_{k>=1} k gamma_k), summed in closed form over k."""
+        c2 = self._hermite_c2()
+        r = self.phi ** np.arange(1, len(c2) + 1)
+        return float(np.sum(c2 * r / (1 - r))), float(np.sum(c2 * r / (1 - r) ** 2))
+
+    def sample_paths(self, rng, n, m, state=None):
+        a = math.sqrt(1 - self.phi ** 2)
+        y0 = rng.standard_normal(n) if state is None else state          # stationary start
+        e = rng.standard_normal((n, m))
+        # y_t = phi y_{t-1} + a e_t as an IIR filter along time, seeded with y_0
+        y, _ = signal.lfilter([a], [1.0, -self.phi], e, axis=1, zi=(self.phi * y0)[:, None])
+        return _softplus(-(self.mu + self.s * y)), y[:, -1].copy()
+
+
+class EmpiricalGate(Gate):
+    """The empirical law of the increments of a trace (resampled iid): moments are those of the
+    empirical distribution, exact for it. Dependence in the trace is measured separately (renewal.py)."""
+    smooth = False                                         # atoms: no Richardson on the lattice numerics
+
+    def __init__(self, log_g, name="empirical"):
+        x = np.asarray(increments_from_log_gates(np.asarray(log_g, dtype=np.float64)), dtype=np.float64).ravel()
+        self.x = np.sort(x)
+        if self.x[-1] <= 0:
+            raise ValueError(f"empirical gate: all {len(x)} increments are 0 (every gate is 1), so kappa = 0 and "
+                             "the walk never crosses L")
+        self.name = f"{name}(n={len(x)})"
+
+    def moments(self):
+        x = self.x
+        return Moments.from_raw(x.mean(), np.mean(x * x), np.mean(x ** 3))
+
+    def cdf(self, x):
+        return np.searchsorted(self.x, np.asarray(x, dtype=np.float64), side="right") / len(self.x)
+
+    def sample(self, rng, size):
+        return self.x[rng.integers(0, len(self.x), size)]
+
+
+SEED_GATES = (LogitNormalGate(2, 0.5), LogitNormalGate(1, 1), LogitNormalGate(3, 0.3))
+ALIBI_SLOPES = (0.05, 0.1)
+
+# ----------------------------------------------------------------------------- first-passage Monte Carlo
+
+
+@dataclass
+class MCResult:
+    """Monte Carlo windows W = N - 1 with standard errors (docs/THEORY.md section 6)."""
+    gate: str
+    eps: float
+    trials: int
+    mean: float
+    var: float
+    se_mean: float
+    se_var: float
+    mean_overshoot: float      # E[S_N - L], for the Wald identity
+
+
+def first_passage_samples(gate, eps, trials, seed=0, chunk=None, max_steps=10_000_000):
+    """Simulate `trials` first passages of sum X_t over L = ln(1/eps); returns (W, overshoot) arrays.
+
+    Vectorised over trials, chunked so that memory stays near `chunk` increments (default 2**22)
+    however many trials are asked for; seeded and reproducible for a given (seed, chunk) (docs/THEORY.md
+    section 5, Monte Carlo).
+    """
+    L = threshold(eps)
+    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
+        raise ValueError(f"trials must be an integer >= 1; got {trials!r}")
+    rng = np.random.default_rng(seed)
+    mom = gate.moments()
+    if not mom.kappa > 0:
+        raise ValueError(f"{gate} has kappa = {mom.kappa}: the walk never crosses L")
+    if L / mom.kappa > max_steps:
+        raise ValueError(f"{gate}: expected window L/kappa = {L / mom.kappa:.3g} steps at eps = {eps:g} exceeds "
+                         f"max_steps = {max_steps:g}")
+    chunk = chunk or 2 ** 22
+    # first block covers most passages (mean + 1 sd of N); the rest continue in blocks of 3 sd
+    sd = math.sqrt(max(mom.sigma2, 0.0) * L / mom.kappa ** 3)
+    block = int(min(max(L / mom.kappa + sd + 2, 8), chunk))
+    more = int(min(max(3 * sd, 8), chunk))
+    per = max(1, chunk // block)
+    W = np.empty(trials, dtype=np.int64)
+    R = np.empty(trials)
+    for s in range(0, trials, per):
+        n = min(per, trials - s)
+        S = np.zeros(n)                                    # partial sums of the active paths
+        steps = np.zeros(n, dtype=np.int64)
+        idx = np.arange(n)
+        state, m = None, block
+        while len(idx):
+            x, state = gate.sample_paths(rng, len(idx), m, state)
+            cs = np.cumsum(x, axis=1)
+            cs += S[:, None]                               # (n_active, m), increasing along a row
+            first = (cs <= L).sum(axis=1)                  # index of the crossing step, m if none
+            hit = first < m
+            done = idx[hit]
+            W[s + done] = steps[hit] + first[hit]          # N - 1 = steps before the crossing one
+            R[s + done] = cs[hit, first[hit]] - L
+            keep = ~hit
+            S, steps, idx = cs[keep, -1], steps[keep] + m, idx[keep]
+            state = None if state is None else state[keep]
+            m = more
+            if len(idx) and steps[0] > max_steps:
+                raise RuntimeError(f"{len(idx)} paths did not cross L = {L:g} within {max_steps} steps")
+    return W, R
+
+
+def first_passage_mc(gate, eps, trials=200_000, seed=0, chunk=None):
+    """Mean and variance of the eps-window W = N - 1 by Monte Carlo, with standard errors
+    SE_mean = s/sqrt(n) and SE_var = sqrt((m4 - s^4)/n)."""
+    if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 2:
+        raise ValueError(f"trials must be an integer >= 2 (a variance needs two windows); got {trials!r}")
+    W, R = first_passage_samples(gate, eps, trials, seed, chunk)
+    w = W.astype(np.float64)
+    mean, var = w.mean(), w.var(ddof=1)
+    m4 = np.mean((w - mean) ** 4)
+    return MCResult(str(gate), float(eps), int(trials), float(mean), float(var),
+                    float(math.sqrt(var / trials)), float(math.sqrt(max(m4 - var * var, 0.0) / trials)),
+                    float(R.mean()))

@@ -1,0 +1,230 @@
+"""What the FoX kernels compile to on Hopper, without a GPU: registers, spills, shared memory and
+the matrix instructions, per kernel and launch config.
+
+    python kernels/resources.py                       # the shipped Hopper configs, D 32..256
+    python kernels/resources.py --d 128 --sweep       # every candidate config at D = 128
+    python kernels/resources.py --json out/res.json
+    python kernels/resources.py --arch 80             # the configs an A100 gets (sm_80)
+
+Triton compiles ahead of time for any target (here sm_90, the H100/H200) with the ptxas it ships,
+and cuobjdump reads the cubin: REG is registers a thread (255 is the ceiling), STACK > 0 or
+LOCAL > 0 means spills to local memory; loopLS counts the spill loads and stores inside loops
+(between a backward branch and its target), which cost a local-memory round trip every iteration,
+while spills before or after the loops cost once per program.
+waits counts the wgmma waits (WARPGROUP.DEPBAR) in the SASS and C7515 is ptxas's advisory that the
+wgmma instructions are serialised (one wait per HGMMA: none overlaps the next); loopI is the
+instruction count of the longest loop body (one iteration; for the forward the diagonal loop;
+the JSON's loop_sizes lists every loop's, in code order).
+HGMMA counts Hopper's warpgroup matrix instructions (a kernel without them runs on the older
+mma.sync path, HMMA, at about half the rate; sm_100's tcgen05 instructions are counted by
+neither); LDGSTS / UTMALDG count asynchronous (pipelined) copies.
+The compile gets what the JIT specialises at launch for the benchmark shapes (aligned pointers,
+strides divisible by 16, GROUP == 1 a constant); without it the reading is of a kernel that never
+runs. These readings come from this machine's Triton, which may differ from the GPU machine's in
+details; the GPU benchmark is the judge, this is the cheap first filter.
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from foxwindow.kernels import fox_triton as F  # noqa: E402
+
+SM90 = GPUTarget("cuda", 90, 32)
+# bytes of shared memory one block may use, by compute capability (CUDA's per-block opt-in maxima)
+SMEM_LIMITS = {75: 65536, 80: 166912, 86: 101376, 89: 101376, 90: 232448, 100: 232448, 120: 101376}
+
+
+def shipped(name, D, arch=90):
+    """The launch config fox_triton._config picks on a GPU of compute capability `arch`."""
+    major = arch // 10
+    table = F._HOPPER if major == 9 else F._NEWER if major >= 10 else F._AMPERE if major >= 8 else None
+    return table[D][name] if table is not None and D in table else F._SAFE[name]
+# pointer arguments that carry the input dtype; every other pointer is float32 (CU: int32)
+_DATA = {"Q", "K", "V", "O", "ORES", "DO", "DQ", "DK", "DV"}
+_KERNELS = {"fwd": F._fwd_kernel, "dkdv": F._bwd_dkdv_kernel, "dq": F._bwd_dq_kernel}
+
+
+def _bin(tool):
+    import triton.backends.nvidia as nv
+    path = os.path.join(os.path.dirname(nv.__file__), "bin", tool)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{tool} not found at {path} (Triton's NVIDIA backend ships it)")
+    return path
+
+
+def _ptxas(arch):
+    """The ptxas Triton uses for sm_`arch` (3.9 ships two; older versions one)."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+        return get_ptxas(arch).path
+    except (ImportError, AttributeError):
+        return _bin("ptxas")
+
+
+def ptxas_warnings(ptx, arch=90):
+    """Run ptxas on Triton's PTX once more, as Triton does, and return its performance advisories
+    ("C7515 ..." lines). Triton discards ptxas's log, and a cached compile does not run ptxas at
+    all, so the log is not otherwise available. C7515 says wgmma instructions were serialised:
+    each one waits for the previous to finish instead of several being in flight."""
+    name = f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        p = subprocess.run([_ptxas(arch), "-v", "-lineinfo", f"--gpu-name={name}", src, "-o",
+                            os.path.join(d, "k.cubin")], capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError(f"ptxas failed on Triton's PTX: {_last_line(p.stderr)}")
+    return sorted({re.sub(r" in line \d+$", "", l.split("info    : ", 1)[-1].strip())
+                   for l in p.stderr.splitlines() if re.search(r"\(C\d+\)", l)})
+
+
+def _last_line(e):
+    lines = [l for l in str(e).splitlines() if l.strip()]
+    return lines[-1][:160] if lines else ""
+
+
+def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts):
+    """Compile kernel `name` ('fwd', 'dkdv', 'dq'; or any kernel `fn` with the same arguments)
+    for sm_90 (or sm_`arch`) with cfg = (BLOCK_M, BLOCK_N, num_warps, num_stages) and GQA group
+    size `group`; return its resource reading (a dict)."""
+    fn = fn or _KERNELS[name]
+    bm, bn, warps, stages = cfg
+    c = dict(D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=False, PREC="tf32", ACP=False)
+    if group == 1:          # the JIT turns an int argument equal to 1 into a constant, so do we
+        c["GROUP"] = 1
+    if name == "dkdv":
+        c["SPLIT"] = group > 1                      # as the launcher sets it
+    if name == "fwd":
+        c["RES"] = dtype != "fp32"
+    c.update(consts)
+    c = {a: x for a, x in c.items() if a in fn.arg_names}
+    sig = {}
+    for a in fn.arg_names:
+        if a in c:
+            sig[a] = "constexpr"
+        elif a in ("CU", "KLO", "QEND"):
+            sig[a] = "*i32"
+        elif a.isupper() and a not in ("H", "GROUP", "TQ", "TK"):   # those four are sizes
+            sig[a] = f"*{dtype}" if a in _DATA else "*fp32"
+        else:
+            sig[a] = "fp32" if a.endswith("scale") else "i32"
+    # What the JIT specialises at launch when every pointer is 16-byte aligned and every stride and
+    # size is a multiple of 16 (all benchmark shapes): without it the tile loads compile to scalar
+    # 2-byte loads with no cp.async, and the reading would describe a kernel that never runs.
+    skip = set(getattr(fn, "do_not_specialize", ()))       # TQ, TK: one compile for all lengths
+    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
+             if sig[a] != "constexpr" and not sig[a].startswith("fp") and a not in skip
+             and not (a == "GROUP" and group % 16)}
+    row = dict(kernel=name, D=D, dtype=dtype, group=group, arch=arch, cfg=list(cfg))
+    try:
+        target = SM90 if arch == 90 else GPUTarget("cuda", arch, 32)
+        k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=c, attrs=attrs), target=target,
+                           options=dict(num_warps=warps, num_stages=stages))
+    except Exception as e:  # noqa: BLE001 - an uncompilable config is a reading, not a crash
+        row["error"] = f"{type(e).__name__}: {_last_line(e)}"
+        return row
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"])
+        f.flush()
+        usage = subprocess.run([_bin("cuobjdump"), "-res-usage", f.name], capture_output=True,
+                               text=True, check=True).stdout
+        sass = subprocess.run([_bin("cuobjdump"), "-sass", f.name], capture_output=True,
+                              text=True, check=True).stdout
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", usage)
+    ins = [(int(a, 16), op, rest) for a, op, rest in
+           re.findall(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)(.*)$", sass, re.M)]
+    ops = collections.Counter(op for _, op, _ in ins)
+    # loops are the spans of backward branches; spills inside them cost every iteration
+    loops = [(int(t, 16), a) for a, op, rest in ins if op == "BRA"
+             for t in re.findall(r"0x([0-9a-f]+)", rest)[:1] if int(t, 16) < a]
+    in_loop = sum(1 for a, op, _ in ins if op in ("STL", "LDL") and any(lo <= a <= hi for lo, hi in loops))
+    # wgmma pipelining: every HGMMA is issued after a WARPGROUP.ARRIVE and retired by a
+    # WARPGROUP.DEPBAR (wait). Several HGMMA per wait means they overlap; one each (with C7515
+    # from ptxas) means they run one at a time.
+    waits = sum(1 for _, op, rest in ins if op == "WARPGROUP" and rest.startswith(".DEPBAR"))
+    warn = ptxas_warnings(k.asm["ptx"], arch)
+    row.update(regs=int(m[1]), stack=int(m[2]), local=int(m[4]),
+               smem=k.metadata.shared + int(m[3]),
+               hgmma=ops["HGMMA"], mma=ops["HMMA"], ldgsts=ops["LDGSTS"], tma=ops["UTMALDG"],
+               stl=ops["STL"], ldl=ops["LDL"], loop_spill=in_loop, wg_waits=waits,
+               serialized=any("C7515" in w for w in warn), ptxas_warnings=warn,
+               loop_ins=_loop_instructions(ins, loops),
+               loop_sizes=[sum(1 for a, _, _ in ins if lo <= a <= hi) for lo, hi in sorted(loops)])
+    row["fits"] = row["smem"] <= SMEM_LIMITS.get(arch, SMEM_LIMITS[90])
+    return row
+
+
+def _loop_instructions(ins, loops):
+    """Instructions in the longest loop body (the off-diagonal key or query loop): what one
+    iteration issues per thread."""
+    if not loops:
+        return 0
+    lo, hi = max(loops, key=lambda l: l[1] - l[0])
+    return sum(1 for a, _, _ in ins if lo <= a <= hi)
+
+
+CANDIDATES = {
+    # 128 x 128 at D = 128 is the official FoX kernel's tile: ~687 loop instructions per 128 keys
+    # against ~906 (two iterations) for the shipped 128 x 64
+    "fwd": [(128, 64, 8, 2), (128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (64, 64, 4, 3),
+            (64, 128, 4, 3), (128, 64, 4, 3), (128, 32, 8, 4)],
+    "dkdv": [(32, 128, 8, 3), (64, 128, 8, 2), (64, 128, 8, 3), (32, 64, 4, 3), (16, 128, 8, 3),
+             (32, 128, 4, 3), (64, 64, 4, 2)],
+    "dq": [(128, 64, 8, 2), (128, 64, 8, 3), (128, 32, 8, 3), (64, 64, 4, 3), (64, 32, 4, 3),
+           (128, 128, 8, 2)],
+}
+
+
+def fmt(r):
+    head = (f"{r['kernel']:6s} D{r['D']:<4d} {r['dtype']:5s} G{r['group']:<2d} "
+            f"{str(tuple(r['cfg'])):18s}")
+    if "error" in r:
+        return head + "  " + r["error"]
+    spill = f"{r['loop_spill']}" if r["loop_spill"] else "-"
+    return (head + f" {r['regs']:4d} {r['stack']:5d} {spill:5s} {r['smem'] // 1024:5d}K"
+            f" {'ok' if r['fits'] else 'NO':4s} {r['hgmma']:5d} {r['wg_waits']:5d}"
+            f" {'SERIAL' if r['serialized'] else '-':6s} {r['mma']:4d} {r['ldgsts']:6d} {r['loop_ins']:5d}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--d", default="32,64,128,256", help="comma-separated head dims")
+    ap.add_argument("--kernels", default="fwd,dkdv,dq")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--group", type=int, default=1, help="GQA group size (query heads per kv head)")
+    ap.add_argument("--arch", type=int, default=90, choices=sorted(SMEM_LIMITS),
+                    help="compute capability to compile for (90: H100/H200), with the config "
+                         "fox_triton picks there")
+    ap.add_argument("--sweep", action="store_true", help="every candidate config, not only the shipped one")
+    ap.add_argument("--json", default="", help="also write the readings here")
+    args = ap.parse_args()
+    rows = []
+    print("kernel D     dtype G   (BM, BN, W, S)    REG STACK loopLS SMEM fits HGMMA waits C7515  HMMA"
+          " LDGSTS loopI")
+    for D in (int(d) for d in args.d.split(",")):
+        for name in args.kernels.split(","):
+            cfgs = CANDIDATES[name] if args.sweep else [shipped(name, D, args.arch)]
+            for cfg in cfgs:
+                r = compile_sm90(name, D, cfg, args.dtype, args.group, arch=args.arch)
+                rows.append(r)
+                print(fmt(r), flush=True)
+    if args.json:     # atomically: a reader never sees half a file
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(dict(triton=triton.__version__, target=f"sm_{args.arch}", rows=rows), f, indent=1)
+        os.replace(tmp, args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""Reading gates out of a model, and gate traces on disk.
+
+    run_with_cache(model, tokens)       TransformerLens style: HookPoint values, e.g. the log gates at
+                                        "blocks.{l}.attn.hook_log_fgate", (B, T, H) float32
+    capture_gates(module, *inputs)      any nn.Module: hooks submodules whose name ends in `fgate_proj`
+                                        (official FoX) or `f_proj` (flash-linear-attention's FoX), or
+                                        names given, and returns {module name: (B, T, H) log gates}
+    save_trace / load_trace             {name: (B, T, H) float32} traces in an .npz with JSON metadata
+
+For a known gated family (FoX, official FoX, fla's FoX, GLA, HGRN, Gated DeltaNet, Mamba-2, RetNet),
+adapters.capture_log_decays reads every layer's log-decay from its own parameters and inputs; capture_gates
+is the quick path for FoX-style gates (other parametrisations: `gate_names=[...]`, `output=` and a
+`to_log_gate` mapping the module output to log gates (B, T, H)). Models wrapped by DDP, FSDP or
+torch.compile are unwrapped first, so hook names are the plain model's.
+"""
+import json
+import os
+import zipfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from foxwindow import adapters, distributed, outputs
+from foxwindow.model import HookPoint
+
+# ----------------------------------------------------------------------------- reading gates
+
+def run_with_cache(model, tokens, names_filter=None):
+    """Forward `tokens` (B, T) int64 through `model`, caching HookPoint values.
+
+    names_filter: None (all hooks), a list/tuple/set of hook names, a single name, or a callable
+    name -> bool. Returns (logits (B, T, V), cache {name: detached float32 tensor, (B, T, H) for
+    log-gate hooks}). Hooks are removed even if the forward raises. Raises ValueError when the model
+    has no HookPoint (models other than this file's: use adapters.capture_log_decays), for requested
+    names the model does not have, or when a callable filter matches no hook. A model wrapped by DDP,
+    FSDP or torch.compile runs unwrapped (eager), with the plain model's hook names.
+    """
+    model = distributed.unwrap(model)
+    points = {n: m for n, m in model.named_modules() if isinstance(m, HookPoint)}
+    if not points:
+        raise ValueError(f"{type(model).__name__} has no HookPoint (run_with_cache reads this file's models); "
+                         f"for another model's gates use adapters.capture_log_decays(model, tokens)")
+    if names_filter is None:
+        chosen = list(points)
+    elif callable(names_filter):
+        chosen = [n for n in points if names_filter(n)]
+        if not chosen:
+            raise ValueError(f"names_filter matched none of the model's {len(points)} hooks ({list(points)[:3]}...)")
+    else:
+        wanted = [names_filter] if isinstance(names_filter, str) else list(names_filter)
+        unknown = [n for n in wanted if n not in points]
+        if unknown:
+            raise ValueError(f"unknown hook names {unknown}; the model has {list(points)[:4]}...")
+        chosen = wanted
+    cache, handles = {}, []
+
+    def make_hook(name):
+        def hook(module, inputs, output):
+            cache[name] = output.detach().float()
+        return hook
+
+    try:
+        for n in chosen:
+            handles.append(points[n].register_forward_hook(make_hook(n)))
+        with torch.no_grad():
+            logits = model(tokens)
+    finally:
+        for h in handles:
+            h.remove()
+    return logits, cache
+
+
+DEFAULT_GATE_SUFFIXES = ("fgate_proj", "f_proj")
+GATE_OUTPUTS = ("logits", "gate", "log_gate")
+
+
+def _known_layer_check(named, sel):
+    """Refuse gate modules that sit inside a layer of a known family whose decay is not simply
+    logsigmoid of that module (HGRN's lower bound, GLA's normaliser, ...): reading them would be wrong."""
+    for n in sel:
+        parent = n.rsplit(".", 1)[0] if "." in n else ""
+        mod = named.get(parent)
+        if mod is None:
+            continue
+        for a in adapters.ADAPTERS.values():
+            if a.matches(mod) and a.gate_module != n.split(".")[-1]:
+                raise ValueError(f"{n}: {type(mod).__name__}'s {n.split('.')[-1]} is not its log-decay (family "
+                                 f"'{a.family}': {a.note}); use adapters.capture_log_decays(model, ...)")
+
+
+def capture_gates(module, *inputs, gate_names=None, to_log_gate=F.logsigmoid, output=None, **kwargs):
+    """Run module(*inputs, **kwargs) once, capturing forget-gate log values from any nn.Module.
+
+    gate_names: None picks every `hook_log_fgate` HookPoint if the model has them (their output
+    already is the log gate), otherwise every submodule whose name ends in "fgate_proj" (the
+    official FoX code) or "f_proj" (flash-linear-attention); or a list of exact module names or
+    name suffixes (e.g. ["fgate_proj"], ["model.layers.3.attn.fgate_proj"]). A module inside a
+    layer of a known family whose decay is more than logsigmoid of it (fla HGRN's f_proj: it has a
+    lower bound) is refused: use adapters.capture_log_decays for those.
+    output: what the gate modules return: "logits" (to_log_gate is applied; default logsigmoid),
+    "gate" (values in (0, 1]: the log is taken) or "log_gate" (used as is). None: "logits", but a
+    module whose every output lies in [0, 1] is refused as ambiguous (it looks like gate values,
+    and logsigmoid of a gate value is not a log gate): say which with `output`.
+    Not applied to HookPoints (their value is the log gate).
+    Returns {module name: (B, T, H) float32 CPU tensor, every entry <= 0}; a module called more than
+    once in the forward keeps every call, the k-th extra one under "name#k". Hooks are always removed.
+    Raises ValueError if nothing matches or a captured value is not (B, T, H) log gates.
+    A wrapped model (DDP, FSDP, torch.compile) runs unwrapped; names are the plain model's, and
+    gate_names may carry the wrappers' prefixes ('module.', '_orig_mod.').
+    """
+    if output not in (None,) + GATE_OUTPUTS:
+        raise ValueError(f"output must be one of {GATE_OUTPUTS} or None; got {output!r}")
+    module = distributed.unwrap(module)
+    named = dict(module.named_modules())
+    if gate_names is None:
+        sel = [n for n, m in named.items() if isinstance(m, HookPoint) and n.endswith("hook_log_fgate")]
+        if not sel:
+            sel = [n for n in named if n and n.split(".")[-1] in DEFAULT_GATE_SUFFIXES]
+    else:
+        if isinstance(gate_names, str):
+            gate_names = [gate_names]
+        gate_names = [distributed.clean_name(g) if isinstance(g, str) else g for g in gate_names]
+        sel = []
+        for g in gate_names:
+            hits = [g] if g in named and g else [n for n in named if n == g or n.endswith("." + g)]
+            if not hits:
+                raise ValueError(f"no submodule named or ending in '{g}'")
+            sel += [h for h in hits if h not in sel]
+    if not sel:
+        raise ValueError("no forget-gate modules found (looked for hook_log_fgate, fgate_proj, f_proj); pass "
+                         "gate_names or use adapters.capture_log_decays")
+    _known_layer_check(named, [n for n in sel if not isinstance(named[n], HookPoint)])
+    out, handles = {}, []
+
+    def make_hook(name, is_point):
+        def hook(mod, args, res):
+            val = res[0] if isinstance(res, (tuple, list)) else res
+            if not isinstance(val, torch.Tensor):
+                raise ValueError(f"{name} returned {type(val).__name__}, not a tensor")
+            val = val.detach().float()
+            if is_point or output == "log_gate":
+                lg = val
+            elif output == "gate":
+                if (val <= 0).any() or (val > 1).any():
+                    raise ValueError(f"{name}: output='gate' but the values leave (0, 1] (min {val.min().item():.4g}, "
+                                     f"max {val.max().item():.4g})")
+                lg = torch.log(val)
+            else:
+                if output is None and to_log_gate is F.logsigmoid and bool(((val >= 0) & (val <= 1)).all()):
+                    raise ValueError(f"{name}: every output lies in [0, 1]: these look like gate values (a sigmoid "
+                                     f"already applied), and logsigmoid of them is not a log gate; pass "
+                                     f"output='gate' (or output='logits' if they really are logits)")
+                lg = to_log_gate(val)
+            key, k = name, 0
+            while key in out:                            # called again in the same forward: keep every call
+                k += 1
+                key = f"{name}#{k}"
+            out[key] = lg.float().cpu()
+        return hook
+
+    try:
+        for n in sel:
+            handles.append(named[n].register_forward_hook(make_hook(n, isinstance(named[n], HookPoint))))
+        with torch.no_grad():
+            module(*inputs, **kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    for n, lg in out.items():
+        if lg.dim() != 3:
+            raise ValueError(f"{n}: log gates must be (B, T, H); got shape {tuple(lg.shape)}")
+        if torch.isnan(lg).any() or (lg > 0).any():
+            raise ValueError(f"{n}: captured values are not log gates (NaN or > 0); check to_log_gate / output")
+    missing = [n for n in sel if n not in out]
+    if missing:
+        raise ValueError(f"gate modules {missing} were not called in the forward pass")
+    return out
+
+
+# ----------------------------------------------------------------------------- traces on disk
+
+TRACE_FORMAT = "foxwindow-trace-v1"
+
+
+TRACE_RESERVED = ("format", "names", "shapes")
+
+
+def _check_trace(name, a, where):
+    if a.ndim != 3:
+        raise ValueError(f"{where}: trace '{name}' must be (B, T, H); got shape {a.shape}")
+    if 0 in a.shape:
+        raise ValueError(f"{where}: trace '{name}' is empty (shape (B, T, H) = {a.shape}); "
+                         "every dimension must be >= 1")
+    if not np.issubdtype(a.dtype, np.floating):
+        raise ValueError(f"{where}: trace '{name}' must be floating point; got {a.dtype}")
+    if not np.isfinite(a).all():
+        raise ValueError(f"{where}: trace '{name}' has NaN or infinite values")
+    if (a > 0).any():
+        raise ValueError(f"{where}: trace '{name}' has positive log gates (max {a.max():.4g})")
+
+
+def save_trace(path, traces, meta):
+    """Write log-gate traces to `path` (.npz, float32) with JSON metadata.
+
+    traces: {name: (B, T, H) array or tensor of log gates <= 0, finite}; meta: JSON-serialisable
+    dict (e.g. model, layers, heads, text span, eps); the keys "format", "names" and "shapes" are the
+    file's own (added here, checked on load) and may not be given. An int meta["heads"] is checked
+    against every trace (here and on load), which catches a (B, H, T) array passed as (B, T, H).
+    The file is written to a temporary name and renamed, so an interrupted save leaves no partial file.
+    Raises ValueError on bad traces or metadata.
+    """
+    if not isinstance(traces, dict) or not traces:
+        raise ValueError("traces must be a non-empty dict {name: (B, T, H) array}")
+    if not isinstance(meta, dict):
+        raise ValueError(f"meta must be a dict; got {type(meta).__name__}")
+    taken = [k for k in TRACE_RESERVED if k in meta]
+    if taken:
+        raise ValueError(f"meta keys {taken} are reserved by the trace format (it stores them itself); rename them")
+    heads = meta.get("heads")
+    names, arrays = [], {}
+    for i, (name, a) in enumerate(traces.items()):
+        if not isinstance(name, str):
+            raise ValueError(f"trace names must be strings; got {name!r}")
+        a = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+        _check_trace(name, a, "save_trace")
+        if isinstance(heads, int) and a.shape[2] != heads:
+            raise ValueError(f"save_trace: trace '{name}' has shape {a.shape}, so {a.shape[2]} heads as (B, T, H); "
+                             f"meta says heads={heads} (is it (B, H, T)?)")
+        names.append(name)
+        arrays[f"trace_{i}"] = a.astype(np.float32)
+    stored = dict(meta)
+    stored.update(format=TRACE_FORMAT, names=names,
+                  shapes=[list(arrays[f"trace_{i}"].shape) for i in range(len(names))])
+    try:
+        blob = json.dumps(stored).encode()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"meta is not JSON-serialisable: {exc}") from exc
+    arrays["meta_json"] = np.frombuffer(blob, dtype=np.uint8)
+    outputs.save_npz(path, **arrays)
+
+
+def load_trace(path):
+    """Read a file written by save_trace. Returns (traces {name: (B, T, H) float32 ndarray}, meta dict).
+
+    Raises FileNotFoundError if missing; ValueError naming the problem if the file is truncated or
+    not an npz, the metadata is missing or unreadable, or a trace has the wrong shape, NaN or
+    positive values.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"trace file not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not a readable .npz trace (corrupt or truncated): {exc}") from exc
+    if "meta_json" not in data:
+        raise ValueError(f"{path}: missing metadata (no meta_json entry)")
+    try:
+        meta = json.loads(data.pop("meta_json").tobytes().decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: metadata is not valid JSON: {exc}") from exc
+    if not isinstance(meta, dict) or meta.get("format") != TRACE_FORMAT:
+        raise ValueError(f"{path}: metadata lacks format '{TRACE_FORMAT}'")
+    for key in ("names", "shapes"):
+        if not isinstance(meta.get(key), list):
+            raise ValueError(f"{path}: metadata lacks '{key}'")
+    names, shapes = meta["names"], meta["shapes"]
+    if len(names) != len(shapes) or set(data) != {f"trace_{i}" for i in range(len(names))}:
+        raise ValueError(f"{path}: metadata lists {len(names)} traces, file holds {len(data)}")
+    traces = {}
+    for i, name in enumerate(names):
+        a = data[f"trace_{i}"]
+        if list(a.shape) != list(shapes[i]):
+            raise ValueError(f"{path}: trace '{name}' has shape {a.shape}, metadata says {tuple(shapes[i])}")
+        _check_trace(name, a, path)
+        heads = meta.get("heads")
+        if isinstance(heads, int) and a.shape[2] != heads:
+            raise ValueError(f"{path}: trace '{name}' has {a.shape[2]} heads, metadata says {heads}")
+        traces[name] = a.astype(np.float32)
+    return traces, meta
+
+
+if __name__ == "__main__":
+    raise SystemExit(outputs.describe(__doc__))

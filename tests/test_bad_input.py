@@ -1,0 +1,449 @@
+"""Bad input and safe outputs: every entry point rejects bad arguments with one clear line (exit code 2 on
+the command line, ValueError in the API) before any work, and no command overwrites what the user has.
+
+Command-line cases run in-process through outputs.cli (the same wrapper `python X.py` uses); a few
+subprocesses check the real entry points, and the shipped files stay byte-identical after tiny default
+runs of train.py, reach.py and make_figures.py --fast in a temporary copy of the repository.
+"""
+import hashlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from foxwindow import bench_laws, exact, forget, heads, model, outputs, reach, renewal, train
+from foxwindow import fox_attention as fa
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "figures"))
+import make_figures  # noqa: E402
+from foxwindow import traces
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CUDA = torch.cuda.is_available()
+
+
+def _cli(capsys, main, argv):
+    """Run a command in-process; returns (exit code, stderr)."""
+    capsys.readouterr()
+    try:
+        rc = outputs.cli(main, argv)
+    except SystemExit as e:                     # argparse's own usage errors
+        rc = e.code
+    return rc, capsys.readouterr().err
+
+
+def _check_usage(capsys, main, argv, *words):
+    """Assert exit code 2 and one stderr line that contains every word."""
+    rc, err = _cli(capsys, main, argv)
+    assert rc == 2, (argv, rc, err)
+    lines = [li for li in err.strip().splitlines() if li.strip()]
+    assert len(lines) == 1, err
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    assert "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    (d / "garbage.pt").write_bytes(b"not a checkpoint at all")
+    torch.save({"weights": torch.zeros(3)}, d / "foreign.pt")
+    (d / "corrupt.npz").write_bytes(b"PK\x03\x04 truncated")
+    (d / "corrupt.json").write_text("{not json")
+    (d / "wrong.json").write_text(json.dumps({"hello": 1}))
+    (d / "existing.json").write_text("keep me")
+    (d / "plainfile").write_text("a file, not a folder")
+    rng = np.random.default_rng(0)
+    lg = np.log(rng.beta(20, 1, (8, 2, 512))).astype(np.float32)        # (B, H, T): the wrong layout
+    traces.save_trace(str(d / "bht.npz"), {"blocks.0.attn.hook_log_fgate": lg}, {"model": "test"})
+    return d
+
+
+# ----------------------------------------------------------------------------- forget.py
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--eps", "2"], ["--eps", "(0, 1)"]),
+    (["--eps", "0", "--synthetic"], ["--eps"]),
+    (["--synthetic", "--trials", "1"], ["--trials", ">= 2"]),
+    (["--seq-len", "1"], ["--seq-len"]),
+    (["--n-seq", "2"], ["--n-seq", ">= 3"]),
+    (["--synthetic", "--traces", "x.npz"], ["--synthetic", "--traces"]),
+    (["--synthetic", "--save-traces", "x.npz"], ["--synthetic", "--save-traces"]),
+    (["--device", "bogus"], ["--device", "bogus"]),
+    (["--n-seq", "100000"], ["--n-seq", "windows"]),
+])
+def test_forget_cli_usage(capsys, argv, words):
+    _check_usage(capsys, heads.main, argv, *words)
+
+
+def test_forget_cli_files(capsys, bad_files, tmp_path):
+    d = bad_files
+    _check_usage(capsys, heads.main, ["--json", str(tmp_path / "nodir" / "x.json")], "--json", "does not exist")
+    _check_usage(capsys, heads.main, ["--json", str(tmp_path)], "--json", "is a folder")
+    _check_usage(capsys, heads.main, ["--json", str(d / "existing.json"), "--synthetic"], "--json", "--force")
+    _check_usage(capsys, heads.main, ["--save-traces", str(d / "existing.json" / "x.npz")],
+                 "--save-traces", "is a file")
+    _check_usage(capsys, heads.main, ["--traces", str(d / "absent.npz")], "--traces", "not found")
+    _check_usage(capsys, heads.main, ["--traces", str(d / "corrupt.npz")], "corrupt")
+    _check_usage(capsys, heads.main, ["--traces", str(d / "bht.npz")], "(B, H, T)", "512 heads")
+    _check_usage(capsys, heads.main, ["--checkpoint", str(d / "garbage.pt")], "--checkpoint", "corrupt")
+    _check_usage(capsys, heads.main, ["--checkpoint", str(d / "foreign.pt")], "--checkpoint", "not a foxwindow")
+    assert (d / "existing.json").read_text() == "keep me"
+    if not CUDA:
+        _check_usage(capsys, heads.main, ["--device", "cuda"], "--device", "CUDA")
+
+
+def test_forget_eps_needs_a_value(capsys):
+    rc, err = _cli(capsys, heads.main, ["--eps"])
+    assert rc == 2 and "--eps" in err and len(err.strip().splitlines()) == 1
+
+
+def test_forget_synthetic_json_is_strict(capsys, tmp_path):
+    out = tmp_path / "s.json"
+    rc, _ = _cli(capsys, heads.main, ["--synthetic", "--trials", "500", "--no-progress", "--json", str(out)])
+    assert rc == 0
+
+    def no_nan(c):
+        raise AssertionError(f"non-JSON constant {c}")
+    rows = json.loads(out.read_text(), parse_constant=no_nan)
+    alibi = [r for r in rows if r["gate"].startswith("alibi")]
+    assert alibi and all(r["law_mean_W"] is None for r in alibi)
+    assert all(math.isfinite(r["exact_mean_W"]) for r in rows)
+
+
+# ----------------------------------------------------------------------------- train.py
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--warmup", "-5"], ["--warmup", ">= 0"]),
+    (["--steps", "0"], ["--steps"]),
+    (["--batch", "0"], ["--batch"]),
+    (["--eval-seqs", "0"], ["--eval-seqs"]),
+    (["--context", "100000000"], ["--context", "exceeds"]),
+    (["--context", "60000", "--eval-seqs", "64"], ["--eval-seqs", "windows"]),
+    (["--lr", "0"], ["--lr"]),
+    (["--heads", "3"], ["--d-model", "--n-heads"]),
+    (["--device", "bogus"], ["--device"]),
+    (["--out", "README.md", "--force"], ["--out", "tracked source file"]),
+    (["--out", "checkpoints/fox_shakespeare.pt"], ["--out", "--force"]),
+    (["--eval-only", "--checkpoint", "absent.pt"], ["--checkpoint", "not found"]),
+    (["--compare", "checkpoints/fox_shakespeare.pt", "absent.pt"], ["--compare", "not found"]),
+    (["--compare", "checkpoints/fox_shakespeare.pt", "checkpoints/fox_shakespeare.pt"], ["--compare", "--force"]),
+])
+def test_train_cli_usage(capsys, monkeypatch, argv, words):
+    monkeypatch.chdir(REPO)
+    _check_usage(capsys, train.main, argv, *words)
+
+
+TINY_TRAIN = ["--steps", "2", "--context", "64", "--batch", "2", "--d-model", "16", "--n-layers", "1", "--n-heads", "2",
+              "--eval-seqs", "2", "--log-every", "0", "--device", "cpu"]
+
+
+def test_train_interrupt_keeps_previous_file(capsys, monkeypatch, tmp_path):
+    out = tmp_path / "m.pt"
+    out.write_bytes(b"previous model")
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(train, "evaluate_bpc", interrupted)
+    rc, err = _cli(capsys, train.main, TINY_TRAIN + ["--out", str(out), "--force"])
+    assert rc == 130 and "interrupted" in err
+    assert out.read_bytes() == b"previous model"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]           # no temporary file left
+
+
+def test_train_debug_shows_traceback(capsys):
+    with pytest.raises(outputs.UsageError, match="--steps"):
+        outputs.cli(train.main, ["--steps", "0", "--debug"])
+
+
+@pytest.mark.parametrize("how", ["script", "module"])
+def test_forget_script_and_package_share_one_command_line(capsys, monkeypatch, how):
+    import runpy
+    monkeypatch.setattr(sys, "argv", ["forget.py", "--help"] if how == "script" else ["foxwindow", "forget", "--help"])
+    with pytest.raises(SystemExit) as e:
+        if how == "script":
+            runpy.run_path(os.path.join(REPO, "forget.py"), run_name="__main__")
+        else:
+            runpy.run_module("foxwindow", run_name="__main__")
+    out = capsys.readouterr().out
+    assert e.value.code in (0, None) and "Per-head verdict" in out
+    assert all(f in out for f in ("--synthetic", "--traces", "--model", "--n-boot", "--force"))
+
+
+@pytest.mark.parametrize("module, first", [("fox_attention.py", "Forgetting attention"),
+                                           ("outputs.py", "Safe outputs"), ("model.py", "The model"),
+                                           ("data.py", "The corpus"), ("attention_kinds.py", "Attention kinds")])
+def test_library_modules_say_what_they_are(capsys, monkeypatch, module, first):
+    import runpy
+    monkeypatch.setattr(sys, "argv", [module, "--help"])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_module("foxwindow." + module[:-3], run_name="__main__")
+    assert e.value.code in (0, None) and capsys.readouterr().out.startswith(first)
+
+
+# ----------------------------------------------------------------------------- reach.py
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--steps", "0"], ["--steps"]),
+    (["--n-eval", "0"], ["--n-eval"]),
+    (["--depths", "999"], ["--depths", "999"]),
+    (["--kinds", "bogus"], ["--kinds", "bogus"]),
+    (["--eps", "1"], ["--eps"]),
+    (["--text-batch", "0", "--key-batch", "0"], ["--text-batch", "--key-batch"]),
+    (["--out", "x.json", "--json", "y"], ["unrecognized"]),
+])
+def test_reach_cli_usage(capsys, argv, words):
+    _check_usage(capsys, reach.main, argv, *words)
+
+
+def test_reach_outputs(capsys, bad_files, monkeypatch, tmp_path):
+    monkeypatch.chdir(REPO)
+    d = bad_files
+    _check_usage(capsys, reach.main, ["--out", "reach.png"], "--out", "folder")
+    _check_usage(capsys, reach.main, ["--out", "."], "README.md", "tracked source file")
+    _check_usage(capsys, reach.main, ["--out", ".", "--force"], "README.md", "tracked source file")
+    _check_usage(capsys, reach.main, ["--out", "results/kinds"], "reach.json", "--force")
+    _check_usage(capsys, reach.main, ["--out", str(d / "plainfile")], "--out", "is a file")
+    _check_usage(capsys, reach.main, ["--replot", str(d / "corrupt.json"), "--out", str(tmp_path / "r")],
+                 "--replot", "JSON")
+    _check_usage(capsys, reach.main, ["--replot", str(d / "wrong.json"), "--out", str(tmp_path / "r")],
+                 "--replot", "results")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "reach.json").write_text("user data")
+    _check_usage(capsys, reach.main, ["--out", str(tmp_path / "mine")], "reach.json", "--force")
+    assert (tmp_path / "mine" / "reach.json").read_text() == "user data"
+
+
+# ----------------------------------------------------------------------------- figures, bench_laws, renewal
+
+
+def test_make_figures_outputs(capsys, bad_files, tmp_path):
+    _check_usage(capsys, make_figures.main, ["--fast", "--out", os.path.join(REPO, "figures")], "--fast", "committed")
+    _check_usage(capsys, make_figures.main, ["--fast", "--out", str(bad_files / "existing.json")], "--out", "is a file")
+    _check_usage(capsys, make_figures.main, ["--fast", "--heads-json", str(bad_files / "corrupt.json"), "--out",
+                                       str(tmp_path)], "--heads-json", "JSON")
+    (tmp_path / "fig1_decay.png").write_bytes(b"mine")
+    _check_usage(capsys, make_figures.main, ["--fast", "--only", "1", "--out", str(tmp_path)],
+                 "fig1_decay.png", "--force")
+    assert (tmp_path / "fig1_decay.png").read_bytes() == b"mine"
+
+
+def test_bench_laws_cli(capsys, bad_files, tmp_path):
+    _check_usage(capsys, bench_laws.main, ["--checkpoint", str(bad_files / "absent.pt")], "--checkpoint", "not found")
+    _check_usage(capsys, bench_laws.main, ["--checkpoint", str(bad_files / "foreign.pt")], "--checkpoint")
+    _check_usage(capsys, bench_laws.main, ["--repeats", "0"], "--repeats")
+    _check_usage(capsys, bench_laws.main, ["--json", str(tmp_path)], "--json", "folder")
+    if not CUDA:
+        _check_usage(capsys, bench_laws.main, ["--gpu-only"], "--gpu-only", "CUDA")
+
+
+def test_renewal_cli(capsys, tmp_path):
+    _check_usage(capsys, exact.main, ["--eps", "0"], "--eps")
+    _check_usage(capsys, exact.main, ["--eps", "0.1", "1.5"], "--eps", "1.5")
+    _check_usage(capsys, exact.main, ["--json", str(tmp_path)], "--json", "folder")
+    rc, err = _cli(capsys, exact.main, ["--eps"])
+    assert rc == 2 and "--eps" in err
+
+
+# ----------------------------------------------------------------------------- API
+
+
+def test_forgetting_attention_rejects_zero_gate():
+    q = k = v = torch.randn(1, 6, 2, 4)
+    lg = torch.full((1, 6, 2), -0.1)
+    lg[0, 2, 1] = -math.inf                                                  # a gate of exactly 0
+    for f in (fa.forgetting_attention, fa.forgetting_attention_reference):
+        with pytest.raises(ValueError, match="log_fgate.*-inf"):
+            f(q, k, v, lg)
+    lg[0, 2, 1] = math.inf
+    with pytest.raises(ValueError, match="log_fgate"):
+        fa.forgetting_attention(q, k, v, lg)
+
+
+def test_windows_needs_time_dim_for_captures():
+    rng = np.random.default_rng(1)
+    lg = np.log(rng.beta(5, 1, (2, 40, 3)))                                 # (B, T, H)
+    with pytest.raises(ValueError, match="dim"):
+        forget.windows(lg, 1e-2)
+    with pytest.raises(ValueError, match="dim"):
+        forget.windows(lg, 1e-2, dim=3)
+    W, c = forget.windows(lg, 1e-2, dim=1)
+    for b in range(2):
+        for h in range(3):
+            w1, c1 = forget.windows(lg[b, :, h], 1e-2)
+            assert np.array_equal(W[b, :, h], w1) and np.array_equal(c[b, :, h], c1)
+
+
+def _head_traces(S=4, T=600, seed=0):
+    rng = np.random.default_rng(seed)
+    return -forget.LogitNormalGate(1, 1).sample(rng, (S, T))
+
+
+def test_analyse_head_validates():
+    lg = _head_traces()
+    with pytest.raises(ValueError, match="transposed"):
+        heads.analyse_head(lg.T)
+    for z in (-1, 0, float("nan"), float("inf"), "3"):
+        with pytest.raises(ValueError, match="z must"):
+            heads.analyse_head(lg, z=z)
+    with pytest.raises(ValueError, match="eps_list is empty"):
+        heads.analyse_head(lg, eps_list=[])
+    with pytest.raises(ValueError, match="eps"):
+        heads.analyse_head(lg, eps_list=[0.1, 2.0])
+    with pytest.raises(ValueError, match="n_heads"):
+        heads.analyse_head(lg, n_heads=0)
+
+
+def test_one_default_z_in_python_and_cli(tmp_path):
+    """analyse_head's default z is the Bonferroni value the command line uses, given the same head count."""
+    tr = np.stack([_head_traces(6, 700, s) for s in range(3)], -1).astype(np.float32)   # (S, T, H)
+    path = str(tmp_path / "t.npz")
+    traces.save_trace(path, {"blocks.0.attn.hook_log_fgate": tr}, {"heads": 3})
+    results, info = heads.analyse_traces(path)
+    assert info["z"] == pytest.approx(heads.critical_z(3, 6))
+    for h, r in enumerate(results):
+        direct = heads.analyse_head(tr[:, :, h].astype(np.float64), n_heads=3, head=h)
+        assert direct.verdict == r.verdict and direct.slope_ci == pytest.approx(r.slope_ci, rel=1e-5)
+    one = heads.analyse_head(tr[:, :, 0])                                    # one head: Bonferroni over 1
+    assert math.isfinite(one.slope)
+    assert one.slope_ci[1] - one.slope == pytest.approx(heads.critical_z(1, 6) * one.slope_se)
+
+
+def test_acf_lag_range():
+    x = np.random.default_rng(3).standard_normal(10)
+    assert len(renewal.acf(x, 9)) == 10
+    for lag in (10, 50, -1, 2.5):
+        with pytest.raises(ValueError, match="max_lag"):
+            renewal.acf(x, lag)
+
+
+def test_save_trace_checks(tmp_path):
+    tr = {"a": -np.ones((2, 5, 3), np.float32)}
+    for key in ("names", "shapes", "format"):
+        with pytest.raises(ValueError, match="reserved"):
+            traces.save_trace(str(tmp_path / "x.npz"), tr, {key: ["mine"]})
+    with pytest.raises(ValueError, match="empty"):
+        traces.save_trace(str(tmp_path / "x.npz"), {"a": np.zeros((2, 0, 3), np.float32)}, {})
+    with pytest.raises(ValueError, match="heads"):
+        traces.save_trace(str(tmp_path / "x.npz"), tr, {"heads": 5})
+    assert not list(tmp_path.iterdir())                                     # nothing written on failure
+    p = str(tmp_path / "ok.npz")
+    traces.save_trace(p, tr, {"heads": 3, "model": "m"})
+    back, meta = traces.load_trace(p)
+    assert meta["names"] == ["a"] and meta["model"] == "m" and np.array_equal(back["a"], tr["a"])
+
+
+def test_outputs_atomic_and_checks(tmp_path):
+    p = tmp_path / "f.txt"
+    p.write_text("old")
+    with pytest.raises(RuntimeError):
+        with outputs.atomic(str(p)) as tmp:
+            with open(tmp, "w") as fh:
+                fh.write("half")
+            raise RuntimeError("crash mid-write")
+    assert p.read_text() == "old" and sorted(x.name for x in tmp_path.iterdir()) == ["f.txt"]
+    outputs.write_json(str(tmp_path / "n.json"), {"a": float("nan"), "b": [1.0, float("inf")]})
+    assert json.loads((tmp_path / "n.json").read_text()) == {"a": None, "b": [1.0, None]}
+    with pytest.raises(outputs.UsageError, match="--force"):
+        outputs.check_writable(str(p))
+    assert outputs.check_writable(str(p), force=True) == str(p)
+    with pytest.raises(outputs.UsageError, match="tracked source file"):
+        outputs.check_writable(os.path.join(REPO, "forget.py"), force=True)
+
+
+def test_run_dir_on_first_use(monkeypatch, tmp_path):
+    monkeypatch.setattr(outputs, "RUNS", str(tmp_path / "runs"))             # runs/ absent, as in a fresh clone
+    r1, r2 = outputs.run_dir("x", make=False), outputs.run_dir("x", make=False)
+    assert r1.startswith(outputs.RUNS) and not os.path.exists(r1) and r1 == r2
+    assert outputs.check_dir(r1, ["a.png"]) == r1 and os.path.isdir(r1)
+    r3 = outputs.run_dir("x")
+    assert os.path.isdir(r3) and r3 != r1
+
+
+# ----------------------------------------------------------------------------- real entry points, shipped files
+
+
+SHIPPED = ("checkpoints", "results", "figures", "README.md")
+
+
+def _digest(root):
+    out = {}
+    for s in SHIPPED:
+        p = os.path.join(root, s)
+        files = [p] if os.path.isfile(p) else [os.path.join(a, f) for a, _, fs in os.walk(p) for f in fs]
+        for f in files:
+            if "__pycache__" not in f:
+                with open(f, "rb") as fh:
+                    out[os.path.relpath(f, root)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def test_commands_leave_shipped_files_intact(tmp_path):
+    """Tiny default-like runs of train.py, reach.py and make_figures.py --fast, plus the wiring of the one-line
+    errors, in a temporary git copy of the repository: the shipped files come out byte-identical."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    for f in os.listdir(REPO):
+        if f.endswith(".py") or f == "README.md":
+            shutil.copy2(os.path.join(REPO, f), root / f)
+    for d in ("foxwindow", "checkpoints", "results", "figures"):
+        shutil.copytree(os.path.join(REPO, d), root / d, ignore=shutil.ignore_patterns("__pycache__"))
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
+    subprocess.run(git[:5] + ["init", "-q", str(root)], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "copy"], check=True)
+    before = _digest(str(root))
+    py = sys.executable
+    tiny = {
+        "train": [py, "train.py"] + TINY_TRAIN,
+        "reach": [py, "reach.py", "--steps", "1", "--kinds", "swa", "--context", "32", "--depths", "4", "8",
+                  "--n-eval", "2", "--attr-rows", "2", "--eval-seqs", "2", "--d-model", "16", "--layers", "1",
+                  "--text-batch", "2", "--key-batch", "2"],
+        "figures": [py, "figures/make_figures.py", "--fast", "--only", "1", "--trials", "200"],
+        "bad": [py, "forget.py", "--eps", "2"],
+        "bad_renewal": [py, "renewal.py", "--eps", "2"],         # renewal.py's __main__ hands over to exact.py
+    }
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    cmds = {k: [c[0], str(root / c[1])] + c[2:] for k, c in tiny.items()}
+    procs = {k: subprocess.Popen(c, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True) for k, c in cmds.items()}
+    res = {k: (p.wait(timeout=300), *p.communicate()) for k, p in procs.items()}
+    for k in ("train", "reach", "figures"):
+        assert res[k][0] == 0, (k, res[k][2][-2000:])
+    for k in ("bad", "bad_renewal"):
+        rc, out, err = res[k]
+        assert rc == 2 and err.strip().count("\n") == 0 and "--eps" in err, (k, err)
+    assert _digest(str(root)) == before
+    runs = sorted(os.listdir(root / "runs"))
+    assert [r.split("-")[0] for r in runs] == ["figures", "reach", "train"], runs
+    made = {r.split("-")[0]: sorted(os.listdir(root / "runs" / r)) for r in runs}
+    assert made == {"figures": ["fig1_decay.pdf", "fig1_decay.png"], "reach": ["README.md", "reach.json", "reach.png"],
+                    "train": ["fox_shakespeare.pt"]}
+    _, meta = model.load_model(str(root / "runs" / runs[2] / "fox_shakespeare.pt"))
+    assert math.isfinite(meta["val_bpc"])
+
+
+def test_reach_replot_writes_one_set(capsys, tmp_path):
+    src = os.path.join(REPO, "results", "kinds", "reach.json")
+    out = tmp_path / "r"
+    assert _cli(capsys, reach.main, ["--replot", src, "--out", str(out)])[0] == 0
+    assert sorted(os.listdir(out)) == ["README.md", "reach.json", "reach.png"]
+    first = (out / "reach.json").read_bytes()
+    _check_usage(capsys, reach.main, ["--replot", src, "--out", str(out)], "--force")
+    assert _cli(capsys, reach.main, ["--replot", src, "--out", str(out), "--force"])[0] == 0
+    assert (out / "reach.json").read_bytes() == first and sorted(os.listdir(out)) == ["README.md", "reach.json",
+                                                                                        "reach.png"]
+
+
+def test_analyse_model_checks_trace_path_first(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        heads.analyse_model(n_seq=3, seq_len=64, progress=False, save_traces=str(tmp_path / "no" / "t.npz"))

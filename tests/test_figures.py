@@ -1,0 +1,82 @@
+"""Smoke tests for figures/make_figures.py: figures 1-5 in --fast mode, 6-7 skipped without their JSON
+and drawn from small synthetic JSON files."""
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "figures"))
+import make_figures  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+NAMES = {1: "fig1_decay", 2: "fig2_window_pmf", 3: "fig3_moments_vs_L", 4: "fig4_alibi_limit",
+         5: "fig5_dependent", 6: "fig6_heads", 7: "fig7_kernels"}
+
+
+def _check_written(out, n):
+    png, pdf = (out / f"{NAMES[n]}.{ext}" for ext in ("png", "pdf"))
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    assert pdf.read_bytes()[:5] == b"%PDF-"
+    assert png.stat().st_size > 10_000 and pdf.stat().st_size > 10_000
+
+
+def _run(out, *extra):
+    return {r["figure"]: r for r in make_figures.main(["--fast", "--out", str(out), *extra])}
+
+
+def test_figures_1_to_5_fast(tmp_path):
+    res = _run(tmp_path, "--only", "1", "2", "3", "4", "5", "--trials", "2000", "--json", str(tmp_path / "s.json"))
+    for n in range(1, 6):
+        assert res[n]["status"] == "written", res[n]
+        _check_written(tmp_path, n)
+    assert json.loads((tmp_path / "s.json").read_text())["trials"] == 2000
+
+
+def test_figures_6_7_skip_without_json(tmp_path, capsys):
+    res = _run(tmp_path, "--only", "6", "7", "--heads-json", str(tmp_path / "none.json"),
+               "--bench-json", str(tmp_path / "none2.json"))
+    assert res[6]["status"] == res[7]["status"] == "skipped"
+    assert not list(tmp_path.glob("*.png"))
+    out = capsys.readouterr()
+    assert "not found" in out.out + out.err
+
+
+def _synthetic_heads():
+    # a made-up 2 x 3 grid, only to exercise the plotting code
+    heads = []
+    for layer in range(2):
+        for head in range(3):
+            k, s2, tau = 0.05 * (head + 1), 0.01 * (layer + 1), 1.0 + head
+            eps = [1e-2, 1e-3, 1e-4]
+            L = [4.6, 6.9, 9.2]
+            slope = s2 * tau / k ** 3 * (0.9 + 0.1 * layer)
+            heads.append(dict(layer=layer, head=head, kappa=k, sigma2=s2, tau=tau,
+                              verdict="consistent" if head < 2 else "falsified", eps_list=eps,
+                              var_W=[slope * x for x in L], se_var_W=[0.1] * 3,
+                              mean_W=[x / k for x in L], slope=slope, slope_ci=[0.8 * slope, 1.2 * slope],
+                              pred_slope_iid=s2 / k ** 3, pred_slope_lr=s2 * tau / k ** 3,
+                              decay_window_mean=6.9 / k, mass_window_mean=4.0 / k))
+    return {"heads": heads}
+
+
+def _synthetic_bench():
+    rows = [dict(impl=name, T=T, fwd_tflops=f * T ** 0.1, fwdbwd_tflops=0.8 * f * T ** 0.1, ours=(name == "ours"))
+            for name, f in (("ours", 150.0), ("official FoX Triton", 140.0)) for T in (2048, 8192, 32768)]
+    return {"gpu": "Synthetic GPU", "results": rows}
+
+
+def test_figures_6_7_from_synthetic_json(tmp_path):
+    hj, bj = tmp_path / "heads.json", tmp_path / "bench.json"
+    hj.write_text(json.dumps(_synthetic_heads()))
+    bj.write_text(json.dumps(_synthetic_bench()))
+    res = _run(tmp_path, "--only", "6", "7", "--heads-json", str(hj), "--bench-json", str(bj))
+    for n in (6, 7):
+        assert res[n]["status"] == "written", res[n]
+        _check_written(tmp_path, n)
+    assert "Synthetic GPU" in res[7]["summary"]
+
+
+def test_bad_trials_rejected():
+    with pytest.raises(SystemExit):
+        make_figures.main(["--trials", "1", "--only", "1"])

@@ -1,0 +1,213 @@
+"""Tests of foxwindow.forget: decay matrices, per-query windows, gate laws and their quadrature moments,
+Monte Carlo first-passage times and the checks on bad input.
+
+Statistical checks compare Monte Carlo estimates with moments computed from the distribution (exact
+numerics or quadrature), never from the samples under test, at |estimate - law| <= z * SE with z
+Bonferroni-corrected over the checks in one test (docs/THEORY.md section 6). Seeds are fixed.
+"""
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import integrate
+
+from conftest import bonferroni_z
+from foxwindow import exact, forget, renewal
+from foxwindow.forget import (
+    SEED_GATES,
+    AR1LogitGate,
+    BetaGate,
+    ConstantGate,
+    GammaIncrement,
+    LogitNormalGate,
+    threshold,
+)
+
+# ----------------------------------------------------------------------------- decay and windows
+
+log_gate_values = st.one_of(
+    st.just(0.0),                                                   # gate exactly 1
+    st.floats(-1e-6, 0.0),                                          # gates near 1
+    st.floats(-3.0, 0.0),
+    st.floats(-60.0, -5.0),                                         # extreme forgetting
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(log_gate_values, min_size=1, max_size=40))
+def test_decay_is_monotone_in_distance(lg):
+    D = forget.decay_matrix(np.array(lg))
+    T = len(lg)
+    assert np.all(np.diag(D) == 1.0)
+    assert np.all(D[np.triu_indices(T, 1)] == 0.0)
+    for i in range(T):
+        row = D[i, : i + 1][::-1]                                   # distance 0, 1, ..., i
+        assert np.all(np.diff(row) <= 0.0)
+
+
+def brute_windows(lg, eps):
+    """W_i by scanning every key, on the same float64 cumulative sums the fast path uses."""
+    L = threshold(eps)
+    c = np.concatenate([[0.0], np.cumsum(-np.asarray(lg, dtype=np.float64))])
+    T = len(lg)
+    W = np.zeros(T, dtype=np.int64)
+    cens = np.zeros(T, dtype=bool)
+    for i in range(1, T + 1):
+        d = 0
+        while d < i and c[i] - c[i - d - 1] <= L:                  # key at distance d+1 within eps
+            d += 1
+        W[i - 1] = d
+        cens[i - 1] = c[i] <= L
+    return W, cens
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(log_gate_values, min_size=1, max_size=60), st.floats(1e-9, 0.99))
+def test_windows_match_brute_force(lg, eps):
+    W, cens = forget.windows(np.array(lg), eps)
+    Wb, cb = brute_windows(lg, eps)
+    np.testing.assert_array_equal(W, Wb)
+    np.testing.assert_array_equal(cens, cb)
+    # censored rows see the whole prefix: W_i = i (distance to the virtual key before the trace)
+    assert np.all(W[cens] == np.arange(1, len(lg) + 1)[cens])
+
+
+def test_windows_single_position_and_gate_one():
+    W, c = forget.windows(np.array([0.0]), 1e-3)
+    assert W.tolist() == [1] and c.tolist() == [True]
+    W, c = forget.windows(np.array([-10.0]), 1e-3)                  # X > L: nothing beyond the query
+    assert W.tolist() == [0] and c.tolist() == [False]
+    W, c = forget.windows(np.zeros(50), 0.5)                        # gates equal to 1 never forget
+    assert c.all() and W.tolist() == list(range(1, 51))
+
+
+def test_windows_batched_torch_matches_numpy():
+    rng = np.random.default_rng(0)
+    lg = np.log(rng.beta(8, 1, size=(2, 300, 3))).astype(np.float32)   # (B, T, H)
+    Wt, ct = forget.windows(torch.from_numpy(lg), 1e-2, dim=1)
+    assert Wt.shape == (2, 300, 3) and Wt.dtype == torch.int64
+    for b in range(2):
+        for h in range(3):
+            Wn, cn = forget.windows(lg[b, :, h], 1e-2)
+            np.testing.assert_array_equal(Wt[b, :, h].numpy(), Wn)
+            np.testing.assert_array_equal(ct[b, :, h].numpy(), cn)
+
+
+def test_alibi_trace_windows_are_integer():
+    for m, expect in ((0.05, 138), (0.1, 69)):
+        W, c = forget.windows(np.full(1000, -m), 1e-3)
+        assert renewal.alibi_window(m, 1e-3) == expect
+        assert np.all(W[~c] == expect) and np.all(W[expect + 1:] == expect)
+
+
+# ----------------------------------------------------------------------------- moments by quadrature
+
+
+@pytest.mark.parametrize("gate", list(SEED_GATES) + [BetaGate(3, 2), BetaGate(20, 1), GammaIncrement(2, 0.1)])
+def test_moments_match_cdf_integrals(gate):
+    # E X = int (1 - F), E X^2 = int 2x (1 - F), E X^3 = int 3x^2 (1 - F): an independent quadrature
+    m = gate.moments()
+    raw = [integrate.quad(lambda x: k * x ** (k - 1) * (1 - gate.cdf(np.array([x]))[0]), 0, np.inf,
+                          epsabs=1e-13, epsrel=1e-11, limit=400)[0] for k in (1, 2, 3)]
+    np.testing.assert_allclose([m.kappa, m.mu2, m.mu3], raw, rtol=1e-8)
+    assert m.sigma2 == pytest.approx(m.mu2 - m.kappa ** 2, rel=1e-12)
+
+
+def test_ar1_autocovariance_is_consistent():
+    g = AR1LogitGate(2, 0.5, 0.7)
+    m = g.moments()
+    gam = g.autocovariance([0, 1, 5])
+    assert gam[0] == pytest.approx(m.sigma2, rel=1e-9)             # Hermite series vs quadrature
+    assert gam[0] > gam[1] > gam[2] > 0
+    s1, _ = g.dependence_sums()
+    assert s1 == pytest.approx(g.autocovariance(np.arange(1, 400)).sum(), rel=1e-9)
+
+
+# ----------------------------------------------------------------------------- Monte Carlo vs laws
+
+
+def test_monte_carlo_matches_exact_moments_and_wald():
+    z = bonferroni_z(3 * len(SEED_GATES))
+    for i, gate in enumerate(SEED_GATES):
+        eps, n = 1e-3, 200_000
+        W, R = forget.first_passage_samples(gate, eps, n, seed=10 + i)
+        ex = exact.exact_first_passage(gate, eps)
+        w = W.astype(float)
+        mean, var = w.mean(), w.var(ddof=1)
+        se_mean = math.sqrt(var / n)
+        se_var = math.sqrt((np.mean((w - mean) ** 4) - var ** 2) / n)
+        assert abs(mean - ex.mean) <= z * se_mean, (gate, mean, ex.mean, se_mean)
+        assert abs(var - ex.var) <= z * se_var, (gate, var, ex.var, se_var)
+        # Wald's identity, exact: E[N] = (L + E[R]) / kappa, per trial d = N - (L + R)/kappa has mean 0
+        kappa = gate.moments().kappa
+        d = (w + 1) - renewal.wald_mean(kappa, threshold(eps), R)
+        assert abs(d.mean()) <= z * d.std() / math.sqrt(n)
+        assert np.all(R > 0)
+
+
+def test_monte_carlo_mc_result_and_alibi():
+    r = forget.first_passage_mc(ConstantGate(0.1), 1e-3, trials=1000, seed=0)
+    assert r.mean == 69 and r.var == 0
+    r = forget.first_passage_mc(BetaGate(10, 1), 1e-2, trials=100_000, seed=3)
+    lam = 10 * threshold(1e-2)                                      # Poisson: mean = var = lam
+    z = bonferroni_z(2)
+    assert abs(r.mean - lam) <= z * r.se_mean and abs(r.var - lam) <= z * r.se_var
+
+
+def test_monte_carlo_is_seeded_and_chunked():
+    g = SEED_GATES[1]
+    a, _ = forget.first_passage_samples(g, 1e-3, 5000, seed=7, chunk=2000)
+    b, _ = forget.first_passage_samples(g, 1e-3, 5000, seed=7, chunk=2000)
+    np.testing.assert_array_equal(a, b)
+    c, _ = forget.first_passage_samples(g, 1e-3, 5000, seed=7, chunk=1 << 20)
+    assert len(c) == 5000 and abs(c.mean() - a.mean()) < 1.0      # same law, different streams
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("call,word", [
+    (lambda: forget.increments_from_gates(np.array([0.5, 0.0])), "(0, 1]"),
+    (lambda: forget.increments_from_gates(np.array([0.5, 1.5])), "(0, 1]"),
+    (lambda: forget.increments_from_gates(np.array([0.5, np.nan])), "NaN"),
+    (lambda: forget.increments_from_log_gates(np.array([-0.1, 0.2])), "<= 0"),
+    (lambda: forget.increments_from_log_gates(np.array([-0.1, np.nan])), "NaN"),
+    (lambda: forget.increments_from_log_gates(np.array([-0.1, -np.inf])), "infinite"),
+    (lambda: forget.windows(np.array([]), 1e-3), "empty"),
+    (lambda: forget.windows(np.zeros((3, 0)), 1e-3), "empty"),
+    (lambda: forget.windows(np.array(["a", "b"]), 1e-3), "dtype"),
+    (lambda: forget.windows(torch.zeros(4, dtype=torch.int64), 1e-3), "floating"),
+    (lambda: forget.windows(np.zeros(4), 0.0), "eps"),
+    (lambda: forget.windows(np.zeros(4), 1.0), "eps"),
+    (lambda: forget.windows(np.zeros(4), float("nan")), "eps"),
+    (lambda: exact.exact_first_passage(SEED_GATES[0], -1), "eps"),
+    (lambda: exact.exact_first_passage(AR1LogitGate(2, 0.5, 0.5), 1e-3), "dependent"),
+    (lambda: forget.first_passage_mc(SEED_GATES[0], 1e-3, trials=0), "trials"),
+    (lambda: LogitNormalGate(0, -1), "s > 0"),
+    (lambda: BetaGate(0, 1), "a > 0"),
+    (lambda: ConstantGate(0), "slope"),
+    (lambda: AR1LogitGate(0, 1, 1.0), "phi"),
+    (lambda: forget.EmpiricalGate(np.array([])), "empty"),
+    (lambda: forget.decay_matrix(np.zeros((2, 2))), "(T,)"),
+    (lambda: renewal.acf(np.ones(10), 3), "constant"),
+])
+def test_bad_input_raises_clear_errors(call, word):
+    with pytest.raises(ValueError) as e:
+        call()
+    assert word in str(e.value)
+
+
+def test_empirical_gate_moments_are_the_trace_moments():
+    rng = np.random.default_rng(1)
+    lg = np.log(rng.beta(10, 1, 5000))
+    g = forget.EmpiricalGate(lg)
+    m = g.moments()
+    x = -lg
+    assert m.kappa == pytest.approx(x.mean()) and m.sigma2 == pytest.approx(x.var())
+    ex = exact.exact_first_passage(g, 1e-2)                       # the empirical law's exact window
+    r = forget.first_passage_mc(g, 1e-2, 50_000, seed=2)
+    z = bonferroni_z(1)
+    assert abs(r.mean - ex.mean) <= z * r.se_mean + 0.01           # + lattice error of an atomic law (O(h))

@@ -1,0 +1,395 @@
+"""Tests for prune.py: block-pruning predictions against exact counts and sampled traces, the pruned
+attention op against its error bound, KV horizons (quantiles, certificates, decoding) and bad input."""
+import json
+import math
+import os
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from foxwindow import forget, prune
+from foxwindow import fox_attention as fa
+from foxwindow import model as fm
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "figures"))
+import fig8_prune  # noqa: E402
+import figstyle  # noqa: E402
+from foxwindow import traces
+
+
+def _closed_form_pruned(T, BM, BN, m, L):
+    """ALiBi (X = m): a block is pruned iff it is strictly causal and its gap n = i_min - j_max has n m > L,
+    i.e. n >= floor(L/m) + 1. Counted block by block, independently of prune.BlockGrid."""
+    w = math.floor(L / m)
+    n_pruned = n_causal = 0
+    for i0 in range(0, T, BM):
+        i1 = min(i0 + BM, T) - 1
+        for j0 in range(0, T, BN):
+            j1 = min(j0 + BN, T) - 1
+            if j0 > i1:
+                continue
+            n_causal += 1
+            n_pruned += j1 < i0 and (i0 - j1) >= w + 1
+    return n_pruned, n_causal
+
+
+@pytest.mark.parametrize("T,block,m,L", [(500, (32, 48), 0.1, 7.33), (256, (64, 64), 0.05, 3.1),
+                                         (97, (8, 8), 0.5, 12.2), (1024, (128, 64), 0.013, 10.0)])
+def test_alibi_prediction_equals_closed_form(T, block, m, L):
+    law = prune.HeadLaw.from_gate(forget.ConstantGate(m))
+    pr = prune.predict_block_pruning(law, T, L, block)
+    n_pruned, n_causal = _closed_form_pruned(T, *block, m, L)
+    assert pr.n_causal_blocks == n_causal
+    assert pr.expected_pruned_blocks == n_pruned
+    assert pr.frac_blocks == n_pruned / n_causal
+    # the naive rule on the constant trace prunes exactly those blocks
+    pruned, _ = prune.pruned_block_mask(np.full(T, -m), L, block)
+    assert pruned.sum() == n_pruned
+
+
+def test_grid_counts_pairs_and_never_prunes_the_diagonal():
+    g = prune.BlockGrid.make(100, (16, 24))
+    assert g.pairs.sum() == 100 * 101 // 2
+    assert not (g.strict & ~g.causal).any()
+    # a gate of zero (decay 0 everywhere) prunes every strict block and nothing else
+    pruned, _ = prune.pruned_block_mask(np.full(100, -50.0), 1.0, (16, 24))
+    assert (pruned == g.strict).all() and g.causal.sum() > g.strict.sum()
+
+
+@pytest.mark.parametrize("gate,L", [(forget.LogitNormalGate(1, 1), 8.0), (forget.GammaIncrement(2.0, 0.1), 6.0)])
+def test_iid_prediction_matches_sampled_traces(gate, L):
+    T, block, S = 256, (16, 16), 300
+    law = prune.HeadLaw.from_gate(gate)
+    assert law.method(L).startswith("iid")
+    pr = prune.predict_block_pruning(law, T, L, block)                       # from the law only
+    x = gate.sample(np.random.default_rng(1), (S, T))
+    m = prune.measure_block_pruning(-x, L, block)                             # traces are independent units
+    z = stats.norm.isf(0.001 / (2 * 4))                                       # Bonferroni: 2 gates x 2 checks
+    assert 0.05 < pr.frac_blocks < 0.95                                       # a regime where the test has power
+    assert abs(m["mean_blocks"] - pr.frac_blocks) <= z * m["se_blocks"]
+    assert abs(m["mean_flops"] - pr.frac_flops) <= z * m["se_flops"]
+    # power: the law of a gate forgetting 10% faster is rejected by the same check
+    fast = prune.HeadLaw.from_gate(forget.GammaIncrement(2.0, 0.11) if isinstance(gate, forget.GammaIncrement)
+                                   else forget.LogitNormalGate(0.85, 1))
+    wrong = prune.predict_block_pruning(fast, T, L, block)
+    assert abs(m["mean_blocks"] - wrong.frac_blocks) > z * m["se_blocks"]
+
+
+def _inputs(B=2, T=160, H=2, D=8, seed=0, gate_mu=0.5):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, T, H, D, generator=g) for _ in range(3))
+    lg = torch.nn.functional.logsigmoid(gate_mu + torch.randn(B, T, H, generator=g))
+    return q, k, v, lg
+
+
+def test_pruned_output_within_mass_bound():
+    q, k, v, lg = _inputs()
+    B, T, H, D = q.shape
+    scale = D ** -0.5
+    for U, log_tol in ((0.0, -1.0), (0.0, -3.0), ("auto", -2.0)):
+        out, st = prune.pruned_attention(q, k, v, lg, log_tol=log_tol, U=U, block=16, dense=True)
+        dense = fa.forgetting_attention_reference(q.double(), k.double(), v.double(), lg.double())
+        # the pruned mass of each row, from dense probabilities and the block rule, computed here
+        c = torch.cumsum(lg.double(), 1).transpose(1, 2)                               # (B, H, T)
+        logits = torch.einsum("bihd,bjhd->bhij", q.double(), k.double()) * scale + c[..., :, None] - c[..., None, :]
+        logits = logits.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        p = torch.softmax(logits, -1)
+        rows = []
+        for h in range(H):
+            blk, g = prune.pruned_block_mask(lg[:, :, h], float(st.L[h]), 16)            # (B, nI, nJ)
+            bi, bj = np.arange(T) // 16, np.arange(T) // 16
+            rows.append(torch.from_numpy(blk[:, bi][:, :, bj]))
+        pruned = torch.stack(rows, 1)                                                   # (B, H, T, T)
+        mass = (p * pruned).sum(-1)                                                     # (B, H, T)
+        vr = (v.double().amax(1) - v.double().amin(1)).transpose(0, 1)                  # (H, B, D) -> per b, h
+        bound = mass[..., None] * vr.transpose(0, 1)[:, :, None, :]                     # (B, H, T, D)
+        err = (out.double() - dense).abs().transpose(1, 2)                               # (B, H, T, D)
+        assert (err <= bound + 1e-5).all()
+        assert np.allclose(st.max_pruned_mass, mass.amax((0, 2)).numpy(), rtol=1e-4, atol=1e-7)
+        if U == "auto":
+            assert (st.max_pruned_mass <= math.exp(log_tol)).all()                      # ACP's guarantee
+        else:
+            assert mass.max() > 1e-3                                                     # pruning really bit
+
+
+def test_pruning_at_vanishing_tol_is_dense():
+    q, k, v, lg = _inputs(seed=3)
+    out, st = prune.pruned_attention(q, k, v, lg, log_tol=-1e4, block=16, dense=True)
+    assert st.pruned_blocks.sum() == 0 and (st.max_err == 0).all()                      # bit for bit
+    ref = fa.forgetting_attention_reference(q, k, v, lg)
+    assert torch.allclose(out, ref, atol=1e-6)
+
+
+def _tiny_model(seed=0):
+    torch.manual_seed(seed)
+    cfg = fm.FoXConfig(d_model=32, n_layers=2, n_heads=2, context=64, fgate_bias_init=1.0)
+    return fm.FoXLM(cfg).eval()
+
+
+def test_decoding_with_full_horizon_equals_the_model():
+    model = _tiny_model()
+    toks = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = model(toks)
+    lg, kept = prune.decode(model, toks)
+    assert torch.allclose(lg, ref, atol=2e-5)
+    lg2, kept2 = prune.decode(model, toks, np.full((2, 2), 40))
+    assert torch.equal(lg, lg2) and (kept == 40).all() and (kept2 == 40).all()
+
+
+def test_decoding_with_horizons_equals_a_band_mask():
+    model = _tiny_model(1)
+    toks = torch.randint(0, 256, (2, 30), generator=torch.Generator().manual_seed(1))
+    hz = np.array([[0, 5], [12, 2]])
+    lg, kept = prune.decode(model, toks, hz)
+    assert kept.tolist() == [[1, 6], [13, 3]]
+    calls = []
+
+    def band(q, k, v, log_fgate, *, sm_scale=None, causal=True, chunk=128):
+        li = len(calls)
+        calls.append(li)
+        T = q.shape[1]
+        i = torch.arange(T)
+        c = torch.cumsum(log_fgate.double(), 1).transpose(1, 2)
+        logits = torch.einsum("bihd,bjhd->bhij", q, k) * sm_scale + (c[..., :, None] - c[..., None, :]).float()
+        d = i[:, None] - i[None, :]
+        keep = (d >= 0) & (d[None] <= torch.from_numpy(hz[li])[:, None, None])       # (H, T, T)
+        p = torch.softmax(logits.masked_fill(~keep, float("-inf")), -1)
+        return torch.einsum("bhij,bjhd->bihd", p, v)
+
+    orig = fm.forgetting_attention
+    fm.forgetting_attention = band
+    try:
+        with torch.no_grad():
+            ref = model(toks)
+    finally:
+        fm.forgetting_attention = orig
+    assert torch.allclose(lg, ref, atol=2e-5)
+
+
+def test_kv_horizon_quantiles_exact():
+    # ALiBi: W = floor(L/m) for every p
+    law = prune.HeadLaw.from_gate(forget.ConstantGate(0.1))
+    for p in (0.5, 0.99):
+        hz = prune.kv_horizon(law, 1.5, -7.0, p, T=1000)
+        assert hz.h == math.floor((3.0 + 7.0 + math.log(1000)) / 0.1)
+    # Beta(a, 1) gates: W ~ Poisson(L a) exactly
+    law = prune.HeadLaw.from_gate(forget.BetaGate(20, 1))
+    hz = prune.kv_horizon(law, 0.5, -5.0, 0.99)
+    assert hz.h == stats.poisson.ppf(0.99, 6.0 * 20)
+
+
+def test_certified_horizon_bounds_the_decay():
+    x_min, U, log_tol = 0.07, 1.3, -6.0
+    for total in (False, True):
+        hz = prune.certified_horizon(x_min, U, log_tol, total=total)
+        rng = np.random.default_rng(0)
+        x = x_min + rng.exponential(0.05, (50, 3000))                          # every gate <= e^{-x_min}
+        x[0] = x_min                                                              # the extreme trace
+        logd = -np.cumsum(x, 1)                                                   # log decay at d = 1, 2, ...
+        beyond = logd[:, hz.h:]                                                   # distances d > h
+        assert (2 * U + beyond < log_tol).all()                                   # every key beyond: weight < tol
+        tail = np.exp(2 * U + beyond).sum(1)
+        if total:
+            assert (tail <= math.exp(log_tol) * (1 + 1e-9)).all()
+        else:                                                                     # minimal: key h is not covered
+            assert 2 * U - hz.h * x_min >= log_tol
+
+
+def test_certified_x_min_holds_for_the_model():
+    model = _tiny_model(2)
+    xm = np.stack([prune.certified_x_min(b.attn, b.ln1) for b in model.blocks])
+    toks = torch.randint(0, 256, (4, 64), generator=torch.Generator().manual_seed(2))
+    _, cache = traces.run_with_cache(model, toks, names_filter=lambda n: n.endswith("hook_log_fgate"))
+    for li in range(2):
+        x = -cache[f"blocks.{li}.attn.hook_log_fgate"].double().numpy()          # (B, T, H)
+        assert (x.min((0, 1)) >= xm[li] * (1 - 1e-6)).all() and (xm[li] > 0).all()
+
+
+def test_bad_input_raises():
+    law = prune.HeadLaw.from_gate(forget.ConstantGate(0.1))
+    for tol in (0.0, 1.0, 1.5, -0.1, float("nan")):
+        with pytest.raises(ValueError, match="tol"):
+            prune.check_tol(tol)
+    for lt in (0.0, 0.5, float("-inf")):
+        with pytest.raises(ValueError, match="log_tol"):
+            prune.kv_horizon(law, 1.0, lt)
+    with pytest.raises(ValueError, match="block size BM"):
+        prune.predict_block_pruning(law, 100, 5.0, 0)
+    with pytest.raises(ValueError, match="block size BN"):
+        prune.pruned_block_mask(np.full(10, -0.1), 5.0, (4, 0))
+    with pytest.raises(ValueError, match="T"):
+        prune.predict_block_pruning(law, 0, 5.0, 16)
+    with pytest.raises(ValueError, match="T > 0"):
+        prune.pruned_block_mask(np.zeros((2, 0)), 5.0, 16)
+    with pytest.raises(ValueError, match="T"):
+        prune.acp_threshold(-10, 1.0, 0)
+    with pytest.raises(ValueError, match="L must be"):
+        law.survival(-1.0, np.arange(3))
+    with pytest.raises(ValueError, match="x_min"):
+        prune.certified_horizon(0.0, 1.0, -5)
+    q, k, v, lg = _inputs(T=32)
+    with pytest.raises(ValueError, match="log_tol"):
+        prune.pruned_attention(q, k, v, lg, log_tol=0.0)
+    with pytest.raises(ValueError, match="U"):
+        prune.pruned_attention(q, k, v, lg, U="max")
+
+
+@pytest.mark.parametrize("argv,msg", [(["--tol", "1.5"], "--tol"), (["--log-tol", "0"], "--log-tol"),
+                                      (["--block", "0"], "block size"), (["--seq-len", "0"], "--seq-len"),
+                                      (["--checkpoint", "nope.pt"], "not found"), (["--tol", "abc"], "--tol"),
+                                      (["--U", "big"], "--U"), (["--tol", "0.1", "--log-tol", "-3"], "not allowed")])
+def test_cli_bad_input_exits_2(argv, msg, capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        prune.main(argv + ["--out", str(tmp_path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and len(err.splitlines()) == 1
+
+
+def test_cli_does_not_overwrite(capsys, tmp_path):
+    (tmp_path / "prune.json").write_text("{}")
+    with pytest.raises(SystemExit) as e:
+        prune.main(["--out", str(tmp_path)])
+    assert e.value.code == 2 and "exists" in capsys.readouterr().err
+    assert (tmp_path / "prune.json").read_text() == "{}"
+
+
+def test_figure_from_small_json(tmp_path):
+    heads = [dict(layer=0, head=h, kappa=0.5 / (h + 1), tols=[dict(log_tol=lt, pred_frac_blocks=0.1 * h,
+                                                                  meas_frac_blocks=0.1 * h + 0.01, se_meas=0.01)
+                                                             for lt in (-4.0, -10.0)]) for h in range(3)]
+    per_tol = [dict(log_tol=lt, delta_bpb=1e-6 * (lt + 11), max_pruned_mass=1e-9, readout_bound=1e-4,
+                    pred_frac_blocks=0.1, meas_frac_blocks=0.11) for lt in (-4.0, -10.0)]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(dict(info=dict(seq_len=128, block=[64, 64], bpb_dense=2.0), heads=heads,
+                                    per_tol=per_tol, decode=None)))
+    figstyle.apply()
+    paths, summary = fig8_prune.make(SimpleNamespace(out=str(tmp_path), prune_json=str(path)))
+    assert all(os.path.getsize(p) > 5000 for p in paths) and "3 heads" in summary
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("checkpoints/fox_shakespeare.pt"), reason="no shipped checkpoint")
+def test_model_run_end_to_end_small(tmp_path, capsys):
+    threads = torch.get_num_threads()
+    try:                                                                         # main sets --threads 1
+        res = prune.main(["--log-tol", "-4", "-10", "--n-seq", "3", "--seq-len", "128", "--block", "32",
+                          "--decode-seqs", "1", "--out", str(tmp_path), "--no-progress"])
+    finally:
+        torch.set_num_threads(threads)
+    assert (tmp_path / "prune.json").exists() and (tmp_path / "prune.txt").exists()
+    assert "ACP block pruning" in capsys.readouterr().out
+    for r in res["per_tol"]:
+        assert r["max_pruned_mass"] <= math.exp(r["log_tol"])                     # ACP's guarantee held
+        assert r["max_excess"] <= 1e-6 * r["max_abs_v"]                          # bound holds to float32 rounding
+    d = res["decode"]
+    assert d["max_abs_logit_diff_vs_parallel"] < 1e-4
+    for h in res["heads"]:
+        for e in h["tols"]:
+            assert 0 <= e["pred_frac_blocks"] <= 1 and 0 <= e["meas_frac_blocks"] <= 1
+            assert 0 <= e["horizon_coverage"] <= 1 and e["mass_window_max"] <= 127
+
+
+def test_var_sum_equals_the_double_sum_of_autocovariances():
+    law = prune.HeadLaw.from_gate(forget.AR1LogitGate(1.0, 1.0, 0.8))
+    gam = law.sigma2 * np.concatenate([law.rho, np.zeros(64)])
+    for n in (1, 2, 7, 40):
+        i = np.arange(n)
+        brute = gam[np.abs(i[:, None] - i[None, :])].sum()                     # Var sum_{t<n} X_t
+        assert math.isclose(law.var_sum(np.array([n]))[0], brute, rel_tol=1e-12)
+
+
+def test_from_trace_chooses_the_law():
+    rng = np.random.default_rng(4)
+    iid = prune.HeadLaw.from_trace(-forget.LogitNormalGate(1, 1).sample(rng, (16, 1024)))
+    assert iid.iid and iid.method(8.0) == "iid, exact numerics"
+    ar, _ = forget.AR1LogitGate(1, 1, 0.9).sample_paths(rng, 16, 1024)
+    dep = prune.HeadLaw.from_trace(-ar)
+    assert not dep.iid and dep.tau > 3 and dep.method(8.0) == "autocorrelation-adjusted normal"
+    const = prune.HeadLaw.from_trace(np.full((4, 50), -0.2))
+    assert const.method(3.0).startswith("deterministic") and const.x_min == pytest.approx(0.2)
+
+
+# ----------------------------------------------------------------------------- --traces: any model's gate traces
+
+
+def _trace_file(path, S=24, T=256, m=0.3, seed=3, iid=True):
+    """Layer 'a': (S, T, 2) log gates, head 0 iid logit-normal(1, 1) (iid=False: constant e^-0.05), head 1 the
+    constant gate e^-m; layer 'b': (S, T, 1), the constant gate e^-(2m). Returns (path, [the two constant
+    heads' float32 log gates])."""
+    x = forget.LogitNormalGate(1, 1).sample(np.random.default_rng(seed), (S, T)) if iid else np.full((S, T), 0.05)
+    lg_c = [np.float32(-m), np.float32(-2 * m)]
+    a = np.stack([-x, np.full((S, T), lg_c[0])], axis=-1).astype(np.float32)            # (S, T, 2)
+    b = np.full((S, T, 1), lg_c[1], dtype=np.float32)                                   # (S, T, 1)
+    traces.save_trace(str(path), {"a": a, "b": b}, dict(model="synthetic"))
+    return str(path), lg_c
+
+
+def test_traces_predicted_and_measured_pruning_agree(tmp_path):
+    path, lg_c = _trace_file(tmp_path / "t.npz")
+    U, lt, T, block = 0.5, -4.0, 256, (32, 32)
+    res = prune.analyse_traces(path, U, [lt], block, context=20)
+    L = 2 * U + math.log(T) - lt                                                     # -delta
+    assert [(h["layer"], h["head"]) for h in res["heads"]] == [(0, 0), (0, 1), (1, 0)]
+    e = res["heads"][0]["tols"][0]                                                   # the iid head
+    assert e["L"] == pytest.approx(L)
+    assert 0.05 < e["pred_frac_blocks"] < 0.95                                       # the check has power here
+    z = stats.norm.isf(0.001 / 2)
+    assert e["se_meas"] > 0 and abs(e["err"]) <= z * e["se_meas"]
+    # the law fitted on the odd sequences predicts what the true law predicts (fit error << measurement SE)
+    true = prune.predict_block_pruning(prune.HeadLaw.from_gate(forget.LogitNormalGate(1, 1)), T, L, block)
+    assert abs(e["pred_frac_blocks"] - true.frac_blocks) <= e["se_meas"]
+    # ALiBi: prediction and measurement both equal the closed form, and the horizon is floor(L_T / m)
+    for e, lg in zip([res["heads"][1]["tols"][0], res["heads"][2]["tols"][0]], lg_c):
+        m = -float(lg)
+        n_pruned, n_causal = _closed_form_pruned(T, *block, m, L)
+        assert 0 < n_pruned < n_causal
+        assert e["method"].startswith("deterministic")
+        assert e["pred_frac_blocks"] == n_pruned / n_causal and e["se_meas"] <= 1e-15
+        assert e["meas_frac_blocks"] == pytest.approx(n_pruned / n_causal, rel=1e-12)     # a mean over sequences
+        for t, h in e["horizon"].items():
+            assert h == math.floor((2 * U - lt + math.log(int(t))) / m)
+    # W at the level of a 20-token context: floor(L_20 / m) = 26 > 20 for m = 0.3, 13 for m = 0.6
+    assert [res["heads"][i]["tols"][0]["p_window_beyond_context"] for i in (1, 2)] == [1.0, 0.0]
+    r = res["per_tol"][0]
+    assert r["pred_frac_blocks"] == pytest.approx(np.mean([h["tols"][0]["pred_frac_blocks"] for h in res["heads"]]))
+    assert res["info"]["n_seq"] == 12 and res["info"]["n_fit"] == 12 and res["decode"] is None
+
+
+def test_traces_cli_text_and_json(tmp_path, capsys):
+    path, _ = _trace_file(tmp_path / "t.npz", S=6, T=64, iid=False)
+    res = prune.main(["--traces", path, "--U", "0", "--log-tol", "-3", "--block", "16", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "Left out: bits per byte" in out and "need the model itself" in out and " cov " not in out
+    assert json.loads((tmp_path / "prune.json").read_text())["info"]["source"] == "traces"
+    assert len(res["heads"]) == 3
+
+
+@pytest.mark.parametrize("extra,msg", [([], "--traces needs --U"), (["--U", "auto"], "--traces needs --U"),
+                                       (["--U", "0", "--checkpoint", "checkpoints/fox_shakespeare.pt"],
+                                        "--checkpoint cannot be used with --traces"),
+                                       (["--U", "0", "--n-seq", "4"], "--n-seq cannot be used with --traces"),
+                                       (["--U", "0", "--context", "0"], "--context")])
+def test_traces_cli_usage_errors_exit_2(extra, msg, tmp_path, capsys):
+    path, _ = _trace_file(tmp_path / "t.npz", S=6, T=32, iid=False)
+    with pytest.raises(SystemExit) as e:
+        prune.main(["--traces", path, "--out", str(tmp_path / "o")] + extra)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and len(err.splitlines()) == 1
+
+
+def test_traces_bad_files_and_context_without_traces(tmp_path, capsys):
+    path, _ = _trace_file(tmp_path / "t.npz", S=4, T=32, iid=False)
+    with pytest.raises(ValueError, match="at least 6"):
+        prune.analyse_traces(path, 0.0, [-4.0])
+    for argv, msg in [(["--traces", str(tmp_path / "none.npz"), "--U", "0"], "--traces: trace file not found"),
+                      (["--context", "100"], "--context applies to --traces only")]:
+        with pytest.raises(SystemExit) as e:
+            prune.main(argv + ["--out", str(tmp_path / "o")])
+        err = capsys.readouterr().err.strip()
+        assert e.value.code == 2 and msg in err and len(err.splitlines()) == 1
