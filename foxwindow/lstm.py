@@ -608,7 +608,7 @@ def textgenrnn_traces(n_seq=32, seq_len=2048, units=None, batch=32, weights_path
                       f"{os.path.basename(info['weights'])}, Keras {info['keras_version']})",
                 family="torch-lstm", layers=names, units=sel if sel is not None else "all",
                 unit_count=info["units"], seq_len=seq_len, n_seq=n_seq, spans=spans,
-                unknown_fraction=float((ids == 0).float().mean()),
+                unknown_fraction=float((ids == 0).float().mean()), newline_fraction=float((toks == 10).float().mean()),
                 mapping="one id per byte: ASCII byte -> vocab.get(char, 0), other bytes -> 0; '\\n' is not in the "
                         "vocabulary (id 0, as textgenrnn maps it)",
                 state="zero state at each sequence start; the LSTM runs continuously over the sequence")
@@ -684,8 +684,8 @@ def main(argv=None):
     traces.save_trace(out, tr, meta)
     H = ", ".join(f"{n} {v.shape[2]}" for n, v in tr.items())
     print(f"textgenrnn forget gates: {a.n_seq} x {a.seq_len} held-out characters, units per layer: {H}; "
-          f"{100 * meta['unknown_fraction']:.1f}% of characters map to id 0 (outside the vocabulary, mostly "
-          f"line breaks); captured in {meta['capture_s']:.1f} s")
+          f"{100 * meta['unknown_fraction']:.2f}% of characters map to id 0 (outside the vocabulary; line breaks: "
+          f"{100 * meta['newline_fraction']:.2f}%); captured in {meta['capture_s']:.1f} s")
     print(f"wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB): python forget.py --traces {out}")
 
 
