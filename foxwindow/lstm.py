@@ -624,18 +624,18 @@ def default_out():
 def build_parser():
     p = outputs.parser("Capture the forget gates of the textgenrnn character LSTM (2 x 128 units) on the held-out "
                        "split as a trace file for `python forget.py --traces FILE`.")
-    p.add_argument("--out", default=None, help="trace file (.npz) to write (default: a fresh "
-                   "runs/lstm-traces-<time>/textgenrnn_traces.npz; the committed one: --out "
+    p.add_argument("--out", default=None, help="trace file (.npz) to write; None: a fresh "
+                   "runs/lstm-traces-<time>/textgenrnn_traces.npz (the committed one: --out "
                    "results/lstm/textgenrnn_16units.npz --force)")
     p.add_argument("--n-seq", type=int, default=32, help="held-out sequences")
     p.add_argument("--seq-len", type=int, default=2048, help="characters per sequence")
     p.add_argument("--units", default="16", help="units per layer: N spread evenly over the layer (16: units 0, 8, "
                    ".., 120; a 32 x 2048 file of 2 x 16 units is 8.4 MB), 'all' (2 x 128 units, 67 MB), or a "
-                   "comma list of unit indices, e.g. '3,17,' ")
+                   "comma list of unit indices ('3,17'; one unit: '5,')")
     p.add_argument("--batch", type=int, default=32, help="sequences per forward")
-    p.add_argument("--weights", default=None, help="Keras HDF5 weight file (default: the installed textgenrnn's)")
-    p.add_argument("--vocab", default=None, help="vocabulary JSON (default: the installed textgenrnn's)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    p.add_argument("--weights", default=None, help="Keras HDF5 weight file; None: the installed textgenrnn's")
+    p.add_argument("--vocab", default=None, help="vocabulary JSON; None: the installed textgenrnn's")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads; None: torch's choice")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     outputs.add_common(p)
     return p

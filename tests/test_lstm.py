@@ -359,3 +359,21 @@ def test_trace_file_round_trip(tmp_path, capsys):
     assert m3["units"] == [0, 64] and back["rnn_1"].shape == (3, 64, 2)
     assert outputs.cli(lstm.main, argv + ["--force", "--units", "0,128"]) == 2
     assert "outside [0, 128)" in capsys.readouterr().err
+
+
+@needs_h5py
+def test_command_on_another_keras_file(tmp_path, capsys):
+    """--weights / --vocab: any Keras character LSTM stack (here 6 then 4 units) gives a trace file that the
+    per-head analysis reads."""
+    w = _random_keras(str(tmp_path / "w.h5"), cudnn=True)
+    voc = tmp_path / "v.json"
+    voc.write_text(json.dumps({c: i + 1 for i, c in enumerate("etaoin h")}))
+    out = str(tmp_path / "t.npz")
+    argv = ["--weights", w, "--vocab", str(voc), "--out", out, "--n-seq", "3", "--seq-len", "32", "--units", "all",
+            "--no-progress"]
+    assert outputs.cli(lstm.main, argv) == 0, capsys.readouterr().err
+    tr, meta = heads.load_traces_checked(out)
+    assert {n: t.shape for n, t in tr.items()} == {"rnn_1": (3, 32, 6), "rnn_2": (3, 32, 4)} and meta["units"] == "all"
+    voc.write_text(json.dumps({"a": 1}))
+    assert outputs.cli(lstm.main, argv[:-1] + ["--force"]) == 2
+    assert "embedding has 9 rows" in capsys.readouterr().err
