@@ -390,6 +390,9 @@ def read_keras_lstm(path):
                 weights[ln] = {w.split("/")[-1].split(":")[0]: np.asarray(g[w][()]) for w in wn}
             except (KeyError, OSError) as exc:
                 raise ValueError(f"{path}: layer '{ln}': weights unreadable: {exc}") from None
+            if len(weights[ln]) != len(wn):
+                raise ValueError(f"{path}: layer '{ln}' holds several weights of one name ({wn[:6]}): a "
+                                 "Bidirectional or other wrapper, not a plain LSTM layer")
         version = fh.attrs.get("keras_version", root.attrs.get("keras_version", b"?"))
         config = fh.attrs.get("model_config")
     version = version.decode() if isinstance(version, bytes) else str(version)

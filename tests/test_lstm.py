@@ -311,6 +311,12 @@ def test_bad_keras_files(tmp_path):
                   "bias": np.zeros(8, np.float32)}])
     with pytest.raises(ValueError, match="width 4.*gives 3"):
         lstm.read_keras_lstm(str(chain))
+    bi = tmp_path / "bi.h5"
+    z = np.zeros
+    write_keras(str(bi), rng.normal(size=(5, 3)).astype(np.float32),
+                [{f"{d}/kernel": z((3, 8), np.float32) for d in ("forward", "backward")}])
+    with pytest.raises(ValueError, match="several weights of one name"):
+        lstm.read_keras_lstm(str(bi))
     with pytest.raises(FileNotFoundError):
         lstm.read_keras_lstm(str(tmp_path / "missing.h5"))
     voc = tmp_path / "v.json"
