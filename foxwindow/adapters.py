@@ -312,6 +312,11 @@ def _mamba2(layer, x, kw):
     return -layer.A_log.float().exp() * dt
 
 
+def _torch_lstm(layer, x, kw):
+    from foxwindow import lstm  # on use: lstm.py imports this module
+    return lstm.registry_log_decay(layer, x, kw)
+
+
 def retnet_log_decays(num_heads):
     """RetNet's fixed per-head decays: log(1 - 2^(-5 - h)), h = 0..H-1, float32 (H,)."""
     return torch.log1p(-torch.pow(2.0, -5.0 - torch.arange(num_heads, dtype=torch.float32)))
@@ -358,6 +363,9 @@ for _a in (
                 lambda m: m.num_heads, kind="constant", packages=("fla",), model_types=("retnet",),
                 note="constant decay per head: a lattice law, W = floor(L/m) exactly, Var W = 0 "
                      "(forget.ConstantGate(m)); the renewal variance law does not apply"),
+    GateAdapter("torch-lstm", ("torch.nn.modules.rnn.LSTM",), _torch_lstm, lambda m: m.num_layers * m.hidden_size,
+                note="per unit (a head is one LSTM unit, X = -log f); layers side by side along H; batch_first only, "
+                     "initial state by keyword or zeros (foxwindow.lstm.capture_lstm_gates reads every call)"),
 ):
     register_adapter(_a)
 

@@ -17,6 +17,7 @@ COMMANDS = {
     "reach": ("reach", "how far each attention kind reaches: windows, attribution, passkey retrieval"),
     "bench-laws": ("bench_laws", "speed of the window numerics"),
     "dependent-errors": ("dependent_errors", "the dependent-increment laws against exact numerics"),
+    "lstm-traces": ("lstm", "the textgenrnn character LSTM's forget gates on the held-out text, as a trace file"),
 }
 
 

@@ -1,0 +1,696 @@
+"""LSTM forget gates: any torch.nn.LSTM / LSTMCell, and the textgenrnn character LSTM rebuilt in torch.
+
+An LSTM unit keeps c_t = f_t c_{t-1} + i_t g_t, so what it held at token s is scaled by f_{s+1} ... f_t:
+each unit is a gated memory with X_t = -log f_t, and the window laws apply to every unit's trace as to a
+FoX head's (a "head" of an LSTM trace is one unit). The forget gate is
+    f_t = sigmoid(W_if x_t + b_if + W_hf h_{t-1} + b_hf)      (torch's gate order i, f, g, o)
+recomputed here from the module's own weights, the input it was called with and the hidden states it
+produced.
+
+    lstm_log_forget(lstm, x, hx=None, units=None)     any nn.LSTM (any num_layers, batch_first either
+                                                      way, proj_size): [(B, T, H) float32 log f per layer]
+    cell_log_forget(cell, x, hx=None, units=None)     one nn.LSTMCell step: (B, H) float32 log f
+    capture_lstm_gates(model, *inputs, units=None)    every nn.LSTM / nn.LSTMCell of a model, one forward:
+                                                      {name: (B, T, H) float32} (a cell's calls stacked
+                                                      over time)
+    registry_log_decay                                the "torch-lstm" family of adapters.py (batch_first
+                                                      nn.LSTM through adapters.capture_log_decays)
+
+The textgenrnn character LSTM (textgenrnn==2.0.0, MIT; its weight file textgenrnn_weights.hdf5 and
+vocabulary textgenrnn_vocab.json ship inside the package; only those two files are read, with h5py and
+json: neither tensorflow nor textgenrnn's own code is imported):
+
+    textgenrnn_files()                 the installed package's (weights, vocab) paths
+    read_keras_lstm(path)              the embedding and LSTM layers of a Keras HDF5 weight file
+    read_vocab(path, n_classes)        textgenrnn's char -> id map, checked against the embedding
+    KerasCharLSTM(weights)             the same network in torch: embedding -> LSTM_1 -> LSTM_2 -> ...
+                                       (each layer's input is the previous layer's output; the
+                                       concatenation [embedding, LSTM_1, LSTM_2] feeds only the
+                                       attention / output head)
+    encode_text / byte_table           text -> ids as textgenrnn maps it (see CHARACTER MAPPING)
+    textgenrnn_traces(...)             the forget gates on the held-out split, as a trace dict + metadata
+    main                               `python lstm_traces.py` (`foxwindow lstm-traces`): the trace file
+
+KERAS WEIGHT LAYOUTS. A Keras LSTM layer stores kernel (in, 4u), recurrent_kernel (u, 4u) and bias, the
+gate blocks in the order i, f, c, o (torch's i, f, g, o). Plain Keras LSTM: gates = x @ kernel + h @
+recurrent_kernel + bias (bias (4u,)). CuDNNLSTM (bias (8u,) = input biases then recurrent biases; the
+textgenrnn file): the layer hands cuDNN each gate's block as a flat buffer, which cuDNN reads as its
+(u, in) and (u, u) row-major matrices, so W_g = kernel[:, g].reshape(u, in) (a plain transpose only when
+in == u) and R_g = recurrent_kernel[:, g] as is; gates_g = W_g x + b_in_g + R_g h + b_rec_g, with
+sigmoid for i, f, o and tanh for c. Keras converts these weights the same way when it loads a CuDNNLSTM
+file into a CPU LSTM, which is what textgenrnn does without a GPU.
+
+CHARACTER MAPPING (textgenrnn's textgenrnn_encode_sequence: `vocab.get(char, 0)`): each character is
+looked up in the vocabulary (464 entries, ids 1..464); a character not in it gets id 0, which is also
+the id of the left padding textgenrnn puts before short contexts. The id of the meta token '<s>' (464),
+which textgenrnn puts before each of its training texts, never comes out of text (the string "<s>" is
+three characters). The vocabulary has no '\\n', '\\t' or '\\r': every line break of the held-out text is id 0.
+Bytes are mapped one id per byte (byte_table): an ASCII byte as its character, any other byte as 0 (the
+held-out split is pure ASCII, so the trace's tokens are its bytes, aligned with data.heldout_tokens).
+
+Caveat on the windows: textgenrnn trains and generates on contexts of its last 40 tokens, each read
+from a zero state; the traces here run the LSTM continuously over 2048 characters (from a zero state at
+each sequence start), the way an LSTM is read as a recurrence, so the units' gates beyond ~40 steps are
+the network's behaviour outside its training regime.
+"""
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from foxwindow import outputs
+
+TEXTGENRNN = "textgenrnn==2.0.0"
+TEXTGENRNN_PIP = f"pip install --no-deps {TEXTGENRNN}"
+WEIGHTS_FILE, VOCAB_FILE = "textgenrnn_weights.hdf5", "textgenrnn_vocab.json"
+
+
+# ----------------------------------------------------------------------------- any torch.nn.LSTM / LSTMCell
+
+def _check_units(units, hidden, what):
+    """None -> None; else a list of distinct ints in [0, hidden)."""
+    if units is None:
+        return None
+    try:
+        sel = [int(u) for u in units]
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: units must be a sequence of ints; got {units!r}") from None
+    if not sel:
+        raise ValueError(f"{what}: units is empty")
+    bad = [u for u in sel if not 0 <= u < hidden]
+    if bad:
+        raise ValueError(f"{what}: units {bad[:5]} outside [0, {hidden}) (the layer has {hidden} units)")
+    if len(set(sel)) != len(sel):
+        raise ValueError(f"{what}: units has repeated entries")
+    return sel
+
+
+def _check_lstm(lstm):
+    if isinstance(lstm, nn.LSTMCell):
+        raise ValueError("an nn.LSTMCell is one step: use cell_log_forget (or capture_lstm_gates on the model)")
+    if not isinstance(lstm, nn.LSTM):
+        raise ValueError(f"expected a torch.nn.LSTM; got {type(lstm).__name__} (a GRU or vanilla RNN has no forget "
+                         "gate; other gated layers: foxwindow.adapters)")
+    if lstm.bidirectional:
+        raise ValueError("bidirectional nn.LSTM: the reverse direction's gates decay over later tokens, not earlier "
+                         "ones; not supported (capture a unidirectional LSTM)")
+    if lstm.training and lstm.dropout > 0 and lstm.num_layers > 1:
+        raise ValueError(f"the nn.LSTM is in training mode with dropout={lstm.dropout} between layers: the "
+                         "gates are random; call model.eval() first")
+
+
+def _layer_weights(lstm, layer):
+    """(W_ih (4H, in), W_hh (4H, R), b_ih (4H,), b_hh (4H,), W_hr (P, H) or None) of layer `layer`."""
+    w_ih, w_hh = getattr(lstm, f"weight_ih_l{layer}"), getattr(lstm, f"weight_hh_l{layer}")
+    if lstm.bias:
+        b_ih, b_hh = getattr(lstm, f"bias_ih_l{layer}"), getattr(lstm, f"bias_hh_l{layer}")
+    else:
+        b_ih = b_hh = torch.zeros(w_ih.shape[0], dtype=w_ih.dtype, device=w_ih.device)
+    w_hr = getattr(lstm, f"weight_hr_l{layer}") if lstm.proj_size > 0 else None
+    return w_ih, w_hh, b_ih, b_hh, w_hr
+
+
+def _one_layer(lstm, layer):
+    """A single-layer batch_first nn.LSTM holding layer `layer`'s weights (it runs the same fused op)."""
+    w_ih, w_hh, b_ih, b_hh, w_hr = _layer_weights(lstm, layer)
+    one = nn.LSTM(w_ih.shape[1], lstm.hidden_size, num_layers=1, bias=lstm.bias, batch_first=True,
+                  proj_size=lstm.proj_size, device=w_ih.device, dtype=w_ih.dtype)
+    with torch.no_grad():
+        one.weight_ih_l0.copy_(w_ih)
+        one.weight_hh_l0.copy_(w_hh)
+        if lstm.bias:
+            one.bias_ih_l0.copy_(b_ih)
+            one.bias_hh_l0.copy_(b_hh)
+        if w_hr is not None:
+            one.weight_hr_l0.copy_(w_hr)
+    return one.eval()
+
+
+def lstm_log_forget(lstm, x, hx=None, units=None, output=None, return_hidden=False):
+    """Log forget gates of every layer of `lstm` (a unidirectional torch.nn.LSTM) on input `x`.
+
+    x: (B, T, in) when lstm.batch_first, (T, B, in) otherwise, or unbatched (T, in); any float dtype the
+        module takes (a PackedSequence is refused: pad it). hx: the (h0, c0) the module was called with,
+        each (num_layers, B, R) (R = proj_size or hidden_size; unbatched (num_layers, R)), or None (zeros).
+    units: None (every unit) or a sequence of unit indices kept in every layer, in that order.
+    output: the module's own output for (x, hx), if at hand (its layout).
+    The hidden states of each layer: a one-layer module's are `output` when given; otherwise every layer is
+    rerun on its input with its own weights (the same fused op, no dropout), the last layer's rerun checked
+    against `output` when given. Then log f_t = logsigmoid(W_if x_t + b_if + W_hf h_{t-1} + b_hf) from each
+    layer's inputs x_t and hidden states h_{t-1} (h_0 from hx).
+    Returns [log f of layer l: (B, T, H) float32 CPU tensor, entries <= 0] for l = 0 .. num_layers - 1
+    (H = len(units) or hidden_size; an unbatched input gives B = 1); with return_hidden also the list of
+    each layer's (B, T, R) hidden states (module dtype and device).
+    Raises ValueError for a module that is not an nn.LSTM, a bidirectional one, dropout in training mode,
+    a wrong input layout, bad units, or a rerun that does not reproduce `output`.
+    """
+    _check_lstm(lstm)
+    if isinstance(x, nn.utils.rnn.PackedSequence):
+        raise ValueError("PackedSequence input: pad it (nn.utils.rnn.pad_packed_sequence) before capturing gates")
+    if not isinstance(x, torch.Tensor) or x.dim() not in (2, 3):
+        raise ValueError(f"x must be a (B, T, in), (T, B, in) or unbatched (T, in) tensor; got "
+                         f"{type(x).__name__ if not isinstance(x, torch.Tensor) else tuple(x.shape)}")
+    if x.shape[-1] != lstm.input_size:
+        raise ValueError(f"x has {x.shape[-1]} features per token; the nn.LSTM takes input_size={lstm.input_size}")
+    sel = _check_units(units, lstm.hidden_size, "lstm_log_forget")
+    unbatched = x.dim() == 2
+    xb = x.unsqueeze(0) if unbatched else (x if lstm.batch_first else x.transpose(0, 1))     # (B, T, in)
+    B, T = xb.shape[:2]
+    L, H = lstm.num_layers, lstm.hidden_size
+    R = lstm.proj_size or H
+    if hx is None:
+        h0 = xb.new_zeros(L, B, R)
+        c0 = xb.new_zeros(L, B, H)
+    else:
+        if not (isinstance(hx, (tuple, list)) and len(hx) == 2):
+            raise ValueError("hx must be the pair (h0, c0)")
+        h0, c0 = hx
+        if unbatched:
+            h0, c0 = h0.unsqueeze(1), c0.unsqueeze(1)
+        if tuple(h0.shape) != (L, B, R) or tuple(c0.shape) != (L, B, H):
+            raise ValueError(f"hx shapes {tuple(h0.shape)}, {tuple(c0.shape)}; the nn.LSTM needs h0 {(L, B, R)} "
+                             f"and c0 {(L, B, H)}")
+    given = None
+    if output is not None:
+        given = output.data if isinstance(output, nn.utils.rnn.PackedSequence) else output
+        given = given.unsqueeze(0) if unbatched else (given if lstm.batch_first else given.transpose(0, 1))
+        if tuple(given.shape) != (B, T, R):
+            raise ValueError(f"the module's output has shape {tuple(output.shape)}; expected (B, T, {R}) = "
+                             f"{(B, T, R)} in the module's layout")
+    logs, hiddens, inp = [], [], xb
+    with torch.no_grad():
+        for layer in range(L):
+            if L == 1 and given is not None:
+                out = given                                 # one layer: its output is the hidden states
+            else:
+                out, _ = _one_layer(lstm, layer)(inp, (h0[layer:layer + 1].contiguous(),
+                                                       c0[layer:layer + 1].contiguous()))
+            w_ih, w_hh, b_ih, b_hh, _ = _layer_weights(lstm, layer)
+            rows = slice(H, 2 * H)                                              # the forget gate's rows
+            w_if, w_hf, b_f = w_ih[rows], w_hh[rows], b_ih[rows] + b_hh[rows]
+            if sel is not None:
+                w_if, w_hf, b_f = w_if[sel], w_hf[sel], b_f[sel]
+            h_prev = torch.cat([h0[layer].unsqueeze(1), out[:, :-1]], dim=1)    # (B, T, R): h_{t-1}
+            z = inp @ w_if.T + h_prev @ w_hf.T + b_f                            # (B, T, H_sel)
+            logs.append(F.logsigmoid(z.float()).cpu())
+            hiddens.append(out)
+            inp = out
+    if given is not None and L > 1:
+        err = (given.float() - hiddens[-1].float()).abs().max().item()
+        tol = 1e-3 if given.dtype in (torch.float16, torch.bfloat16) else 1e-4
+        if err > tol:
+            raise ValueError(f"the layer-by-layer rerun does not reproduce the nn.LSTM's output (max |diff| "
+                             f"{err:.3g}); was the module called with another state, or changed during the forward?")
+    return (logs, hiddens) if return_hidden else logs
+
+
+def cell_log_forget(cell, x, hx=None, units=None):
+    """Log forget gate of one torch.nn.LSTMCell step: logsigmoid(W_if x + b_if + W_hf h + b_hf).
+
+    x: (B, in) or unbatched (in,); hx: the (h, c) pair the cell was called with ((B, H) each) or None
+    (zeros). units: None or unit indices kept. Returns (B, H) float32 CPU tensor (B = 1 when unbatched).
+    Raises ValueError for a module that is not an nn.LSTMCell or a wrong input shape.
+    """
+    if not isinstance(cell, nn.LSTMCell):
+        raise ValueError(f"expected a torch.nn.LSTMCell; got {type(cell).__name__}")
+    if not isinstance(x, torch.Tensor) or x.dim() not in (1, 2) or x.shape[-1] != cell.input_size:
+        raise ValueError(f"x must be (B, {cell.input_size}) or ({cell.input_size},); got "
+                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    sel = _check_units(units, cell.hidden_size, "cell_log_forget")
+    xb = x.unsqueeze(0) if x.dim() == 1 else x
+    H = cell.hidden_size
+    h = xb.new_zeros(xb.shape[0], H) if hx is None else hx[0]
+    h = h.unsqueeze(0) if h.dim() == 1 else h
+    rows = slice(H, 2 * H)
+    with torch.no_grad():
+        z = xb @ cell.weight_ih[rows].T + h @ cell.weight_hh[rows].T
+        if cell.bias:
+            z = z + cell.bias_ih[rows] + cell.bias_hh[rows]
+        if sel is not None:
+            z = z[:, sel]
+        return F.logsigmoid(z.float()).cpu()
+
+
+def capture_lstm_gates(model, *inputs, units=None, names_filter=None, **kwargs):
+    """Run model(*inputs, **kwargs) once under no_grad and read the forget gates of every nn.LSTM and
+    nn.LSTMCell in it (the model itself may be one).
+
+    units: None or unit indices kept in every layer. names_filter: None, a list of module names or a
+    callable name -> bool. Returns {name: (B, T, H) float32 CPU tensor of log f, entries <= 0}: an
+    nn.LSTM with num_layers > 1 gives "name.l0", "name.l1", ... (one layer: "name"); an nn.LSTMCell's
+    calls are stacked in call order as its T steps; a layer called more than once per forward keeps every
+    call, the k-th extra one as "name#k". Each nn.LSTM's rerun is checked against the output it returned.
+    Hooks are removed even if the forward raises. Raises ValueError when the model has no nn.LSTM /
+    nn.LSTMCell (or the filter keeps none), or for a layer the readers refuse (see lstm_log_forget).
+    """
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module; got {type(model).__name__}")
+    found = [(n or type(m).__name__, m) for n, m in model.named_modules() if isinstance(m, (nn.LSTM, nn.LSTMCell))]
+    if not found:
+        kinds = sorted({type(m).__name__ for m in model.modules()})[:6]
+        raise ValueError(f"{type(model).__name__} has no torch.nn.LSTM or nn.LSTMCell (its modules: {kinds}); "
+                         "other gated layers: foxwindow.adapters.capture_log_decays")
+    if names_filter is not None:
+        keep = names_filter if callable(names_filter) else (lambda n, w=set(
+            [names_filter] if isinstance(names_filter, str) else names_filter): n in w)
+        chosen = [(n, m) for n, m in found if keep(n)]
+        if not chosen:
+            raise ValueError(f"names_filter kept none of the LSTM modules {[n for n, _ in found][:4]}")
+        found = chosen
+    for n, m in found:
+        if isinstance(m, nn.LSTM):
+            _check_lstm(m)
+    out, cells, handles = {}, {}, []
+
+    def put(key, val):
+        k, i = key, 0
+        while k in out:
+            i += 1
+            k = f"{key}#{i}"
+        out[k] = val
+
+    def lstm_hook(name):
+        def hook(mod, args, kw, res):
+            x = args[0] if args else kw.get("input")
+            hx = args[1] if len(args) > 1 else kw.get("hx")
+            logs = lstm_log_forget(mod, x, hx, units=units, output=res[0])
+            for layer, lg in enumerate(logs):
+                put(name if mod.num_layers == 1 else f"{name}.l{layer}", lg)
+        return hook
+
+    def cell_hook(name):
+        def hook(mod, args, kw, res):
+            x = args[0] if args else kw.get("input")
+            hx = args[1] if len(args) > 1 else kw.get("hx")
+            cells.setdefault(name, []).append(cell_log_forget(mod, x, hx, units=units))
+        return hook
+
+    try:
+        for n, m in found:
+            make = lstm_hook if isinstance(m, nn.LSTM) else cell_hook
+            handles.append(m.register_forward_hook(make(n), with_kwargs=True))
+        with torch.no_grad():
+            model(*inputs, **kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    for name, steps in cells.items():
+        sizes = {s.shape[0] for s in steps}
+        if len(sizes) > 1:
+            raise ValueError(f"{name}: the LSTMCell was called with batch sizes {sorted(sizes)}; its calls cannot be "
+                             "stacked into one (B, T, H) trace")
+        put(name, torch.stack(steps, dim=1))                                     # (B, T, H)
+    missing = [n for n, m in found
+               if not any(k == n or k.startswith(f"{n}.l") or k.startswith(f"{n}#") for k in out)]
+    if missing:
+        raise ValueError(f"LSTM modules {missing[:4]} were not called in the forward pass")
+    return out
+
+
+def registry_log_decay(layer, x, kw):
+    """The "torch-lstm" adapter of adapters.py: (B, T, num_layers * hidden) float32 log f of a batch_first
+    nn.LSTM, layer l's units at columns [l * hidden, (l + 1) * hidden). The adapter path sees the input and
+    the call's keywords only: the initial state is kw["hx"] or zeros (a positional hx is not visible there;
+    capture_lstm_gates reads every call exactly, in either layout)."""
+    if not layer.batch_first:
+        raise ValueError("nn.LSTM with batch_first=False: the adapter path reads (B, T, d) inputs; use "
+                         "foxwindow.lstm.capture_lstm_gates, which reads either layout")
+    if x.dim() != 3:
+        raise ValueError("unbatched nn.LSTM input: use foxwindow.lstm.capture_lstm_gates")
+    return torch.cat(lstm_log_forget(layer, x, kw.get("hx")), dim=-1)
+
+
+# ----------------------------------------------------------------------------- Keras weight files
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError:
+        raise ImportError("h5py is needed to read Keras weight files: pip install h5py") from None
+    return h5py
+
+
+def textgenrnn_files():
+    """(weights path, vocab path) of the installed textgenrnn package, found without importing it (its
+    __init__ imports tensorflow). Raises outputs.MissingPiece when the package or a file is absent."""
+    import importlib.util
+    spec = importlib.util.find_spec("textgenrnn")
+    if spec is None or not spec.submodule_search_locations:
+        raise outputs.MissingPiece(f"the textgenrnn package is not installed: {TEXTGENRNN_PIP} "
+                                   "(only its weight and vocabulary files are read)")
+    d = list(spec.submodule_search_locations)[0]
+    paths = os.path.join(d, WEIGHTS_FILE), os.path.join(d, VOCAB_FILE)
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        raise outputs.MissingPiece(f"textgenrnn is installed without {missing}: reinstall {TEXTGENRNN}")
+    return paths
+
+
+def _names(attr):
+    return [v.decode() if isinstance(v, bytes) else str(v) for v in np.atleast_1d(attr)]
+
+
+def read_keras_lstm(path):
+    """The embedding and LSTM layers of a Keras HDF5 weight file (model.save_weights, or model.save:
+    its model_weights group), in the file's layer order.
+
+    Returns a dict: embedding (V, E) float32 ndarray; layers [{name, kernel (in, 4u), recurrent_kernel
+    (u, 4u), bias (4u,) or (8u,), cudnn (bias is 8u: CuDNNLSTM), units}] float32 ndarrays, each layer's
+    input width the previous one's units (the first's, E); head: {"attention": (E + sum u, 1),
+    "kernel": (E + sum u, V), "bias": (V,)} when the file has textgenrnn's attention and output layers,
+    else None; layer_names (all layers); keras_version.
+    Raises ValueError naming the problem: not a readable HDF5 file, no Keras layer list, no embedding, no
+    LSTM layer, an RNN whose shapes are not an LSTM's (e.g. a GRU's 3 gates), bidirectional layers, NaN
+    weights, or layers that do not chain.
+    """
+    h5py = _h5py()
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Keras weight file not found: {path}")
+    try:
+        fh = h5py.File(path, "r")
+    except OSError as exc:
+        raise ValueError(f"{path}: not a readable HDF5 file (corrupt or truncated?): {exc}") from None
+    with fh:
+        root = fh["model_weights"] if "model_weights" in fh else fh
+        if "layer_names" not in root.attrs:
+            raise ValueError(f"{path}: an HDF5 file but not a Keras weight file (no 'layer_names' attribute)")
+        layer_names = _names(root.attrs["layer_names"])
+        weights = {}
+        for ln in layer_names:
+            if ln not in root:
+                raise ValueError(f"{path}: layer '{ln}' is listed but has no group")
+            g = root[ln]
+            wn = _names(g.attrs.get("weight_names", []))
+            try:
+                weights[ln] = {w.split("/")[-1].split(":")[0]: np.asarray(g[w][()]) for w in wn}
+            except (KeyError, OSError) as exc:
+                raise ValueError(f"{path}: layer '{ln}': weights unreadable: {exc}") from None
+            if len(weights[ln]) != len(wn):
+                raise ValueError(f"{path}: layer '{ln}' holds several weights of one name ({wn[:6]}): a "
+                                 "Bidirectional or other wrapper, not a plain LSTM layer")
+        version = fh.attrs.get("keras_version", root.attrs.get("keras_version", b"?"))
+        config = fh.attrs.get("model_config")
+    version = version.decode() if isinstance(version, bytes) else str(version)
+    emb = [ln for ln, w in weights.items() if "embeddings" in w]
+    if len(emb) != 1:
+        raise ValueError(f"{path}: expected one embedding layer; found {len(emb)} (layers: {layer_names})")
+    E = weights[emb[0]]["embeddings"]
+    if E.ndim != 2:
+        raise ValueError(f"{path}: embedding '{emb[0]}' has shape {E.shape}; expected (vocab, dim)")
+    rnn = [ln for ln, w in weights.items() if any(k.endswith("recurrent_kernel") for k in w)]
+    if not rnn:
+        raise ValueError(f"{path}: no recurrent layer (no recurrent_kernel weights) in {layer_names}: "
+                         "not an LSTM model")
+    layers, width = [], E.shape[1]
+    for ln in rnn:
+        w = weights[ln]
+        if set(w) != {"kernel", "recurrent_kernel", "bias"}:
+            raise ValueError(f"{path}: layer '{ln}' has weights {sorted(w)}; an LSTM layer has kernel, "
+                             "recurrent_kernel and bias (a Bidirectional wrapper or a layer without bias is not "
+                             "supported)")
+        k, rk, b = (w[n].astype(np.float32) for n in ("kernel", "recurrent_kernel", "bias"))
+        if rk.ndim != 2 or k.ndim != 2 or b.ndim != 1 or rk.shape[1] % rk.shape[0]:
+            raise ValueError(f"{path}: layer '{ln}': kernel {k.shape}, recurrent_kernel {rk.shape}, bias {b.shape} "
+                             "are not an LSTM's (in, 4u), (u, 4u), (4u or 8u,)")
+        u = rk.shape[0]
+        gates = rk.shape[1] // u
+        if gates != 4:
+            raise ValueError(f"{path}: layer '{ln}' has {gates} gates (recurrent_kernel {rk.shape}); an LSTM has 4"
+                             + (" (this is a GRU)" if gates == 3 else ""))
+        if k.shape[1] != 4 * u or b.shape[0] not in (4 * u, 8 * u):
+            raise ValueError(f"{path}: layer '{ln}': kernel {k.shape} / bias {b.shape} do not match {u} units")
+        if k.shape[0] != width:
+            raise ValueError(f"{path}: layer '{ln}' takes inputs of width {k.shape[0]}, but the layer before it gives "
+                             f"{width}: not a plain stack embedding -> LSTM -> LSTM")
+        for n, a in (("kernel", k), ("recurrent_kernel", rk), ("bias", b)):
+            if not np.isfinite(a).all():
+                raise ValueError(f"{path}: layer '{ln}': {n} has NaN or infinite entries")
+        layers.append(dict(name=ln, kernel=k, recurrent_kernel=rk, bias=b, cudnn=b.shape[0] == 8 * u, units=u))
+        width = u
+    if config is not None:                                  # a full-model file says which activations it used
+        txt = config.decode() if isinstance(config, bytes) else str(config)
+        for lyr in json.loads(txt).get("config", {}).get("layers", []):
+            c = lyr.get("config", {})
+            if c.get("name") in rnn and c.get("recurrent_activation", "sigmoid") != "sigmoid":
+                raise ValueError(f"{path}: layer '{c['name']}' uses recurrent_activation "
+                                 f"{c['recurrent_activation']!r}; only sigmoid gates are rebuilt")
+    head = None
+    att = [w for w in weights.values() if set(w) == {"attention_W"}]
+    outl = weights.get("output", {})
+    if len(att) == 1 and set(outl) == {"kernel", "bias"}:
+        head = {"attention": att[0]["attention_W"].astype(np.float32), "kernel": outl["kernel"].astype(np.float32),
+                "bias": outl["bias"].astype(np.float32)}
+        cat = E.shape[1] + sum(lyr["units"] for lyr in layers)
+        if head["attention"].shape != (cat, 1) or head["kernel"].shape != (cat, E.shape[0]):
+            head = None                                     # not textgenrnn's head: the gates do not need it
+    return dict(embedding=E.astype(np.float32), layers=layers, head=head, layer_names=layer_names,
+                keras_version=version)
+
+
+def keras_to_torch(layer):
+    """One Keras LSTM layer (a read_keras_lstm entry) as torch nn.LSTM parameters, float32 tensors:
+    (weight_ih (4u, in), weight_hh (4u, u), bias_ih (4u,), bias_hh (4u,)), gate blocks i, f, g, o.
+    CuDNNLSTM: each gate's kernel block read as cuDNN reads its buffer (the module docstring)."""
+    k, rk, b, u = layer["kernel"], layer["recurrent_kernel"], layer["bias"], layer["units"]
+    n_in = k.shape[0]
+    if layer["cudnn"]:
+        w_ih = np.concatenate([np.ascontiguousarray(k[:, g * u:(g + 1) * u]).reshape(u, n_in) for g in range(4)])
+        w_hh = np.concatenate([rk[:, g * u:(g + 1) * u] for g in range(4)])
+        b_ih, b_hh = b[:4 * u], b[4 * u:]
+    else:
+        w_ih, w_hh, b_ih, b_hh = k.T, rk.T, b, np.zeros_like(b)
+    return tuple(torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)) for a in (w_ih, w_hh, b_ih, b_hh))
+
+
+def read_vocab(path, n_classes=None):
+    """textgenrnn's vocabulary file: {character (or '<s>'): id}, ids 1 .. len, 0 left for padding and
+    unknown characters. n_classes: the embedding's rows, which must be len + 1 (textgenrnn's num_classes).
+    Returns the dict. Raises ValueError naming the problem."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            vocab = json.load(fh)
+    except FileNotFoundError:
+        raise
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a JSON vocabulary: {exc}") from None
+    if not isinstance(vocab, dict) or not vocab or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in vocab.items()):
+        raise ValueError(f"{path}: a vocabulary is a JSON object of string -> int")
+    ids = sorted(vocab.values())
+    if ids != list(range(1, len(vocab) + 1)):
+        raise ValueError(f"{path}: ids must be 1 .. {len(vocab)}, each once (0 is padding/unknown)")
+    if n_classes is not None and n_classes != len(vocab) + 1:
+        raise ValueError(f"{path}: {len(vocab)} entries + padding = {len(vocab) + 1} ids, but the embedding has "
+                         f"{n_classes} rows: the vocabulary is not this weight file's")
+    return vocab
+
+
+def encode_text(text, vocab):
+    """ids (T,) int64 of str `text` as textgenrnn maps it: vocab.get(char, 0) per character (0: unknown,
+    also the padding id). '<s>' in text is three characters, never the meta token."""
+    return torch.tensor([vocab.get(c, 0) for c in text], dtype=torch.int64)
+
+
+def byte_table(vocab):
+    """(256,) int64 lookup: byte b -> vocab.get(chr(b), 0) for ASCII b, 0 for any other byte (one id per
+    byte, so ids stay aligned with the byte windows of foxwindow.data)."""
+    return torch.tensor([vocab.get(chr(b), 0) if b < 128 else 0 for b in range(256)], dtype=torch.int64)
+
+
+class KerasCharLSTM(nn.Module):
+    """A Keras character LSTM stack (read_keras_lstm) in torch: embedding -> LSTM_1 -> ... -> LSTM_n, each
+    layer a single-layer batch_first nn.LSTM (`self.rnn[name]`, the Keras layer name) fed the previous one's
+    hidden states, sigmoid gates, zero initial state. float32.
+
+    forward(ids (B, T) int64 in [0, V)) -> [hidden states (B, T, u_l) of each layer].
+    next_char_logprobs(ids (B, T)) -> (B, V) float32: textgenrnn's prediction after the T tokens
+    (attention-weighted average of [embedding, h_1, .., h_n] over time, then the softmax output layer);
+    only when the file had that head. textgenrnn feeds it the last 40 ids, left-padded with 0.
+    """
+
+    def __init__(self, weights):
+        super().__init__()
+        E = torch.from_numpy(weights["embedding"])
+        self.embedding = nn.Embedding(E.shape[0], E.shape[1])
+        self.rnn = nn.ModuleDict()
+        with torch.no_grad():
+            self.embedding.weight.copy_(E)
+            for lyr in weights["layers"]:
+                w_ih, w_hh, b_ih, b_hh = keras_to_torch(lyr)
+                m = nn.LSTM(w_ih.shape[1], lyr["units"], batch_first=True)
+                m.weight_ih_l0.copy_(w_ih)
+                m.weight_hh_l0.copy_(w_hh)
+                m.bias_ih_l0.copy_(b_ih)
+                m.bias_hh_l0.copy_(b_hh)
+                self.rnn[lyr["name"]] = m
+        self.head = None
+        if weights.get("head") is not None:
+            self.head = nn.ParameterDict({k: nn.Parameter(torch.from_numpy(v), requires_grad=False)
+                                          for k, v in weights["head"].items()})
+        self.vocab_size = E.shape[0]
+        self.eval()
+
+    def _ids(self, ids):
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype != torch.int64:
+            raise ValueError(f"ids must be a (B, T) int64 tensor; got "
+                             f"{tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__}"
+                             f"{' ' + str(ids.dtype) if isinstance(ids, torch.Tensor) else ''}")
+        if ids.numel() and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise ValueError(f"ids must lie in [0, {self.vocab_size}); got [{ids.min().item()}, {ids.max().item()}]")
+        return ids
+
+    def forward(self, ids):
+        x = self.embedding(self._ids(ids))
+        hs = []
+        for m in self.rnn.values():
+            x, _ = m(x)
+            hs.append(x)
+        return hs
+
+    def next_char_logprobs(self, ids):
+        if self.head is None:
+            raise ValueError("this weight file has no attention/output head: only the LSTM gates can be read")
+        seq = torch.cat([self.embedding(self._ids(ids))] + self.forward(ids), dim=-1)    # (B, T, E + sum u)
+        a = torch.softmax(seq @ self.head["attention"][:, 0], dim=1)                      # (B, T)
+        return torch.log_softmax((seq * a.unsqueeze(-1)).sum(1) @ self.head["kernel"] + self.head["bias"], dim=-1)
+
+
+def load_textgenrnn(weights_path=None, vocab_path=None):
+    """(KerasCharLSTM, vocab, info) of textgenrnn's shipped model (or the given files); info holds the
+    paths, keras_version and the layer names/units."""
+    if weights_path is None or vocab_path is None:
+        w, v = textgenrnn_files()
+        weights_path, vocab_path = weights_path or w, vocab_path or v
+    wts = read_keras_lstm(weights_path)
+    vocab = read_vocab(vocab_path, n_classes=wts["embedding"].shape[0])
+    info = dict(weights=weights_path, vocab=vocab_path, keras_version=wts["keras_version"],
+                layers=[lyr["name"] for lyr in wts["layers"]], units=[lyr["units"] for lyr in wts["layers"]],
+                cudnn=[lyr["cudnn"] for lyr in wts["layers"]])
+    return KerasCharLSTM(wts), vocab, info
+
+
+# ----------------------------------------------------------------------------- the held-out trace file
+
+def spread_units(n, hidden):
+    """n unit indices spread evenly over [0, hidden): round(k * hidden / n), k = 0 .. n - 1."""
+    if not 1 <= n <= hidden:
+        raise ValueError(f"units per layer must lie in [1, {hidden}]; got {n}")
+    return [round(k * hidden / n) for k in range(n)]
+
+
+def textgenrnn_traces(n_seq=32, seq_len=2048, units=None, batch=32, weights_path=None, vocab_path=None,
+                      progress=False):
+    """Forget gates of the textgenrnn LSTM on the held-out split (data.heldout_tokens: the windows the FoX
+    model is analysed on), each sequence from a zero state.
+
+    units: None (all) or unit indices kept in every layer. batch: sequences per forward.
+    Returns (traces {Keras layer name: (n_seq, seq_len, H) float32 ndarray of log f}, meta dict for
+    traces.save_trace: model, layers, units, heads, spans, seq_len, n_seq, unknown_fraction, mapping).
+    """
+    from foxwindow import data
+    model, vocab, info = load_textgenrnn(weights_path, vocab_path)
+    toks, spans = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
+    ids = byte_table(vocab)[toks]                                                  # (S, T) int64
+    names = list(model.rnn)
+    sel = None if units is None else _check_units(units, min(info["units"]), "units")
+    parts = {n: [] for n in names}
+    from tqdm import tqdm
+    for s in tqdm(range(0, n_seq, batch), desc="textgenrnn gates", unit="batch", disable=not progress,
+                  file=sys.stderr):
+        cap = capture_lstm_gates(model, ids[s:s + batch], units=sel)
+        for n in names:
+            parts[n].append(cap[f"rnn.{n}"].numpy())
+    traces = {n: np.concatenate(parts[n]) for n in names}
+    H = {v.shape[2] for v in traces.values()}
+    meta = dict(model=f"textgenrnn 2.0.0 character LSTM ({len(names)} x {info['units'][0]}, "
+                      f"{os.path.basename(info['weights'])}, Keras {info['keras_version']})",
+                family="torch-lstm", layers=names, units=sel if sel is not None else "all",
+                unit_count=info["units"], seq_len=seq_len, n_seq=n_seq, spans=spans,
+                unknown_fraction=float((ids == 0).float().mean()), newline_fraction=float((toks == 10).float().mean()),
+                mapping="one id per byte: ASCII byte -> vocab.get(char, 0), other bytes -> 0; '\\n' is not in the "
+                        "vocabulary (id 0, as textgenrnn maps it)",
+                state="zero state at each sequence start; the LSTM runs continuously over the sequence")
+    if len(H) == 1:
+        meta["heads"] = H.pop()
+    return traces, meta
+
+
+def default_out():
+    return os.path.join(outputs.run_dir("lstm-traces"), "textgenrnn_traces.npz")
+
+
+def build_parser():
+    p = outputs.parser("Capture the forget gates of the textgenrnn character LSTM (2 x 128 units) on the held-out "
+                       "split as a trace file for `python forget.py --traces FILE`.")
+    p.add_argument("--out", default=None, help="trace file (.npz) to write; None: a fresh "
+                   "runs/lstm-traces-<time>/textgenrnn_traces.npz (the committed one: --out "
+                   "results/lstm/textgenrnn_16units.npz --force)")
+    p.add_argument("--n-seq", type=int, default=32, help="held-out sequences")
+    p.add_argument("--seq-len", type=int, default=2048, help="characters per sequence")
+    p.add_argument("--units", default="16", help="units per layer: N spread evenly over the layer (16: units 0, 8, "
+                   ".., 120; a 32 x 2048 file of 2 x 16 units is 8.4 MB), 'all' (2 x 128 units, 67 MB), or a "
+                   "comma list of unit indices ('3,17'; one unit: '5,')")
+    p.add_argument("--batch", type=int, default=32, help="sequences per forward")
+    p.add_argument("--weights", default=None, help="Keras HDF5 weight file; None: the installed textgenrnn's")
+    p.add_argument("--vocab", default=None, help="vocabulary JSON; None: the installed textgenrnn's")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads; None: torch's choice")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    outputs.add_common(p)
+    return p
+
+
+def _parse_units(spec, hidden):
+    """--units: 'all' -> None; 'N' -> N spread units; '3,17' (a comma anywhere) -> that list."""
+    spec = spec.strip()
+    if spec == "all":
+        return None
+    try:
+        if "," in spec:
+            return _check_units([int(s) for s in spec.split(",") if s.strip()], hidden, "--units")
+        return spread_units(int(spec), hidden)
+    except ValueError as exc:
+        raise outputs.UsageError(f"--units {spec}: {exc}") from None
+
+
+def main(argv=None):
+    """`python lstm_traces.py`: write the held-out forget-gate trace file of the textgenrnn LSTM."""
+    a = build_parser().parse_args(argv)
+    outputs.positive("--n-seq", a.n_seq, lo=3)
+    outputs.positive("--seq-len", a.seq_len, lo=16)
+    outputs.positive("--batch", a.batch)
+    if a.threads is not None:
+        outputs.positive("--threads", a.threads)
+        torch.set_num_threads(a.threads)
+    for flag in ("weights", "vocab"):
+        if getattr(a, flag):
+            setattr(a, flag, outputs.input_file(f"--{flag}", getattr(a, flag)))
+    out = a.out
+    if out is not None:
+        out = outputs.check_writable(out, force=a.force, what="--out")
+    from foxwindow import data, traces
+    try:                                                       # everything checked before any work
+        _, _, info = load_textgenrnn(a.weights, a.vocab)
+        data.heldout_tokens(n_seq=a.n_seq, seq_len=a.seq_len)
+    except ValueError as exc:
+        raise outputs.UsageError(str(exc)) from None
+    units = _parse_units(a.units, min(info["units"]))
+    if out is None:
+        out = outputs.check_writable(default_out(), what="--out")
+    t0 = time.perf_counter()
+    tr, meta = textgenrnn_traces(a.n_seq, a.seq_len, units, a.batch, a.weights, a.vocab, progress=not a.no_progress)
+    meta["capture_s"] = round(time.perf_counter() - t0, 2)
+    traces.save_trace(out, tr, meta)
+    H = ", ".join(f"{n} {v.shape[2]}" for n, v in tr.items())
+    print(f"textgenrnn forget gates: {a.n_seq} x {a.seq_len} held-out characters, units per layer: {H}; "
+          f"{100 * meta['unknown_fraction']:.2f}% of characters map to id 0 (outside the vocabulary; line breaks: "
+          f"{100 * meta['newline_fraction']:.2f}%); captured in {meta['capture_s']:.1f} s")
+    print(f"wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB): python forget.py --traces {out}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(outputs.cli(main))
