@@ -332,7 +332,7 @@ for _a in (
                 lambda m: m.num_heads, kind="softmax", gate_module="fgate_proj",
                 note=_SCALAR + "; fgate_type 'bias_only'/'fixed' are constant per head: a lattice law, "
                      "W = floor(L/m) exactly (forget.ConstantGate)",
-                packages=("forgetting_transformer",), model_types=("forgetting_transformer",),
+                packages=("forgetting_transformer",), model_types=("forgetting_transformer-project_fox",),
                 attention_op=("forgetting_transformer.model.forgetting_transformer.modeling_forgetting_transformer",
                               "forgetting_attention")),
     GateAdapter("fla-fox", ("fla.layers.forgetting_attn.ForgettingAttention",), _logsigmoid_of("f_proj"),
