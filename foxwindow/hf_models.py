@@ -443,6 +443,8 @@ def load_model(name, device="cpu", dtype="float32"):
                          f"(e.g. {missing[0]}); it was saved by another implementation of this model type")
     if os.path.isdir(path):
         _check_weights(name, path, model)
+    if official:
+        _official_buffers(model)
     if official and DTYPES[dtype] != torch.float32:
         model.foxwindow_autocast = DTYPES[dtype]
     try:
@@ -461,6 +463,24 @@ def _official_compat(model_cls, config):
         if isinstance(keys, list):
             cls._tied_weights_keys = {k: "model.embeddings.weight" for k in keys} if config.tie_word_embeddings \
                 else None
+
+
+def _official_buffers(model):
+    """Recompute what the official FoX constructor computes and does not save: transformers 5 builds the model
+    without running it and leaves the rotary embedding's non-persistent inv_freq at zero (RoPE silently off).
+    Returns the number of buffers recomputed."""
+    n = 0
+    for m in model.modules():
+        if hasattr(m, "_compute_inv_freq") and isinstance(getattr(m, "inv_freq", None), torch.Tensor):
+            with torch.no_grad():
+                m.inv_freq = m._compute_inv_freq(m.inv_freq.device).to(m.inv_freq.dtype)
+            for k in ("_cos_cached", "_sin_cached", "_cos_k_cached", "_sin_k_cached"):
+                if hasattr(m, k):
+                    setattr(m, k, None)
+            if hasattr(m, "_seq_len_cached"):
+                m._seq_len_cached = 0
+            n += 1
+    return n
 
 
 class JSONEscaped:
