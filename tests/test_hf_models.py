@@ -259,14 +259,21 @@ def test_fla_mamba2_under_transformers_classes_is_refused(fla_mamba2, tmp_path):
         config = Mamba2Config.from_pretrained(str(d))
         with pytest.raises(hf_models.ModelError, match="dt_limit.*not read by transformers.Mamba2Config"):
             hf_models._check_config_fields(str(d), cfg_json, config)
-        config.rescale_prenorm_residual = True
+        assert config.rescale_prenorm_residual                       # fla's default, read by transformers too
         model = Mamba2ForCausalLM.from_pretrained(str(d), config=config)
-    try:
+    with pytest.raises(hf_models.ModelError, match="out_proj.weight .* differs from the checkpoint"):
         hf_models._check_weights(str(d), str(d), model)
-    except hf_models.ModelError as exc:
-        assert "differs from the checkpoint" in str(exc)
-    else:                                                            # this transformers keeps the weights
-        pass
+
+
+def test_fla_mamba2_through_forget_py(fla_mamba2, bpe, tmp_path, capsys):
+    d, _ = fla_mamba2
+    tr = tmp_path / "t.npz"
+    code, out, err = _forget(["--model", str(d), "--text", str(bpe / "text.txt"), "--n-seq", "3", "--seq-len", "64",
+                              "--no-progress", "--save-traces", str(tr)], capsys)
+    assert code == 0, err
+    assert "mamba2 (a gated state, no KV cache)" in out and "W_mass: not available for mamba2" in out
+    _, meta = load_trace(str(tr))
+    assert set(meta["kinds"].values()) == {"recurrent"} and meta["kv_cache"] is False
 
 
 def test_unknown_and_unregistered_model_types_say_not_supported(bpe, tmp_path, capsys):
