@@ -233,6 +233,8 @@ def _import_packages(cfg):
     mt = (cfg or {}).get("model_type")
     if cfg and (str(mt).endswith(OFFICIAL_SUFFIX) or "fgate_type" in cfg):
         base = str(mt)[:-len(OFFICIAL_SUFFIX)] if str(mt).endswith(OFFICIAL_SUFFIX) else "forgetting_transformer"
+        if mt != "forgetting_transformer" and not adapters.family_for_model_type(mt):
+            raise not_supported(mt)                   # the official repository's baselines (hgrn2, delta_net, ...)
         sub = f"{OFFICIAL_PACKAGE}.model.{base}"
         try:
             with warnings.catch_warnings():

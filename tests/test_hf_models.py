@@ -193,7 +193,7 @@ def test_official_model_types_without_an_adapter_are_not_supported(tmp_path, cap
     d.mkdir()
     (d / "config.json").write_text(json.dumps({"model_type": "hgrn2-project_fox", "hidden_size": 32}))
     code, _, err = _forget(["--model", str(d), "--text", str(bpe / "text.txt"), "--no-progress"], capsys)
-    assert code == 2 and err.count("\n") == 1
+    assert code == 2 and err.count("\n") == 1 and "'hgrn2-project_fox' is not supported" in err, err
 
 
 # ----------------------------------------------------------------------------- fla Mamba-2
