@@ -299,7 +299,7 @@ def _gated_deltanet(layer, x, kw):
 
 
 def _mamba2(layer, x, kw):
-    """Mamba-2 (fla / transformers layout): dt = clamp(softplus(dt_raw + dt_bias), dt_limit) with
+    """Mamba-2 (fla / transformers / official FoX repository): dt = clamp(softplus(dt_raw + dt_bias), dt_limit) with
     dt_raw the last num_heads columns of in_proj(x); log-decay A dt with A = -exp(A_log) (B, T, H)."""
     H, proj = layer.num_heads, layer.in_proj
     if type(proj) is torch.nn.Linear:                   # only the dt rows: in_proj is the layer's largest matmul
@@ -352,7 +352,7 @@ for _a in (
                 note=_SCALAR + " (the decay of the state before the delta-rule update; the update itself also "
                      "erases, so the state's true memory is at most this window)"),
     GateAdapter("mamba2", ("fla.layers.mamba2.Mamba2", "modeling_mamba2.Mamba2Mixer"), _mamba2,
-                lambda m: m.num_heads, packages=("fla",), model_types=("mamba2",),
+                lambda m: m.num_heads, packages=("fla",), model_types=("mamba2", "mamba2-project_fox"),
                 note=_SCALAR + " (X = exp(A_log) dt: the discretised SSM decay)"),
     GateAdapter("fla-retnet", ("fla.layers.multiscale_retention.MultiScaleRetention",), _retnet,
                 lambda m: m.num_heads, kind="constant", packages=("fla",), model_types=("retnet",),

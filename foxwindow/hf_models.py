@@ -235,6 +235,10 @@ def _import_packages(cfg):
         base = str(mt)[:-len(OFFICIAL_SUFFIX)] if str(mt).endswith(OFFICIAL_SUFFIX) else "forgetting_transformer"
         if mt != "forgetting_transformer" and not adapters.family_for_model_type(mt):
             raise not_supported(mt)                   # the official repository's baselines (hgrn2, delta_net, ...)
+        if base == "mamba2" and importlib.util.find_spec("mamba_ssm") is None:
+            raise ModelError(f"model type '{mt}': the official repository's Mamba-2 builds its gated norm from "
+                             f"mamba_ssm (CUDA kernels), which is not installed (pip install mamba-ssm on a GPU "
+                             f"machine)")
         sub = f"{OFFICIAL_PACKAGE}.model.{base}"
         try:
             with warnings.catch_warnings():

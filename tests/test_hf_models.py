@@ -1,6 +1,7 @@
 """--model on checkpoints saved by the code that defines them: the official FoX package (every fgate type, the
 Pro options, ACP), fla's Mamba-2, and a user's adapter given by --adapter (RG-LRU of transformers' RecurrentGemma).
 Tests that need a package CI cannot install from PyPI (the official FoX code) skip with the reason."""
+import importlib.util
 import json
 import os
 import warnings
@@ -194,6 +195,10 @@ def test_official_model_types_without_an_adapter_are_not_supported(tmp_path, cap
     (d / "config.json").write_text(json.dumps({"model_type": "hgrn2-project_fox", "hidden_size": 32}))
     code, _, err = _forget(["--model", str(d), "--text", str(bpe / "text.txt"), "--no-progress"], capsys)
     assert code == 2 and err.count("\n") == 1 and "'hgrn2-project_fox' is not supported" in err, err
+    if importlib.util.find_spec("mamba_ssm") is None:                 # the official Mamba-2 needs its CUDA kernels
+        (d / "config.json").write_text(json.dumps({"model_type": "mamba2-project_fox", "hidden_size": 32}))
+        code, _, err = _forget(["--model", str(d), "--text", str(bpe / "text.txt"), "--no-progress"], capsys)
+        assert code == 2 and err.count("\n") == 1 and "mamba_ssm" in err, err
 
 
 # ----------------------------------------------------------------------------- fla Mamba-2
@@ -341,3 +346,22 @@ def test_adapter_flag_runs_a_users_adapter(bpe, tmp_path, capsys):
                      ("json", "expected MODULE:OBJECT"), ("json:nothing", "json has no nothing")):
         code, _, err = _forget(base + ["--adapter", bad], capsys)
         assert code == 2 and msg in err and err.count("\n") == 1, (bad, err)
+
+
+def test_entry_point_group_registers_installed_adapters(tmp_path, monkeypatch):
+    """A package that declares [project.entry-points."foxwindow.adapters"] rglru = "rglru_adapter:RGLRU" has its
+    adapter registered for every --model run (an installed distribution is laid out here by hand)."""
+    dist = tmp_path / "my_gates-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-gates\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[{hf_models.ADAPTER_GROUP}]\nrglru = rglru_adapter:RGLRU\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(os.path.join(HERE, "..", "examples"))
+    try:
+        got = hf_models.load_adapters()
+        assert [a.family for a in got] == ["rglru"] and adapters.get_adapter("rglru") is got[0]
+        (dist / "entry_points.txt").write_text(f"[{hf_models.ADAPTER_GROUP}]\nbad = rglru_adapter:NOPE\n")
+        with pytest.raises(hf_models.ModelError, match="entry point bad = rglru_adapter:NOPE"):
+            hf_models.load_adapters()
+    finally:
+        adapters.ADAPTERS.pop("rglru", None)
