@@ -1,17 +1,23 @@
 """Your model: the per-head window analysis on any Hugging Face style checkpoint of a gated family.
 
     python forget.py --model DIR_OR_HUB_NAME [--tokenizer T] [--text FILE] [--device cuda] [--dtype bfloat16]
-                     [--n-seq 32] [--seq-len 2048] [--batch 4] [--per-channel]
+                     [--n-seq 32] [--seq-len 2048] [--batch 4] [--per-channel] [--adapter MODULE:OBJECT]
 
-Loads the checkpoint through transformers' Auto classes (importing the family's package first: `fla` for
-flash-linear-attention models, `forgetting_transformer` for the official FoX code when its config says so),
+Loads the checkpoint (importing the family's package first: `fla` for flash-linear-attention models,
+`forgetting_transformer` for the official FoX code when its model type or config says so),
 tokenises held-out text with the model's own tokenizer (default: the held-out Shakespeare plays that the
 shipped model never saw), reads the log-decays of every gated layer in batches through adapters.py, and hands
-them to heads.py's per-head analysis (heads.analyse_hf_model: the same table and JSON). Softmax families (FoX)
-also get the attention-mass window, read from the q, k the layer hands its attention op; other families have
-no attention matrix and the table says so. On the CPU the FoX attention op is replaced by this project's exact
-PyTorch reference and fla's fused norms / SwiGLU are switched off; the other fla families' kernels are Triton-
-only and need a GPU (said in one line). Every user-facing failure is one line (ModelError).
+them to heads.py's per-head analysis (hf_driver.py runs the two: the same table and JSON). Softmax families
+(FoX) also get the attention-mass window, read from the q, k the layer hands its attention op; other families
+have no attention matrix and the table says so. On the CPU the FoX attention op is replaced by this project's
+exact PyTorch reference and the other Triton / CUDA-only ops by the defining code's own PyTorch references
+(cpu_standins.py); the other fla families' kernels are Triton-only and need a GPU (said in one line).
+
+Each checkpoint loads with the classes of the library that wrote it (the official FoX package's for its
+`*-project_fox` model types, fla's for fla's configs, transformers' for its own), and the loaded network is
+checked to be the saved one (every config field read, every weight equal to the file's). A user's GateAdapter
+plugs in with --adapter MODULE:OBJECT or a package's `foxwindow.adapters` entry point. Every user-facing
+failure is one line (ModelError).
 """
 import contextlib
 import importlib
@@ -28,6 +34,7 @@ from tqdm import tqdm
 
 from foxwindow import adapters, data
 from foxwindow import fox_attention as fa
+from foxwindow.cpu_standins import CPU_STANDINS
 
 
 class ModelError(Exception):
@@ -629,111 +636,6 @@ def _op_inputs(family, args, kw):
         if kw.get("head_first"):                                               # official: (B, H, T, ...)
             q, k, g = q.transpose(1, 2), k.transpose(1, 2), g.transpose(1, 2)
     return q, k, g, (q.shape[-1] ** -0.5 if scale is None else scale)
-
-
-def _swiglu(x, y):
-    """SwiGLU silu(x) * y, fla's formula (silu in float32), for its Triton-only op on the CPU."""
-    return (torch.nn.functional.silu(x.float()) * y.float()).to(x.dtype)
-
-
-def _res_dtype(x, residual, residual_in_fp32):
-    return residual.dtype if residual is not None else (torch.float32 if residual_in_fp32 else x.dtype)
-
-
-def _fla_rms_norm(x, weight, bias, residual=None, eps=1e-5, prenorm=False, residual_in_fp32=False):
-    """fla.modules.norm.layernorm.rms_norm on the CPU: fla's own rms_norm_ref, in float32 as its kernel."""
-    ref = sys.modules["fla.modules.norm.layernorm"].rms_norm_ref
-    out, res = ref(x, weight, bias, residual=residual, eps=eps, prenorm=True, upcast=True)
-    return out if not prenorm else (out, res.to(_res_dtype(x, residual, residual_in_fp32)))
-
-
-def _fla_rmsnorm_gated(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True):
-    """fla.modules.norm.layernorm_gated.rmsnorm_fn on the CPU: fla's own rms_norm_ref (float32)."""
-    ref = sys.modules["fla.modules.norm.layernorm_gated"].rms_norm_ref
-    return ref(x, weight, bias, z=z, eps=eps, group_size=group_size, norm_before_gate=norm_before_gate, upcast=True)
-
-
-def _fla_swish_fwd(x, output_contiguous=False):
-    """fla's swish kernel (silu in float32, stored in x's dtype) on the CPU."""
-    return torch.nn.functional.silu(x.float()).to(x.dtype)
-
-
-_OFF = "forgetting_transformer.model.forgetting_transformer"
-
-
-def _official_group_norm(x, weight, bias, residual=None, eps=1e-5, prenorm=False, residual_in_fp32=False,
-                         is_rms_norm=False, num_groups=1):
-    """The official FoX layernorm.group_norm / rms_norm on the CPU: its own group_norm_ref in float32."""
-    ref = sys.modules[_OFF + ".layernorm"].group_norm_ref
-    out, res = ref(x, weight, bias, num_groups, residual=residual, eps=eps, is_rms_norm=is_rms_norm, prenorm=True,
-                   upcast=True)
-    return out if not prenorm else (out, res.to(_res_dtype(x, residual, residual_in_fp32)))
-
-
-def _official_rms_norm(x, weight, bias, residual=None, eps=1e-5, prenorm=False, residual_in_fp32=False):
-    return _official_group_norm(x, weight, bias, residual, eps, prenorm, residual_in_fp32, True, 1)
-
-
-def _official_group_norm_gated(x, g, weight, bias, activation="swish", residual=None, prenorm=False,
-                               residual_in_fp32=False, is_rms_norm=False, num_groups=1, eps=1e-6):
-    """The official FoX fuse_norm_gate.group_norm_gated (the output norm with the output gate) on the CPU:
-    its own group_norm_gated_ref (sigmoid gate, the only one its layer builds)."""
-    if activation != "sigmoid":
-        raise ModelError(f"the CPU stand-in of the official FoX gated norm has only the sigmoid gate, not "
-                         f"{activation}; use a GPU")
-    ref = sys.modules[_OFF + ".fuse_norm_gate"].group_norm_gated_ref
-    out, res = ref(x, g, weight, bias, num_groups, residual=residual, eps=eps, is_rms_norm=is_rms_norm, prenorm=True,
-                   upcast=True)
-    return out if not prenorm else (out, res.to(_res_dtype(x, residual, residual_in_fp32)))
-
-
-def _official_glu_linear(x, y, weight, bias):
-    """glu_linear (CUDA jiterator): sigmoid(x) * y in float32, then the linear map."""
-    z = (torch.sigmoid(x.float()) * y.float()).to(torch.promote_types(x.dtype, y.dtype))
-    return torch.nn.functional.linear(z.to(weight.dtype), weight, bias)
-
-
-def _official_swiglu_linear(x, y, weight, bias):
-    """swiglu_linear (CUDA jiterator): silu(x) * y in float32, then the linear map."""
-    z = (torch.nn.functional.silu(x.float()) * y.float()).to(torch.promote_types(x.dtype, y.dtype))
-    return torch.nn.functional.linear(z.to(weight.dtype), weight, bias)
-
-
-def _official_token_shift(x, prev_weight, curr_weight):
-    """token_shift (Triton): out_t = x_t curr_t + x_{t-1} prev_t per head, x_{-1} = 0, in float32. x (B, T, H, D)."""
-    prev = torch.nn.functional.pad(x, (0, 0, 0, 0, 1, 0))[:, :-1]
-    out = x.float() * curr_weight[..., None].float() + prev.float() * prev_weight[..., None].float()
-    return out.to(x.dtype)
-
-
-def _official_rotary(x, cos, sin, interleaved=False, inplace=False, seqlen_offsets=0, cu_seqlens=None,
-                     max_seqlen=None):
-    """apply_rotary_emb (Triton) on the CPU: the official rotary.py's own apply_rotary_emb_torch, in float32."""
-    if cu_seqlens is not None or not isinstance(seqlen_offsets, int):
-        raise ModelError("the CPU stand-in of the official FoX rotary embedding has no packed sequences or "
-                         "per-sequence offsets; use a GPU")
-    T = x.shape[1]
-    ref = sys.modules[_OFF + ".rotary"].apply_rotary_emb_torch
-    cos, sin = cos[seqlen_offsets:seqlen_offsets + T].float(), sin[seqlen_offsets:seqlen_offsets + T].float()
-    return ref(x.float(), cos, sin, interleaved).to(x.dtype)
-
-
-# (module, name, PyTorch stand-in) patched while a model runs on the CPU, when the module is loaded: Triton /
-# CUDA-only ops of fla and of the official FoX code, replaced by the defining code's own references where
-# it has them (rms_norm_ref, group_norm_ref, group_norm_gated_ref, apply_rotary_emb_torch)
-CPU_STANDINS = (
-    ("fla.modules.mlp", "swiglu", _swiglu),
-    ("fla.modules.norm.layernorm", "rms_norm", _fla_rms_norm),
-    ("fla.modules.norm.layernorm_gated", "rmsnorm_fn", _fla_rmsnorm_gated),
-    ("fla.modules.activations.ops", "swish_fwd", _fla_swish_fwd),
-    (_OFF + ".layernorm", "rms_norm", _official_rms_norm),
-    (_OFF + ".layernorm", "group_norm", _official_group_norm),
-    (_OFF + ".fuse_norm_gate", "group_norm_gated", _official_group_norm_gated),
-    (_OFF + ".modeling_forgetting_transformer", "glu_linear", _official_glu_linear),
-    (_OFF + ".modeling_forgetting_transformer", "swiglu_linear", _official_swiglu_linear),
-    (_OFF + ".modeling_forgetting_transformer", "token_shift", _official_token_shift),
-    (_OFF + ".rotary", "apply_rotary_emb_func", _official_rotary),
-)
 
 
 @contextlib.contextmanager
