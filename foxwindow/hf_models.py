@@ -532,6 +532,9 @@ def load_tokenizer(name):
     path = os.path.expanduser(name)
     tcfg = os.path.join(path, "tokenizer_config.json")
     cls = None
+    files = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "vocab.txt", "spiece.model")
+    if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, f)) for f in files):
+        raise ModelError(f"no tokenizer at {name}: none of {', '.join(files)} is there; pass --tokenizer DIR_OR_NAME")
     if os.path.isfile(tcfg):
         try:
             with open(tcfg) as fh:
@@ -546,8 +549,6 @@ def load_tokenizer(name):
             return tf.AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         msg = " ".join(str(exc).split()) or type(exc).__name__           # the whole message, on one line
-        if len(msg) > 300:
-            msg = msg[:300] + "..."
         raise ModelError(f"no tokenizer at {name} ({msg}); pass --tokenizer DIR_OR_NAME") from None
 
 

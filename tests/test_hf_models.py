@@ -77,7 +77,9 @@ def test_tokenizer_errors_are_whole(tmp_path):
     with pytest.raises(hf_models.ModelError) as e:
         hf_models.load_tokenizer(str(tmp_path))
     msg = str(e.value)
-    assert "\n" not in msg and not msg.rstrip(")").endswith(": ") and "pass --tokenizer" in msg
+    assert "\n" not in msg and "pass --tokenizer" in msg and "from one of: (1)" in msg and "..." not in msg, msg
+    with pytest.raises(hf_models.ModelError, match="none of tokenizer.json, tokenizer_config.json"):
+        hf_models.load_tokenizer(str(tmp_path / "x") if (tmp_path / "x").mkdir() is None else "")
 
 
 # ----------------------------------------------------------------------------- official FoX checkpoints
