@@ -299,14 +299,15 @@ def _gated_deltanet(layer, x, kw):
 
 
 def _mamba2(layer, x, kw):
-    """Mamba-2 (fla / transformers / official FoX repository): dt = clamp(softplus(dt_raw + dt_bias), dt_limit) with
-    dt_raw the last num_heads columns of in_proj(x); log-decay A dt with A = -exp(A_log) (B, T, H)."""
+    """Mamba-2 (fla / transformers / official FoX repository): dt = clamp(softplus(dt_raw + dt_bias), dt_limit)
+    with dt_raw the last num_heads columns of in_proj(x); log-decay A dt with A = -exp(A_log) (B, T, H). dt is
+    formed in the projection's dtype as the layers' PyTorch paths form it (bfloat16 under autocast), A in float32."""
     H, proj = layer.num_heads, layer.in_proj
     if type(proj) is torch.nn.Linear:                   # only the dt rows: in_proj is the layer's largest matmul
-        dt = F.linear(x, proj.weight[-H:], None if proj.bias is None else proj.bias[-H:]).float()
+        dt = F.linear(x, proj.weight[-H:], None if proj.bias is None else proj.bias[-H:])
     else:
-        dt = proj(x)[..., -H:].float()
-    dt = F.softplus(dt + layer.dt_bias.float())
+        dt = proj(x)[..., -H:]
+    dt = F.softplus(dt + layer.dt_bias)
     lo, hi = getattr(layer, "dt_limit", getattr(layer, "time_step_limit", (0.0, float("inf"))))
     dt = dt.clamp(lo, hi)
     return -layer.A_log.float().exp() * dt

@@ -413,9 +413,9 @@ def load_model(name, device="cpu", dtype="float32"):
     `device`, its config). Checks that the loaded network is the saved one: every config.json field is read
     by the config class, no weight is missing, and every tensor of a local safetensors checkpoint equals
     the loaded weight. On the CPU, fla's fused Triton norms / SwiGLU / losses are switched off in the config
-    of the FoX families (the other families run on PyTorch stand-ins, see capture_batches). The official FoX
-    code runs its weights in float32 under autocast: --dtype bfloat16 / float16 load float32 weights and
-    set model.foxwindow_autocast (applied by capture_batches).
+    of the FoX families (the other families run on PyTorch stand-ins, see capture_batches). --dtype bfloat16 /
+    float16 set model.foxwindow_autocast, applied by capture_batches, as the libraries' own code runs them
+    (fla's Mamba-2 mixes float32 norms with bfloat16 projections); the official FoX code's weights stay float32.
     Raises ModelError (one line) for a missing path, a directory that is not a model, a missing package,
     a model type no adapter reads, or a checkpoint that does not load as saved."""
     _transformers()
@@ -458,7 +458,9 @@ def load_model(name, device="cpu", dtype="float32"):
         _check_weights(name, path, model)
     if official:
         _official_buffers(model)
-    if official and DTYPES[dtype] != torch.float32:
+    if DTYPES[dtype] != torch.float32:
+        # the libraries' own code runs reduced precision under autocast: fla's Mamba-2 keeps float32 norms and a
+        # float32 residual stream that meet bfloat16 projections, the official FoX code float32 weights
         model.foxwindow_autocast = DTYPES[dtype]
     try:
         model = model.to(device)
@@ -686,8 +688,8 @@ def capture_batches(model, ids, batch, device, mass_eps=None, rows=None, per_cha
     """Log-decays of every gated layer over ids (S, T), `batch` sequences per forward; per-channel
     decays are kept (S, T, H, K) when per_channel, else reduced to their channel mean batch by batch
     (a GLA model's channels would otherwise need S * T * key_dim floats per layer). progress: a bar over
-    the forward passes on stderr. A model with `foxwindow_autocast` set (load_model: the official FoX code
-    at --dtype bfloat16 / float16) runs under torch.autocast to that dtype, as its own code runs.
+    the forward passes on stderr. A model with `foxwindow_autocast` set (load_model at --dtype bfloat16 /
+    float16) runs under torch.autocast to that dtype, as its own code runs.
     Returns (decays {name: (S, T, H) or (S, T, H, K) float32}, family {name}, layer {name},
     mass {name: (S, R, H) int64} for softmax families). ModelError when a kernel cannot run here."""
     try:

@@ -255,6 +255,24 @@ def test_fla_mamba2_loads_as_fla_and_matches_its_decay(fla_mamba2, monkeypatch):
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+def test_fla_mamba2_bfloat16_runs_as_fla_runs_it(fla_mamba2, monkeypatch):
+    """fla's Mamba-2 keeps float32 norms and residual stream; in bfloat16 it runs under autocast."""
+    import fla.layers.mamba2 as fl
+    d, _ = fla_mamba2
+    model, _ = hf_models.load_model(str(d), dtype="bfloat16")
+    assert model.foxwindow_autocast == torch.bfloat16 and model.backbone.layers[0].mixer.in_proj.weight.dtype == \
+        torch.bfloat16
+    seen, orig = [], fl.reshape_into_chunks
+
+    def spy(t, pad, chunk):
+        seen.append(t)
+        return orig(t, pad, chunk)
+
+    monkeypatch.setattr(fl, "reshape_into_chunks", spy)
+    decays, _, _, _ = hf_models.capture_batches(model, torch.randint(0, 300, (2, 24)), 2, "cpu")
+    torch.testing.assert_close(decays["backbone.layers.1.mixer"], seen[5].float(), rtol=1e-6, atol=1e-7)
+
+
 def test_fla_mamba2_under_transformers_classes_is_refused(fla_mamba2, tmp_path):
     """What transformers' Mamba-2 would do with fla's checkpoint: ignore dt_limit and rescale out_proj; both
     are caught."""
