@@ -299,14 +299,15 @@ def _gated_deltanet(layer, x, kw):
 
 
 def _mamba2(layer, x, kw):
-    """Mamba-2 (fla / transformers layout): dt = clamp(softplus(dt_raw + dt_bias), dt_limit) with
-    dt_raw the last num_heads columns of in_proj(x); log-decay A dt with A = -exp(A_log) (B, T, H)."""
+    """Mamba-2 (fla / transformers / official FoX repository): dt = clamp(softplus(dt_raw + dt_bias), dt_limit)
+    with dt_raw the last num_heads columns of in_proj(x); log-decay A dt with A = -exp(A_log) (B, T, H). dt is
+    formed in the projection's dtype as the layers' PyTorch paths form it (bfloat16 under autocast), A in float32."""
     H, proj = layer.num_heads, layer.in_proj
     if type(proj) is torch.nn.Linear:                   # only the dt rows: in_proj is the layer's largest matmul
-        dt = F.linear(x, proj.weight[-H:], None if proj.bias is None else proj.bias[-H:]).float()
+        dt = F.linear(x, proj.weight[-H:], None if proj.bias is None else proj.bias[-H:])
     else:
-        dt = proj(x)[..., -H:].float()
-    dt = F.softplus(dt + layer.dt_bias.float())
+        dt = proj(x)[..., -H:]
+    dt = F.softplus(dt + layer.dt_bias)
     lo, hi = getattr(layer, "dt_limit", getattr(layer, "time_step_limit", (0.0, float("inf"))))
     dt = dt.clamp(lo, hi)
     return -layer.A_log.float().exp() * dt
@@ -337,7 +338,7 @@ for _a in (
                 lambda m: m.num_heads, kind="softmax", gate_module="fgate_proj",
                 note=_SCALAR + "; fgate_type 'bias_only'/'fixed' are constant per head: a lattice law, "
                      "W = floor(L/m) exactly (forget.ConstantGate)",
-                packages=("forgetting_transformer",), model_types=("forgetting_transformer",),
+                packages=("forgetting_transformer",), model_types=("forgetting_transformer-project_fox",),
                 attention_op=("forgetting_transformer.model.forgetting_transformer.modeling_forgetting_transformer",
                               "forgetting_attention")),
     GateAdapter("fla-fox", ("fla.layers.forgetting_attn.ForgettingAttention",), _logsigmoid_of("f_proj"),
@@ -357,7 +358,7 @@ for _a in (
                 note=_SCALAR + " (the decay of the state before the delta-rule update; the update itself also "
                      "erases, so the state's true memory is at most this window)"),
     GateAdapter("mamba2", ("fla.layers.mamba2.Mamba2", "modeling_mamba2.Mamba2Mixer"), _mamba2,
-                lambda m: m.num_heads, packages=("fla",), model_types=("mamba2",),
+                lambda m: m.num_heads, packages=("fla",), model_types=("mamba2", "mamba2-project_fox"),
                 note=_SCALAR + " (X = exp(A_log) dt: the discretised SSM decay)"),
     GateAdapter("fla-retnet", ("fla.layers.multiscale_retention.MultiScaleRetention",), _retnet,
                 lambda m: m.num_heads, kind="constant", packages=("fla",), model_types=("retnet",),

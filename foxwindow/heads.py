@@ -890,83 +890,6 @@ def check(args):
         raise ValueError(f"--n-seq {args.n_seq} x --seq-len {args.seq_len}: {exc}") from None
 
 
-# ----------------------------------------------------------------------------- Hugging Face style models
-
-
-def analyse_hf_model(cfg, eps_list=None, progress=True, save_traces=None):
-    """Per-head analysis of a Hugging Face style checkpoint (see the module docstring).
-    Returns (results [HeadResult], info dict) as analyse_model does, info adding the
-    families, what the laws mean for each, and whether attention-mass windows exist. save_traces: .npz
-    path for the analysed traces (written atomically; check it with outputs.check_writable first)."""
-    eps_list = EPS_SCAN if eps_list is None else eps_list
-    t0 = time.perf_counter()
-    if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
-        raise hf_models.ModelError(f"--device {cfg.device}: no CUDA device here")
-    model, config = hf_models.load_model(cfg.model, cfg.device, cfg.dtype)
-    tok = hf_models.load_tokenizer(cfg.tokenizer or cfg.model)
-    ids, spans = hf_models.heldout_ids(tok, cfg.n_seq, cfg.seq_len, cfg.text, getattr(config, "vocab_size", None))
-    rows = _rows(cfg.seq_len)
-    decays, fam, lay, mass = hf_models.capture_batches(model, ids, cfg.batch, cfg.device, cfg.mass_eps, rows,
-                                                       cfg.per_channel)
-    t_capture = time.perf_counter() - t0
-    traces = hf_models.analysis_traces(decays, cfg.per_channel)             # {name: (S, T, H or H*K)}
-    if save_traces:
-        save_trace(save_traces, traces, dict(model=cfg.model, families=fam, spans=spans, eps=list(eps_list),
-                                                per_channel=cfg.per_channel))       # written atomically
-    n_heads = sum(t.shape[2] for t in traces.values())
-    z = critical_z(n_heads, cfg.n_seq)
-    results = []
-    bar = tqdm(total=n_heads, desc="heads", disable=not progress, file=sys.stderr)
-    for i, (n, tr) in enumerate(traces.items()):
-        lg = tr.double().numpy()                                                # (S, T, H)
-        layer = lay[n] if lay[n] is not None else i
-        for h in range(lg.shape[2]):
-            r = analyse_head(lg[:, :, h], eps_list, z=z, layer=layer, head=h)
-            _decay_window(r, lg[:, :, h], cfg.mass_eps, rows.numpy())
-            if n in mass:
-                r.mass_window_mean = float(mass[n][:, :, h].double().mean())
-            results.append(r)
-            bar.update()
-    bar.close()
-    families = sorted(set(fam.values()))
-    no_mass = [f for f in families if hf_models.adapters.get_adapter(f).kind != "softmax"]
-    info = dict(checkpoint=cfg.model, model=cfg.model, n_seq=cfg.n_seq, seq_len=cfg.seq_len, spans=spans, z=z,
-                capture_s=t_capture, total_s=time.perf_counter() - t0, val_bpc=None,
-                rows="second half of each sequence", layers=list(traces), families=families,
-                laws={f: hf_models.adapters.get_adapter(f).note for f in families},
-                per_channel=cfg.per_channel, tokens="tokenizer ids of " + (cfg.text or "the held-out plays"),
-                mass_window=("attention-mass window from the attention op's q, k" if not no_mass else
-                             f"not available for {', '.join(no_mass)}: no attention matrix (a recurrent state); "
-                             f"W_mass is empty"))
-    return results, info
-
-
-def main_hf_model(args):
-    """`python forget.py --model ...` (args parsed by main). Returns the exit code: 0, or 2 after one
-    line on stderr for a problem with the model, tokenizer, text or options."""
-    force = bool(getattr(args, "force", False))
-    try:
-        cfg = hf_models.ModelRunConfig(model=args.model, tokenizer=args.tokenizer, text=args.text,
-                                       device=args.device, dtype=args.dtype, n_seq=args.n_seq, seq_len=args.seq_len,
-                                       batch=args.batch, mass_eps=args.eps, per_channel=args.per_channel)
-        json_path, traces_path = getattr(args, "json", None), getattr(args, "save_traces", None)
-        for p, what in ((json_path, "--json"), (traces_path, "--save-traces")):
-            if p:
-                outputs.check_writable(p, force=force, what=what)                 # before any work
-        results, info = analyse_hf_model(cfg, progress=not getattr(args, "no_progress", False),
-                                         save_traces=traces_path)
-        print_table(results, info)
-        for f in info["families"]:
-            print(f"{f}: {info['laws'][f]}")
-        print(f"W_mass: {info['mass_window']}")
-        if json_path:
-            outputs.write_json(json_path, to_json(results, info))
-    except (hf_models.ModelError, ValueError) as exc:
-        print(f"forget: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
 # ----------------------------------------------------------------------------- command line
 
 
@@ -1057,7 +980,8 @@ def main(argv=None):
         raise outputs.UsageError(f"{single[0]} runs in one process; under torchrun only the shipped model's "
                                  "capture is split across ranks (run it without torchrun)")
     if hf_models.wants_model(a):
-        return main_hf_model(a)
+        from foxwindow import hf_driver  # the --model run: loading, capture and the same table
+        return hf_driver.main_hf_model(a)
     check_args(a)
     if a.synthetic:
         return run_synthetic(a)

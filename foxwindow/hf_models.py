@@ -1,20 +1,28 @@
 """Your model: the per-head window analysis on any Hugging Face style checkpoint of a gated family.
 
     python forget.py --model DIR_OR_HUB_NAME [--tokenizer T] [--text FILE] [--device cuda] [--dtype bfloat16]
-                     [--n-seq 32] [--seq-len 2048] [--batch 4] [--per-channel]
+                     [--n-seq 32] [--seq-len 2048] [--batch 4] [--per-channel] [--adapter MODULE:OBJECT]
 
-Loads the checkpoint through transformers' Auto classes (importing the family's package first: `fla` for
-flash-linear-attention models, `forgetting_transformer` for the official FoX code when its config says so),
+Loads the checkpoint (importing the family's package first: `fla` for flash-linear-attention models,
+`forgetting_transformer` for the official FoX code when its model type or config says so),
 tokenises held-out text with the model's own tokenizer (default: the held-out Shakespeare plays that the
 shipped model never saw), reads the log-decays of every gated layer in batches through adapters.py, and hands
-them to heads.py's per-head analysis (heads.analyse_hf_model: the same table and JSON). Softmax families (FoX)
-also get the attention-mass window, read from the q, k the layer hands its attention op; other families have
-no attention matrix and the table says so. On the CPU the FoX attention op is replaced by this project's exact
-PyTorch reference and fla's fused norms / SwiGLU are switched off; the other fla families' kernels are Triton-
-only and need a GPU (said in one line). Every user-facing failure is one line (ModelError).
+them to heads.py's per-head analysis (hf_driver.py runs the two: the same table and JSON). Softmax families
+(FoX) also get the attention-mass window, read from the q, k the layer hands its attention op; other families
+have no attention matrix and the table says so. On the CPU the FoX attention op is replaced by this project's
+exact PyTorch reference and the other Triton / CUDA-only ops by the defining code's own PyTorch references
+(cpu_standins.py); the other fla families' kernels are Triton-only and need a GPU (said in one line).
+
+Each checkpoint loads with the classes of the library that wrote it (the official FoX package's for its
+`*-project_fox` model types, fla's for fla's configs, transformers' for its own), and the loaded network is
+checked to be the saved one (every config field read, every weight equal to the file's). A user's GateAdapter
+plugs in with --adapter MODULE:OBJECT or a package's `foxwindow.adapters` entry point. Every user-facing
+failure is one line (ModelError).
 """
 import contextlib
 import importlib
+import importlib.util
+import inspect
 import json
 import os
 import sys
@@ -22,9 +30,11 @@ import warnings
 from dataclasses import dataclass
 
 import torch
+from tqdm import tqdm
 
 from foxwindow import adapters, data
 from foxwindow import fox_attention as fa
+from foxwindow.cpu_standins import CPU_STANDINS
 
 
 class ModelError(Exception):
@@ -34,13 +44,15 @@ class ModelError(Exception):
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # fla configs: fused Triton norms / activations / losses, switched off on the CPU (their PyTorch paths agree)
 CPU_CONFIG_OFF = ("fuse_norm", "fuse_swiglu", "fuse_cross_entropy", "fuse_linear_cross_entropy")
-# families whose every op runs on the CPU here (with the attention op stand-in below); besides these,
-# transformers' own layers (its Mamba-2) have PyTorch paths
-CPU_FAMILIES = ("foxwindow", "fla-fox", "fox-official")
+# families whose every op runs on the CPU here (with the attention op and CPU_STANDINS below); besides these,
+# transformers' own layers have PyTorch paths
+CPU_FAMILIES = ("foxwindow", "fla-fox", "fox-official", "mamba2")
 
 
 def _runs_on_cpu(module, adapter):
-    return adapter.family in CPU_FAMILIES or type(module).__module__.startswith("transformers.")
+    """False for the fla families whose kernels are Triton-only (a user's adapter is taken at its word)."""
+    return adapter.family in CPU_FAMILIES or type(module).__module__.startswith("transformers.") or \
+        "fla" not in adapter.packages
 
 
 @dataclass
@@ -48,7 +60,8 @@ class ModelRunConfig:
     """What `analyse_hf_model` reads and how. model: a local directory or a hub name; tokenizer: the same
     by default; text: a UTF-8 file, None for the held-out plays; n_seq sequences of seq_len tokens read
     batch at a time; mass_eps: eps of the decay and attention-mass windows; per_channel: analyse each
-    channel of per-channel families (GLA, HGRN) instead of the per-head channel mean."""
+    channel of per-channel families (GLA, HGRN) instead of the per-head channel mean; adapters: --adapter
+    specs ("module:object" or "file.py:object") naming the user's GateAdapters."""
     model: str
     tokenizer: str = None
     text: str = None
@@ -59,6 +72,7 @@ class ModelRunConfig:
     batch: int = 4
     mass_eps: float = 1e-3
     per_channel: bool = False
+    adapters: tuple = ()
 
     def __post_init__(self):
         if not (isinstance(self.model, str) and self.model):
@@ -75,6 +89,110 @@ class ModelRunConfig:
             raise ModelError(f"--text {self.text}: no such file")
         if not (0 < self.mass_eps < 1):
             raise ModelError(f"eps must lie in (0, 1); got {self.mass_eps!r}")
+
+
+# official FoX repository (zhixuan-lin/forgetting-transformer): its configs' model types end in this suffix and
+# each is registered with transformers' Auto classes by importing forgetting_transformer.model.<base>
+OFFICIAL_SUFFIX = "-project_fox"
+OFFICIAL_PACKAGE = "forgetting_transformer"
+# config.json keys of any model that are bookkeeping, not architecture
+META_KEYS = {"architectures", "model_type", "transformers_version", "_name_or_path", "auto_map", "torch_dtype", "dtype",
+             "_commit_hash", "_attn_implementation_autoset", "name_or_path"}
+ADAPTER_GROUP = "foxwindow.adapters"            # package entry points naming a user's GateAdapter(s)
+
+
+def _first_line(exc):
+    msg = str(exc).strip()
+    return msg.splitlines()[0] if msg else type(exc).__name__
+
+
+def supported():
+    """One phrase naming the families that --model reads, for "not supported" messages."""
+    fams = sorted(a.family for a in adapters.ADAPTERS.values())
+    return f"gate adapters exist for: {', '.join(fams)}; add one for another family with --adapter MODULE:OBJECT"
+
+
+def not_supported(mt):
+    return ModelError(f"model type '{mt}' is not supported: no gate adapter reads its layers ({supported()})")
+
+
+# ----------------------------------------------------------------------------- user adapters
+
+def _adapter_objects(obj, spec, call=True):
+    """GateAdapters from what a spec or entry point names: a GateAdapter, a list/tuple of them, or a callable
+    (a class or factory) taking no arguments that returns either."""
+    if isinstance(obj, adapters.GateAdapter):
+        return [obj]
+    if isinstance(obj, (list, tuple)) and obj and all(isinstance(a, adapters.GateAdapter) for a in obj):
+        return list(obj)
+    if call and callable(obj):
+        try:
+            got = obj()
+        except Exception as exc:                      # the user's code: reported in one line
+            raise ModelError(f"--adapter {spec}: calling it failed ({type(exc).__name__}: {_first_line(exc)})") \
+                from None
+        return _adapter_objects(got, spec, call=False)
+    return _refuse_adapter(obj, spec)
+
+
+def _refuse_adapter(obj, spec):
+    raise ModelError(f"--adapter {spec}: names a {type(obj).__name__}, not a GateAdapter (nor a list of them or "
+                     f"a callable returning one); see adapters.GateAdapter")
+
+
+def load_adapter(spec):
+    """Import the user's adapter(s) named by spec, "package.module:OBJECT" or "path/to/file.py:OBJECT" (OBJECT
+    may be dotted), and register them (replacing a registered family of the same name). Returns the list
+    of GateAdapters. ModelError (one line) for a malformed spec, a module that fails to import, a missing
+    object or one that is not a GateAdapter."""
+    if not isinstance(spec, str) or spec.count(":") < 1 or not all(spec.rsplit(":", 1)):
+        raise ModelError(f"--adapter {spec!r}: expected MODULE:OBJECT or FILE.py:OBJECT, e.g. my_gates:RGLRU")
+    where, attr = spec.rsplit(":", 1)
+    try:
+        if where.endswith(".py") or os.sep in where:
+            path = os.path.abspath(os.path.expanduser(where))
+            if not os.path.isfile(path):
+                raise ModelError(f"--adapter {spec}: no such file {path}")
+            name = "foxwindow_user_adapter_" + os.path.splitext(os.path.basename(path))[0]
+            mspec = importlib.util.spec_from_file_location(name, path)
+            mod = importlib.util.module_from_spec(mspec)
+            sys.modules[name] = mod
+            mspec.loader.exec_module(mod)
+        else:
+            mod = importlib.import_module(where)
+    except ModelError:
+        raise
+    except Exception as exc:                          # the user's module: reported in one line
+        raise ModelError(f"--adapter {spec}: cannot import {where} ({type(exc).__name__}: {_first_line(exc)})") \
+            from None
+    obj = mod
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ModelError(f"--adapter {spec}: {where} has no {attr}")
+        obj = getattr(obj, part)
+    found = _adapter_objects(obj, spec)
+    for a in found:
+        adapters.register_adapter(a, replace=True)
+    return found
+
+
+def load_adapters(specs=()):
+    """Register the GateAdapters of every installed package's `foxwindow.adapters` entry points, then those
+    named by `specs` (--adapter; later ones win). Returns the list registered."""
+    from importlib import metadata
+    out = []
+    for ep in metadata.entry_points(group=ADAPTER_GROUP):
+        try:
+            obj = ep.load()
+        except Exception as exc:
+            raise ModelError(f"entry point {ep.name} = {ep.value} ({ADAPTER_GROUP}) cannot be loaded "
+                             f"({type(exc).__name__}: {_first_line(exc)})") from None
+        for a in _adapter_objects(obj, f"{ep.value} (entry point {ep.name})"):
+            adapters.register_adapter(a, replace=True)
+            out.append(a)
+    for spec in specs or ():
+        out += load_adapter(spec)
+    return out
 
 
 # ----------------------------------------------------------------------------- loading
@@ -115,18 +233,42 @@ def _local_config(path):
 
 
 def _import_packages(cfg):
-    """Import the family package named by the config (the official FoX code when the config has its
-    fgate_type; fla for the model types it defines). ModelError naming what is missing."""
+    """Import the family package named by the config: the official FoX code's model submodule (which
+    registers its Auto classes) when the model type ends in -project_fox or the config has fgate_type; fla
+    for the model types its adapters read. Returns the names imported. ModelError naming what is missing,
+    or "not supported" for a model type that no adapter reads and transformers does not know."""
     mt = (cfg or {}).get("model_type")
-    if cfg and "fgate_type" in cfg:
+    if cfg and (str(mt).endswith(OFFICIAL_SUFFIX) or "fgate_type" in cfg):
+        base = str(mt)[:-len(OFFICIAL_SUFFIX)] if str(mt).endswith(OFFICIAL_SUFFIX) else "forgetting_transformer"
+        if mt != "forgetting_transformer" and not adapters.family_for_model_type(mt):
+            raise not_supported(mt)                   # the official repository's baselines (hgrn2, delta_net, ...)
+        if base == "mamba2" and importlib.util.find_spec("mamba_ssm") is None:
+            raise ModelError(f"model type '{mt}': the official repository's Mamba-2 builds its gated norm from "
+                             f"mamba_ssm (CUDA kernels), which is not installed (pip install mamba-ssm on a GPU "
+                             f"machine)")
+        sub = f"{OFFICIAL_PACKAGE}.model.{base}"
         try:
-            importlib.import_module("forgetting_transformer")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                importlib.import_module(OFFICIAL_PACKAGE)
         except ImportError:
-            raise ModelError("this checkpoint is the official FoX code's (its config has fgate_type): install the "
-                             "forgetting_transformer package (github.com/zhixuan-lin/forgetting-transformer)"
-                             ) from None
-        return ["forgetting_transformer"]
-    if mt is not None and mt in _transformers().models.auto.configuration_auto.CONFIG_MAPPING_NAMES:
+            raise ModelError("this checkpoint is the official FoX code's (model type "
+                             f"'{mt}'): install the forgetting_transformer package "
+                             "(pip install -e a checkout of github.com/zhixuan-lin/forgetting-transformer)") from None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                importlib.import_module(sub)                             # registers its Auto classes
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith(sub):
+                raise ModelError(f"model type '{mt}': the installed forgetting_transformer package has no {sub}") \
+                    from None
+            raise ModelError(f"model type '{mt}': {sub} needs {exc.name} (pip install {exc.name})") from None
+        except Exception as exc:
+            raise ModelError(f"model type '{mt}': importing {sub} failed ({_first_line(exc)})") from None
+        return [sub]
+    known = _transformers().models.auto.configuration_auto.CONFIG_MAPPING_NAMES
+    if mt is not None and mt in known and not _fla_config(cfg):
         # transformers' own model (e.g. mamba2): importing fla would re-register the type to fla's port
         return []
     if mt is None:
@@ -138,70 +280,277 @@ def _import_packages(cfg):
                 importlib.import_module(p)
                 done.append(p)
         return done
+    if not adapters.family_for_model_type(mt) and mt not in known:
+        raise not_supported(mt)
     try:
         return adapters.import_family_packages(mt)
     except ImportError as exc:
         raise ModelError(str(exc)) from None
 
 
-def load_model(name, device="cpu", dtype="float32"):
-    """Load a causal LM through transformers' Auto classes. Returns (model in eval mode on `device`,
-    its config). On the CPU, fla's fused Triton norms / SwiGLU / losses are switched off in the config of
-    the FoX families (the other fla families need a GPU anyway). A checkpoint missing any of the model's
-    weights is refused (they would stay at their random init).
-    Raises ModelError (one line) for a missing path, a directory that is not a model, a missing package,
-    or a checkpoint transformers cannot load."""
+def _config_fields(config_cls):
+    """Every config.json key that `config_cls` reads: its __init__ parameters, the attributes a default
+    instance sets (PretrainedConfig's own among them), and the bookkeeping keys. None if unknown."""
+    try:
+        params = set(inspect.signature(config_cls.__init__).parameters) - {"self", "kwargs"}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fields = set(config_cls().to_dict())
+    except Exception:
+        return None
+    return params | fields | META_KEYS | set(getattr(config_cls, "attribute_map", {}) or {})
+
+
+def _fla_classes(mt):
+    """fla's (config class, causal LM class) of model type `mt`, or None when fla is absent or lacks it."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fm = importlib.import_module("fla.models")
+    except ImportError:
+        return None
+    for name in getattr(fm, "__all__", dir(fm)):
+        obj = getattr(fm, name, None)
+        if isinstance(obj, type) and name.endswith("Config") and getattr(obj, "model_type", None) == mt:
+            lm = getattr(fm, name[:-len("Config")] + "ForCausalLM", None)
+            if lm is not None:
+                return obj, lm
+    return None
+
+
+def _fla_config(cfg):
+    """True when a config.json of a model type that transformers also defines was written by fla's config
+    class: it has fields that fla's class reads and transformers' does not (fla Mamba-2: dt_limit, fuse_norm)."""
+    mt = (cfg or {}).get("model_type")
     tf = _transformers()
+    names = tf.models.auto.configuration_auto.CONFIG_MAPPING_NAMES
+    if mt not in names or not adapters.family_for_model_type(mt):
+        return False
+    fla = _fla_classes(mt)
+    if fla is None:
+        return False
+    tf_fields, fla_fields = _config_fields(getattr(tf, names[mt])), _config_fields(fla[0])
+    if tf_fields is None or fla_fields is None:
+        return False
+    keys = set(cfg)
+    return bool(keys - tf_fields) and not (keys - fla_fields)
+
+
+def _classes(cfg_json):
+    """(config class, causal LM class, where) to load a checkpoint with: the classes of the library that
+    wrote it (transformers' own for its model types, fla's for fla's configs of a type both define, the
+    Auto classes for the rest)."""
+    tf = _transformers()
+    mt = (cfg_json or {}).get("model_type")
+    cfg_names = tf.models.auto.configuration_auto.CONFIG_MAPPING_NAMES
+    lm_names = tf.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    if cfg_json and mt in cfg_names and _fla_config(cfg_json):
+        c, m = _fla_classes(mt)
+        return c, m, "fla"
+    if mt in cfg_names and mt in lm_names:
+        # transformers' own classes by name: a package imported earlier (fla) may have re-registered the type
+        return getattr(tf, cfg_names[mt]), getattr(tf, lm_names[mt]), "transformers"
+    return tf.AutoConfig, tf.AutoModelForCausalLM, None
+
+
+def _check_config_fields(name, cfg_json, config):
+    """Refuse a config.json with fields the loading config class does not read: the network built would
+    silently differ from the one that was saved (e.g. fla Mamba-2's dt_limit read by transformers' class)."""
+    fields = _config_fields(type(config))
+    if not cfg_json or fields is None:
+        return
+    unread = sorted(set(cfg_json) - fields)
+    if unread:
+        cls = f"{type(config).__module__.split('.')[0]}.{type(config).__name__}"
+        raise ModelError(f"--model {name}: config fields {', '.join(unread)} are not read by {cls}, which would build "
+                         f"another network than the one saved (the checkpoint was written by other code for model "
+                         f"type '{cfg_json.get('model_type')}')")
+
+
+def _checkpoint_tensors(path):
+    """{name: lazily read tensor} of a local checkpoint's safetensors files (sharded or not); None if it has
+    none (a .bin checkpoint: not re-read)."""
+    files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+    if not files:
+        return None
+    from safetensors import safe_open
+    out = {}
+    for f in files:
+        with safe_open(os.path.join(path, f), framework="pt") as fh:
+            for k in fh.keys():
+                out[k] = (os.path.join(path, f), k)
+    return out
+
+
+def _check_weights(name, path, model):
+    """Every tensor of the checkpoint equals the loaded model's tensor of that name (in the model's dtype):
+    a loader that rescales or re-initialises a weight (transformers' Mamba-2 on fla's rescale_prenorm_residual)
+    is refused. Returns the number of tensors compared."""
+    index = _checkpoint_tensors(path)
+    if index is None:
+        return 0
+    from safetensors import safe_open
+    state = model.state_dict()
+    unused = sorted(k for k in index if k not in state)
+    if unused:
+        raise ModelError(f"--model {name}: {len(unused)} tensors of the checkpoint are not weights of "
+                         f"{type(model).__name__} (e.g. {unused[0]}); it was saved by another implementation")
+    n = 0
+    for k, (f, key) in index.items():
+        with safe_open(f, framework="pt") as fh:
+            want = fh.get_tensor(key)
+        got = state[k].detach().cpu()
+        if got.shape != want.shape or not torch.equal(got, want.to(got.dtype)):
+            err = (got.double() - want.double()).abs().max().item() if got.shape == want.shape else "shape"
+            raise ModelError(f"--model {name}: weight {k} of the loaded {type(model).__name__} differs from the "
+                             f"checkpoint's (max |diff| {err}): the loader re-parametrised it")
+        n += 1
+    return n
+
+
+def load_model(name, device="cpu", dtype="float32"):
+    """Load a causal LM with the classes of the library that defines it. Returns (model in eval mode on
+    `device`, its config). Checks that the loaded network is the saved one: every config.json field is read
+    by the config class, no weight is missing, and every tensor of a local safetensors checkpoint equals
+    the loaded weight. On the CPU, fla's fused Triton norms / SwiGLU / losses are switched off in the config
+    of the FoX families (the other families run on PyTorch stand-ins, see capture_batches). --dtype bfloat16 /
+    float16 set model.foxwindow_autocast, applied by capture_batches, as the libraries' own code runs them
+    (fla's Mamba-2 mixes float32 norms with bfloat16 projections); the official FoX code's weights stay float32.
+    Raises ModelError (one line) for a missing path, a directory that is not a model, a missing package,
+    a model type no adapter reads, or a checkpoint that does not load as saved."""
+    _transformers()
     cfg_json = _local_config(name)
     _import_packages(cfg_json)
     path = os.path.expanduser(name)
-    config_cls, model_cls = tf.AutoConfig, tf.AutoModelForCausalLM
+    config_cls, model_cls, _ = _classes(cfg_json)
     mt = (cfg_json or {}).get("model_type")
-    cfg_names, lm_names = tf.models.auto.configuration_auto.CONFIG_MAPPING_NAMES, \
-        tf.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    if mt in cfg_names and mt in lm_names:
-        # transformers' own classes by name: a package imported earlier (fla) may have re-registered the type
-        config_cls, model_cls = getattr(tf, cfg_names[mt]), getattr(tf, lm_names[mt])
     try:
         config = config_cls.from_pretrained(path)
     except (OSError, ValueError, KeyError) as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        msg = _first_line(exc)
+        if mt and ("does not recognize this architecture" in msg or "out of date" in msg):
+            raise not_supported(mt) from None
         raise ModelError(f"--model {name}: transformers cannot read its config ({msg})") from None
-    fams = adapters.family_for_model_type(getattr(config, "model_type", None))
+    _check_config_fields(name, cfg_json, config)
+    mt = getattr(config, "model_type", mt)
+    fams = adapters.family_for_model_type(mt)
+    official = any(a.family == "fox-official" for a in fams)
     if not str(device).startswith("cuda") and fams and all(a.family in CPU_FAMILIES for a in fams):
         # only where the switch keeps the weights' names (fla FoX: fused and plain RMSNorm alike)
         for k in CPU_CONFIG_OFF:
             if getattr(config, k, False):
                 setattr(config, k, False)
+    load_dtype = torch.float32 if official else DTYPES[dtype]
+    if official:
+        _official_compat(model_cls, config)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model, info = model_cls.from_pretrained(path, config=config, dtype=DTYPES[dtype],
-                                                    output_loading_info=True)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"--model {name}: cannot load the weights ({msg})") from None
+            model, info = model_cls.from_pretrained(path, config=config, dtype=load_dtype, output_loading_info=True)
+    except (OSError, ValueError, KeyError, RuntimeError, AttributeError, TypeError) as exc:
+        raise ModelError(f"--model {name}: cannot load the weights ({_first_line(exc)})") from None
     # a weight left at its random init would give gates that look real: refuse instead
     missing = sorted(info.get("missing_keys") or [])
     if missing:
         raise ModelError(f"--model {name}: {len(missing)} weights of {type(model).__name__} are not in the checkpoint "
                          f"(e.g. {missing[0]}); it was saved by another implementation of this model type")
+    if os.path.isdir(path):
+        _check_weights(name, path, model)
+    if official:
+        _official_buffers(model)
+    if DTYPES[dtype] != torch.float32:
+        # the libraries' own code runs reduced precision under autocast: fla's Mamba-2 keeps float32 norms and a
+        # float32 residual stream that meet bfloat16 projections, the official FoX code float32 weights
+        model.foxwindow_autocast = DTYPES[dtype]
     try:
         model = model.to(device)
     except (RuntimeError, AssertionError) as exc:
-        raise ModelError(f"--device {device}: {str(exc).splitlines()[0]}") from None
+        raise ModelError(f"--device {device}: {_first_line(exc)}") from None
     return model.eval(), config
 
 
+def _official_compat(model_cls, config):
+    """The official FoX classes were written for transformers 4: their `_tied_weights_keys` is a list, which
+    transformers 5 reads as a {target: source} dict. Give it the dict form (the output embedding tied to the
+    input one, as the list meant) so saving and loading work; a no-op on transformers 4 and on dicts."""
+    for cls in model_cls.__mro__:
+        keys = cls.__dict__.get("_tied_weights_keys")
+        if isinstance(keys, list):
+            cls._tied_weights_keys = {k: "model.embeddings.weight" for k in keys} if config.tie_word_embeddings \
+                else None
+
+
+def _official_buffers(model):
+    """Recompute what the official FoX constructor computes and does not save: transformers 5 builds the model
+    without running it and leaves the rotary embedding's non-persistent inv_freq at zero (RoPE silently off).
+    Returns the number of buffers recomputed."""
+    n = 0
+    for m in model.modules():
+        if hasattr(m, "_compute_inv_freq") and isinstance(getattr(m, "inv_freq", None), torch.Tensor):
+            with torch.no_grad():
+                m.inv_freq = m._compute_inv_freq(m.inv_freq.device).to(m.inv_freq.dtype)
+            for k in ("_cos_cached", "_sin_cached", "_cos_k_cached", "_sin_k_cached"):
+                if hasattr(m, k):
+                    setattr(m, k, None)
+            if hasattr(m, "_seq_len_cached"):
+                m._seq_len_cached = 0
+            n += 1
+    return n
+
+
+class JSONEscaped:
+    """The official FoX tokenizer for LongCrawl64 models (JSONGPT2Tokenizer): GPT-2's BPE applied to the text
+    JSON-escaped (json.dumps without its quotes: a newline becomes the two characters backslash n), as
+    LongCrawl64 stored its documents. The class overrides prepare_for_tokenization, which transformers 5 no
+    longer calls, so it is applied here before the base tokenizer sees the text."""
+
+    def __init__(self, base):
+        self.base = base
+
+    @staticmethod
+    def escape(text):
+        return json.dumps(text)[1:-1]
+
+    def __call__(self, text, **kw):
+        if isinstance(text, (list, tuple)):
+            return self.base([self.escape(t) for t in text], **kw)
+        return self.base(self.escape(text), **kw)
+
+    def decode(self, ids, **kw):
+        text = self.base.decode(ids, **kw)
+        try:
+            return json.loads(f'"{text}"')
+        except json.JSONDecodeError:
+            return text.encode().decode("unicode_escape", "ignore")
+
+    def __getattr__(self, name):
+        return getattr(self.base, name)
+
+
 def load_tokenizer(name):
-    """The tokenizer of checkpoint (or tokenizer directory / hub name) `name`; ModelError if absent."""
+    """The tokenizer of checkpoint (or tokenizer directory / hub name) `name`, with the text escaping its own
+    class applies (the official FoX JSONGPT2Tokenizer: JSONEscaped); ModelError (one line) if absent."""
     tf = _transformers()
+    path = os.path.expanduser(name)
+    tcfg = os.path.join(path, "tokenizer_config.json")
+    cls = None
+    files = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "vocab.txt", "spiece.model")
+    if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, f)) for f in files):
+        raise ModelError(f"no tokenizer at {name}: none of {', '.join(files)} is there; pass --tokenizer DIR_OR_NAME")
+    if os.path.isfile(tcfg):
+        try:
+            with open(tcfg) as fh:
+                cls = json.load(fh).get("tokenizer_class")
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ModelError(f"--tokenizer {name}: tokenizer_config.json is unreadable ({exc})") from None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return tf.AutoTokenizer.from_pretrained(os.path.expanduser(name))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if cls == "JSONGPT2Tokenizer":
+                return JSONEscaped(tf.GPT2Tokenizer.from_pretrained(path))
+            return tf.AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        msg = " ".join(str(exc).split()) or type(exc).__name__           # the whole message, on one line
         raise ModelError(f"no tokenizer at {name} ({msg}); pass --tokenizer DIR_OR_NAME") from None
 
 
@@ -249,14 +598,13 @@ def mass_windows_qk(q, k, lg, scale, eps, rows):
     Computed head by head in float64 (memory B * R * T per head)."""
     B, T, H, _ = q.shape
     rep = H // k.shape[2]
-    c = torch.cumsum(lg.double(), 1)                                            # (B, T, H)
-    j = torch.arange(T, device=q.device)
+    c = fa.cum_log_gate(lg)                                                     # (B, H, T) float64
     rows = rows.to(q.device)
     out = []
     for h in range(H):
-        qh, kh = q[:, rows, h].double(), k[:, :, h // rep].double()             # (B, R, D), (B, T, D)
-        logits = (qh @ kh.transpose(1, 2)) * scale + c[:, rows, h, None] - c[:, None, :, h]   # (B, R, T)
-        logits = logits.masked_fill(j[None, None, :] > rows[None, :, None], float("-inf"))
+        qh, kh = q[:, rows, h, None].double(), k[:, :, h // rep, None].double()  # (B, R, 1, D), (B, T, 1, D)
+        logits = fa.fox_logits(qh.transpose(1, 2), kh.transpose(1, 2), c[:, h:h + 1, rows], c[:, h:h + 1], scale,
+                               q_pos=rows, dtype=torch.float64)[:, 0]           # (B, R, T), keys after i masked
         A = torch.softmax(logits, -1)
         suf = A.flip(-1).cumsum(-1).flip(-1)                                     # mass within distance i - j
         jstar = (suf >= 1 - eps).sum(-1) - 1                                    # (B, R)
@@ -291,15 +639,6 @@ def _op_inputs(family, args, kw):
         if kw.get("head_first"):                                               # official: (B, H, T, ...)
             q, k, g = q.transpose(1, 2), k.transpose(1, 2), g.transpose(1, 2)
     return q, k, g, (q.shape[-1] ** -0.5 if scale is None else scale)
-
-
-def _swiglu(x, y):
-    """SwiGLU silu(x) * y, fla's formula (silu in float32), for its Triton-only op on the CPU."""
-    return (torch.nn.functional.silu(x.float()) * y.float()).to(x.dtype)
-
-
-# (module, name, PyTorch stand-in) patched while a model runs on the CPU, when the module is loaded
-CPU_STANDINS = (("fla.modules.mlp", "swiglu", _swiglu),)
 
 
 @contextlib.contextmanager
@@ -345,29 +684,41 @@ def attention_ops(model, mass_eps=None, rows=None, cpu=True):
 
 # ----------------------------------------------------------------------------- capture + analysis
 
-def capture_batches(model, ids, batch, device, mass_eps=None, rows=None, per_channel=True):
+def capture_batches(model, ids, batch, device, mass_eps=None, rows=None, per_channel=True, progress=False):
     """Log-decays of every gated layer over ids (S, T), `batch` sequences per forward; per-channel
     decays are kept (S, T, H, K) when per_channel, else reduced to their channel mean batch by batch
-    (a GLA model's channels would otherwise need S * T * key_dim floats per layer).
+    (a GLA model's channels would otherwise need S * T * key_dim floats per layer). progress: a bar over
+    the forward passes on stderr. A model with `foxwindow_autocast` set (load_model at --dtype bfloat16 /
+    float16) runs under torch.autocast to that dtype, as its own code runs.
     Returns (decays {name: (S, T, H) or (S, T, H, K) float32}, family {name}, layer {name},
     mass {name: (S, R, H) int64} for softmax families). ModelError when a kernel cannot run here."""
-    layers = adapters.find_layers(model)
+    try:
+        layers = adapters.find_layers(model)
+    except ValueError as exc:
+        raise ModelError(f"{exc}: not supported ({supported()})") from None
     cpu = not str(device).startswith("cuda")
     if cpu:
         slow = sorted({a.family for _, m, a in layers if not _runs_on_cpu(m, a)})
         if slow:
             raise ModelError(f"family {', '.join(slow)}: its fused kernels are Triton-only and need a GPU "
-                             f"(--device cuda); FoX families and transformers' own Mamba-2 run on the CPU")
+                             f"(--device cuda); on the CPU run FoX (ours, official, fla) and Mamba-2 (fla, "
+                             f"transformers)")
+    amp = getattr(model, "foxwindow_autocast", None)
+    dev_type = "cuda" if not cpu else "cpu"
     parts, mass_parts, fam, lay = {}, {}, {}, {}
+    starts = range(0, ids.shape[0], batch)
+    bar = tqdm(total=ids.shape[0], desc="forward", unit="seq", disable=not progress or len(starts) < 2,
+               file=sys.stderr)
     with attention_ops(model, mass_eps, rows, cpu=cpu) as win:
-        for s in range(0, ids.shape[0], batch):
+        for s in starts:
             x = ids[s:s + batch].to(device)
             win.clear()
             try:
-                cap = adapters.capture_log_decays(model, x, use_cache=False)
+                with torch.autocast(dev_type, dtype=amp) if amp is not None else contextlib.nullcontext():
+                    cap = adapters.capture_log_decays(model, x, use_cache=False)
             except RuntimeError as exc:
                 if "active drivers" in str(exc) or "CUDA" in str(exc):
-                    raise ModelError(f"a kernel of this model needs a GPU ({str(exc).splitlines()[0]}); "
+                    raise ModelError(f"a kernel of this model needs a GPU ({_first_line(exc)}); "
                                      f"run with --device cuda") from None
                 raise
             for n, lg in cap.decays.items():
@@ -377,6 +728,8 @@ def capture_batches(model, ids, batch, device, mass_eps=None, rows=None, per_cha
             for n, ws in win.items():
                 for k, w in enumerate(ws):
                     mass_parts.setdefault(n if k == 0 else f"{n}#{k}", []).append(w)
+            bar.update(x.shape[0])
+    bar.close()
     decays = {n: torch.cat(p, 0) for n, p in parts.items()}
     mass = {n: torch.cat(p, 0) for n, p in mass_parts.items() if n in decays}
     return decays, fam, lay, mass
@@ -419,6 +772,10 @@ def add_arguments(p):
         ("--batch", dict(type=int, default=4, help="sequences per forward pass")),
         ("--per-channel", dict(action="store_true",
                                help="per-channel families (GLA, HGRN): analyse each channel, not the per-head mean")),
+        ("--adapter", dict(action="append", default=None, metavar="MODULE:OBJECT",
+                           help="a GateAdapter of your own (or a list of them, or a callable returning one): "
+                                "package.module:NAME or path/to/file.py:NAME; repeatable. Installed packages can "
+                                f"also offer theirs under the '{ADAPTER_GROUP}' entry-point group")),
     )
     for flag, kw in flags:
         if flag not in have:

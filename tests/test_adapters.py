@@ -369,7 +369,8 @@ def test_model_flag_end_to_end(tiny_ckpt, tmp_path, capsys):
     code, out, err = _forget(["--model", str(ck), "--text", str(text), "--n-seq", "4", "--seq-len", "96",
                               "--batch", "3", "--no-progress", "--json", str(js), "--save-traces", str(tr)], capsys)
     assert code == 0, err
-    assert "Per-head window laws" in out and "fla-fox: scalar gate" in out and "W_mass: attention-mass" in out
+    assert "Per-head window laws" in out and "fla-fox (attends over a KV cache): scalar gate" in out
+    assert "W_mass: attention-mass" in out
     res = json.loads(js.read_text())
     assert res["info"]["families"] == ["fla-fox"] and len(res["heads"]) == 4
     assert [(h["layer"], h["head"]) for h in res["heads"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
@@ -449,7 +450,9 @@ def test_model_flag_errors_are_one_line(tiny_ckpt, tmp_path, capsys, monkeypatch
     # the official FoX code's checkpoint without its package
     off = tmp_path / "official"
     off.mkdir()
-    (off / "config.json").write_text(json.dumps({"model_type": "forgetting_transformer", "fgate_type": "full"}))
+    (off / "config.json").write_text(json.dumps({"model_type": "forgetting_transformer-project_fox",
+                                                 "fgate_type": "full"}))
+    monkeypatch.setitem(sys.modules, "forgetting_transformer", None)
     code, _, err = _forget(["--model", str(off)] + base, capsys)
     assert code == 2 and "forgetting_transformer package" in err
 
@@ -586,7 +589,7 @@ def test_model_flag_transformers_mamba2_says_no_mass_window(tiny_ckpt, tmp_path,
     code, out, err = _forget(["--model", str(d), "--text", str(text), "--n-seq", "3", "--seq-len", "64",
                               "--no-progress", "--json", str(js)], capsys)
     assert code == 0, err
-    assert "W_mass: not available for mamba2" in out and "mamba2: scalar gate" in out
+    assert "W_mass: not available for mamba2" in out and "mamba2 (a gated state, no KV cache): scalar gate" in out
     res = json.loads(js.read_text())
     assert res["info"]["families"] == ["mamba2"] and len(res["heads"]) == 4
     assert all(h["mass_window_mean"] is None and h["kappa"] > 0 for h in res["heads"])

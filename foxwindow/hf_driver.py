@@ -1,0 +1,97 @@
+"""`python forget.py --model DIR`: the per-head window analysis of a Hugging Face style checkpoint.
+
+Loading, tokenising and reading the gates are hf_models.py's (and adapters.py's); the per-head analysis,
+the table and the JSON are heads.py's, the same as for the shipped model. This module joins the two:
+
+    analyse_hf_model(cfg)      ModelRunConfig -> (results [HeadResult], info)
+    main_hf_model(args)        forget.py's --model path: one line on stderr and exit code 2 on a problem
+"""
+import sys
+import time
+
+import torch
+from tqdm import tqdm
+
+from foxwindow import adapters, heads, hf_models, outputs
+from foxwindow.traces import save_trace
+
+
+def analyse_hf_model(cfg, eps_list=None, progress=True, save_traces=None):
+    """Per-head analysis of a Hugging Face style checkpoint (see hf_models' module docstring).
+    Returns (results [HeadResult], info dict) as heads.analyse_model does, info adding the families, what
+    the laws mean for each, each family's kind (softmax: attends over a KV cache; recurrent / constant: a
+    gated state, no KV cache) and whether attention-mass windows exist. save_traces: .npz path for the
+    analysed traces (written atomically; check it with outputs.check_writable first); its metadata holds
+    the families and kinds, so that predictions made from the traces later know what they apply to."""
+    eps_list = heads.EPS_SCAN if eps_list is None else eps_list
+    t0 = time.perf_counter()
+    if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
+        raise hf_models.ModelError(f"--device {cfg.device}: no CUDA device here")
+    hf_models.load_adapters(cfg.adapters)
+    model, config = hf_models.load_model(cfg.model, cfg.device, cfg.dtype)
+    tok = hf_models.load_tokenizer(cfg.tokenizer or cfg.model)
+    ids, spans = hf_models.heldout_ids(tok, cfg.n_seq, cfg.seq_len, cfg.text, getattr(config, "vocab_size", None))
+    rows = heads._rows(cfg.seq_len)
+    decays, fam, lay, mass = hf_models.capture_batches(model, ids, cfg.batch, cfg.device, cfg.mass_eps, rows,
+                                                       cfg.per_channel, progress=progress)
+    t_capture = time.perf_counter() - t0
+    traces = hf_models.analysis_traces(decays, cfg.per_channel)             # {name: (S, T, H or H*K)}
+    families = sorted(set(fam.values()))
+    kinds = {f: adapters.get_adapter(f).kind for f in families}
+    if save_traces:
+        save_trace(save_traces, traces, dict(model=cfg.model, families=fam, kinds={n: kinds[f] for n, f in fam.items()},
+                                             family_kinds=kinds, kv_cache=all(k == "softmax" for k in kinds.values()),
+                                             spans=spans, eps=list(eps_list), per_channel=cfg.per_channel))
+    n_heads = sum(t.shape[2] for t in traces.values())
+    z = heads.critical_z(n_heads, cfg.n_seq)
+    results = []
+    bar = tqdm(total=n_heads, desc="heads", disable=not progress, file=sys.stderr)
+    for i, (n, tr) in enumerate(traces.items()):
+        lg = tr.double().numpy()                                                # (S, T, H)
+        layer = lay[n] if lay[n] is not None else i
+        for h in range(lg.shape[2]):
+            r = heads.analyse_head(lg[:, :, h], eps_list, z=z, layer=layer, head=h)
+            heads._decay_window(r, lg[:, :, h], cfg.mass_eps, rows.numpy())
+            if n in mass:
+                r.mass_window_mean = float(mass[n][:, :, h].double().mean())
+            results.append(r)
+            bar.update()
+    bar.close()
+    no_mass = [f for f in families if kinds[f] != "softmax"]
+    info = dict(checkpoint=cfg.model, model=cfg.model, n_seq=cfg.n_seq, seq_len=cfg.seq_len, spans=spans, z=z,
+                capture_s=t_capture, total_s=time.perf_counter() - t0, val_bpc=None,
+                rows="second half of each sequence", layers=list(traces), families=families,
+                laws={f: adapters.get_adapter(f).note for f in families}, kinds=kinds,
+                per_channel=cfg.per_channel, tokens="tokenizer ids of " + (cfg.text or "the held-out plays"),
+                mass_window=("attention-mass window from the attention op's q, k" if not no_mass else
+                             f"not available for {', '.join(no_mass)}: no attention matrix (a recurrent state); "
+                             f"W_mass is empty"))
+    return results, info
+
+
+def main_hf_model(args):
+    """`python forget.py --model ...` (args parsed by heads.main). Returns the exit code: 0, or 2 after one
+    line on stderr for a problem with the model, tokenizer, text, adapter or options."""
+    force = bool(getattr(args, "force", False))
+    try:
+        cfg = hf_models.ModelRunConfig(model=args.model, tokenizer=args.tokenizer, text=args.text,
+                                       device=args.device, dtype=args.dtype, n_seq=args.n_seq, seq_len=args.seq_len,
+                                       batch=args.batch, mass_eps=args.eps, per_channel=args.per_channel,
+                                       adapters=tuple(getattr(args, "adapter", None) or ()))
+        json_path, traces_path = getattr(args, "json", None), getattr(args, "save_traces", None)
+        for p, what in ((json_path, "--json"), (traces_path, "--save-traces")):
+            if p:
+                outputs.check_writable(p, force=force, what=what)                 # before any work
+        results, info = analyse_hf_model(cfg, progress=not getattr(args, "no_progress", False),
+                                         save_traces=traces_path)
+        heads.print_table(results, info)
+        for f in info["families"]:
+            state = "attends over a KV cache" if info["kinds"][f] == "softmax" else "a gated state, no KV cache"
+            print(f"{f} ({state}): {info['laws'][f]}")
+        print(f"W_mass: {info['mass_window']}")
+        if json_path:
+            outputs.write_json(json_path, heads.to_json(results, info))
+    except (hf_models.ModelError, ValueError) as exc:
+        print(f"forget: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
