@@ -120,7 +120,7 @@ def _release_add(counter, ASM: tl.constexpr):
 
 
 @triton.jit
-def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, cl_base,
+def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, q_base, do_base, ch_base, cl_base,
                    lse_base, delta_base, wq_base, wr_base, sem_base, dq_base, dr_base, klo_base, n,
                    n_kb, s_qt, s_wd, lo, hi, Tq, off, qk_scale, sm_scale,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
@@ -141,7 +141,7 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, 
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
         # P^T, dS^T and dK, dV as in the two-pass dK/dV loop; ds16: dS^T rounded once, for dK and dQ
-        dk, dv, dsT, ds16, rows, m_ok = _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, offs_d, q_base,
+        dk, dv, dsT, ds16, rows, m_ok = _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base,
                                                      do_base, ch_base, cl_base, lse_base, delta_base,
                                                      s_qt, m0, Tq, off, qk_scale, BLOCK_M, MASK, PREC)
         # dQ's partial transposed, K^T dS: (D, BLOCK_M), so that the product's M dimension is D
@@ -245,13 +245,13 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, SEM
         m_end = tl.minimum(tl.load(QEND + c_off + n0), Tq)
     else:
         m_end = Tq
-    dk, dv, dc = _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
+    dk, dv, dc = _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, Q + q_off, DO + q_off,
                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off,
                                 WQ + w_off, WR + r_off, sem_base, DQ + q_off, DR + l_off, KLO + l_off,
                                 n, n_kb, s_qt, s_wd, m_lo, tl.minimum(m_full, m_end), Tq, off, qk_scale,
                                 sm_scale, D, BLOCK_M, BLOCK_N, True, PREC, ORDERED, ASM_WAIT, ARRIVALS,
                                 ACP)
-    dk, dv, dc = _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
+    dk, dv, dc = _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, Q + q_off, DO + q_off,
                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off,
                                 WQ + w_off, WR + r_off, sem_base, DQ + q_off, DR + l_off, KLO + l_off,
                                 n, n_kb, s_qt, s_wd, m_full, m_end, Tq, off, qk_scale, sm_scale,

@@ -99,11 +99,29 @@ def _seq_bounds(CU, b, TQ, TK, VARLEN: tl.constexpr):
 
 
 @triton.jit
-def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base, e_base, s_kt,
+def _pair_decay(hq, lq, ch_base, cl_base, cols, n_ok):
+    # c_i - c_j for every (query row, key) pair of a tile, (BLOCK_M, BLOCK_N), straight from the
+    # two words of both ends: hi_i - hi_j is one rounding of an exact difference (exact when the
+    # two are within a factor 2), lo_i - lo_j is tiny, so the sum is c_i - c_j to a few float32
+    # ulps of itself, whatever the tile's size or the gate. hq, lq: the rows' words (BLOCK_M,);
+    # cols, n_ok: the keys (BLOCK_N,) and which exist. For the tiles that touch the diagonal,
+    # where a pair i = j (decay 0) sits next to keys a tile's worth of decay away.
+    hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)
+    lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
+    return (hq[:, None] - hj[None, :]) + (lq[:, None] - lj[None, :])
+
+
+@triton.jit
+def _fwd_inner(acc, m_i, l_i, q, u, ha, la, pos_m, k_base, v_base, ch_base, cl_base, e_base, s_kt,
                lo, hi, Tk, qk_scale,
                D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
+    # m_i is the row max of the true logits (c_i - c_j included): it stays O(|q.k|) whatever the
+    # gate and the tile, and so does the stored lse = m_i + log2(l_i) (kernels/NOTES.md, v7).
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
+    if MASK:    # the rows' own gate words, for _pair_decay (the diagonal tiles only)
+        hq = tl.load(ch_base + pos_m, mask=pos_m < Tk, other=0.0)
+        lq = tl.load(cl_base + pos_m, mask=pos_m < Tk, other=0.0)
     for n0 in range(lo, hi, BLOCK_N):
         n0 = tl.multiple_of(n0, BLOCK_N)
         cols = n0 + offs_n
@@ -111,22 +129,24 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
             n_ok = cols < Tk
             k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
             v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-            ej = tl.load(e_base + cols, mask=n_ok, other=0.0)
+            s = _dot(q, tl.trans(k), PREC) * qk_scale + _pair_decay(hq, lq, ch_base, cl_base, cols, n_ok)
+            s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))   # m_i is finite: the first block came first
+            alpha = tl.math.exp2(m_i - m_new)
+            p = tl.math.exp2(s - m_new[:, None])
         else:     # blocks wholly below the diagonal are in bounds and need no mask
             k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :])
             v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :])
-            ej = tl.load(e_base + cols)                              # (BLOCK_N,) c_n0 - c_j
-        # c_a - c_j = sh + e_j, sh = c_a - c_n0 one scalar for the tile from the exact words. The
-        # row term u_i = c_i - c_a is left out (softmax is shift-invariant per row: it changes
-        # only the log-sum-exp, added back at the end), and sh rides on the row max, so a score
-        # costs one FMA, as without a gate.
-        sh = (ha - tl.load(ch_base + n0)) + (la - tl.load(cl_base + n0))
-        s = _dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]      # logit - u_i - sh
-        if MASK:
-            s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1) + sh)   # m_i is finite: the first block came first
-        alpha = tl.math.exp2(m_i - m_new)
-        p = tl.math.exp2(s - (m_new - sh)[:, None])
+            ej = tl.load(e_base + cols)                   # (BLOCK_N,) c_L - c_j, L the tile's last key
+            # logit = s + r_i with r_i = c_i - c_L = u_i + (c_a - c_L) per row: a score costs one
+            # FMA, as without a gate, and r_i rides on the row max. Every key of the tile precedes
+            # every row (j <= L < i), so |e_j| and |r_i| are at most the pair's own decay
+            # |c_i - c_j|: their roundings are relative to it, not to a tile's width.
+            r = u + ((ha - tl.load(ch_base + n0 + BLOCK_N - 1)) + (la - tl.load(cl_base + n0 + BLOCK_N - 1)))
+            s = _dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]
+            m_new = tl.maximum(m_i, tl.max(s, 1) + r)
+            alpha = tl.math.exp2(m_i - m_new)
+            p = tl.math.exp2(s - (m_new - r)[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + _dot(_cast(p, v.dtype, PREC), v, PREC)
         m_i = m_new
@@ -134,23 +154,23 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
 
 
 @triton.jit
-def _fwd_first(q, ha, la, pos_m, k_base, v_base, ch_base, cl_base, e_base, s_kt, n0, Tk, qk_scale,
+def _fwd_first(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, Tk, qk_scale,
                D: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
     # the first key block n0 (masked), which starts the online softmax: (acc, m, l) from P V
-    # alone, no rescaling of a zero accumulator
+    # alone, no rescaling of a zero accumulator; m the row max of the true logits
     cols = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
     n_ok = cols < Tk
     k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
     v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-    ej = tl.load(e_base + cols, mask=n_ok, other=0.0)
-    sh = (ha - tl.load(ch_base + n0)) + (la - tl.load(cl_base + n0))
-    s = _dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]
+    hq = tl.load(ch_base + pos_m, mask=pos_m < Tk, other=0.0)
+    lq = tl.load(cl_base + pos_m, mask=pos_m < Tk, other=0.0)
+    s = _dot(q, tl.trans(k), PREC) * qk_scale + _pair_decay(hq, lq, ch_base, cl_base, cols, n_ok)
     s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
     m = tl.max(s, 1)                # finite: every row (padded rows too) sees key n0 <= its position
     p = tl.math.exp2(s - m[:, None])
     acc = _dot(_cast(p, v.dtype, PREC), v, PREC)
-    return acc, m + sh, tl.sum(p, 1)
+    return acc, m, tl.sum(p, 1)
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
@@ -204,13 +224,13 @@ def _fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, KLO, CU,
         n_lo = tl.load(KLO + b64 * s_lb + h * s_lh + bos + m0)
     else:
         n_lo = a * 0
-    acc, m_i, l_i = _fwd_first(q, ha, la, pos_m, K + kv_off, V + kv_off, CH + c_off, CL + c_off,
-                               E + c_off, s_kt, n_lo, Tk, qk_scale, D, BLOCK_N, PREC)
+    acc, m_i, l_i = _fwd_first(q, pos_m, K + kv_off, V + kv_off, CH + c_off, CL + c_off,
+                               s_kt, n_lo, Tk, qk_scale, D, BLOCK_N, PREC)
     n_full = ((a + 1) // BLOCK_N) * BLOCK_N         # key blocks [.., n_full) lie below the diagonal
-    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
+    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, u, ha, la, pos_m, K + kv_off, V + kv_off,
                                CH + c_off, CL + c_off, E + c_off, s_kt, n_lo + BLOCK_N, n_full, Tk,
                                qk_scale, D, BLOCK_N, False, PREC)
-    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
+    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, u, ha, la, pos_m, K + kv_off, V + kv_off,
                                CH + c_off, CL + c_off, E + c_off, s_kt,
                                tl.maximum(n_full, n_lo + BLOCK_N), tl.minimum(a + BLOCK_M, Tk),
                                Tk, qk_scale, D, BLOCK_N, True, PREC)
@@ -222,8 +242,9 @@ def _fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, KLO, CU,
     if RES:
         tl.store(ORES + o_ptr, _cast(acc - o.to(tl.float32), O.dtype.element_ty, PREC),
                  mask=m_ok[:, None])
-    # the row's log2-sum-exp of the full logits: u_i + w_j = c_i - c_j, no anchor term is left
-    tl.store(LSE + b64 * s_lb + h * s_lh + bos + offs_m, m_i + tl.math.log2(l_i) + u, mask=m_ok)
+    # the row's log2-sum-exp of the full logits; m_i is already in their frame, so no large
+    # anchor term is added here (before v7: + u_i, ~BLOCK_M |log g| log2(e), cancelling m_i)
+    tl.store(LSE + b64 * s_lb + h * s_lh + bos + offs_m, m_i + tl.math.log2(l_i), mask=m_ok)
 
 
 @triton.jit(do_not_specialize=["TQ"])
@@ -265,25 +286,34 @@ def _bwd_key_block(K, V, kv_off, s_kt, n0, Tk, D: tl.constexpr, BLOCK_N: tl.cons
 
 @triton.jit
 def _bwd_key_anchor(ch_base, cl_base, n0, cols, n_ok):
-    # anchor a = first key of the block: w_j = c_a - c_j here, u_i = c_i - c_a per query block.
-    # ch_base, cl_base: one head's hi and lo gate words (float32, by position); cols, n_ok: the
-    # block's key positions (BLOCK_N,) and which are < Tk. Returns ha, la (scalars) and w (BLOCK_N,).
-    ha = tl.load(ch_base + n0)
-    la = tl.load(cl_base + n0)
+    # anchor a = the last key of the block: w_j = c_a - c_j here, u_i = c_i - c_a per query block,
+    # for the query blocks wholly below the diagonal, where every row follows every key
+    # (j <= a < i): then |w_j| and |u_i| are at most the pair's decay |c_i - c_j|, and their
+    # roundings are relative to it, not to the block's width of decay (with the first key as the
+    # anchor, w_j spanned BLOCK_N |log g|: kernels/NOTES.md v7). The diagonal blocks do not use
+    # them (_pair_decay). ch_base, cl_base: one head's hi and lo gate words (float32, by
+    # position); cols, n_ok: the block's key positions (BLOCK_N,) and which are < Tk. Returns
+    # ha, la (scalars) and w (BLOCK_N,).
+    last = n0 + tl.sum(n_ok.to(tl.int32), 0) - 1
+    ha = tl.load(ch_base + last)
+    la = tl.load(cl_base + last)
     w = (ha - tl.load(ch_base + cols, mask=n_ok, other=0.0)) \
         + (la - tl.load(cl_base + cols, mask=n_ok, other=0.0))     # (BLOCK_N,)
     return ha, la, w
 
 
 @triton.jit
-def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, offs_d, q_base, do_base, ch_base, cl_base, lse_base,
+def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base, ch_base, cl_base, lse_base,
                  delta_base, s_qt, m0, Tq, off, qk_scale, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
                  PREC: tl.constexpr):
     # One key block against query block m0, the part both backwards share (this one's dK/dV pass
     # and fox_bwd_onepass's single pass): P^T and dS^T as (BLOCK_N, BLOCK_M) tiles, added into dv
     # and dk. k, v: (BLOCK_N, D) in the input dtype; dk, dv: (BLOCK_N, D) float32; w: (BLOCK_N,)
     # float32, c_a - c_j against the key block's anchor a (hi + lo words ha, la); cols: (BLOCK_N,)
-    # key positions; offs_d: (D,) arange(0, D), made by the caller outside its query loop.
+    # key positions, n_ok: which are < Tk; offs_d: (D,) arange(0, D), made by the caller outside
+    # its query loop. MASK (a tile touching the diagonal) takes c_i - c_j from the words of both
+    # ends instead (_pair_decay): there w_j + u_i would add two terms of up to a tile's width of
+    # decay for pairs whose decay is ~0, and lse_i after them, not between them.
     # q_base, do_base: the head's (Tq, D) rows (row stride s_qt); ch_base, cl_base: its gate
     # words (by position); lse_base, delta_base: its (Tq,) float32 row terms.
     # Returns dk, dv, dS^T (BLOCK_N, BLOCK_M) float32 and its one rounding to q's dtype (shared by
@@ -296,11 +326,17 @@ def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, offs_d, q_base, do_base, ch_base
     # rows past Tq get lse = +inf, hence P = 0: they add nothing to dk, dv, dc (nor to dq)
     lse = tl.load(lse_base + rows, mask=m_ok, other=float("inf"))
     delta = tl.load(delta_base + rows, mask=m_ok, other=0.0)
-    u = (tl.load(ch_base + pos_m, mask=m_ok, other=0.0) - ha) \
-        + (tl.load(cl_base + pos_m, mask=m_ok, other=0.0) - la)    # (BLOCK_M,) c_i - c_a
-    sT = _dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + (u - lse)[None, :]
+    hq = tl.load(ch_base + pos_m, mask=m_ok, other=0.0)
+    lq = tl.load(cl_base + pos_m, mask=m_ok, other=0.0)
     if MASK:
+        hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)          # _pair_decay, transposed
+        lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
+        dT = (hq[None, :] - hj[:, None]) + (lq[None, :] - lj[:, None])   # (BLOCK_N, BLOCK_M) c_i - c_j
+        sT = (_dot(k, tl.trans(q), PREC) * qk_scale + dT) - lse[None, :]
         sT = tl.where(pos_m[None, :] >= cols[:, None], sT, float("-inf"))
+    else:
+        u = (hq - ha) + (lq - la)                                   # (BLOCK_M,) c_i - c_a
+        sT = _dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + (u - lse)[None, :]
     pT = tl.math.exp2(sT)                                           # (BLOCK_N, BLOCK_M)
     dv += _dot(_cast(pT, do.dtype, PREC), do, PREC)
     dpT = _dot(v, tl.trans(do), PREC)
@@ -311,7 +347,7 @@ def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, offs_d, q_base, do_base, ch_base
 
 
 @triton.jit
-def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, cl_base,
+def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, q_base, do_base, ch_base, cl_base,
                     lse_base, delta_base, s_qt, lo, hi, Tq, off, qk_scale,
                     D: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
                     PREC: tl.constexpr):
@@ -319,7 +355,7 @@ def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base,
     offs_d = tl.arange(0, D)
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
-        dk, dv, dsT, _, _, _ = _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, offs_d, q_base, do_base,
+        dk, dv, dsT, _, _, _ = _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base,
                                             ch_base, cl_base, lse_base, delta_base, s_qt, m0, Tq, off,
                                             qk_scale, BLOCK_M, MASK, PREC)
         dc -= tl.sum(dsT, 1)                          # d c_j = -colsum_j(dS)
@@ -341,11 +377,11 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
     l_off = b64 * s_lb + h * s_lh + bos
     ha, la, w = _bwd_key_anchor(CH + c_off, CL + c_off, n0, cols, n_ok)
     dc = tl.zeros_like(w)
-    dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
+    dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, Q + q_off, DO + q_off,
                                  CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
                                  m_lo, tl.minimum(m_full, m_end), Tq, off, qk_scale,
                                  D, BLOCK_M, True, PREC)
-    dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
+    dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, Q + q_off, DO + q_off,
                                  CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
                                  m_full, m_end, Tq, off, qk_scale,
                                  D, BLOCK_M, False, PREC)
@@ -403,10 +439,14 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, KLO, QEND, CU,
 
 
 @triton.jit
-def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0,
-                 Tk, qk_scale, D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
+def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl_base, lse_base,
+                 s_kt, n0, Tk, qk_scale, D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
                  PREC: tl.constexpr):
-    # one key block's dq term dS K and rowsum(dS): (BLOCK_M, D), (BLOCK_M,)
+    # one key block's dq term dS K and rowsum(dS): (BLOCK_M, D), (BLOCK_M,). Below the diagonal
+    # P = exp2(q.k scale + w_j - lse_u_i), w_j = c_a - c_j and lse_u_i = lse_i - (c_i - c_a) with
+    # a the block's first row: every key precedes a (j <= a <= i), so both terms are at most the
+    # pair's decay. The diagonal tiles (MASK) take c_i - c_j from the words of both ends
+    # (_pair_decay) and subtract lse_i (reloaded from lse_base, by row) after it.
     cols = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
     if MASK:
@@ -420,11 +460,18 @@ def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl
         v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :])
         hj = tl.load(ch_base + cols)
         lj = tl.load(cl_base + cols)
-    w = (ha - hj) + (la - lj)
-    s = _dot(q, tl.trans(k), PREC) * qk_scale + w[None, :]
     if MASK:
+        r_ok = pos_m < Tk
+        hq = tl.load(ch_base + pos_m, mask=r_ok, other=0.0)
+        lq = tl.load(cl_base + pos_m, mask=r_ok, other=0.0)
+        lse = tl.load(lse_base + pos_m, mask=r_ok, other=float("inf"))
+        s = _dot(q, tl.trans(k), PREC) * qk_scale + ((hq[:, None] - hj[None, :]) + (lq[:, None] - lj[None, :]))
         s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
-    p = tl.math.exp2(s - lse_u[:, None])
+        p = tl.math.exp2(s - lse[:, None])
+    else:
+        w = (ha - hj) + (la - lj)
+        s = _dot(q, tl.trans(k), PREC) * qk_scale + w[None, :]
+        p = tl.math.exp2(s - lse_u[:, None])
     dp = _dot(do, tl.trans(v), PREC)
     ds = p * (dp - delta[:, None])
     return _dot(_cast(ds, k.dtype, PREC), k, PREC), tl.sum(ds, 1)
@@ -432,12 +479,12 @@ def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl
 
 @triton.jit
 def _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl_base,
-                  s_kt, lo, hi, Tk, qk_scale,
+                  lse_base, s_kt, lo, hi, Tk, qk_scale,
                   D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
     for n0 in range(lo, hi, BLOCK_N):
         n0 = tl.multiple_of(n0, BLOCK_N)
         dq_j, dr_j = _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base,
-                                  cl_base, s_kt, n0, Tk, qk_scale, D, BLOCK_N, MASK, PREC)
+                                  cl_base, lse_base, s_kt, n0, Tk, qk_scale, D, BLOCK_N, MASK, PREC)
         dq += dq_j
         dr += dr_j
     return dq, dr
@@ -488,18 +535,18 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, KLO, CU,
         # HGMMA). Wider heads are not serialised either way, and there the peel costs 16-128
         # bytes of stack (readings in kernels/NOTES.md, v6), so they keep the zeroed start.
         dq, dr = _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
-                              CH + c_off, CL + c_off, s_kt, n_lo, Tk, qk_scale, D, BLOCK_N, True,
-                              PREC)
+                              CH + c_off, CL + c_off, LSE + l_off - off, s_kt, n_lo, Tk, qk_scale,
+                              D, BLOCK_N, True, PREC)
         n_lo += BLOCK_N
     else:
         dq = tl.zeros([BLOCK_M, D], tl.float32)
         dr = tl.zeros([BLOCK_M], tl.float32)
     n_full = ((a + 1) // BLOCK_N) * BLOCK_N
     dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
-                           CH + c_off, CL + c_off, s_kt, n_lo, n_full, Tk, qk_scale,
+                           CH + c_off, CL + c_off, LSE + l_off - off, s_kt, n_lo, n_full, Tk, qk_scale,
                            D, BLOCK_N, False, PREC)
     dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
-                           CH + c_off, CL + c_off, s_kt, tl.maximum(n_full, n_lo),
+                           CH + c_off, CL + c_off, LSE + l_off - off, s_kt, tl.maximum(n_full, n_lo),
                            tl.minimum(a + BLOCK_M, Tk), Tk, qk_scale, D, BLOCK_N, True, PREC)
     tl.store(DQ + q_ptr, _cast(dq * sm_scale, DQ.dtype.element_ty, PREC), mask=m_ok[:, None])
     tl.store(DR + l_off + offs_m, dr, mask=m_ok)
@@ -640,22 +687,23 @@ def _gate_words(log_fgate, cu_seqlens):
 
 
 def _tile_offsets(c, bn, cu_seqlens):
-    """c as an offset within each key tile of width bn: e_j = c_n0 - c_j, n0 the first key of j's
-    tile (tiles restart at each packed sequence), from _gate_words' float64 c, rounded once to
-    float32. (B, H, T) -> (B, H, T). The forward adds the tile's own offset from its anchor,
-    c_a - c_n0, as one scalar from the exact words, so a key costs one load and no arithmetic,
-    and e_j's rounding is relative to a tile's worth of decay. The backward keeps the hi/lo form:
-    its two passes must compute nearly the same dS for the row and column sums of the gate
-    gradient to cancel, and e_j's rounding, different per pass, spoils that (fp32, log g ~ -10:
-    dlog_fgate error 4e-5 with e_j in dQ, 3.5e-6 without)."""
+    """c as an offset within each key tile of width bn: e_j = c_L - c_j, L the last key of j's tile
+    (tiles restart at each packed sequence; a sequence's last tile ends at its last key), from
+    _gate_words' float64 c, rounded once to float32. (B, H, T) -> (B, H, T). The forward reads it
+    in the tiles wholly below the diagonal, where every key precedes every query row, and adds the
+    row's own offset c_i - c_L there: with L the tile's last key both terms are at most the pair's
+    decay c_j - c_i in size, so their roundings are relative to it (the first key as the base made
+    them a tile's width of decay, kernels/NOTES.md v7). A key costs one load and no arithmetic.
+    The diagonal tiles take c_i - c_j from the two words directly (_pair_decay)."""
     T = c.shape[-1]
     j = torch.arange(T, device=c.device)
     if cu_seqlens is None:
-        base = j - j % bn
+        base = torch.clamp(j - j % bn + bn - 1, max=T - 1)
     else:
-        bos = torch.repeat_interleave(cu_seqlens[:-1].long(), (cu_seqlens[1:] - cu_seqlens[:-1]).long(),
-                                      output_size=T)
-        base = j - (j - bos) % bn
+        lens = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+        bos = torch.repeat_interleave(cu_seqlens[:-1].long(), lens, output_size=T)
+        eos = torch.repeat_interleave(cu_seqlens[1:].long(), lens, output_size=T)
+        base = torch.minimum(j - (j - bos) % bn + bn - 1, eos - 1)
     return (c[..., base] - c).to(torch.float32).contiguous()
 
 
