@@ -112,16 +112,16 @@ def _pair_decay(hq, lq, ch_base, cl_base, cols, n_ok):
 
 
 @triton.jit
-def _fwd_inner(acc, m_i, l_i, q, u, ha, la, pos_m, k_base, v_base, ch_base, cl_base, e_base, s_kt,
+def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base, e_base, s_kt,
                lo, hi, Tk, qk_scale,
                D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
-    # m_i is the row max of the true logits (c_i - c_j included): it stays O(|q.k|) whatever the
-    # gate and the tile, and so does the stored lse = m_i + log2(l_i) (kernels/NOTES.md, v7).
+    # MASK (the diagonal blocks): m_i is the row max of the true logits (c_i - c_j included),
+    # which stays O(|q.k|) whatever the gate and the tile, and so does the stored lse =
+    # m_i + log2(l_i) (kernels/NOTES.md, v7). Otherwise (blocks below the diagonal) m_i is in the
+    # anchor's frame, the true max minus u_i = c_i - c_a (a the query block's first row): the
+    # caller moves it between the frames around this loop.
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
-    if MASK:    # the rows' own gate words, for _pair_decay (the diagonal tiles only)
-        hq = tl.load(ch_base + pos_m, mask=pos_m < Tk, other=0.0)
-        lq = tl.load(cl_base + pos_m, mask=pos_m < Tk, other=0.0)
     for n0 in range(lo, hi, BLOCK_N):
         n0 = tl.multiple_of(n0, BLOCK_N)
         cols = n0 + offs_n
@@ -129,6 +129,10 @@ def _fwd_inner(acc, m_i, l_i, q, u, ha, la, pos_m, k_base, v_base, ch_base, cl_b
             n_ok = cols < Tk
             k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
             v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+            # the rows' own gate words, loaded here (hoisted out of the loop, they cost the loop
+            # below the diagonal ~20 instructions an iteration on sm_90: register pressure)
+            hq = tl.load(ch_base + pos_m, mask=pos_m < Tk, other=0.0)
+            lq = tl.load(cl_base + pos_m, mask=pos_m < Tk, other=0.0)
             s = _dot(q, tl.trans(k), PREC) * qk_scale + _pair_decay(hq, lq, ch_base, cl_base, cols, n_ok)
             s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))   # m_i is finite: the first block came first
@@ -138,15 +142,17 @@ def _fwd_inner(acc, m_i, l_i, q, u, ha, la, pos_m, k_base, v_base, ch_base, cl_b
             k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :])
             v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :])
             ej = tl.load(e_base + cols)                   # (BLOCK_N,) c_L - c_j, L the tile's last key
-            # logit = s + r_i with r_i = c_i - c_L = u_i + (c_a - c_L) per row: a score costs one
-            # FMA, as without a gate, and r_i rides on the row max. Every key of the tile precedes
-            # every row (j <= L < i), so |e_j| and |r_i| are at most the pair's own decay
-            # |c_i - c_j|: their roundings are relative to it, not to a tile's width.
-            r = u + ((ha - tl.load(ch_base + n0 + BLOCK_N - 1)) + (la - tl.load(cl_base + n0 + BLOCK_N - 1)))
+            # logit - u_i = s + sh with sh = c_a - c_L one scalar for the tile from the exact
+            # words: a score costs one FMA, as without a gate, and sh rides on the row max. Every
+            # key here precedes the anchor (j <= L < n_full <= a + 1), so |e_j|, |sh| and |u_i|
+            # are each at most the pair's decay c_i - c_j: their roundings are relative to it,
+            # not to a tile's width (with the tile's first key as the base, e_j spanned
+            # BLOCK_N |log g|).
+            sh = (ha - tl.load(ch_base + n0 + BLOCK_N - 1)) + (la - tl.load(cl_base + n0 + BLOCK_N - 1))
             s = _dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]
-            m_new = tl.maximum(m_i, tl.max(s, 1) + r)
+            m_new = tl.maximum(m_i, tl.max(s, 1) + sh)
             alpha = tl.math.exp2(m_i - m_new)
-            p = tl.math.exp2(s - (m_new - r)[:, None])
+            p = tl.math.exp2(s - (m_new - sh)[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + _dot(_cast(p, v.dtype, PREC), v, PREC)
         m_i = m_new
@@ -227,10 +233,19 @@ def _fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, KLO, CU,
     acc, m_i, l_i = _fwd_first(q, pos_m, K + kv_off, V + kv_off, CH + c_off, CL + c_off,
                                s_kt, n_lo, Tk, qk_scale, D, BLOCK_N, PREC)
     n_full = ((a + 1) // BLOCK_N) * BLOCK_N         # key blocks [.., n_full) lie below the diagonal
-    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, u, ha, la, pos_m, K + kv_off, V + kv_off,
+    # the first block and the diagonal blocks keep the row max in the true logits' frame; the
+    # blocks below the diagonal in the anchor's (u_i off the max: no per-row work a score). The
+    # moves cost one rounding of u_i in the max, relative to u_i = c_i - c_a, and every key they
+    # touch lies at or before a, so a decay at least u_i away: an error of at most 2^-24 u e^-u
+    # in any weight. When the loop below the diagonal is empty, nothing moves (the first block
+    # may hold the diagonal, where a decay-0 pair must not pick up u_i's rounding).
+    below = n_full > n_lo + BLOCK_N
+    m_i = tl.where(below, m_i - u, m_i)
+    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
                                CH + c_off, CL + c_off, E + c_off, s_kt, n_lo + BLOCK_N, n_full, Tk,
                                qk_scale, D, BLOCK_N, False, PREC)
-    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, u, ha, la, pos_m, K + kv_off, V + kv_off,
+    m_i = tl.where(below, m_i + u, m_i)
+    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
                                CH + c_off, CL + c_off, E + c_off, s_kt,
                                tl.maximum(n_full, n_lo + BLOCK_N), tl.minimum(a + BLOCK_M, Tk),
                                Tk, qk_scale, D, BLOCK_N, True, PREC)

@@ -160,7 +160,9 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
                stl=ops["STL"], ldl=ops["LDL"], loop_spill=in_loop, wg_waits=waits,
                serialized=any("C7515" in w for w in warn), ptxas_warnings=warn,
                loop_ins=_loop_instructions(ins, loops),
-               loop_sizes=[sum(1 for a, _, _ in ins if lo <= a <= hi) for lo, hi in sorted(loops)])
+               loop_sizes=[sum(1 for a, _, _ in ins if lo <= a <= hi) for lo, hi in sorted(loops)],
+               loop_ops=[dict(collections.Counter(op for a, op, _ in ins if lo <= a <= hi))
+                         for lo, hi in sorted(loops)])
     row["fits"] = row["smem"] <= SMEM_LIMITS.get(arch, SMEM_LIMITS[90])
     return row
 
