@@ -463,3 +463,26 @@ def test_pruning_granule_guard(small_tiles):
     set_config(**dict(_INTERP, dkdv=(64, 64, 4, 1)))
     with pytest.raises(RuntimeError, match="pruning granule 32"):
         o.sum().backward()
+
+
+def test_pruning_plan_needs_no_sync_and_no_copies(monkeypatch):
+    """acp_plan (dense batch) reads nothing back from the device and copies neither q nor k into a
+    wider type: per call, the only host round trip left is pruned_pairs, when asked. (Before v7:
+    int(key_start.sum()) in every call and float64 copies of q and k under "auto".)"""
+    from torch.profiler import ProfilerActivity, profile
+
+    from kernels.fox_triton import acp_plan
+    q, k, v, log_fgate, _ = make(1, 512, 512, 4, 4, 64, torch.bfloat16, MODERATE, seed=9)
+
+    def boom(*a, **kw):
+        raise AssertionError("a host synchronisation in acp_plan")
+    with monkeypatch.context() as m:
+        for name in ("item", "tolist", "__int__", "__float__", "__bool__", "__index__"):
+            m.setattr(torch.Tensor, name, boom)
+        for thr in ("auto", -2.0):
+            plan = acp_plan(q, k, log_fgate, adaptive_threshold=thr, granule=32)
+    assert plan.pruned_pairs > 0
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        acp_plan(q, k, log_fgate, adaptive_threshold="auto", granule=32)
+    biggest = max(e.cpu_memory_usage for e in prof.key_averages())
+    assert biggest < q.numel() * 2, f"an op allocated {biggest} bytes: a copy of q ({q.numel() * 2} bytes in bf16)?"
