@@ -319,7 +319,7 @@ def _bwd_key_anchor(ch_base, cl_base, n0, cols, n_ok):
 
 @triton.jit
 def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base, ch_base, cl_base, lse_base,
-                 delta_base, s_qt, m0, Tq, off, qk_scale, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
+                 z_base, delta_base, s_qt, m0, Tq, off, qk_scale, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
                  PREC: tl.constexpr):
     # One key block against query block m0, the part both backwards share (this one's dK/dV pass
     # and fox_bwd_onepass's single pass): P^T and dS^T as (BLOCK_N, BLOCK_M) tiles, added into dv
@@ -330,7 +330,10 @@ def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base, c
     # ends instead (_pair_decay): there w_j + u_i would add two terms of up to a tile's width of
     # decay for pairs whose decay is ~0, and lse_i after them, not between them.
     # q_base, do_base: the head's (Tq, D) rows (row stride s_qt); ch_base, cl_base: its gate
-    # words (by position); lse_base, delta_base: its (Tq,) float32 row terms.
+    # words (by position); lse_base, z_base, delta_base: its (Tq,) float32 row terms, z the
+    # log-sum-exp against the row's granule (_row_terms): below the diagonal a row then costs one
+    # add, z_i + (c_g - c_a), instead of four ((hi_i - ha) + (lo_i - la) - lse_i; at BLOCK_M = 32
+    # and 8 warps a thread holds 8 of the tile's query columns, so each row op is 8 instructions).
     # Returns dk, dv, dS^T (BLOCK_N, BLOCK_M) float32 and its one rounding to q's dtype (shared by
     # dK and, in the one-pass kernel, dQ), the query rows (BLOCK_M,) and their mask rows < Tq.
     rows = m0 + tl.arange(0, BLOCK_M)
@@ -338,20 +341,26 @@ def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base, c
     pos_m = rows + off
     q = tl.load(q_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
     do = tl.load(do_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
-    # rows past Tq get lse = +inf, hence P = 0: they add nothing to dk, dv, dc (nor to dq)
-    lse = tl.load(lse_base + rows, mask=m_ok, other=float("inf"))
+    # rows past Tq get lse = +inf (z = -inf), hence P = 0: they add nothing to dk, dv, dc (nor to dq)
     delta = tl.load(delta_base + rows, mask=m_ok, other=0.0)
-    hq = tl.load(ch_base + pos_m, mask=m_ok, other=0.0)
-    lq = tl.load(cl_base + pos_m, mask=m_ok, other=0.0)
     if MASK:
+        lse = tl.load(lse_base + rows, mask=m_ok, other=float("inf"))
+        hq = tl.load(ch_base + pos_m, mask=m_ok, other=0.0)
+        lq = tl.load(cl_base + pos_m, mask=m_ok, other=0.0)
         hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)          # _pair_decay, transposed
         lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
         dT = (hq[None, :] - hj[:, None]) + (lq[None, :] - lj[:, None])   # (BLOCK_N, BLOCK_M) c_i - c_j
         sT = (_dot(k, tl.trans(q), PREC) * qk_scale + dT) - lse[None, :]
         sT = tl.where(pos_m[None, :] >= cols[:, None], sT, float("-inf"))
     else:
-        u = (hq - ha) + (lq - la)                                   # (BLOCK_M,) c_i - c_a
-        sT = _dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + (u - lse)[None, :]
+        # z_i = (c_i - c_g) - lse_i, g the first row of the row's granule (ROW_GRANULE rows, which
+        # hold whole query tiles); sg = c_g - c_a one scalar for the tile. |c_i - c_g| is at most
+        # ROW_GRANULE |log g| and every pair here has i > j (decay >= |log g|): the rounding costs a
+        # weight at most 2^-24 ROW_GRANULE log2(e) |log g| e^-|log g| <= 2.0e-6 of itself.
+        z = tl.load(z_base + rows, mask=m_ok, other=float("-inf"))
+        g = off + (m0 // ROW_GRANULE) * ROW_GRANULE
+        sg = (tl.load(ch_base + g) - ha) + (tl.load(cl_base + g) - la)
+        sT = _dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + (z + sg)[None, :]
     pT = tl.math.exp2(sT)                                           # (BLOCK_N, BLOCK_M)
     dv += _dot(_cast(pT, do.dtype, PREC), do, PREC)
     dpT = _dot(v, tl.trans(do), PREC)
@@ -363,7 +372,7 @@ def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base, c
 
 @triton.jit
 def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, q_base, do_base, ch_base, cl_base,
-                    lse_base, delta_base, s_qt, lo, hi, Tq, off, qk_scale,
+                    lse_base, z_base, delta_base, s_qt, lo, hi, Tq, off, qk_scale,
                     D: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
                     PREC: tl.constexpr):
     # P^T and dS^T for one key block against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles
@@ -371,7 +380,7 @@ def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, q_base, do_base, ch
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
         dk, dv, dsT, _, _, _ = _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base,
-                                            ch_base, cl_base, lse_base, delta_base, s_qt, m0, Tq, off,
+                                            ch_base, cl_base, lse_base, z_base, delta_base, s_qt, m0, Tq, off,
                                             qk_scale, BLOCK_M, MASK, PREC)
         dc -= tl.sum(dsT, 1)                          # d c_j = -colsum_j(dS)
     return dk, dv, dc
@@ -379,7 +388,7 @@ def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, q_base, do_base, ch
 
 @triton.jit
 def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
-                   Q, DO, CH, CL, LSE, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch, s_lb, s_lh,
+                   Q, DO, CH, CL, LSE, Z, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch, s_lb, s_lh,
                    Tq, off, qk_scale, D: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr,
                    ACP: tl.constexpr):
     # the contribution of query head h to one key block's dk, dv; writes that head's dc
@@ -393,11 +402,11 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
     ha, la, w = _bwd_key_anchor(CH + c_off, CL + c_off, n0, cols, n_ok)
     dc = tl.zeros_like(w)
     dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, Q + q_off, DO + q_off,
-                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
+                                 CH + c_off, CL + c_off, LSE + l_off, Z + l_off, DELTA + l_off, s_qt,
                                  m_lo, tl.minimum(m_full, m_end), Tq, off, qk_scale,
                                  D, BLOCK_M, True, PREC)
     dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, Q + q_off, DO + q_off,
-                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
+                                 CH + c_off, CL + c_off, LSE + l_off, Z + l_off, DELTA + l_off, s_qt,
                                  m_full, m_end, Tq, off, qk_scale,
                                  D, BLOCK_M, False, PREC)
     tl.store(DC + c_off + cols, dc, mask=n_ok)
@@ -405,7 +414,7 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, KLO, QEND, CU,
+def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, KLO, QEND, CU,
                      s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh, s_ob, s_ot, s_oh,
                      H, GROUP, TQ, TK, qk_scale, sm_scale,
                      D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -440,12 +449,12 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, KLO, QEND, CU,
     m_full = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - off, 0), BLOCK_M) * BLOCK_M
     if SPLIT:
         dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, ho, b64, bos, t64,
-                                Q, DO, CH, CL, LSE, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch,
+                                Q, DO, CH, CL, LSE, Z, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch,
                                 s_lb, s_lh, Tq, off, qk_scale, D, BLOCK_M, PREC, ACP)
     else:
         for g in range(GROUP):
             dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, hk * GROUP + g,
-                                    b64, bos, t64, Q, DO, CH, CL, LSE, DELTA, DC, QEND, s_qb,
+                                    b64, bos, t64, Q, DO, CH, CL, LSE, Z, DELTA, DC, QEND, s_qb,
                                     s_qt, s_qh, s_cb, s_ch, s_lb, s_lh, Tq, off, qk_scale, D,
                                     BLOCK_M, PREC, ACP)
     o_ptr = b64 * s_ob + t64 * s_ot + ho * s_oh + cols[:, None] * s_ot + offs_d[None, :]
@@ -630,6 +639,9 @@ def set_config(**cfg):
         if len(c) != 4 or any(b < 16 or b & (b - 1) for b in c[:2]):
             raise ValueError(f"{name}: want (BLOCK_M, BLOCK_N, num_warps, num_stages) with "
                              f"power-of-two blocks >= 16; got {c}")
+        if name == "dkdv" and c[0] > ROW_GRANULE:
+            raise ValueError(f"dkdv: BLOCK_M {c[0]} over the row granule {int(ROW_GRANULE)} of _row_terms "
+                             f"(a query tile must lie in one granule)")
     _OVERRIDE.clear()
     _OVERRIDE.update(cfg)
 
@@ -734,6 +746,32 @@ def _suffix_sum(dc, cu_seqlens):
                                       (cu_seqlens[1:] - cu_seqlens[:-1]).long(), output_size=T)
         suf = suf - after[..., seq]
     return suf.to(torch.float32).transpose(1, 2).contiguous()
+
+
+ROW_GRANULE = tl.constexpr(64)     # rows per granule of _row_terms; every backward query tile fits in one
+
+
+def _row_terms(ch, cl, lse, Tk, cu_seqlens=None):
+    """z_i = (c_i - c_g) - lse_i per query row, g the first row of i's granule of ROW_GRANULE rows
+    (counted from its sequence's first query; queries are the last Tq of Tk positions), in the
+    kernels' base-2 units from the hi/lo gate words. The backward's key-block passes add one
+    scalar per tile to it (c_g - c_a) instead of rebuilding c_i - c_a - lse_i per row and tile.
+    ch, cl: (B, H, Tk) float32; lse: (B, H, Tq) float32. Returns (B, H, Tq) float32, lse's strides.
+    No host synchronisation (packed sequences included)."""
+    Tq = lse.shape[-1]
+    G = int(ROW_GRANULE)
+    r = torch.arange(Tq, device=lse.device)
+    if cu_seqlens is None:
+        pos = r + (Tk - Tq)
+        g = pos - r % G
+    else:
+        lens = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+        bos = torch.repeat_interleave(cu_seqlens[:-1].long(), lens, output_size=Tq)
+        pos = r
+        g = r - (r - bos) % G
+    z = torch.empty_like(lse)
+    z.copy_(((ch[..., pos] - ch[..., g]) + (cl[..., pos] - cl[..., g])) - lse)
+    return z
 
 
 def _bwd_delta(o, o_res, do, lse):
@@ -1002,6 +1040,7 @@ class _FoxAttention(torch.autograd.Function):
         prec = _precision(q.dtype)
         cu = cu_seqlens if varlen else lse
         delta = _bwd_delta(o, o_res if ctx.res else None, do, lse)
+        z = _row_terms(ch, cl, lse, Tk, cu_seqlens)
         dq = torch.empty_like(q)
         dk, dv, split = _dkdv_buffers(k, v, H)      # GQA: per-query-head float32 parts, summed below
         dc = torch.empty_like(ch)                   # (B, H, Tk)
@@ -1012,7 +1051,7 @@ class _FoxAttention(torch.autograd.Function):
         consts = dict(D=D, VARLEN=varlen, PREC=prec, ACP=G is not None)
         _launch("dkdv", _bwd_dkdv_kernel, ctx.max_seqlen if varlen else Tk,
                 nb * (H if split else Hkv), q.device, D, q.dtype,
-                (q, k, v, do, ch, cl, lse, delta, dk, dv, dc, klo, qend, cu) + strides
+                (q, k, v, do, ch, cl, lse, z, delta, dk, dv, dc, klo, qend, cu) + strides
                 + (dk.stride(0), dk.stride(1), dk.stride(2)) + scales,
                 dict(consts, SPLIT=split), granule=G)
         _launch("dq", _bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,
