@@ -122,7 +122,11 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
     # caller moves it between the frames around this loop.
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
-    for n0 in range(lo, hi, BLOCK_N):
+    # D >= 128: the diagonal loop (2-3 iterations a program) is not software-pipelined. Pipelined,
+    # its per-pair gate words cost the loop below the diagonal, where the time goes, 17-22
+    # instructions an iteration on sm_90 (D128: 427 -> 410, the diagonal loop 602 -> 631); at
+    # D = 64 the trade goes the other way (562 -> 565), so it stays pipelined there.
+    for n0 in tl.range(lo, hi, BLOCK_N, num_stages=1 if MASK and D >= 128 else None):
         n0 = tl.multiple_of(n0, BLOCK_N)
         cols = n0 + offs_n
         if MASK:  # diagonal blocks: causal mask, which also hides keys past Tk
