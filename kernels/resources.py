@@ -273,7 +273,8 @@ def official_rows(path, dims, dtype="bf16", arch=90, B=2, T=8192, H=16):
             consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_DMODEL=D, D_HEAD=D, IS_CAUSAL=True, CAUSAL=True,
                           LARGER_M=False, HAS_SEQ_START=False, IS_ADAPTIVE=False, DIVISIBLE_M=True,
                           DIVISIBLE_N=True, num_groups=1)
-            rows.append(compile_sm90(name, D, cfg, dtype, fn=fn, arch=arch, _official=True, **consts))
+            rows.append(dict(compile_sm90(name, D, cfg, dtype, fn=fn, arch=arch, _official=True, **consts),
+                             impl="official"))
     return rows
 
 
