@@ -18,11 +18,13 @@ c = hi + lo. Inside the kernel each tile picks an anchor row a in its own block 
 two O(block) vectors. hi_i - hi_a is exact when the two are within a factor 2 of each other
 (Sterbenz), so each vector has a relative error of a few float32 ulps of the decay it
 represents, independent of |c|: the logit's error is ~1e-7 * |c_i - c_j|, negligible for every
-weight that is not already ~0. The forward goes one step further: per key it loads
-e_j = c_n0 - c_j relative to the first key n0 of its tile (float64 on the host, rounded once),
-and adds the tile's offset from the anchor, c_a - c_n0, as one scalar on the row max, so a key
-needs no arithmetic (kernels/NOTES.md, v5; the backward keeps the two-word form, for the
-reason given in _tile_offsets).
+weight that is not already ~0. The forward and the dQ pass go one step further below the
+diagonal: per key they load e_j = c_L - c_j relative to the last key L of its tile (float64 on
+the host, rounded once), and add the tile's offset from the anchor, c_a - c_L, as one scalar on
+the row term, so a key needs no arithmetic (kernels/NOTES.md, v5, v7). Since v7 every anchor is
+chosen so that no term exceeds the pair's own decay, the tiles on the diagonal take c_i - c_j
+from the words of both ends, and the stored lse is in the true logits' frame: fp32 holds on
+the GPU's 128-row tiles as on the interpreter's (kernels/test_tiles.py).
 
 Gate gradient. With S_ij = logit_ij and dS = P * (dP - Delta), Delta_i = rowsum(dO_i * O_i):
     dc_t = rowsum_t(dS) - colsum_t(dS),   dlog_fgate_t = sum_{s >= t} dc_s
@@ -467,7 +469,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, KLO, QEND, 
 
 
 @triton.jit
-def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl_base, lse_base,
+def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl_base, e_base, lse_base,
                  s_kt, n0, Tk, qk_scale, D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
                  PREC: tl.constexpr):
     # one key block's dq term dS K and rowsum(dS): (BLOCK_M, D), (BLOCK_M,). Below the diagonal
@@ -486,8 +488,6 @@ def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl
     else:
         k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :])
         v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :])
-        hj = tl.load(ch_base + cols)
-        lj = tl.load(cl_base + cols)
     if MASK:
         r_ok = pos_m < Tk
         hq = tl.load(ch_base + pos_m, mask=r_ok, other=0.0)
@@ -497,9 +497,13 @@ def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl
         s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
         p = tl.math.exp2(s - lse[:, None])
     else:
-        w = (ha - hj) + (la - lj)
-        s = _dot(q, tl.trans(k), PREC) * qk_scale + w[None, :]
-        p = tl.math.exp2(s - lse_u[:, None])
+        # as the forward: e_j = c_L - c_j from the key tile's last key L (one word a key), and
+        # sh = c_a - c_L one scalar a tile from the exact words, on the row term (a row op costs
+        # 2 instructions a thread here, a key op 16: BLOCK_N / 4 keys a thread)
+        ej = tl.load(e_base + cols)
+        sh = (ha - tl.load(ch_base + n0 + BLOCK_N - 1)) + (la - tl.load(cl_base + n0 + BLOCK_N - 1))
+        s = _dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]
+        p = tl.math.exp2(s - (lse_u - sh)[:, None])
     dp = _dot(do, tl.trans(v), PREC)
     ds = p * (dp - delta[:, None])
     return _dot(_cast(ds, k.dtype, PREC), k, PREC), tl.sum(ds, 1)
@@ -507,19 +511,19 @@ def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl
 
 @triton.jit
 def _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl_base,
-                  lse_base, s_kt, lo, hi, Tk, qk_scale,
+                  e_base, lse_base, s_kt, lo, hi, Tk, qk_scale,
                   D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
     for n0 in range(lo, hi, BLOCK_N):
         n0 = tl.multiple_of(n0, BLOCK_N)
         dq_j, dr_j = _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base,
-                                  cl_base, lse_base, s_kt, n0, Tk, qk_scale, D, BLOCK_N, MASK, PREC)
+                                  cl_base, e_base, lse_base, s_kt, n0, Tk, qk_scale, D, BLOCK_N, MASK, PREC)
         dq += dq_j
         dr += dr_j
     return dq, dr
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, KLO, CU,
+def _bwd_dq_kernel(Q, K, V, DO, CH, CL, E, LSE, DELTA, DQ, DR, KLO, CU,
                    s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                    H, GROUP, TQ, TK, qk_scale, sm_scale,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -563,7 +567,7 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, KLO, CU,
         # HGMMA). Wider heads are not serialised either way, and there the peel costs 16-128
         # bytes of stack (readings in kernels/NOTES.md, v6), so they keep the zeroed start.
         dq, dr = _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
-                              CH + c_off, CL + c_off, LSE + l_off - off, s_kt, n_lo, Tk, qk_scale,
+                              CH + c_off, CL + c_off, E + c_off, LSE + l_off - off, s_kt, n_lo, Tk, qk_scale,
                               D, BLOCK_N, True, PREC)
         n_lo += BLOCK_N
     else:
@@ -571,10 +575,10 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, KLO, CU,
         dr = tl.zeros([BLOCK_M], tl.float32)
     n_full = ((a + 1) // BLOCK_N) * BLOCK_N
     dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
-                           CH + c_off, CL + c_off, LSE + l_off - off, s_kt, n_lo, n_full, Tk, qk_scale,
+                           CH + c_off, CL + c_off, E + c_off, LSE + l_off - off, s_kt, n_lo, n_full, Tk, qk_scale,
                            D, BLOCK_N, False, PREC)
     dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
-                           CH + c_off, CL + c_off, LSE + l_off - off, s_kt, tl.maximum(n_full, n_lo),
+                           CH + c_off, CL + c_off, E + c_off, LSE + l_off - off, s_kt, tl.maximum(n_full, n_lo),
                            tl.minimum(a + BLOCK_M, Tk), Tk, qk_scale, D, BLOCK_N, True, PREC)
     tl.store(DQ + q_ptr, _cast(dq * sm_scale, DQ.dtype.element_ty, PREC), mask=m_ok[:, None])
     tl.store(DR + l_off + offs_m, dr, mask=m_ok)
@@ -725,7 +729,9 @@ def _tile_offsets(c, bn, cu_seqlens):
     row's own offset c_i - c_L there: with L the tile's last key both terms are at most the pair's
     decay c_j - c_i in size, so their roundings are relative to it (the first key as the base made
     them a tile's width of decay, kernels/NOTES.md v7). A key costs one load and no arithmetic.
-    The diagonal tiles take c_i - c_j from the two words directly (_pair_decay)."""
+    The dQ pass reads it the same way (with its own tile width; v7: a key op there costs 16
+    instructions a thread, a row op 2). The diagonal tiles take c_i - c_j from the two words
+    directly (_pair_decay)."""
     T = c.shape[-1]
     j = torch.arange(T, device=c.device)
     if cu_seqlens is None:
@@ -1045,6 +1051,7 @@ class _FoxAttention(torch.autograd.Function):
         cu = cu_seqlens if varlen else lse
         delta = _bwd_delta(o, o_res if ctx.res else None, do, lse)
         z = _row_terms(ch, cl, lse, Tk, cu_seqlens)
+        c64 = ch.double() + cl.double()             # c as the forward's float64 cumsum, to ~2^-48
         dq = torch.empty_like(q)
         dk, dv, split = _dkdv_buffers(k, v, H)      # GQA: per-query-head float32 parts, summed below
         dc = torch.empty_like(ch)                   # (B, H, Tk)
@@ -1059,7 +1066,8 @@ class _FoxAttention(torch.autograd.Function):
                 + (dk.stride(0), dk.stride(1), dk.stride(2)) + scales,
                 dict(consts, SPLIT=split), granule=G)
         _launch("dq", _bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,
-                q.dtype, (q, k, v, do, ch, cl, lse, delta, dq, dr, klo, cu) + strides + scales, consts,
+                q.dtype, lambda bn: (q, k, v, do, ch, cl, _tile_offsets(c64, bn, cu_seqlens), lse, delta, dq, dr,
+                                     klo, cu) + strides + scales, consts,
                 granule=G)
         dc[..., Tk - Tq:] += dr                     # query i sits at key position Tk - Tq + i
         dk, dv = _dkdv_sum(dk, dv, k, v)
