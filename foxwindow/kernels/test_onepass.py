@@ -1,4 +1,4 @@
-"""Tests of the one-pass backward (kernels/fox_bwd_onepass.py) against the float64 reference, its
+"""Tests of the one-pass backward (foxwindow/kernels/fox_bwd_onepass.py) against the float64 reference, its
 wiring into fox_attention_triton (backward=..., FOX_ONEPASS_BWD) and its pruning.
 
 Inputs, reference and thresholds are test_kernels.py's (relative L2 error on the same rounded
