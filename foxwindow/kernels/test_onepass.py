@@ -116,7 +116,7 @@ def test_deterministic_and_chunking_changes_nothing():
     q, k, v, log_fgate, do = args
     x = [t.detach().clone().requires_grad_() for t in (q, k, v, log_fgate)]
     o = fox_attention_triton(*x)   # the shipped forward; its saved tensors feed the one-pass backward
-    ch, cl, _ = op._ft._gate_words(log_fgate, None)
+    ch, cl, _ = op.kt._gate_words(log_fgate, None)
     ctx = o.grad_fn
     _, _, _, _, o_res, lse, _, _, _, _, _ = ctx.saved_tensors
     n_blocks = -(-50 // op._configs(q.device, 16)[0][1])
