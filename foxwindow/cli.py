@@ -17,6 +17,7 @@ COMMANDS = {
     "reach": ("reach", "how far each attention kind reaches: windows, attribution, passkey retrieval"),
     "bench-laws": ("bench_laws", "speed of the window numerics"),
     "dependent-errors": ("dependent_errors", "the dependent-increment laws against exact numerics"),
+    "chunks": ("chunks", "per-head chunk sizes that overflow chunked kernels, predicted and measured"),
 }
 
 
