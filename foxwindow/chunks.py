@@ -85,14 +85,16 @@ class ExpLimits:
 
 def exp_limits(dtype):
     """ExpLimits of `dtype` ("float32", "bfloat16", "float16"), derived from the format: a value rounds to
-    inf at (2 - 2^-(p+1)) 2^emax, is subnormal below 2^emin and rounds to 0 at or below 2^(emin - p - 1)
-    (round to nearest even), p the mantissa bits. exp is taken in float32 and rounded to the format once.
+    inf at (2 - 2^-(p+1)) 2^emax, to a subnormal below (1 - 2^-(p+1)) 2^emin and to 0 at or below
+    2^(emin - p - 1) (round to nearest even), p the mantissa bits. exp is taken in float32 and rounded to
+    the format once.
     Raises ValueError for another dtype."""
     if dtype not in _FORMAT:
         raise ValueError(f"dtype must be one of {DTYPES}; got {dtype!r}")
     p, emin, emax = _FORMAT[dtype]
     ln2 = math.log(2.0)
-    return ExpLimits(dtype, emax * ln2 + math.log(2.0 - 2.0 ** -(p + 1)), -emin * ln2, (p + 1 - emin) * ln2)
+    return ExpLimits(dtype, emax * ln2 + math.log(2.0 - 2.0 ** -(p + 1)),
+                     -emin * ln2 - math.log(1.0 - 2.0 ** -(p + 1)), (p + 1 - emin) * ln2)
 
 
 def measured_limits(dtype, lo=0.0, hi=200.0):
@@ -293,20 +295,61 @@ def law_tail(gate, theta, chunks=CHUNKS, cells=CELLS):
                         np.repeat(t[:, None], len(chunks), 1), cells), scalar)
 
 
-def markov_tail(gate, theta, chunks=CHUNKS, cells_per_kappa=8):
-    """P(S_C > theta) for an AR1LogitGate from the exact Markov-additive walk (exact.markov_first_passage):
-    1 - P(N > C), array over chunks, with its error estimate (the size of the walk's Richardson step),
-    as (p, err)."""
-    from foxwindow import exact
-    mp = exact.markov_first_passage(gate, math.exp(-theta), cells_per_kappa=cells_per_kappa, tol=1e-14)[0]
+def _ar1_walk(gate, theta, n_max, h, dy):
+    """P(S_n <= theta), n = 1..n_max, for an AR1LogitGate: the joint mass of (S_n, y_n) on an S grid of
+    spacing h (cloud-in-cell: each step's x(y) split between the two neighbouring cells, mean exact) and a
+    y grid of spacing dy on [-8, 8] (Gaussian AR(1) kernel, rows normalised), y_1 stationary."""
+    a = math.sqrt(1.0 - gate.phi ** 2)
+    M = 2 * int(math.ceil(8.0 / dy)) + 1
+    y = np.linspace(-8.0, 8.0, M)
+    pi = np.exp(-0.5 * y * y)
+    pi /= pi.sum()
+    P = np.exp(-0.5 * ((y[None, :] - gate.phi * y[:, None]) / a) ** 2)
+    P /= P.sum(axis=1, keepdims=True)
+    x = np.logaddexp(0.0, -(gate.mu + gate.s * y))                      # X = softplus(-z), z = mu + s y
+    K = int(math.ceil(theta / h)) + 2
+    q = np.minimum(np.floor(x / h).astype(np.int64), K)
+    w = x / h - np.floor(x / h)                                          # weight on cell q + 1
+    read = np.clip((theta - np.arange(K) * h) / h + 0.5, 0.0, 1.0)       # cell k's mass at or below theta
+    pad = int(q.max()) + 1
+    rows = np.arange(K)[:, None] - q[None, :] + pad                      # (K, M) source rows, padded array
+    gp = np.zeros((K + pad, M))
+
+    def step(g):                                                         # g (K, M): shift column j by x_j
+        gp[pad:] = g
+        return (1 - w) * np.take_along_axis(gp, rows, 0) + w * np.take_along_axis(gp, rows - 1, 0)
+
+    f0 = np.zeros((K, M))
+    f0[0] = pi
+    f = step(f0)
+    out = [read @ f.sum(axis=1)]
+    for _ in range(n_max - 1):
+        f = step(f @ P)
+        out.append(read @ f.sum(axis=1))
+    return np.array(out)
+
+
+def markov_tail(gate, theta, chunks=CHUNKS, cells_per_kappa=4):
+    """P(S_C > theta) for an forget.AR1LogitGate (dependent gates), from the law: the Markov-additive walk of
+    (S_n, y_n) on a grid, up to n = max(chunks), with Richardson over the S spacing (h, h/2), h = kappa /
+    cells_per_kappa (the same numerics as exact.markov_first_passage, stopped at the largest chunk).
+    Returns (p, err) arrays over chunks; err = the Richardson step plus the change when the y grid halves
+    (on the coarser S grid)."""
+    if not isinstance(gate, forget.AR1LogitGate):
+        raise TypeError(f"markov_tail needs an AR1LogitGate; got {type(gate).__name__}")
+    t, _ = _thetas(theta)
     chunks = _check_chunks(chunks)
-    s = mp.survival
-    p = np.array([1.0 - (s[C] if C < len(s) else 0.0) for C in chunks])
-    # the finer of the two walks alone, to size the extrapolation step
-    mp2 = exact.markov_first_passage(gate, math.exp(-theta), cells_per_kappa=cells_per_kappa // 2, tol=1e-14)[0]
-    s2 = mp2.survival
-    p2 = np.array([1.0 - (s2[C] if C < len(s2) else 0.0) for C in chunks])
-    return p, np.abs(p - p2)
+    n = max(chunks)
+    h = gate.moments().kappa / cells_per_kappa
+    dy = min(0.25, math.sqrt(1 - gate.phi ** 2) / 2)
+    s1 = _ar1_walk(gate, float(t[0]), n, h, dy)
+    s2 = _ar1_walk(gate, float(t[0]), n, h / 2, dy)
+    s3 = _ar1_walk(gate, float(t[0]), n, h, dy / 2)
+    rich = (4 * s2 - s1) / 3
+    idx = np.array(chunks) - 1
+    p = np.clip(1.0 - rich[idx], 0.0, 1.0)
+    err = np.abs(rich[idx] - s2[idx]) + np.abs(s3[idx] - s1[idx])
+    return p, err
 
 
 # ----------------------------------------------------------------------------- predictions from a trace
