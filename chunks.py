@@ -1,4 +1,4 @@
-"""`python chunks.py`: the chunk size at which each head overflows a chunked kernel (--traces FILE, or the shipped model).
+"""`python chunks.py`: per head, the chunk sizes that overflow a chunked kernel (--traces FILE or the shipped model).
 
 The same command as `python -m foxwindow chunks` (installed: `foxwindow chunks`); the code is in the
 foxwindow package, and foxwindow/cli.py lists every command."""

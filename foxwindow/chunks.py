@@ -703,11 +703,56 @@ def _capture_shipped(n_seq, seq_len, checkpoint=None):
     return {n: np.concatenate(v, 0) for n, v in traces.items()}, {"model": meta.get("name", "fox"), "spans": spans}
 
 
+RANDOM_FAMILIES = ("fla-fox", "fla-gla", "fla-gated-deltanet", "mamba2")
+
+
+def random_layer_traces(families=RANDOM_FAMILIES, n_seq=32, seq_len=2048, hidden=256, heads=4, seed=0):
+    """Log-decay traces of flash-linear-attention layers at their own random initialisation, reading a random
+    N(0, 1) embedding of the held-out text's bytes (so the gates follow the text's token statistics).
+
+    The decays come from adapters' log_decay (parameters and inputs only: no Triton kernel runs), (S, T, H)
+    float32 per family. GLA's gates are per key channel: its trace is, per head, the channel whose mean -log
+    g is largest (the channel that overflows first; other channels are not checked). Raises ImportError
+    without fla. Returns ({"<family>": (S, T, H)}, meta)."""
+    import importlib
+
+    from foxwindow import adapters, data
+    torch.manual_seed(seed)
+    tokens, spans = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
+    emb = torch.randn(256, hidden, generator=torch.Generator().manual_seed(seed))
+    x = emb[tokens]                                                       # (S, T, hidden)
+    build = {
+        "fla-fox": ("fla.layers.forgetting_attn", "ForgettingAttention", dict(hidden_size=hidden, num_heads=heads)),
+        "fla-gla": ("fla.layers.gla", "GatedLinearAttention", dict(hidden_size=hidden, num_heads=heads)),
+        "fla-gated-deltanet": ("fla.layers.gated_deltanet", "GatedDeltaNet",
+                               dict(hidden_size=hidden, num_heads=heads, head_dim=hidden // heads,
+                                    use_short_conv=False)),
+        "mamba2": ("fla.layers.mamba2", "Mamba2", dict(hidden_size=hidden, num_heads=heads,
+                                                       head_dim=2 * hidden // heads, state_size=16)),
+    }
+    out = {}
+    for fam in families:
+        if fam not in build:
+            raise ValueError(f"family must be one of {tuple(build)}; got {fam!r}")
+        mod, cls, kw = build[fam]
+        layer = getattr(importlib.import_module(mod), cls)(layer_idx=0, **kw).eval()
+        with torch.no_grad():
+            lg = adapters.get_adapter(fam).log_decay(layer, x, {}).float()
+        if lg.dim() == 4:                                                  # (S, T, H, K): the fastest channel
+            pick = (-lg).mean(dim=(0, 1)).argmax(-1)                       # (H,)
+            lg = torch.gather(lg, 3, pick[None, None, :, None].expand(*lg.shape[:3], 1))[..., 0]
+        out[fam] = lg.clamp(max=0.0).numpy()
+    return out, {"model": "fla layers at random init on held-out text", "families": list(families),
+                 "hidden": hidden, "heads": heads, "seed": seed}
+
+
 def main(argv=None):
     p = outputs.parser("Chunk-size safety: the probability that a chunk of C tokens overflows a chunked "
                        "kernel's exp(-cum), per head, predicted from the gates and measured on the trace.")
     p.add_argument("--traces", default=None, help="trace file (.npz from save_trace; None: capture the shipped "
                    "FoX model's gates on held-out text)")
+    p.add_argument("--random-layers", action="store_true", help="instead: flash-linear-attention layers (FoX, GLA, "
+                   "Gated DeltaNet, Mamba-2) at their random initialisation reading the held-out text")
     p.add_argument("--n-seq", type=int, default=32, help="sequences to capture (shipped model)")
     p.add_argument("--seq-len", type=int, default=2048, help="tokens per captured sequence (shipped model)")
     p.add_argument("--chunks", type=int, nargs="+", default=list(CHUNKS), help="chunk sizes (multiples of --block)")
@@ -728,9 +773,14 @@ def main(argv=None):
     if a.json:
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")
     t0 = time.perf_counter()
+    if a.traces and a.random_layers:
+        raise outputs.UsageError("--traces and --random-layers exclude each other")
     if a.traces:
         from foxwindow.traces import load_trace
         traces, meta = load_trace(outputs.input_file("--traces", a.traces))
+    elif a.random_layers:
+        outputs.positive("--n-seq", a.n_seq, 2)
+        traces, meta = random_layer_traces(n_seq=a.n_seq, seq_len=a.seq_len)
     else:
         outputs.positive("--n-seq", a.n_seq, 2)
         traces, meta = _capture_shipped(a.n_seq, a.seq_len)
