@@ -2,7 +2,10 @@
 (it fails exactly when a chunk's summed -log g passes the threshold; re-centred it never does), and the
 predicted failure rate against the op's measured NaN rate on iid and AR(1)-correlated synthetic gates."""
 import math
+import os
+import sys
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -172,3 +175,10 @@ def test_analyse_and_command(tmp_path, capsys):
     from foxwindow import outputs
     assert outputs.cli(ch.main, ["--traces", str(path), "--json", str(out)]) == 2   # exists, no --force
     assert outputs.cli(ch.main, ["--traces", str(path), "--chunks", "12"]) == 2
+    # figure 9 from that JSON
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "figures"))
+    import fig9_chunks
+    import figstyle
+    figstyle.apply()
+    paths, summary = fig9_chunks.make(SimpleNamespace(out=str(tmp_path), chunks_json=str(out)))
+    assert all(os.path.getsize(p) > 0 for p in paths) and "held-out" in summary
