@@ -647,7 +647,8 @@ def analyse(traces, chunks=CHUNKS, dtypes=DTYPES, risk=RISK, block=BLOCK, cells=
 
 def recommend(heads, dtypes=DTYPES):
     """Per dtype: the largest chunk that keeps every head under the risk (dependence-aware prediction plus
-    two SEs), or 're-centre' when even the smallest chunk does not. {dtype: {"chunk", "limiting_heads"}}."""
+    two SEs), or re-centring when even the smallest chunk does not:
+    {dtype: {"chunk": int or None, "advice": str, "limiting_heads": ["name:head", ...]}}."""
     rec = {}
     for dt in dtypes:
         hs = [h for h in heads if h.dtype == dt]
@@ -660,6 +661,12 @@ def recommend(heads, dtypes=DTYPES):
                               f"re-centre (no chunk size >= {min(hs[0].chunks)} is safe for every head)"),
                    "limiting_heads": lim}
     return rec
+
+
+def recommend_per_trace(heads, dtypes=DTYPES):
+    """recommend() for each trace name (a layer, or a model family in a file that holds several)."""
+    names = list(dict.fromkeys(h.name for h in heads))
+    return {n: recommend([h for h in heads if h.name == n], dtypes) for n in names}
 
 
 # ----------------------------------------------------------------------------- command line
@@ -701,6 +708,66 @@ def _capture_shipped(n_seq, seq_len, checkpoint=None):
         for n, t in cache.items():
             traces.setdefault(n, []).append(t.numpy())
     return {n: np.concatenate(v, 0) for n, v in traces.items()}, {"model": meta.get("name", "fox"), "spans": spans}
+
+
+SYNTHETIC = (                   # (gate, dtype): failures between C = 16 and 128
+    (forget.LogitNormalGate(-1.0, 1.0), "float32"),
+    (forget.LogitNormalGate(-0.5, 1.0), "float32"),
+    (forget.LogitNormalGate(1.5, 1.0), "float16"),
+    (forget.AR1LogitGate(-0.6, 1.0, 0.8), "float32"),
+    (forget.AR1LogitGate(-0.6, 1.0, 0.9), "float32"),
+    (forget.AR1LogitGate(2.0, 1.0, 0.9), "float16"),
+)
+
+
+def synthetic_check(cases=SYNTHETIC, chunks=(16, 32, 64, 128), n_seq=32, seq_len=2048, seed=0):
+    """Predicted against measured on synthetic gates: per case and chunk size, the law's P(S_C > theta)
+    (law_tail for iid gates, markov_tail for AR(1)-logit ones), the chunked op's NaN/inf rate on n_seq
+    sequences drawn from the law, the trace predictions fitted on the even sequences (dependence-aware with
+    its jackknife SE, iid) and the op's rate on the odd ones. Returns a list of dict rows."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for gate, dt in cases:
+        th = exp_limits(dt).overflow
+        if gate.iid:
+            t = law_tail(gate, th, chunks)
+            law, law_err = t.p, (t.hi - t.lo) / 2
+            x = gate.sample(rng, (n_seq, seq_len))
+        else:
+            law, law_err = markov_tail(gate, th, chunks)
+            x = gate.sample_paths(rng, n_seq, seq_len)[0]
+        meas = _op_rates(x, chunks, dt, seed)
+        fit, chk = x[0::2], x[1::2]
+        held = _op_rates(chk, chunks, dt, seed + 1)
+        dep, dep_se = jackknife(lambda y: dependent_tail(y, th, chunks, bounds=False).p, fit)
+        iid = iid_tail(fit, th, chunks, bounds=False).p
+        for i, C in enumerate(chunks):
+            rows.append(dict(gate=str(gate), dtype=dt, theta=th, chunk=C, law=float(law[i]), law_err=float(law_err[i]),
+                             measured=asdict(meas[C]), z_law=_z(law[i], law_err[i], meas[C]),
+                             dep=float(dep[i]), dep_se=float(dep_se[i]), iid=float(iid[i]),
+                             held_out=asdict(held[C]), z_dep=_z(dep[i], dep_se[i], held[C]),
+                             z_iid=_z(iid[i], 0.0, held[C])))
+    return rows
+
+
+def _op_rates(x, chunks, dt, seed=0):
+    """{C: Rate} of the chunked op's failing chunks on increments x (S, T) (one head, unit q and k)."""
+    lg = torch.tensor(-np.asarray(x)[:, :, None], dtype=torch.float32)
+    q, k, v = unit_qkv(lg.shape[0], lg.shape[1], 1, 2, 2, seed=seed)
+    return {C: measured_rate(chunked_attention(q, k, v, lg, C, dt)[1][:, :, 0].numpy()) for C in chunks}
+
+
+def print_synthetic(rows, file=sys.stdout):
+    print("Synthetic gates: the law's P(S_C > theta) against the chunked op's NaN/inf rate (32 x 2048 drawn from "
+          "the law); trace predictions fitted on the even sequences against the op on the odd ones", file=file)
+    hdr = (f"{'gate':34s} {'dtype':>8s} {'C':>4s} {'law':>9s} {'op rate ± SE':>19s} {'z':>5s} | "
+           f"{'dep (fit) ± SE':>19s} {'iid (fit)':>9s} {'op (check)':>9s} {'z dep':>6s} {'z iid':>6s}")
+    print(hdr, file=file)
+    for r in rows:
+        m, h = r["measured"], r["held_out"]
+        print(f"{r['gate']:34s} {r['dtype']:>8s} {r['chunk']:4d} {r['law']:9.2e} {m['p']:9.2e} ± {m['se']:7.1e} "
+              f"{r['z_law']:5.1f} | {r['dep']:9.2e} ± {r['dep_se']:7.1e} {r['iid']:9.2e} {h['p']:9.2e} "
+              f"{r['z_dep']:6.1f} {r['z_iid']:6.1f}", file=file)
 
 
 RANDOM_FAMILIES = ("fla-fox", "fla-gla", "fla-gated-deltanet", "mamba2")
@@ -753,6 +820,8 @@ def main(argv=None):
                    "FoX model's gates on held-out text)")
     p.add_argument("--random-layers", action="store_true", help="instead: flash-linear-attention layers (FoX, GLA, "
                    "Gated DeltaNet, Mamba-2) at their random initialisation reading the held-out text")
+    p.add_argument("--synthetic", action="store_true", help="instead: predicted vs the op's measured rate on "
+                   "synthetic iid and AR(1)-logit gates")
     p.add_argument("--n-seq", type=int, default=32, help="sequences to capture (shipped model)")
     p.add_argument("--seq-len", type=int, default=2048, help="tokens per captured sequence (shipped model)")
     p.add_argument("--chunks", type=int, nargs="+", default=list(CHUNKS), help="chunk sizes (multiples of --block)")
@@ -773,8 +842,16 @@ def main(argv=None):
     if a.json:
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")
     t0 = time.perf_counter()
-    if a.traces and a.random_layers:
-        raise outputs.UsageError("--traces and --random-layers exclude each other")
+    if sum(map(bool, (a.traces, a.random_layers, a.synthetic))) > 1:
+        raise outputs.UsageError("--traces, --random-layers and --synthetic exclude each other")
+    if a.synthetic:
+        t0 = time.perf_counter()
+        rows = synthetic_check()
+        print_synthetic(rows)
+        print(f"time {time.perf_counter() - t0:.1f} s")
+        if a.json:
+            outputs.write_json(a.json, {"info": {"synthetic": True}, "rows": rows})
+        return 0
     if a.traces:
         from foxwindow.traces import load_trace
         traces, meta = load_trace(outputs.input_file("--traces", a.traces))
@@ -789,9 +866,13 @@ def main(argv=None):
     t_an = time.perf_counter() - t0 - t_load
     print_table(heads, a.risk)
     rec = recommend(heads, a.dtypes)
+    per = recommend_per_trace(heads, a.dtypes)
     print("\nRecommendation (every head under the risk, dependence-aware prediction + 2 SE):")
     for dt, r in rec.items():
         print(f"  {dt:>8s}: {r['advice']}; limiting: {', '.join(r['limiting_heads'][:6])}")
+    if len(per) > 1:
+        print("per trace: " + "; ".join(f"{_short(n)}: " + ", ".join(f"{dt} {r['chunk'] or 're-centre'}"
+                                                                  for dt, r in rs.items()) for n, rs in per.items()))
     nck = sum(h.shape[0] * h.shape[1] for h in traces.values()) // max(a.chunks)
     print(f"\nThe tail: a risk of {a.risk:g} per chunk is below what this trace can measure (a chunk size with no "
           f"failure among its n chunks bounds the rate only by 3/n, e.g. {3 / max(nck, 1):.1e} at C = "
@@ -819,7 +900,8 @@ def main(argv=None):
                      "limits": {dt: asdict(exp_limits(dt)) for dt in a.dtypes},
                      "formulation": "aligned chunks, inclusive cumulative log-gate; fails when S_C > overflow",
                      "seconds_analysis": t_an},
-            "recommendation": rec, "heads": [asdict(h) for h in heads], "op": ops})
+            "recommendation": rec, "recommendation_per_trace": per, "heads": [asdict(h) for h in heads],
+            "op": ops})
     return 0
 
 
