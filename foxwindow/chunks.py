@@ -695,6 +695,28 @@ def print_table(heads, risk, file=sys.stdout):
               + f" {h.safe_dep or 're-c':>5}", file=file)
 
 
+def markdown_table(res, dtypes=("float32", "float16"), lo=1e-6):
+    """A Markdown table of the command's JSON `res`: every head, dtype and chunk size whose predicted or
+    measured rate lies in (lo, 1 - lo): predicted (dependence-aware ± SE; iid), measured (failures / chunks,
+    and the chunked op's count when it ran), and the held-out z of both predictions."""
+    ops = res.get("op") or {}
+    lines = ["| head | dtype | C | predicted (dependence-aware ± SE) | iid law | measured (failures / chunks) "
+             "| chunked op NaN chunks | held-out z dep. | held-out z iid |", "|---|---|---|---|---|---|---|---|---|"]
+    for h in res["heads"]:
+        if h["dtype"] not in dtypes:
+            continue
+        for i, C in enumerate(h["chunks"]):
+            m = h["measured"][i]
+            if not (lo < h["dep"][i] < 1 - lo or lo < h["iid"][i] < 1 - lo or 0 < m["p"] < 1):
+                continue
+            op = ops.get(h["name"], {}).get(f"{h['dtype']}:{C}")
+            opc = str(op[h["head"]]["failures"]) if op else "-"
+            lines.append(f"| {_short(h['name'])}.{h['head']} | {h['dtype']} | {C} | {h['dep'][i]:.2e} ± "
+                         f"{h['dep_se'][i]:.1e} | {h['iid'][i]:.2e} | {m['failures']} / {m['chunks']} "
+                         f"({m['p']:.2e} ± {m['se']:.1e}) | {opc} | {h['z_dep'][i]:+.2f} | {h['z_iid'][i]:+.2f} |")
+    return "\n".join(lines)
+
+
 def _capture_shipped(n_seq, seq_len, checkpoint=None):
     from foxwindow import data
     from foxwindow.heads import DEFAULT_CHECKPOINT
