@@ -431,7 +431,7 @@ def jackknife(fn, x, groups=GROUPS):
 # ----------------------------------------------------------------------------- the chunked reference op
 
 
-def chunked_attention(q, k, v, log_g, chunk, dtype="float32", recentre=False):
+def chunked_attention(q, k, v, log_g, chunk, dtype="float32", recentre=False, output=True):
     """Chunked gated linear attention (scalar gate per head and token; FoX's chunked form without softmax,
     Mamba-2 / Gated DeltaNet-style decay), the CPU reference of what chunked kernels compute.
 
@@ -443,7 +443,8 @@ def chunked_attention(q, k, v, log_g, chunk, dtype="float32", recentre=False):
     (every exponent <= 0: never overflows).
     Output o_i = sum_{j <= i} (q_i . k_j) prod_{t=j+1..i} g_t v_j. Returns (o (B, T, H, Dv) float32,
     bad (B, T // C, H) bool: the chunk's own terms (intra-chunk output or state update) are not finite;
-    a bad chunk also makes every later chunk of its sequence NaN through the state).
+    a bad chunk also makes every later chunk of its sequence NaN through the state). output=False skips the
+    inter-chunk recurrence and returns (None, bad): the failure mask alone.
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}; got {dtype!r}")
@@ -478,6 +479,8 @@ def chunked_attention(q, k, v, log_g, chunk, dtype="float32", recentre=False):
     intra = (A.to(dt) @ vc.to(dt)).float()                                  # (B, H, n, C, Dv)
     upd = (ks.to(dt).transpose(-1, -2) @ vc.to(dt)).float()                 # (B, H, n, D, Dv) state increment
     bad = ~(torch.isfinite(intra).flatten(-2).all(-1) & torch.isfinite(upd).flatten(-2).all(-1))   # (B, H, n)
+    if not output:
+        return None, bad.permute(0, 2, 1)
     decay = torch.exp(cum[..., -1])                                          # (B, H, n) whole-chunk decay
     state = torch.zeros(B, H, D, vc.shape[-1])
     outs = []
@@ -511,7 +514,7 @@ def op_rates(log_g, chunks=CHUNKS, dtypes=DTYPES, D=4, seed=0, batch=8):
             for s0 in range(0, S, batch):
                 part = lg[s0:s0 + batch]
                 q, k, v = unit_qkv(part.shape[0], T, H, D, D, seed + s0)
-                bad.append(chunked_attention(q, k, v, part, C, dt)[1])
+                bad.append(chunked_attention(q, k, v, part, C, dt, output=False)[1])
             bad = torch.cat(bad, 0).numpy()                                   # (S, n, H)
             out[(dt, C)] = [measured_rate(bad[:, :, h]) for h in range(H)]
     return out
@@ -776,7 +779,8 @@ def _op_rates(x, chunks, dt, seed=0):
     """{C: Rate} of the chunked op's failing chunks on increments x (S, T) (one head, unit q and k)."""
     lg = torch.tensor(-np.asarray(x)[:, :, None], dtype=torch.float32)
     q, k, v = unit_qkv(lg.shape[0], lg.shape[1], 1, 2, 2, seed=seed)
-    return {C: measured_rate(chunked_attention(q, k, v, lg, C, dt)[1][:, :, 0].numpy()) for C in chunks}
+    return {C: measured_rate(chunked_attention(q, k, v, lg, C, dt, output=False)[1][:, :, 0].numpy())
+            for C in chunks}
 
 
 def print_synthetic(rows, file=sys.stdout):
