@@ -899,10 +899,11 @@ def main(argv=None):
     if len(per) > 1:
         print("per trace: " + "; ".join(f"{_short(n)}: " + ", ".join(f"{dt} {r['chunk'] or 're-centre'}"
                                                                   for dt, r in rs.items()) for n, rs in per.items()))
-    nck = sum(h.shape[0] * h.shape[1] for h in traces.values()) // max(a.chunks)
+    S, T = next(iter(traces.values())).shape[:2]
+    lo_n, hi_n = S * (T // max(a.chunks)), S * (T // min(a.chunks))
     print(f"\nThe tail: a risk of {a.risk:g} per chunk is below what this trace can measure (a chunk size with no "
-          f"failure among its n chunks bounds the rate only by 3/n, e.g. {3 / max(nck, 1):.1e} at C = "
-          f"{max(a.chunks)}): below that the law-based prediction carries the recommendation.")
+          f"failure among its n chunks of a head bounds the rate only by 3/n: {3 / hi_n:.1e} at C = {min(a.chunks)}, "
+          f"{3 / lo_n:.1e} at C = {max(a.chunks)}): below that the law-based prediction carries the recommendation.")
     print("Overflow thresholds (exp(-cum) = exp(b) becomes inf): " +
           ", ".join(f"{dt} b > {exp_limits(dt).overflow:.4f}" for dt in a.dtypes))
     ops = None
