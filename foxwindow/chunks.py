@@ -857,8 +857,17 @@ def main(argv=None):
     p.add_argument("--op", action="store_true", help="also run the chunked reference op on the trace and report "
                    "its NaN/inf rate beside the predictions (slower)")
     p.add_argument("--json", default=None, help="write the results as JSON to this path")
+    p.add_argument("--markdown", default=None, help="print the README table of a JSON this command wrote, and stop")
     outputs.add_common(p)
     a = p.parse_args(argv)
+    if a.markdown:
+        import json
+        with open(outputs.input_file("--markdown", a.markdown)) as f:
+            res = json.load(f)
+        if "heads" not in res:
+            raise outputs.UsageError(f"--markdown: {a.markdown} holds no per-head results (written by --synthetic?)")
+        print(markdown_table(res))
+        return 0
     outputs.eps_arg("--risk", a.risk)
     outputs.positive("--block", a.block)
     for C in a.chunks:
