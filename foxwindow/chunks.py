@@ -295,18 +295,12 @@ def law_tail(gate, theta, chunks=CHUNKS, cells=CELLS):
                         np.repeat(t[:, None], len(chunks), 1), cells), scalar)
 
 
-def _ar1_walk(gate, theta, n_max, h, dy):
-    """P(S_n <= theta), n = 1..n_max, for an AR1LogitGate: the joint mass of (S_n, y_n) on an S grid of
-    spacing h (cloud-in-cell: each step's x(y) split between the two neighbouring cells, mean exact) and a
-    y grid of spacing dy on [-8, 8] (Gaussian AR(1) kernel, rows normalised), y_1 stationary."""
-    a = math.sqrt(1.0 - gate.phi ** 2)
-    M = 2 * int(math.ceil(8.0 / dy)) + 1
-    y = np.linspace(-8.0, 8.0, M)
-    pi = np.exp(-0.5 * y * y)
-    pi /= pi.sum()
-    P = np.exp(-0.5 * ((y[None, :] - gate.phi * y[:, None]) / a) ** 2)
-    P /= P.sum(axis=1, keepdims=True)
-    x = np.logaddexp(0.0, -(gate.mu + gate.s * y))                      # X = softplus(-z), z = mu + s y
+def _walk(pi, P, x, theta, n_max, h):
+    """P(S_n <= theta), n = 1..n_max, for a Markov-additive walk: states with stationary weights pi (M,),
+    transitions P (M, M) row i -> column j, increment x_j >= 0 on entering state j; the joint mass of
+    (S_n, state) on an S grid of spacing h (cloud-in-cell: x_j split between the two neighbouring cells,
+    mean exact), the first state drawn from pi."""
+    M = len(pi)
     K = int(math.ceil(theta / h)) + 2
     q = np.minimum(np.floor(x / h).astype(np.int64), K)
     w = x / h - np.floor(x / h)                                          # weight on cell q + 1
@@ -327,6 +321,19 @@ def _ar1_walk(gate, theta, n_max, h, dy):
         f = step(f @ P)
         out.append(read @ f.sum(axis=1))
     return np.array(out)
+
+
+def _ar1_walk(gate, theta, n_max, h, dy):
+    """_walk for an AR1LogitGate: its latent y on a grid of spacing dy over [-8, 8] (Gaussian AR(1) kernel,
+    rows normalised), X = softplus(-(mu + s y))."""
+    a = math.sqrt(1.0 - gate.phi ** 2)
+    M = 2 * int(math.ceil(8.0 / dy)) + 1
+    y = np.linspace(-8.0, 8.0, M)
+    pi = np.exp(-0.5 * y * y)
+    pi /= pi.sum()
+    P = np.exp(-0.5 * ((y[None, :] - gate.phi * y[:, None]) / a) ** 2)
+    P /= P.sum(axis=1, keepdims=True)
+    return _walk(pi, P, np.logaddexp(0.0, -(gate.mu + gate.s * y)), theta, n_max, h)
 
 
 def markov_tail(gate, theta, chunks=CHUNKS, cells_per_kappa=4):
