@@ -727,12 +727,15 @@ def markdown_table(res, dtypes=("float32", "float16"), lo=1e-6):
     return "\n".join(lines)
 
 
+SHIPPED_CHECKPOINT = "checkpoints/fox_shakespeare.pt"
+
+
 def _capture_shipped(n_seq, seq_len, checkpoint=None):
+    """The shipped FoX model's log-gates on n_seq held-out sequences: ({hook name: (S, T, H)}, meta)."""
     from foxwindow import data
-    from foxwindow.heads import DEFAULT_CHECKPOINT
     from foxwindow.model import load_model
     from foxwindow.traces import run_with_cache
-    model, meta = load_model(outputs.repo_path(checkpoint or DEFAULT_CHECKPOINT), device="cpu")
+    model, meta = load_model(outputs.repo_path(checkpoint or SHIPPED_CHECKPOINT), device="cpu")
     tokens, spans = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
     traces = {}
     for s0 in range(0, n_seq, 4):
