@@ -923,8 +923,11 @@ def main(argv=None):
     print(f"\nThe tail: a risk of {a.risk:g} per chunk is below what this trace can measure (a chunk size with no "
           f"failure among its n chunks of a head bounds the rate only by 3/n: {3 / hi_n:.1e} at C = {min(a.chunks)}, "
           f"{3 / lo_n:.1e} at C = {max(a.chunks)}): below that the law-based prediction carries the recommendation.")
-    print("Overflow thresholds (exp(-cum) = exp(b) becomes inf): " +
-          ", ".join(f"{dt} b > {exp_limits(dt).overflow:.4f}" for dt in a.dtypes))
+    print("Formulation: aligned chunks, cum = inclusive cumulative log-gate inside the chunk, b = -cum; the "
+          "textbook kernel's k exp(-cum) = k exp(b) becomes inf (then NaN) once the chunk's sum S_C passes "
+          "theta: " + ", ".join(f"{dt} theta = {exp_limits(dt).overflow:.4f}" for dt in a.dtypes) +
+          "; q exp(cum) only underflows (to 0 past " +
+          ", ".join(f"{exp_limits(dt).underflow:.2f}" for dt in a.dtypes) + "), never first.")
     ops = None
     if a.op:
         ops = {}
