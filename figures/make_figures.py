@@ -28,11 +28,13 @@ import fig5_dependent  # noqa: E402
 import fig6_heads  # noqa: E402
 import fig7_kernels  # noqa: E402
 import fig8_prune  # noqa: E402
+import fig9_chunks  # noqa: E402
 import figstyle  # noqa: E402  (also puts the repository root on sys.path)
 from foxwindow import outputs  # noqa: E402
 
 FIGURES = {1: fig1_decay, 2: fig2_window_pmf, 3: fig3_moments_vs_L, 4: fig4_alibi_limit,
-           5: fig5_dependent, 6: fig6_heads, 7: fig7_kernels, 8: fig8_prune}
+           5: fig5_dependent, 6: fig6_heads, 7: fig7_kernels, 8: fig8_prune,
+           9: fig9_chunks}
 
 
 NAMES = {n: m.__name__ for n, m in FIGURES.items()}

@@ -1,0 +1,964 @@
+"""Chunk-size safety of chunked gated-attention kernels: the chunk size at which each head overflows.
+
+Chunked kernels for gated linear attention, state-space models and FoX (flash-linear-attention's chunk
+forms, Mamba-2's SSD, cuDNN) cut the sequence into aligned chunks [kC, (k+1)C) and, inside a chunk,
+form the cumulative log-gate cum_i = sum_{t=kC..i} log g_t (inclusive, as fla's chunk_local_cumsum)
+and the two factors
+
+    q~_i = q_i exp(cum_i),      k~_j = k_j exp(-cum_j),      A_ij = q~_i . k~_j = q_i . k_j exp(cum_i - cum_j)
+
+so that the intra-chunk attention is one matmul (the textbook formulation, no re-centring). With
+b_i = -cum_i = sum_{t=kC..i} X_t >= 0 (X = -log g), the key factor exp(+b_j) is the one that
+overflows: exp(b) is inf in the compute dtype once b passes
+
+    float32   b > 128 ln 2 + ln(1 - 2^-25) = 88.7228   (ln FLT_MAX to 1e-8)
+    bfloat16  b > 128 ln 2 + ln(1 - 2^-9) = 88.7209   (exp in float32, the factor stored in bfloat16)
+    float16   b > 15 ln 2 + ln(2 - 2^-11) = ln 65520 = 11.0901
+
+(the value rounds to inf once it reaches max + half an ulp). The query factor exp(-b_i) goes subnormal
+at b > -ln(tiny) (87.34 in float32 and bfloat16, 9.70 in float16) and rounds to 0 at
+b > (mantissa bits + 1 - min exponent) ln 2 (103.97 float32, 92.88 bfloat16, 17.33 float16): that alone
+only loses accuracy, and it never happens before the key factor at the same position has overflowed.
+The overflow makes the output NaN: inf times the query factor gives +-inf terms whose sum is inf - inf or
+whose product with an underflowed 0 is NaN, and the state update k~_j exp(-b_last) is inf * 0 = NaN, which
+then poisons every later chunk of the sequence. b is largest at the chunk's last position, where it is
+the chunk's whole sum, so a chunk fails exactly when
+
+    S_C = sum of the C increments of the chunk > theta(dtype),  P(S_C > theta) = P(N(theta) <= C),
+
+the first-passage probability of the walk over L = theta. Re-centring (A_ij from exp(b_j - b_i) per pair,
+as fla's sub-chunk path does) never overflows.
+
+    exp_limits(dtype)                 the thresholds above, derived from the format
+    chunk_sums(x, C)                  (S, T, H) increments -> (S, T // C, H) aligned chunk sums
+    measured_rate(fail)               per head: failures / chunks with a cluster-robust SE, exact bound at 0
+    law_tail(gate, theta, chunks)     P(S_C > theta) for an iid law (its CDF) by lattice convolution powers
+    iid_tail / dependent_tail         the same from a trace: its pooled increments (iid), or its aligned
+                                      block sums convolved and rescaled to the measured Var(S_C)
+    markov_tail(gate, theta, chunks)  the same for AR(1)-logit gates (the exact Markov-additive walk)
+    chunked_attention(...)            the chunked reference op (textbook or re-centred), CPU
+    analyse(traces, ...)              every head: predicted and measured failure rates, safe chunk sizes
+    recommend(heads)                  per dtype: the largest chunk that keeps every head under the risk
+    synthetic_check() / random_layer_traces()   synthetic gates; fla layers at random initialisation
+
+`python chunks.py --traces FILE` (or `foxwindow chunks`) runs it on a trace file; without --traces it
+captures the shipped FoX model's gates on held-out text (--random-layers, --synthetic: see --help).
+The dependence-aware prediction was chosen on held-out evidence (fit on the even sequences, checked on the
+odd ones); in the deep tail of strongly correlated gates it undershoots the exact law by a factor of 2-3
+(results/chunks/synthetic.txt), so a safe chunk at a 1e-6 risk is an extrapolation.
+"""
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+from scipy import special
+
+from foxwindow import forget, outputs
+
+DTYPES = ("float32", "bfloat16", "float16")
+CHUNKS = (16, 32, 64, 128, 256, 512)
+RISK = 1e-6
+CELLS = 2 ** 13                 # lattice cells over [0, theta]: h = theta / CELLS
+BLOCK = 8                       # block length of the dependence-aware prediction (chunks are multiples)
+GROUPS = 8                      # delete-a-group jackknife groups for the prediction's standard error
+
+_FORMAT = {                     # (mantissa bits, smallest normal exponent, largest exponent)
+    "float32": (23, -126, 127),
+    "bfloat16": (7, -126, 127),
+    "float16": (10, -14, 15),
+}
+
+
+# ----------------------------------------------------------------------------- thresholds
+
+
+@dataclass(frozen=True)
+class ExpLimits:
+    """Where exp() leaves a floating-point format, in units of b = -cum (the chunk's summed -log g).
+
+    overflow: exp(+b) rounds to inf for b > overflow (the key factor: this is what makes NaN);
+    subnormal: exp(-b) is subnormal (lost precision) for b > subnormal;
+    underflow: exp(-b) rounds to 0 for b > underflow (the query factor: silent, never before overflow).
+    """
+    dtype: str
+    overflow: float
+    subnormal: float
+    underflow: float
+
+
+def exp_limits(dtype):
+    """ExpLimits of `dtype` ("float32", "bfloat16", "float16"), derived from the format: a value rounds to
+    inf at (2 - 2^-(p+1)) 2^emax, to a subnormal below (1 - 2^-(p+1)) 2^emin and to 0 at or below
+    2^(emin - p - 1) (round to nearest even), p the mantissa bits. exp is taken in float32 and rounded to
+    the format once.
+    Raises ValueError for another dtype."""
+    if dtype not in _FORMAT:
+        raise ValueError(f"dtype must be one of {DTYPES}; got {dtype!r}")
+    p, emin, emax = _FORMAT[dtype]
+    ln2 = math.log(2.0)
+    return ExpLimits(dtype, emax * ln2 + math.log(2.0 - 2.0 ** -(p + 1)),
+                     -emin * ln2 - math.log(1.0 - 2.0 ** -(p + 1)), (p + 1 - emin) * ln2)
+
+
+def measured_limits(dtype, lo=0.0, hi=200.0):
+    """ExpLimits found by bisection on torch's own exp (float32) and rounding to `dtype` on this machine:
+    a check of exp_limits. Each value is the largest float32 b at which the event has not happened yet."""
+    tdt = getattr(torch, dtype) if dtype in _FORMAT else None
+    if tdt is None:
+        raise ValueError(f"dtype must be one of {DTYPES}; got {dtype!r}")
+    tiny = torch.finfo(tdt).tiny
+
+    def over(b):
+        return bool(torch.isinf(torch.exp(torch.tensor([b], dtype=torch.float32)).to(tdt)).item())
+
+    def sub(b):
+        return bool((torch.exp(-torch.tensor([b], dtype=torch.float32)).to(tdt).float() < tiny).item())
+
+    def zero(b):
+        return bool((torch.exp(-torch.tensor([b], dtype=torch.float32)).to(tdt) == 0).item())
+
+    def bisect(f):
+        a, z = np.float32(lo), np.float32(hi)
+        while True:
+            m = np.float32((float(a) + float(z)) / 2)
+            if m in (a, z):
+                return float(a)
+            a, z = (a, m) if f(float(m)) else (m, z)
+
+    return ExpLimits(dtype, bisect(over), bisect(sub), bisect(zero))
+
+
+# ----------------------------------------------------------------------------- chunk sums and measured rates
+
+
+def increments(log_g):
+    """X = -log g, float64 (S, T, H), from log-gates (S, T, H) <= 0 (any float dtype, numpy or torch).
+    Raises ValueError on another shape, NaN/inf or positive log-gates."""
+    a = log_g.detach().cpu().numpy() if isinstance(log_g, torch.Tensor) else np.asarray(log_g)
+    if a.ndim != 3:
+        raise ValueError(f"log-gates must be (S, T, H) (sequences, positions, heads); got shape {a.shape}")
+    return np.asarray(forget.increments_from_log_gates(a.astype(np.float64)), dtype=np.float64)
+
+
+def chunk_sums(x, C):
+    """Aligned chunk sums of increments x (S, T, H) float: (S, T // C, H) float64, chunk k covering
+    positions kC..(k+1)C-1 as the kernels cut them; a last partial chunk (T % C positions) is left out
+    (it is shorter, so it fails less often). Raises ValueError when T < C or C < 1."""
+    x = np.asarray(x, dtype=np.float64)
+    if isinstance(C, bool) or not isinstance(C, (int, np.integer)) or C < 1:
+        raise ValueError(f"chunk size must be an integer >= 1; got {C!r}")
+    S, T, H = x.shape
+    if T < C:
+        raise ValueError(f"chunk size {C} exceeds the trace length T = {T}")
+    n = T // C
+    return x[:, :n * C].reshape(S, n, C, H).sum(axis=2)
+
+
+@dataclass
+class Rate:
+    """A measured failure rate per chunk: p = failures / chunks, se its standard error (the larger of the
+    cluster-robust SE over sequences, which the dependence between a sequence's chunks needs, and the
+    binomial SE at p), upper: exact one-sided 95% binomial upper bound (3/n, the rule of three, at 0 failures)."""
+    p: float
+    se: float
+    failures: int
+    chunks: int
+    upper: float
+
+
+def measured_rate(fail):
+    """Rate of one head from fail (S, n) bool: chunk failed in sequence s. S >= 2 for the cluster SE."""
+    fail = np.asarray(fail, dtype=bool)
+    if fail.ndim != 2 or fail.size == 0:
+        raise ValueError(f"fail must be a non-empty (S, n) boolean array; got shape {fail.shape}")
+    S, n = fail.shape
+    N = S * n
+    k = int(fail.sum())
+    p = k / N
+    m = fail.sum(axis=1).astype(np.float64)
+    cluster = math.sqrt(S / max(S - 1, 1) * float(np.sum((m - p * n) ** 2))) / N
+    se = max(cluster, math.sqrt(p * (1 - p) / N))
+    upper = 1.0 if k == N else float(special.betaincinv(k + 1, N - k, 0.95))
+    return Rate(p, se, k, N, upper)
+
+
+# ----------------------------------------------------------------------------- lattice convolution powers
+
+
+def _conv(a, b, K):
+    """Sub-distribution a * b truncated to cells 0..K-1 (mass beyond is past every threshold: X >= 0)."""
+    n = 1 << int(math.ceil(math.log2(2 * K)))
+    c = np.fft.irfft(np.fft.rfft(a, n) * np.fft.rfft(b, n), n)[:K]
+    return np.maximum(c, 0.0)
+
+
+def _powers_cdf(pmf, pairs):
+    """For each (m, r) in pairs: sum_{k <= r} (pmf^{*m})[k], the lattice walk's P(sum of m steps <= r h).
+    pmf^{*m} by binary powers (each power of two once), truncated to len(pmf) cells."""
+    K = len(pmf)
+    cache, full = {1: pmf}, {}
+    out = []
+    for m, r in pairs:
+        if m not in full:
+            acc, bit = None, 1
+            while bit <= m:
+                if bit not in cache:
+                    cache[bit] = _conv(cache[bit // 2], cache[bit // 2], K)
+                if m & bit:
+                    acc = cache[bit] if acc is None else _conv(acc, cache[bit], K)
+                bit <<= 1
+            full[m] = np.cumsum(acc)
+        out.append(float(full[m][min(r, K - 1)]) if r >= 0 else 0.0)
+    return out
+
+
+def _atoms_pmf(values, h, K, mode):
+    """Empirical law of `values` on the lattice {0, h, ..}: floor, ceil or nearest cell; cells >= K dropped."""
+    idx = {"floor": np.floor, "ceil": np.ceil, "nearest": np.rint}[mode](values / h).astype(np.int64)
+    idx = idx[idx < K]
+    return np.bincount(idx, minlength=K)[:K].astype(np.float64) / len(values)
+
+
+def _cdf_pmf(cdf, h, K, mode):
+    """A law given by its CDF F on the lattice: cell k gets P(X rounds to k): floor [kh, (k+1)h),
+    ceil ((k-1)h, kh], nearest ((k-1/2)h, (k+1/2)h] (X >= 0; mass past the last cell dropped)."""
+    k = np.arange(K, dtype=np.float64)
+    upper = {"floor": k + 1.0, "ceil": k, "nearest": k + 0.5}[mode] * h
+    return np.diff(np.concatenate([[0.0], np.asarray(cdf(upper), dtype=np.float64)]))
+
+
+@dataclass
+class Tail:
+    """P(S_C > theta) per chunk size: p (nearest-cell lattice), bounds [lo, hi] from the floor and ceil
+    lattices (rigorous for iid steps: rounding every step down or up), chunks (the C's)."""
+    chunks: list
+    p: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+def _tail(make_pmf, step, chunks, thresholds, cells, bounds=True):
+    """P(sum of C/step iid lattice steps > t) for every C in chunks and t in the matching row of thresholds
+    (n_theta, len(chunks)), on one lattice of `cells` cells over [0, max t]; make_pmf(h, K, mode).
+    Returns Tail with (n_theta, len(chunks)) arrays. bounds=False: the nearest-cell lattice only (lo = hi = p)."""
+    thresholds = np.atleast_2d(np.asarray(thresholds, dtype=np.float64))
+    top = float(thresholds.max())
+    ms = [C // step for C in chunks]
+    res = {}
+    for mode in ("nearest", "floor", "ceil") if bounds else ("nearest",):
+        if top <= 0:
+            res[mode] = np.ones(thresholds.shape)
+            continue
+        h = top / (cells - 1)                              # the last cell, cells - 1, holds top
+        pmf = make_pmf(h, cells, mode)
+        pairs = [(m, int(math.floor(t / h + 1e-9)) if t >= 0 else -1)
+                 for row in thresholds for m, t in zip(ms, row)]
+        cdf = _powers_cdf(pmf, pairs)
+        res[mode] = np.clip(1.0 - np.array(cdf).reshape(thresholds.shape), 0.0, 1.0)
+    return Tail(list(chunks), res["nearest"], res.get("floor", res["nearest"]), res.get("ceil", res["nearest"]))
+
+
+def _check_chunks(chunks, step=1):
+    chunks = [int(c) for c in chunks]
+    if not chunks or any(c < 1 for c in chunks):
+        raise ValueError(f"chunk sizes must be integers >= 1; got {chunks}")
+    bad = [c for c in chunks if c % step]
+    if bad:
+        raise ValueError(f"chunk sizes {bad} are not multiples of the block length {step}")
+    return chunks
+
+
+def _thetas(theta):
+    """theta as a 1-D float array and whether it was a scalar; raises ValueError unless every theta > 0."""
+    t = np.atleast_1d(np.asarray(theta, dtype=np.float64))
+    if t.ndim != 1 or t.size == 0 or not np.all(t > 0) or not np.all(np.isfinite(t)):
+        raise ValueError(f"theta must be a number > 0 or a non-empty sequence of them; got {theta!r}")
+    return t, np.ndim(theta) == 0
+
+
+def _shape(tail, scalar):
+    if scalar:
+        tail.p, tail.lo, tail.hi = tail.p[0], tail.lo[0], tail.hi[0]
+    return tail
+
+
+def law_tail(gate, theta, chunks=CHUNKS, cells=CELLS):
+    """P(S_C > theta) = P(N(theta) <= C) for an iid gate law (a forget.Gate with a CDF), C in chunks.
+
+    The increment law is put on a lattice of spacing h = theta / (cells - 1) (floor, ceil and nearest
+    cells) and convolved with itself by repeated squaring, truncated at theta (X >= 0: mass past theta
+    never returns), so every C costs O(log C) FFTs of 2 cells. theta: a float (arrays over chunks) or a
+    sequence (arrays (len(theta), len(chunks)), one lattice over [0, max theta]).
+    Returns Tail (p from the nearest cells, rigorous bounds lo <= P <= hi from the floor and ceil cells)."""
+    if not gate.iid:
+        raise ValueError(f"{gate} has dependent increments: law_tail covers iid laws (use markov_tail)")
+    t, scalar = _thetas(theta)
+    chunks = _check_chunks(chunks)
+    return _shape(_tail(lambda h, K, mode: _cdf_pmf(gate.cdf, h, K, mode), 1, chunks,
+                        np.repeat(t[:, None], len(chunks), 1), cells), scalar)
+
+
+def _walk(pi, P, x, theta, n_max, h):
+    """P(S_n <= theta), n = 1..n_max, for a Markov-additive walk: states with stationary weights pi (M,),
+    transitions P (M, M) row i -> column j, increment x_j >= 0 on entering state j; the joint mass of
+    (S_n, state) on an S grid of spacing h (cloud-in-cell: x_j split between the two neighbouring cells,
+    mean exact), the first state drawn from pi."""
+    M = len(pi)
+    K = int(math.ceil(theta / h)) + 2
+    q = np.minimum(np.floor(x / h).astype(np.int64), K)
+    w = x / h - np.floor(x / h)                                          # weight on cell q + 1
+    read = np.clip((theta - np.arange(K) * h) / h + 0.5, 0.0, 1.0)       # cell k's mass at or below theta
+    pad = int(q.max()) + 1
+    rows = np.arange(K)[:, None] - q[None, :] + pad                      # (K, M) source rows, padded array
+    gp = np.zeros((K + pad, M))
+
+    def step(g):                                                         # g (K, M): shift column j by x_j
+        gp[pad:] = g
+        return (1 - w) * np.take_along_axis(gp, rows, 0) + w * np.take_along_axis(gp, rows - 1, 0)
+
+    f0 = np.zeros((K, M))
+    f0[0] = pi
+    f = step(f0)
+    out = [read @ f.sum(axis=1)]
+    for _ in range(n_max - 1):
+        f = step(f @ P)
+        out.append(read @ f.sum(axis=1))
+    return np.array(out)
+
+
+def _ar1_walk(gate, theta, n_max, h, dy):
+    """_walk for an AR1LogitGate: its latent y on a grid of spacing dy over [-8, 8] (Gaussian AR(1) kernel,
+    rows normalised), X = softplus(-(mu + s y))."""
+    a = math.sqrt(1.0 - gate.phi ** 2)
+    M = 2 * int(math.ceil(8.0 / dy)) + 1
+    y = np.linspace(-8.0, 8.0, M)
+    pi = np.exp(-0.5 * y * y)
+    pi /= pi.sum()
+    P = np.exp(-0.5 * ((y[None, :] - gate.phi * y[:, None]) / a) ** 2)
+    P /= P.sum(axis=1, keepdims=True)
+    return _walk(pi, P, np.logaddexp(0.0, -(gate.mu + gate.s * y)), theta, n_max, h)
+
+
+def markov_tail(gate, theta, chunks=CHUNKS, cells_per_kappa=4):
+    """P(S_C > theta) for an forget.AR1LogitGate (dependent gates), from the law: the Markov-additive walk of
+    (S_n, y_n) on a grid, up to n = max(chunks), with Richardson over the S spacing (h, h/2), h = kappa /
+    cells_per_kappa (the same numerics as exact.markov_first_passage, stopped at the largest chunk).
+    Returns (p, err) arrays over chunks; err = the Richardson step plus the change when the y grid halves
+    (on the coarser S grid)."""
+    if not isinstance(gate, forget.AR1LogitGate):
+        raise TypeError(f"markov_tail needs an AR1LogitGate; got {type(gate).__name__}")
+    t, _ = _thetas(theta)
+    chunks = _check_chunks(chunks)
+    n = max(chunks)
+    h = gate.moments().kappa / cells_per_kappa
+    dy = min(0.25, math.sqrt(1 - gate.phi ** 2) / 2)
+    s1 = _ar1_walk(gate, float(t[0]), n, h, dy)
+    s2 = _ar1_walk(gate, float(t[0]), n, h / 2, dy)
+    s3 = _ar1_walk(gate, float(t[0]), n, h, dy / 2)
+    rich = (4 * s2 - s1) / 3
+    idx = np.array(chunks) - 1
+    p = np.clip(1.0 - rich[idx], 0.0, 1.0)
+    err = np.abs(rich[idx] - s2[idx]) + np.abs(s3[idx] - s1[idx])
+    return p, err
+
+
+# ----------------------------------------------------------------------------- predictions from a trace
+
+
+def iid_tail(x, theta, chunks=CHUNKS, cells=CELLS, bounds=True):
+    """The iid prediction from one head's increments x (S, T) float: the pooled empirical law of X, C-fold
+    convolved (the first-passage law of exact.exact_first_passage(EmpiricalGate(-x)), on a lattice).
+    theta: float or sequence (as law_tail). Returns Tail."""
+    v = np.asarray(x, dtype=np.float64).ravel()
+    t, scalar = _thetas(theta)
+    chunks = _check_chunks(chunks)
+    return _shape(_tail(lambda h, K, mode: _atoms_pmf(v, h, K, mode), 1, chunks,
+                        np.repeat(t[:, None], len(chunks), 1), cells, bounds), scalar)
+
+
+def variance_function(x, chunks):
+    """V(C) = Var(S_C) of aligned chunk sums of x (S, T), pooled over sequences and chunks: array over chunks."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.array([chunk_sums(x[:, :, None], C)[..., 0].var(ddof=1) if x.shape[0] * (x.shape[1] // C) > 1
+                     else np.nan for C in chunks])
+
+
+def dependent_tail(x, theta, chunks=CHUNKS, block=BLOCK, cells=CELLS, bounds=True):
+    """The dependence-aware prediction from one head's increments x (S, T) float.
+
+    The law of S_C is taken as the (C / block)-fold convolution of the empirical law of the trace's aligned
+    block sums (dependence inside a block kept, its skew kept), centred at C kappa and scaled so that its
+    variance is V(C) = Var(S_C) measured on the trace (the dependence between blocks):
+        P(S_C > theta) = P(B_1 + .. + B_m > m b kappa + (theta - C kappa) sqrt(m Var B / V(C))).
+    Chunk sizes must be multiples of `block`; theta: float or sequence (as law_tail). A rescaled threshold
+    past 8 theta is capped there (conservative: P only grows). Returns Tail (lo/hi: lattice bounds of this
+    model, not of the truth; bounds=False: the nearest lattice alone, lo = hi = p)."""
+    x = np.asarray(x, dtype=np.float64)
+    t, scalar = _thetas(theta)
+    chunks = _check_chunks(chunks, block)
+    if x.shape[1] < max(block, max(chunks)):
+        raise ValueError(f"trace length {x.shape[1]} is shorter than the block {block} or chunk {max(chunks)}")
+    B = chunk_sums(x[:, :, None], block)[..., 0].ravel()
+    kappa, vb = float(x.mean()), float(B.var(ddof=1))
+    V = variance_function(x, chunks)
+    r = np.array([math.sqrt((C // block) * vb / v) if v > 0 and vb > 0 else 1.0 for C, v in zip(chunks, V)])
+    C = np.array(chunks, dtype=np.float64)
+    thr = np.minimum(C * kappa + (t[:, None] - C * kappa) * r, 8 * t[:, None])      # (n_theta, n_chunks)
+    neg = thr <= 0
+    out = _tail(lambda h, K, mode: _atoms_pmf(B, h, K, mode), block, chunks, np.maximum(thr, 0.0), cells, bounds)
+    for a in (out.p, out.lo, out.hi):
+        a[neg] = 1.0
+    return _shape(out, scalar)
+
+
+def gaussian_tail(x, theta, chunks=CHUNKS):
+    """The Gaussian prediction: S_C ~ Normal(C kappa, V(C)) with V(C) measured on x (S, T). Array over
+    chunks (theta a float) or (len(theta), len(chunks))."""
+    x = np.asarray(x, dtype=np.float64)
+    t, scalar = _thetas(theta)
+    V = variance_function(x, chunks)
+    C = np.array(chunks, dtype=np.float64)
+    kappa = float(x.mean())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = (t[:, None] - C * kappa) / np.sqrt(V)
+    p = np.where(V > 0, special.ndtr(-z), (C * kappa > t[:, None]).astype(np.float64))
+    return p[0] if scalar else p
+
+
+def jackknife(fn, x, groups=GROUPS):
+    """Delete-a-group jackknife over sequences: fn(x (S, T)) -> array; returns (fn(x), SE). groups <= S."""
+    S = x.shape[0]
+    full = np.asarray(fn(x), dtype=np.float64)
+    g = min(groups, S)
+    if g < 2:
+        return full, np.full_like(full, np.nan)
+    parts = np.array_split(np.arange(S), g)
+    reps = np.array([fn(np.delete(x, p, axis=0)) for p in parts])
+    se = np.sqrt((g - 1) / g * np.sum((reps - reps.mean(axis=0)) ** 2, axis=0))
+    return full, se
+
+
+# ----------------------------------------------------------------------------- the chunked reference op
+
+
+def chunked_attention(q, k, v, log_g, chunk, dtype="float32", recentre=False, output=True):
+    """Chunked gated linear attention (scalar gate per head and token; FoX's chunked form without softmax,
+    Mamba-2 / Gated DeltaNet-style decay), the CPU reference of what chunked kernels compute.
+
+    q, k: (B, T, H, D) float, v: (B, T, H, Dv) float, log_g: (B, T, H) float <= 0; chunk: C, with T % C == 0.
+    dtype: the compute dtype of the factors and matmuls ("float32", "bfloat16", "float16"); the cumulative
+    log-gate and exp() are float32, the factors are rounded to dtype, as Triton kernels do.
+    recentre=False: the textbook form, q exp(cum_i) and k exp(-cum_j) formed separately (overflows);
+    recentre=True: exp(cum_i - cum_j) per pair inside the chunk and exp(cum_last - cum_j) for the state
+    (every exponent <= 0: never overflows).
+    Output o_i = sum_{j <= i} (q_i . k_j) prod_{t=j+1..i} g_t v_j. Returns (o (B, T, H, Dv) float32,
+    bad (B, T // C, H) bool: the chunk's own terms (intra-chunk output or state update) are not finite;
+    a bad chunk also makes every later chunk of its sequence NaN through the state). output=False skips the
+    inter-chunk recurrence and returns (None, bad): the failure mask alone.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}; got {dtype!r}")
+    if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"q, k must be (B, T, H, D) and v (B, T, H, Dv); got {tuple(q.shape)}, {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")
+    B, T, H, D = q.shape
+    if tuple(log_g.shape) != (B, T, H):
+        raise ValueError(f"log_g must be (B, T, H) = {(B, T, H)}; got {tuple(log_g.shape)}")
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1 or T % chunk:
+        raise ValueError(f"chunk must be an integer >= 1 dividing T = {T}; got {chunk!r}")
+    if not torch.isfinite(log_g).all() or (log_g > 0).any():
+        raise ValueError("log_g must be finite and <= 0")
+    dt = getattr(torch, dtype)
+    C, n = chunk, T // chunk
+    qc = q.float().reshape(B, n, C, H, D).permute(0, 3, 1, 2, 4)            # (B, H, n, C, D)
+    kc = k.float().reshape(B, n, C, H, D).permute(0, 3, 1, 2, 4)
+    vc = v.float().reshape(B, n, C, H, -1).permute(0, 3, 1, 2, 4)           # (B, H, n, C, Dv)
+    cum = log_g.float().reshape(B, n, C, H).permute(0, 3, 1, 2).cumsum(-1)  # (B, H, n, C), <= 0, inclusive
+    mask = torch.ones(C, C, dtype=torch.bool).tril()
+    if recentre:
+        diff = (cum[..., :, None] - cum[..., None, :]).masked_fill(~mask, -math.inf)   # cum_i - cum_j
+        A = (qc.to(dt) @ kc.to(dt).transpose(-1, -2)).float() * torch.exp(diff).to(dt).float()
+        ks = kc * torch.exp(cum[..., -1:] - cum)[..., None]                # decayed to the chunk's end
+        qs = qc * torch.exp(cum)[..., None]
+    else:
+        qs = qc * torch.exp(cum).to(dt).float()[..., None]                  # q exp(cum_i): underflows only
+        kt = kc * torch.exp(-cum).to(dt).float()[..., None]                 # k exp(-cum_j): overflows
+        A = (qs.to(dt) @ kt.to(dt).transpose(-1, -2)).float()
+        A = torch.where(mask, A, torch.zeros((), dtype=A.dtype))
+        ks = kt * torch.exp(cum[..., -1:]).to(dt).float()[..., None]        # k~_j exp(cum_last)
+    intra = (A.to(dt) @ vc.to(dt)).float()                                  # (B, H, n, C, Dv)
+    upd = (ks.to(dt).transpose(-1, -2) @ vc.to(dt)).float()                 # (B, H, n, D, Dv) state increment
+    bad = ~(torch.isfinite(intra).flatten(-2).all(-1) & torch.isfinite(upd).flatten(-2).all(-1))   # (B, H, n)
+    if not output:
+        return None, bad.permute(0, 2, 1)
+    decay = torch.exp(cum[..., -1])                                          # (B, H, n) whole-chunk decay
+    state = torch.zeros(B, H, D, vc.shape[-1])
+    outs = []
+    for c in range(n):
+        outs.append(intra[:, :, c] + (qs[:, :, c].to(dt) @ state.to(dt)).float())
+        state = state * decay[:, :, c, None, None] + upd[:, :, c]
+    o = torch.stack(outs, 2).permute(0, 2, 3, 1, 4).reshape(B, T, H, -1)
+    return o, bad.permute(0, 2, 1)
+
+
+def unit_qkv(B, T, H, D=8, Dv=8, seed=0):
+    """Random q, k (B, T, H, D) with unit L2 norm rows (as Gated DeltaNet normalises them: |q_c|, |k_c| <= 1,
+    so the factors, not q or k, decide every overflow) and v (B, T, H, Dv) standard normal, float32."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.nn.functional.normalize(torch.randn(B, T, H, D, generator=g), dim=-1)
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, D, generator=g), dim=-1)
+    return q, k, torch.randn(B, T, H, Dv, generator=g)
+
+
+def op_rates(log_g, chunks=CHUNKS, dtypes=DTYPES, D=4, seed=0, batch=8):
+    """The chunked op's measured failure rate per head: {(dtype, C): (H,) list of Rate} on log_g (S, T, H)
+    (run `batch` sequences at a time, unit q, k; chunk sizes that do not divide T are skipped)."""
+    lg = torch.as_tensor(np.asarray(log_g, dtype=np.float32))
+    S, T, H = lg.shape
+    out = {}
+    for dt in dtypes:
+        for C in chunks:
+            if T % C:
+                continue
+            bad = []
+            for s0 in range(0, S, batch):
+                part = lg[s0:s0 + batch]
+                q, k, v = unit_qkv(part.shape[0], T, H, D, D, seed + s0)
+                bad.append(chunked_attention(q, k, v, part, C, dt, output=False)[1])
+            bad = torch.cat(bad, 0).numpy()                                   # (S, n, H)
+            out[(dt, C)] = [measured_rate(bad[:, :, h]) for h in range(H)]
+    return out
+
+
+# ----------------------------------------------------------------------------- per-head analysis
+
+
+@dataclass
+class HeadChunks:
+    """One head, one dtype: per chunk size the predictions and the measured rate (lists over `chunks`).
+
+    iid / dep / gauss: P(S_C > theta) from all sequences (iid law; block convolution with V(C); Gaussian
+    with V(C)); dep_se: jackknife SE of dep. check_*: the same fitted on the even sequences and measured on
+    the odd ones (meas_check), z_*: (pred - meas) / sqrt(se_pred^2 + se_meas^2), se_meas floored at the
+    binomial SE under the prediction. measured: all sequences. safe_*: largest chunk with rate <= risk."""
+    name: str
+    head: int
+    dtype: str
+    theta: float
+    kappa: float
+    chunks: list
+    iid: list
+    iid_lo: list
+    iid_hi: list
+    dep: list
+    dep_se: list
+    gauss: list
+    measured: list = field(default_factory=list)
+    check_iid: list = field(default_factory=list)
+    check_dep: list = field(default_factory=list)
+    check_dep_se: list = field(default_factory=list)
+    check_gauss: list = field(default_factory=list)
+    meas_check: list = field(default_factory=list)
+    z_iid: list = field(default_factory=list)
+    z_dep: list = field(default_factory=list)
+    z_gauss: list = field(default_factory=list)
+    safe_dep: int = 0
+    safe_iid: int = 0
+    safe_measured: int = 0
+
+
+def _z(pred, se_pred, r):
+    if r.failures == 0 and pred == 0:
+        return 0.0
+    var = se_pred ** 2 + max(r.se ** 2, pred * (1 - pred) / r.chunks)
+    return (pred - r.p) / math.sqrt(var) if var > 0 else (0.0 if pred == r.p else math.copysign(math.inf,
+                                                                                                 pred - r.p))
+
+
+def _safe(chunks, p, risk):
+    ok = [C for C, v in zip(chunks, p) if v <= risk]
+    # the largest C below which every smaller chunk is also safe (rates grow with C)
+    best = 0
+    for C, v in zip(chunks, p):
+        if v > risk:
+            break
+        best = C
+    return best if ok else 0
+
+
+def _groups(dtypes, rel=0.01):
+    """dtypes whose overflow thresholds lie within rel of each other share one lattice (float32, bfloat16)."""
+    out = []
+    for dt in dtypes:
+        th = exp_limits(dt).overflow
+        for g in out:
+            if abs(exp_limits(g[0]).overflow / th - 1) < rel:
+                g.append(dt)
+                break
+        else:
+            out.append([dt])
+    return out
+
+
+def analyse_head(x, name, head, dtypes=DTYPES, chunks=CHUNKS, risk=RISK, block=BLOCK, cells=CELLS,
+                 groups=GROUPS):
+    """HeadChunks (one per dtype) for one head's increments x (S, T) float64, S >= 2 (the held-out check
+    fits on the even sequences and measures on the odd ones)."""
+    S = x.shape[0]
+    if S < 2:
+        raise ValueError("the fit/check split needs at least 2 sequences")
+    fit, chk = x[0::2], x[1::2]
+    res = {}
+    for grp in _groups(dtypes):
+        th = np.array([exp_limits(dt).overflow for dt in grp])
+        it = iid_tail(x, th, chunks, cells)
+        dep, dep_se = jackknife(lambda y: dependent_tail(y, th, chunks, block, cells, False).p, x, groups)
+        ga = gaussian_tail(x, th, chunks)
+        ci = iid_tail(fit, th, chunks, cells, False).p
+        cd, cd_se = jackknife(lambda y: dependent_tail(y, th, chunks, block, cells, False).p, fit, groups)
+        cg = gaussian_tail(fit, th, chunks)
+        for j, dt in enumerate(grp):
+            theta = float(th[j])
+            hc = HeadChunks(name, head, dt, theta, float(x.mean()), list(chunks), it.p[j].tolist(),
+                            it.lo[j].tolist(), it.hi[j].tolist(), dep[j].tolist(), dep_se[j].tolist(),
+                            ga[j].tolist())
+            for i, C in enumerate(chunks):
+                r_all = measured_rate(chunk_sums(x[:, :, None], C)[..., 0] > theta)
+                r = measured_rate(chunk_sums(chk[:, :, None], C)[..., 0] > theta)
+                hc.measured.append(asdict(r_all))
+                hc.meas_check.append(asdict(r))
+                hc.check_iid.append(float(ci[j, i]))
+                hc.check_dep.append(float(cd[j, i]))
+                hc.check_dep_se.append(float(cd_se[j, i]))
+                hc.check_gauss.append(float(cg[j, i]))
+                hc.z_iid.append(_z(ci[j, i], 0.0, r))
+                hc.z_dep.append(_z(cd[j, i], cd_se[j, i], r))
+                hc.z_gauss.append(_z(cg[j, i], 0.0, r))
+            hc.safe_dep = _safe(chunks, [p + 2 * s for p, s in zip(hc.dep, hc.dep_se)], risk)
+            hc.safe_iid = _safe(chunks, hc.iid_hi, risk)
+            hc.safe_measured = _safe(chunks, [m["upper"] for m in hc.measured], risk)
+            res[dt] = hc
+    return [res[dt] for dt in dtypes]
+
+
+def analyse(traces, chunks=CHUNKS, dtypes=DTYPES, risk=RISK, block=BLOCK, cells=CELLS, groups=GROUPS):
+    """Every head of traces {name: (S, T, H) log-gates}: a list of HeadChunks (heads x dtypes).
+    Chunk sizes must be multiples of `block` and at most T."""
+    chunks = _check_chunks(chunks, block)
+    if not (0 < risk < 1):
+        raise ValueError(f"risk must lie in (0, 1); got {risk}")
+    out = []
+    for name, lg in traces.items():
+        x = increments(lg)
+        if max(chunks) > x.shape[1]:
+            raise ValueError(f"{name}: chunk size {max(chunks)} exceeds the trace length {x.shape[1]}")
+        for h in range(x.shape[2]):
+            xh = np.ascontiguousarray(x[:, :, h])
+            out += analyse_head(xh, name, h, dtypes, chunks, risk, block, cells, groups)
+    return out
+
+
+def recommend(heads, dtypes=DTYPES):
+    """Per dtype: the largest chunk that keeps every head under the risk (dependence-aware prediction plus
+    two SEs), or re-centring when even the smallest chunk does not:
+    {dtype: {"chunk": int or None, "advice": str, "limiting_heads": ["name:head", ...]}}."""
+    rec = {}
+    for dt in dtypes:
+        hs = [h for h in heads if h.dtype == dt]
+        if not hs:
+            continue
+        c = min(h.safe_dep for h in hs)
+        lim = [f"{h.name}:{h.head}" for h in hs if h.safe_dep == c]
+        rec[dt] = {"chunk": c if c > 0 else None,
+                   "advice": (f"chunks of at most {c}" if c > 0 else
+                              f"re-centre (no chunk size >= {min(hs[0].chunks)} is safe for every head)"),
+                   "limiting_heads": lim}
+    return rec
+
+
+def recommend_per_trace(heads, dtypes=DTYPES):
+    """recommend() for each trace name (a layer, or a model family in a file that holds several)."""
+    names = list(dict.fromkeys(h.name for h in heads))
+    return {n: recommend([h for h in heads if h.name == n], dtypes) for n in names}
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def _short(name):
+    parts = name.split(".")
+    return parts[1] if len(parts) > 2 and parts[0] == "blocks" else name
+
+
+def _fmt(p):
+    return "0" if p == 0 else ("1" if p >= 1 - 1e-12 else f"{p:.1e}")
+
+
+def print_table(heads, risk, file=sys.stdout):
+    chunks = heads[0].chunks
+    print(f"P(chunk overflows) per head: predicted (dependence-aware, all sequences) / measured "
+          f"(failures/chunks); safe = largest chunk with risk <= {risk:g}", file=file)
+    hdr = f"{'head':>10s} {'dtype':>8s} {'kappa':>7s} " + " ".join(f"{'C=' + str(C):>17s}" for C in chunks) + \
+        f" {'safe':>5s}"
+    print(hdr, file=file)
+    for h in heads:
+        cells = [f"{_fmt(p):>7s}/{_fmt(m['p']) if m['failures'] else '<' + _fmt(m['upper']):>9s}"
+                 for p, m in zip(h.dep, h.measured)]
+        print(f"{_short(h.name) + ':' + str(h.head):>10s} {h.dtype:>8s} {h.kappa:7.4f} " + " ".join(cells)
+              + f" {h.safe_dep or 're-c':>5}", file=file)
+
+
+def markdown_table(res, dtypes=("float32", "float16"), lo=1e-6):
+    """A Markdown table of the command's JSON `res`: every head, dtype and chunk size whose predicted or
+    measured rate lies in (lo, 1 - lo): predicted (dependence-aware ± SE; iid), measured (failures / chunks,
+    and the chunked op's count when it ran), and the held-out z of both predictions."""
+    ops = res.get("op") or {}
+    lines = ["| head | dtype | C | predicted (dependence-aware ± SE) | iid law | measured (failures / chunks) "
+             "| chunked op NaN chunks | held-out z dep. | held-out z iid |", "|---|---|---|---|---|---|---|---|---|"]
+    for h in res["heads"]:
+        if h["dtype"] not in dtypes:
+            continue
+        for i, C in enumerate(h["chunks"]):
+            m = h["measured"][i]
+            if not (lo < h["dep"][i] < 1 - lo or lo < h["iid"][i] < 1 - lo or 0 < m["p"] < 1):
+                continue
+            op = ops.get(h["name"], {}).get(f"{h['dtype']}:{C}")
+            opc = str(op[h["head"]]["failures"]) if op else "-"
+            lines.append(f"| {_short(h['name'])}.{h['head']} | {h['dtype']} | {C} | {h['dep'][i]:.2e} ± "
+                         f"{h['dep_se'][i]:.1e} | {h['iid'][i]:.2e} | {m['failures']} / {m['chunks']} "
+                         f"({m['p']:.2e} ± {m['se']:.1e}) | {opc} | {h['z_dep'][i]:+.2f} | {h['z_iid'][i]:+.2f} |")
+    return "\n".join(lines)
+
+
+SHIPPED_CHECKPOINT = "checkpoints/fox_shakespeare.pt"
+
+
+def _capture_shipped(n_seq, seq_len, checkpoint=None):
+    """The shipped FoX model's log-gates on n_seq held-out sequences: ({hook name: (S, T, H)}, meta)."""
+    from foxwindow import data
+    from foxwindow.model import load_model
+    from foxwindow.traces import run_with_cache
+    model, meta = load_model(outputs.repo_path(checkpoint or SHIPPED_CHECKPOINT), device="cpu")
+    tokens, spans = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
+    traces = {}
+    for s0 in range(0, n_seq, 4):
+        _, cache = run_with_cache(model, tokens[s0:s0 + 4], names_filter=lambda n: n.endswith("hook_log_fgate"))
+        for n, t in cache.items():
+            traces.setdefault(n, []).append(t.numpy())
+    return {n: np.concatenate(v, 0) for n, v in traces.items()}, {"model": meta.get("name", "fox"), "spans": spans}
+
+
+SYNTHETIC = (                   # (gate, dtype): failures between C = 16 and 128
+    (forget.LogitNormalGate(-1.0, 1.0), "float32"),
+    (forget.LogitNormalGate(-0.5, 1.0), "float32"),
+    (forget.LogitNormalGate(1.5, 1.0), "float16"),
+    (forget.AR1LogitGate(-0.6, 1.0, 0.8), "float32"),
+    (forget.AR1LogitGate(-0.6, 1.0, 0.9), "float32"),
+    (forget.AR1LogitGate(2.0, 1.0, 0.9), "float16"),
+)
+
+
+def synthetic_check(cases=SYNTHETIC, chunks=(16, 32, 64, 128), n_seq=32, seq_len=2048, seed=0):
+    """Predicted against measured on synthetic gates: per case and chunk size, the law's P(S_C > theta)
+    (law_tail for iid gates, markov_tail for AR(1)-logit ones), the chunked op's NaN/inf rate on n_seq
+    sequences drawn from the law, the trace predictions fitted on the even sequences (dependence-aware with
+    its jackknife SE, iid) and the op's rate on the odd ones. Returns a list of dict rows."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for gate, dt in cases:
+        th = exp_limits(dt).overflow
+        if gate.iid:
+            t = law_tail(gate, th, chunks)
+            law, law_err = t.p, (t.hi - t.lo) / 2
+            x = gate.sample(rng, (n_seq, seq_len))
+        else:
+            law, law_err = markov_tail(gate, th, chunks)
+            x = gate.sample_paths(rng, n_seq, seq_len)[0]
+        meas = _op_rates(x, chunks, dt, seed)
+        fit, chk = x[0::2], x[1::2]
+        held = _op_rates(chk, chunks, dt, seed + 1)
+        dep, dep_se = jackknife(lambda y: dependent_tail(y, th, chunks, bounds=False).p, fit)
+        iid = iid_tail(fit, th, chunks, bounds=False).p
+        for i, C in enumerate(chunks):
+            rows.append(dict(gate=str(gate), dtype=dt, theta=th, chunk=C, law=float(law[i]), law_err=float(law_err[i]),
+                             measured=asdict(meas[C]), z_law=_z(law[i], law_err[i], meas[C]),
+                             dep=float(dep[i]), dep_se=float(dep_se[i]), iid=float(iid[i]),
+                             held_out=asdict(held[C]), z_dep=_z(dep[i], dep_se[i], held[C]),
+                             z_iid=_z(iid[i], 0.0, held[C])))
+    return rows
+
+
+def _op_rates(x, chunks, dt, seed=0):
+    """{C: Rate} of the chunked op's failing chunks on increments x (S, T) (one head, unit q and k)."""
+    lg = torch.tensor(-np.asarray(x)[:, :, None], dtype=torch.float32)
+    q, k, v = unit_qkv(lg.shape[0], lg.shape[1], 1, 2, 2, seed=seed)
+    return {C: measured_rate(chunked_attention(q, k, v, lg, C, dt, output=False)[1][:, :, 0].numpy())
+            for C in chunks}
+
+
+def print_synthetic(rows, file=sys.stdout):
+    print("Synthetic gates: the law's P(S_C > theta) against the chunked op's NaN/inf rate (32 x 2048 drawn from "
+          "the law); trace predictions fitted on the even sequences against the op on the odd ones", file=file)
+    hdr = (f"{'gate':34s} {'dtype':>8s} {'C':>4s} {'law':>9s} {'op rate ± SE':>19s} {'z':>5s} | "
+           f"{'dep (fit) ± SE':>19s} {'iid (fit)':>9s} {'op (check)':>9s} {'z dep':>6s} {'z iid':>6s}")
+    print(hdr, file=file)
+    for r in rows:
+        m, h = r["measured"], r["held_out"]
+        print(f"{r['gate']:34s} {r['dtype']:>8s} {r['chunk']:4d} {r['law']:9.2e} {m['p']:9.2e} ± {m['se']:7.1e} "
+              f"{r['z_law']:5.1f} | {r['dep']:9.2e} ± {r['dep_se']:7.1e} {r['iid']:9.2e} {h['p']:9.2e} "
+              f"{r['z_dep']:6.1f} {r['z_iid']:6.1f}", file=file)
+
+
+RANDOM_FAMILIES = ("fla-fox", "fla-gla", "fla-gated-deltanet", "mamba2")
+
+
+def random_layer_traces(families=RANDOM_FAMILIES, n_seq=32, seq_len=2048, hidden=256, heads=4, seed=0):
+    """Log-decay traces of flash-linear-attention layers at their own random initialisation, reading a random
+    N(0, 1) embedding of the held-out text's bytes (so the gates follow the text's token statistics).
+
+    The decays come from adapters' log_decay (parameters and inputs only: no Triton kernel runs), (S, T, H)
+    float32 per family. GLA's gates are per key channel: its trace is, per head, the channel whose mean -log
+    g is largest (the channel that overflows first; other channels are not checked). Raises ImportError
+    without fla. Returns ({"<family>": (S, T, H)}, meta)."""
+    import importlib
+
+    from foxwindow import adapters, data
+    torch.manual_seed(seed)
+    tokens, spans = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
+    emb = torch.randn(256, hidden, generator=torch.Generator().manual_seed(seed))
+    x = emb[tokens]                                                       # (S, T, hidden)
+    build = {
+        "fla-fox": ("fla.layers.forgetting_attn", "ForgettingAttention", dict(hidden_size=hidden, num_heads=heads)),
+        "fla-gla": ("fla.layers.gla", "GatedLinearAttention", dict(hidden_size=hidden, num_heads=heads)),
+        "fla-gated-deltanet": ("fla.layers.gated_deltanet", "GatedDeltaNet",
+                               dict(hidden_size=hidden, num_heads=heads, head_dim=hidden // heads,
+                                    use_short_conv=False)),
+        "mamba2": ("fla.layers.mamba2", "Mamba2", dict(hidden_size=hidden, num_heads=heads,
+                                                       head_dim=2 * hidden // heads, state_size=16)),
+    }
+    out = {}
+    for fam in families:
+        if fam not in build:
+            raise ValueError(f"family must be one of {tuple(build)}; got {fam!r}")
+        mod, cls, kw = build[fam]
+        layer = getattr(importlib.import_module(mod), cls)(layer_idx=0, **kw).eval()
+        with torch.no_grad():
+            lg = adapters.get_adapter(fam).log_decay(layer, x, {}).float()
+        if lg.dim() == 4:                                                  # (S, T, H, K): the fastest channel
+            pick = (-lg).mean(dim=(0, 1)).argmax(-1)                       # (H,)
+            lg = torch.gather(lg, 3, pick[None, None, :, None].expand(*lg.shape[:3], 1))[..., 0]
+        out[fam] = lg.clamp(max=0.0).numpy()
+    return out, {"model": "fla layers at random init on held-out text", "families": list(families),
+                 "hidden": hidden, "heads": heads, "seed": seed}
+
+
+def main(argv=None):
+    p = outputs.parser("Chunk-size safety: the probability that a chunk of C tokens overflows a chunked "
+                       "kernel's exp(-cum), per head, predicted from the gates and measured on the trace.")
+    p.add_argument("--traces", default=None, help="trace file (.npz from save_trace; None: capture the shipped "
+                   "FoX model's gates on held-out text)")
+    p.add_argument("--random-layers", action="store_true", help="instead: flash-linear-attention layers (FoX, GLA, "
+                   "Gated DeltaNet, Mamba-2) at their random initialisation reading the held-out text")
+    p.add_argument("--synthetic", action="store_true", help="instead: predicted vs the op's measured rate on "
+                   "synthetic iid and AR(1)-logit gates")
+    p.add_argument("--n-seq", type=int, default=32, help="sequences to capture (shipped model)")
+    p.add_argument("--seq-len", type=int, default=2048, help="tokens per captured sequence (shipped model)")
+    p.add_argument("--chunks", type=int, nargs="+", default=list(CHUNKS), help="chunk sizes (multiples of --block)")
+    p.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES, help="compute dtypes")
+    p.add_argument("--risk", type=float, default=RISK, help="acceptable probability that one chunk overflows")
+    p.add_argument("--block", type=int, default=BLOCK, help="block length of the dependence-aware prediction")
+    p.add_argument("--op", action="store_true", help="also run the chunked reference op on the trace and report "
+                   "its NaN/inf rate beside the predictions (slower)")
+    p.add_argument("--json", default=None, help="write the results as JSON to this path")
+    p.add_argument("--markdown", default=None, help="print the README table of a JSON this command wrote, and stop")
+    outputs.add_common(p)
+    a = p.parse_args(argv)
+    if a.markdown:
+        import json
+        with open(outputs.input_file("--markdown", a.markdown)) as f:
+            res = json.load(f)
+        if "heads" not in res:
+            raise outputs.UsageError(f"--markdown: {a.markdown} holds no per-head results (written by --synthetic?)")
+        print(markdown_table(res))
+        return 0
+    outputs.eps_arg("--risk", a.risk)
+    outputs.positive("--block", a.block)
+    for C in a.chunks:
+        outputs.positive("--chunks", C)
+        if C % a.block:
+            raise outputs.UsageError(f"--chunks: {C} is not a multiple of --block {a.block}")
+    if a.json:
+        a.json = outputs.check_writable(a.json, force=a.force, what="--json")
+    t0 = time.perf_counter()
+    if sum(map(bool, (a.traces, a.random_layers, a.synthetic))) > 1:
+        raise outputs.UsageError("--traces, --random-layers and --synthetic exclude each other")
+    if a.synthetic:
+        t0 = time.perf_counter()
+        rows = synthetic_check()
+        print_synthetic(rows)
+        print(f"time {time.perf_counter() - t0:.1f} s")
+        if a.json:
+            outputs.write_json(a.json, {"info": {"synthetic": True}, "rows": rows})
+        return 0
+    if a.traces:
+        from foxwindow.traces import load_trace
+        traces, meta = load_trace(outputs.input_file("--traces", a.traces))
+    elif a.random_layers:
+        outputs.positive("--n-seq", a.n_seq, 2)
+        traces, meta = random_layer_traces(n_seq=a.n_seq, seq_len=a.seq_len)
+    else:
+        outputs.positive("--n-seq", a.n_seq, 2)
+        traces, meta = _capture_shipped(a.n_seq, a.seq_len)
+    t_load = time.perf_counter() - t0
+    heads = analyse(traces, a.chunks, a.dtypes, a.risk, a.block)
+    t_an = time.perf_counter() - t0 - t_load
+    print_table(heads, a.risk)
+    rec = recommend(heads, a.dtypes)
+    per = recommend_per_trace(heads, a.dtypes)
+    print("\nRecommendation (every head under the risk, dependence-aware prediction + 2 SE):")
+    for dt, r in rec.items():
+        print(f"  {dt:>8s}: {r['advice']}; limiting: {', '.join(r['limiting_heads'][:6])}")
+    if len(per) > 1:
+        print("per trace: " + "; ".join(f"{_short(n)}: " + ", ".join(f"{dt} {r['chunk'] or 're-centre'}"
+                                                                  for dt, r in rs.items()) for n, rs in per.items()))
+    S, T = next(iter(traces.values())).shape[:2]
+    lo_n, hi_n = S * (T // max(a.chunks)), S * (T // min(a.chunks))
+    print(f"\nThe tail: a risk of {a.risk:g} per chunk is below what this trace can measure (a chunk size with no "
+          f"failure among its n chunks of a head bounds the rate only by 3/n: {3 / hi_n:.1e} at C = {min(a.chunks)}, "
+          f"{3 / lo_n:.1e} at C = {max(a.chunks)}): below that the law-based prediction carries the recommendation.")
+    print("Formulation: aligned chunks, cum = inclusive cumulative log-gate inside the chunk, b = -cum; the "
+          "textbook kernel's k exp(-cum) = k exp(b) becomes inf (then NaN) once the chunk's sum S_C passes "
+          "theta: " + ", ".join(f"{dt} theta = {exp_limits(dt).overflow:.4f}" for dt in a.dtypes) +
+          "; q exp(cum) only underflows (to 0 past " +
+          ", ".join(f"{exp_limits(dt).underflow:.2f}" for dt in a.dtypes) + "), never first.")
+    ops = None
+    if a.op:
+        ops = {}
+        for name, lg in traces.items():
+            r = op_rates(lg, a.chunks, a.dtypes)
+            ops[name] = {f"{dt}:{C}": [asdict(x) for x in v] for (dt, C), v in r.items()}
+        agree = all(o["failures"] == m["failures"] for h in heads
+                    for C, m in zip(h.chunks, h.measured)
+                    for o in [ops[h.name].get(f"{h.dtype}:{C}", [None] * (h.head + 1))[h.head]] if o is not None)
+        print(f"chunked op: NaN/inf chunks {'equal' if agree else 'DIFFER from'} the chunks with S_C > theta")
+    z = {k: [v for h in heads for v in getattr(h, k) if math.isfinite(v)] for k in ("z_iid", "z_dep", "z_gauss")}
+    print("held-out check (fit on even sequences, measured on odd): median |z| " +
+          ", ".join(f"{k[2:]} {np.median(np.abs(v)):.2f} (max {np.max(np.abs(v)):.1f})" for k, v in z.items() if v))
+    print(f"time: load/capture {t_load:.1f} s, analysis {t_an:.1f} s")
+    if a.json:
+        outputs.write_json(a.json, {
+            "info": {"traces": a.traces, "meta": {k: v for k, v in meta.items() if k != "spans"}, "risk": a.risk,
+                     "block": a.block, "chunks": a.chunks, "dtypes": a.dtypes,
+                     "limits": {dt: asdict(exp_limits(dt)) for dt in a.dtypes},
+                     "formulation": "aligned chunks, inclusive cumulative log-gate; fails when S_C > overflow",
+                     "seconds_analysis": t_an},
+            "recommendation": rec, "recommendation_per_trace": per, "heads": [asdict(h) for h in heads],
+            "op": ops})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(outputs.cli(main))
