@@ -16,7 +16,9 @@ quantity is also available for reweighted sequences (a document bootstrap reweig
 `in_regime` is the one place that decides whether an asymptotic window law is claimed at L: the
 within-document tau(n) must have measurably levelled off at n = L/kappa (tau(2n)/tau(n) within
 LEVEL_TOL of 1 at the upper end of its LEVEL_Z band), the walk must take MIN_STEPS steps, and it must be
-away from the lattice limit (LATTICE_VAR).
+away from the lattice limit (LATTICE_VAR), and its variance must come from steps small against L
+(`tail_share` <= TAIL_SHARE): the laws invert S_n ~ n kappa linearly, which a single step of the size
+of L breaks (heavy-tailed gates reach the law only at large L, where their big steps are small).
 
 `tau_estimate` is Geyer's initial-positive-sequence tau with its jackknife error: the one function for
 it (a reported diagnostic; it decides nothing alone).
@@ -33,6 +35,8 @@ LEVEL_TOL = 0.10       # tau(n) has levelled off at n when |tau(2n)/tau(n) - 1| 
 LEVEL_Z = 2.0          # ... even at the upper end of its +- 2 SE band (one-sided 97.7%)
 MIN_STEPS = 4.0        # L/kappa >= 4: a renewal law needs a few steps before its O(1) terms are small
 LATTICE_VAR = 0.3      # sigma^2 min(tau, 1) L / kappa^3 >= 0.3: away from the lattice (ALiBi) limit
+TAIL_FRAC = 0.25       # steps longer than a quarter of L ...
+TAIL_SHARE = 0.10      # ... may carry at most 10% of Var X (the law inverts S_n linearly: small steps)
 
 
 def jackknife(values_loo):
@@ -193,13 +197,23 @@ def level_ratio(vf, n, w=None):
     return t[..., j] / t[..., i]
 
 
-def in_regime(L, kappa, sigma2, vf, censored_frac):
+def tail_share(x, L):
+    """Share of Var X carried by steps X > TAIL_FRAC L: E[(X - kappa)^2 1{X > TAIL_FRAC L}] / Var X, from
+    increments x (any shape, float) at threshold L > 0. Returns a float in [0, 1] (NaN for constant x)."""
+    x = np.asarray(x, dtype=np.float64)
+    d2 = (x - x.mean()) ** 2
+    tot = d2.sum()
+    return float(d2[x > TAIL_FRAC * L].sum() / tot) if tot > 0 else float("nan")
+
+
+def in_regime(L, kappa, sigma2, vf, censored_frac, tail=0.0):
     """Whether the asymptotic window laws claim to hold at threshold L (float > 0) for a head with forget
-    rate kappa > 0 and increment variance sigma2 (floats), V(n) in vf (VarianceFunction) and a fraction
-    censored_frac (float) of analysed windows reaching the trace start. Returns Regime.
+    rate kappa > 0 and increment variance sigma2 (floats), V(n) in vf (VarianceFunction), a fraction
+    censored_frac (float) of analysed windows reaching the trace start and the tail share (tail_share at L).
+    Returns Regime.
 
     Claimed where (1) no analysed window is censored; (2) L/kappa >= MIN_STEPS; (3) sigma^2 min(tau, 1)
-    L/kappa^3 >= LATTICE_VAR, tau = tau_within(L/kappa); (4) tau_within has measurably levelled off at
+    L/kappa^3 >= LATTICE_VAR, tau = tau_within(L/kappa); (4) tail <= TAIL_SHARE; (5) tau_within has measurably levelled off at
     n = L/kappa: |tau(2n)/tau(n) - 1| + LEVEL_Z SE <= LEVEL_TOL, with 2n inside the measured range."""
     n = L / kappa
     if censored_frac > 0:
@@ -209,6 +223,8 @@ def in_regime(L, kappa, sigma2, vf, censored_frac):
     tau_n = float(vf.tau_within()[vf.index(n)])
     if sigma2 * min(tau_n, 1.0) * L / kappa ** 3 < LATTICE_VAR:
         return Regime(False, "near the lattice limit", n, float("nan"), float("nan"))
+    if tail > TAIL_SHARE:
+        return Regime(False, f"steps > L/{1 / TAIL_FRAC:g} carry {tail:.0%} of Var X", n, float("nan"), float("nan"))
     if 2 * n > vf.ns[-1]:
         return Regime(False, f"tau(n) not measurable at 2n = {2 * n:.0f} > {vf.ns[-1]}", n, float("nan"), float("nan"))
     r = float(level_ratio(vf, n))

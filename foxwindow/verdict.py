@@ -22,7 +22,8 @@ For one head, from log-gate traces (S sequences = documents, T positions), with 
     (it decides only which law is named, never "law false");
   - calibration: a document bootstrap (whole sequences drawn with replacement, so each document keeps
     its own correlation shape, tails and rate; no parametric refit), N_BOOT draws, computed exactly by
-    reweighting per-sequence sums; p = (1 + #{|D* - D| >= |D|}) / (B + 1) for each statistic D;
+    reweighting per-sequence sums; for each statistic D the p-value is the larger of the basic bootstrap
+    p = (1 + #{|D* - D| >= |D|}) / (B + 1) and the Student-t p of D / sd(D*) with S - 1 degrees of freedom;
   - the family: 2 tests per head, Bonferroni over the n_heads heads of the model (2 n_heads tests): the
     chance that any head of a model is called "law false" where the law holds is at most ALPHA = 0.05.
 
@@ -42,6 +43,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy import stats
 
 from foxwindow import dependence, forget, predict, renewal
 
@@ -206,12 +208,18 @@ def law_curves(kappa, sigma2, mu3_raw, tau_L, Ls):
     return out
 
 
-def _bootstrap_p(D, Dstar):
-    """(1 + #{|D* - D| >= |D|}) / (B + 1): the basic bootstrap p-value of D = 0. D float, Dstar (B,)."""
+def _bootstrap_p(D, Dstar, S):
+    """p-value of D = 0 from its document-bootstrap draws Dstar (B,) over S documents: the larger of the basic
+    bootstrap p, (1 + #{|D* - D| >= |D|}) / (B + 1), and the Student-t p of D / sd(D*) with S - 1 degrees
+    of freedom (a bootstrap over S documents sees tails lighter than the sampling law's; the t reference
+    widens them as an SE from S independent units must). Never more liberal than either."""
     Dstar = Dstar[np.isfinite(Dstar)]
-    if not math.isfinite(D) or len(Dstar) == 0:
+    if not math.isfinite(D) or len(Dstar) < 2:
         return float("nan")
-    return float((1 + np.sum(np.abs(Dstar - D) >= abs(D))) / (len(Dstar) + 1))
+    p_boot = (1 + np.sum(np.abs(Dstar - D) >= abs(D))) / (len(Dstar) + 1)
+    sd = Dstar.std(ddof=1)
+    p_t = 2 * stats.t.sf(abs(D) / sd, S - 1) if sd > 0 else float(D == 0)
+    return float(max(p_boot, p_t))
 
 
 def _seed_sequence(seed):
@@ -312,7 +320,7 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
 
     # the regime
     for k, L in enumerate(Ls):
-        g = dependence.in_regime(float(L), kappa, sigma2, vf, float(cens[k]))
+        g = dependence.in_regime(float(L), kappa, sigma2, vf, float(cens[k]), dependence.tail_share(x, float(L)))
         res.in_regime.append(g.ok)
         res.regime_why.append(g.why)
         res.level_ratio.append(g.level_ratio)
@@ -341,7 +349,7 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
     res.n_tested = int(U.sum())
     if res.n_tested < MIN_TESTED or n_boot == 0:
         res.verdict = "pre-asymptotic"
-        why = sorted({w for w, u in zip(res.regime_why, U) if not u and w})
+        why = [w for w, u in zip(res.regime_why, U) if not u and w]
         res.reasons.append(f"{res.n_tested} of {len(Ls)} L in the regime (needs {MIN_TESTED}"
                            + (f"; {n_boot} bootstrap draws" if n_boot == 0 else "") + ")"
                            + (": " + "; ".join(_short(why)) if why else ""))
@@ -352,9 +360,13 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
 
 def _short(why):
     """The regime reasons, tau(n) ones collapsed into one."""
-    moving = [w for w in why if w.startswith("tau(n) still")]
-    rest = [w for w in why if not w.startswith("tau(n) still")]
-    return rest + ([f"tau(n) still moving at {len(moving)} L"] if moving else [])
+    out = []
+    for key, what in (("tau(n) still", "tau(n) still moving"), ("L/kappa", "fewer than 4 steps"),
+                      ("steps >", "big steps carry > 10% of Var X"), ("tau(n) not", "tau(n) not measurable at 2n")):
+        k = sum(w.startswith(key) for w in why)
+        if k:
+            out.append(f"{what} at {k} L")
+    return out + list(dict.fromkeys(w for w in why if not any(w.startswith(k) for k in ("tau(n)", "L/kappa", "steps >"))))
 
 
 def _test(res, docs, vf, idx_L, Ls, U, n_boot, rng, alpha_test):
@@ -378,9 +390,10 @@ def _test(res, docs, vf, idx_L, Ls, U, n_boot, rng, alpha_test):
         float(point[4]), float(point[5]), float(point[6]), float(point[7]))
     t_lr = np.array(res.law_var_lr)[U]
     res.pred_slope_lr = float(coef @ t_lr)
-    res.p_var, res.p_mean, res.p_iid = (_bootstrap_p(point[i], star[:, i]) for i in (0, 1, 2))
-    dev = np.abs(star - point)
-    q = np.quantile(dev, 1 - alpha_test, axis=0)
+    res.p_var, res.p_mean, res.p_iid = (_bootstrap_p(point[i], star[:, i], S) for i in (0, 1, 2))
+    # the band: the larger of the bootstrap quantile of |D* - D| and the t quantile times sd(D*), as the p-value
+    q = np.maximum(np.quantile(np.abs(star - point), 1 - alpha_test, axis=0),
+                   stats.t.isf(alpha_test / 2, S - 1) * star.std(0, ddof=1))
     res.band_var = float(q[0])
     res.slope_ci = [res.slope - float(q[3]), res.slope + float(q[3])]
     if min(res.p_var, res.p_mean) < alpha_test:
