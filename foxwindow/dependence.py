@@ -213,8 +213,9 @@ def in_regime(L, kappa, sigma2, vf, censored_frac, tail=0.0):
     Returns Regime.
 
     Claimed where (1) no analysed window is censored; (2) L/kappa >= MIN_STEPS; (3) sigma^2 min(tau, 1)
-    L/kappa^3 >= LATTICE_VAR, tau = tau_within(L/kappa); (4) tail <= TAIL_SHARE; (5) tau_within has measurably levelled off at
-    n = L/kappa: |tau(2n)/tau(n) - 1| + LEVEL_Z SE <= LEVEL_TOL, with 2n inside the measured range."""
+    L/kappa^3 >= LATTICE_VAR, tau = tau_within(L/kappa); (4) tail <= TAIL_SHARE; (5) tau_within has
+    measurably levelled off at n = L/kappa: |tau(2n)/tau(n) - 1| + LEVEL_Z SE <= LEVEL_TOL, with 2n inside
+    the measured range."""
     n = L / kappa
     if censored_frac > 0:
         return Regime(False, "censored", n, float("nan"), float("nan"))

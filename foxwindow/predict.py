@@ -170,6 +170,8 @@ class OutOfSample:
     se_coverage: list = field(default_factory=list)
     z_mean: list = field(default_factory=list)
     z_var: list = field(default_factory=list)
+    censored: list = field(default_factory=list)          # share of held-out windows censored (coverage then
+                                                          # checks only P(W >= bound); 1.0: a weak check)
 
 
 def _coverage(F, w, cens, lo=0.05, hi=0.95):
@@ -204,6 +206,7 @@ def out_of_sample(x, W_rows, cens_rows, Ls, rng, per_doc=2 * WALKS_PER_DOC, bloc
         from foxwindow.dependence import jackknife
         loo = (cov.sum() - cov) / (len(cov) - 1) if len(cov) > 1 else np.array([np.nan])
         out.se_coverage.append(float(jackknife(loo)))
+        out.censored.append(float(Ct[:, :, k].mean()))
         if Ct[:, :, k].any():
             out.z_mean.append(float("nan"))
             out.z_var.append(float("nan"))

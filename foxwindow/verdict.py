@@ -77,6 +77,7 @@ class HeadResult:
     se_tau_grand: float = field(default_factory=_nan)
     tau_long: float = field(default_factory=_nan)           # within-document tau(n) at n = T/2
     se_tau_long: float = field(default_factory=_nan)
+    tau_growth: float = field(default_factory=_nan)         # tau_w(T/2) / tau_w(T/8): 1 once levelled
     sigma2_lr: float = field(default_factory=_nan)          # sigma^2 tau_long
     # V(n): block lengths and tau(n) (within documents, about the grand mean), with SEs
     n_list: list = field(default_factory=list)
@@ -116,6 +117,7 @@ class HeadResult:
     oos_se_coverage: list = field(default_factory=list)
     oos_z_mean: list = field(default_factory=list)
     oos_z_var: list = field(default_factory=list)
+    oos_censored: list = field(default_factory=list)
     # the tests on the in-regime L (slopes in L; D = measured - predicted)
     n_tested: int = 0
     slope: float = field(default_factory=_nan)             # measured d Var[W] / dL
@@ -283,6 +285,7 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
     res.se_tau_n = vf.se(vf.tau_within).tolist()
     res.tau_n_grand = vf.tau_grand().tolist()
     res.tau_long, res.se_tau_long = float(tw[-1]), float(res.se_tau_n[-1])
+    res.tau_growth = float(tw[-1] / tw[vf.index(T / 8)])
     res.sigma2_lr = float(sigma2 * tw[-1])
     idx_L = np.array([vf.index(n) for n in nL])
 
@@ -332,8 +335,8 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
         res.pred_q05, res.pred_q50, res.pred_q95, res.pred_p_beyond = p.q05, p.q50, p.q95, p.p_beyond
         if S >= MIN_DOCS:
             o = predict.out_of_sample(x, Wr, Cr, Ls, rng)
-            res.oos_coverage, res.oos_se_coverage, res.oos_z_mean, res.oos_z_var = (
-                o.coverage, o.se_coverage, o.z_mean, o.z_var)
+            res.oos_coverage, res.oos_se_coverage, res.oos_z_mean, res.oos_z_var, res.oos_censored = (
+                o.coverage, o.se_coverage, o.z_mean, o.z_var, o.censored)
 
     # data reasons first
     if S < MIN_DOCS:
@@ -353,6 +356,9 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
         res.reasons.append(f"{res.n_tested} of {len(Ls)} L in the regime (needs {MIN_TESTED}"
                            + (f"; {n_boot} bootstrap draws" if n_boot == 0 else "") + ")"
                            + (": " + "; ".join(_short(why)) if why else ""))
+        if res.tau_growth > 1 + dependence.LEVEL_TOL:
+            res.reasons.append(f"tau(n) still x{res.tau_growth:.2f} from T/8 to T/2: long memory or drift within "
+                               "documents")
         return res
     _test(res, docs, vf, idx_L, Ls, U, n_boot, rng, alpha_test)
     return res
@@ -366,7 +372,8 @@ def _short(why):
         k = sum(w.startswith(key) for w in why)
         if k:
             out.append(f"{what} at {k} L")
-    return out + list(dict.fromkeys(w for w in why if not any(w.startswith(k) for k in ("tau(n)", "L/kappa", "steps >"))))
+    rest = [w for w in why if not any(w.startswith(k) for k in ("tau(n)", "L/kappa", "steps >"))]
+    return out + list(dict.fromkeys(rest))
 
 
 def _test(res, docs, vf, idx_L, Ls, U, n_boot, rng, alpha_test):

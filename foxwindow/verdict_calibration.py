@@ -2,11 +2,12 @@
 
 Null families (stationary within documents; the dependent law is asymptotically true, so a "law false"
 is a false alarm): iid logits; AR(1) logits; ARMA(2,1) logits whose correlations change sign; two-state
-regime switching of the logit mean (regimes of 20 tokens on average); long memory (fractional noise, d = 0.35, an exactly stationary
-MA(8192)); heavy tails (AR(1) logits with Student-t(2.5) innovations). Power families (the law is false
-for the analysed rows): a linear trend of the logit mean within each document (SHIFT from start to end);
-a change point of the logit mean by SHIFT at a random position in the middle half of each document; lattice in half (the second half of each document a
-constant gate, an ALiBi-like lattice walk, at the first half's mean rate).
+regime switching of the logit mean (regimes of 20 tokens on average); long memory (fractional noise,
+d = 0.35, an exactly stationary MA(8192)); heavy tails (AR(1) logits with Student-t(2.5) innovations).
+Power families (the law is false for the analysed rows): a linear trend of the logit mean within each
+document (SHIFT from start to end); a change point of the logit mean by SHIFT at a random position in
+the middle half of each document; lattice in half (the second half of each document a constant gate,
+an ALiBi-like lattice walk, at the first half's mean rate).
 
 Each replicate is one model of len(MUS) heads with the same family at logit means MUS (forget rates
 from 0.69 to 0.011 nats/token), S documents of T tokens, analysed as `python forget.py` analyses a model
