@@ -337,7 +337,7 @@ def print_table(results, info):
     """The per-head table (verdicts, then predictions at REPORT_EPS with their out-of-sample scores)."""
     S, T = info["n_seq"], info.get("analysed_len", info["seq_len"])
     nb = info.get("n_boot", 0)
-    print(f"Per-head windows: {info['checkpoint']}, {S} held-out sequences x {info['seq_len']} tokens"
+    print(f"Per-head window laws: {info['checkpoint']}, {S} held-out sequences x {info['seq_len']} tokens"
           + (f" (first {T} analysed)" if T != info["seq_len"] else "")
           + f"; windows W = N - 1 of {info.get('rows', 'rows in each sequence second half')}.")
     if "alpha_test" in info:
