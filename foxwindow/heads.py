@@ -394,7 +394,8 @@ def _print_predictions(results, info):
             cell = (f"{r.pred_mean[k]:.3g} {r.pred_q50[k]:.0f} [{r.pred_q05[k]:.0f},{r.pred_q95[k]:.0f}]"
                     + (f" P>{_f(r.pred_p_beyond[k], '.2f')}" if ctx else "") + f" meas {meas}")
             if r.oos_coverage:
-                cell += (f" cov {_f(r.oos_coverage[k], '.2f')}" + ("c" if r.oos_censored[k] > 0.5 else "")
+                cell += (f" cov {_f(r.oos_coverage[k], '.2f')}±{_f(r.oos_se_coverage[k], '.2f')}"
+                         + ("c" if r.oos_censored[k] > 0.5 else "")
                          + f" z {_f(r.oos_z_mean[k], '.1f')}")
             cells.append(cell)
         print(f"{r.layer:>2d}.{r.head:<1d} " + " | ".join(cells))

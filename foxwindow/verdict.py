@@ -33,7 +33,10 @@ Verdicts (one meaning each):
                     HOLD_TOL of the predicted slope. `law` names the simplest law that passes: "iid" if
                     the iid slope is also not rejected at that precision, else "dependent".
   "law false"       in the regime at >= MIN_TESTED L and a test rejects at the family level.
-  "pre-asymptotic"  fewer than MIN_TESTED L in the regime: no law is claimed; the prediction stands.
+  "pre-asymptotic"  fewer than MIN_TESTED L in the regime: no law is claimed; the prediction stands. A
+                    reason says when kappa drifts along the positions (t-test over documents of the
+                    second-half minus first-half kappa, at the per-test level): then no stationary law
+                    ever applies, however long the traces.
   "undetermined"    data reasons only: fewer than MIN_DOCS documents, no forgetting, every window
                     censored, or a test in the regime too imprecise for HOLD_TOL (too few documents).
 Every head gets a prediction at every L (predict.py: block bootstrap of its own increments) with an
@@ -78,6 +81,10 @@ class HeadResult:
     tau_long: float = field(default_factory=_nan)           # within-document tau(n) at n = T/2
     se_tau_long: float = field(default_factory=_nan)
     tau_growth: float = field(default_factory=_nan)         # tau_w(T/2) / tau_w(T/8): 1 once levelled
+    # stationarity across positions: per-document kappa of the second half minus the first, t over documents
+    position_shift: float = field(default_factory=_nan)
+    se_position_shift: float = field(default_factory=_nan)
+    p_position: float = field(default_factory=_nan)
     sigma2_lr: float = field(default_factory=_nan)          # sigma^2 tau_long
     # V(n): block lengths and tau(n) (within documents, about the grand mean), with SEs
     n_list: list = field(default_factory=list)
@@ -270,6 +277,12 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
                            "constant gate: lattice (ALiBi) window W = floor(L/m)")
         return res
     res.excess_kurtosis = float(np.mean((x - kappa) ** 4) / sigma2 ** 2 - 3)
+    # a drift of kappa along the positions (trend, change point) breaks every stationary law: documents are
+    # independent, so the t-test of the per-document half differences holds for any dependence within them
+    half = x[:, T // 2:].mean(1) - x[:, :T // 2].mean(1)
+    res.position_shift, res.se_position_shift = float(half.mean()), float(half.std(ddof=1) / math.sqrt(S))
+    if res.se_position_shift > 0:
+        res.p_position = float(2 * stats.t.sf(abs(res.position_shift) / res.se_position_shift, S - 1))
     for centre, attr in (("sequence", "tau"), ("grand", "tau_grand")):
         t = dependence.tau_estimate(x, centre)
         setattr(res, attr, t.tau)
@@ -359,6 +372,9 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
         if res.tau_growth > 1 + dependence.LEVEL_TOL:
             res.reasons.append(f"tau(n) still x{res.tau_growth:.2f} from T/8 to T/2: long memory or drift within "
                                "documents")
+        if res.p_position < alpha_test:
+            res.reasons.append(f"kappa drifts along the positions (second half - first half {res.position_shift:.3g} "
+                               f"+- {res.se_position_shift:.2g}, p = {res.p_position:.1e}): no stationary law applies")
         return res
     _test(res, docs, vf, idx_L, Ls, U, n_boot, rng, alpha_test)
     return res

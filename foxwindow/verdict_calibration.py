@@ -13,8 +13,9 @@ Each replicate is one model of len(MUS) heads with the same family at logit mean
 from 0.69 to 0.011 nats/token), S documents of T tokens, analysed as `python forget.py` analyses a model
 (verdict.analyse with n_heads = the model's heads, so its family-wise level ALPHA applies per replicate).
 Reported per family: runs with at least one "law false" (the family-wise error where the law holds; at
-most ALPHA of runs), the share of heads per verdict, and the per-test rejection rates at the nominal 0.05
-of the heads tested.
+most ALPHA of runs), the share of heads per verdict, the per-test rejection rates at the nominal 0.05
+of the heads tested, the share flagged for a drift of kappa along the positions, and the share whose
+tau(n) still grows at T/2.
 
     python -m foxwindow.verdict_calibration [--reps 20] [--n-seq 32] [--seq-len 2048] [--out results/verdict]
 """
@@ -25,7 +26,7 @@ import time
 import numpy as np
 from scipy import signal, special
 
-from foxwindow import exact, forget, outputs, verdict
+from foxwindow import dependence, exact, forget, outputs, verdict
 
 MUS = (0.0, 1.5, 3.0, 4.5)          # logit means of a replicate's heads
 SCALE = 0.7                          # logit = mu + SCALE z, z a unit-variance latent
@@ -110,18 +111,21 @@ def study(families, reps, S, T, seed=0, n_boot=verdict.N_BOOT, progress=False):
     for fi, fam in enumerate(families):
         rng = np.random.default_rng([seed, fi])
         t0 = time.perf_counter()
-        runs_false, counts, p_var, p_mean = 0, {s: 0 for s in verdict.STATES}, [], []
+        runs_false, counts, p_var, p_mean, drift, growing = 0, {s: 0 for s in verdict.STATES}, [], [], 0, 0
         for _ in range(reps):
             res = replicate(fam, rng, S, T, Ls, n_boot)
             runs_false += any(r.verdict == "law false" for r in res)
             for r in res:
                 counts[r.verdict] += 1
+                drift += r.p_position < r.alpha_test
+                growing += r.tau_growth > 1 + dependence.LEVEL_TOL
                 if r.n_tested >= verdict.MIN_TESTED:
                     p_var.append(r.p_var)
                     p_mean.append(r.p_mean)
         n = reps * len(MUS)
         out[fam] = dict(null=fam in NULLS, reps=reps, heads=n, runs_law_false=runs_false,
-                        share={s: c / n for s, c in counts.items()}, tested=len(p_var),
+                        share={s: c / n for s, c in counts.items()}, tested=len(p_var), drift=drift / n,
+                        tau_growing=growing / n,
                         rate05_var=float(np.mean(np.array(p_var) < 0.05)) if p_var else float("nan"),
                         rate05_mean=float(np.mean(np.array(p_mean) < 0.05)) if p_mean else float("nan"),
                         seconds=time.perf_counter() - t0)
@@ -134,17 +138,21 @@ def table(res, S, T):
     """Markdown table of study() results."""
     a = verdict.ALPHA
     lines = [f"| family | kind | runs | runs with a 'law false' (level {a:g} per run) | law false | law holds | "
-             "pre-asymptotic | undetermined | heads tested | rejections at 0.05 per test: variance / mean |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "pre-asymptotic | undetermined | heads tested | rejections at 0.05 per test: variance / mean | "
+             "kappa drift flagged | tau(n) still growing at T/2 |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for fam, r in res.items():
         sh = r["share"]
         lines.append(f"| {fam} | {'null' if r['null'] else 'power'} | {r['reps']} | {r['runs_law_false']} | "
                      f"{sh['law false']:.2f} | {sh['law holds']:.2f} | {sh['pre-asymptotic']:.2f} | "
                      f"{sh['undetermined']:.2f} | {r['tested']} of {r['heads']} | "
-                     f"{r['rate05_var']:.2f} / {r['rate05_mean']:.2f} |")
+                     f"{r['rate05_var']:.2f} / {r['rate05_mean']:.2f} | {r['drift']:.2f} | {r['tau_growing']:.2f} |")
     lines.append(f"\n{len(MUS)} heads per run (logit means {', '.join(map(str, MUS))}, scale {SCALE}), {S} documents x "
                  f"{T} tokens, eps scan {', '.join(f'{e:g}' for e in exact.EPS_SCAN)}, {verdict.N_BOOT}-draw "
-                 f"document bootstrap; shares are of all heads.")
+                 f"document bootstrap; shares are of all heads. kappa drift: the positions' t-test at the per-test "
+                 f"level "
+                 f"{verdict.ALPHA:g}/(2 x {len(MUS)}) (a reason, not a state); tau(n) growing: tau_w(T/2)/tau_w(T/8) > "
+                 f"{1 + dependence.LEVEL_TOL:g}.")
     return "\n".join(lines)
 
 
