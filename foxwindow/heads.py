@@ -13,7 +13,7 @@ out-of-sample score); capture and the attention-mass window in traces.py. Here:
   main                            `python forget.py` (--traces, --synthetic, --model, --json, ...)
 
 Below the argument parser thresholds are L = ln(1/eps) only (the user's eps are converted once in main).
-Verdict states and their calibration: verdict.py's docstring and docs/THEORY.md section 7.
+Verdict states and their calibration: verdict.py's docstring and docs/VERDICT.md.
 """
 import math
 import os
