@@ -262,7 +262,7 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
     rng = np.random.default_rng(ss)
     alpha_test = ALPHA / (2 * n_heads)
     res = HeadResult(layer=layer, head=head, n_seq=S, L_list=Ls.tolist(), n_boot=int(n_boot),
-                     eps_list=list(eps_list) if eps_list is not None else np.exp(-Ls).tolist(),
+                     eps_list=list(eps_list) if eps_list is not None else [float(f"{math.exp(-L):.12g}") for L in Ls],
                      seed=int(ss.entropy) if isinstance(ss.entropy, int) else -1, alpha_test=alpha_test,
                      context=int(context or 0))
     p1, p2 = x.sum(1), (x * x).sum(1)
