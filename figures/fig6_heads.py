@@ -35,8 +35,9 @@ def make(ctx):
     if not heads:
         raise Skip(f"{path} has no 'heads' entries")
     verdicts = sorted({str(h.get("verdict")) for h in heads})
-    fixed = {"iid law holds": "tab:green", "autocorrelation-adjusted law holds": "tab:blue",
-             "document-mixture law holds": "tab:orange", "falsified": "tab:red", "undetermined": "tab:gray"}
+    fixed = {"law holds": "tab:green", "law false": "tab:red", "pre-asymptotic": "tab:blue",
+             "undetermined": "tab:gray", "iid law holds": "tab:green", "autocorrelation-adjusted law holds": "tab:blue",
+             "document-mixture law holds": "tab:orange", "falsified": "tab:red"}
     vcol = {v: plt.matplotlib.colors.to_rgba(fixed[v]) if v in fixed else plt.cm.tab10(5 + i % 5)
             for i, v in enumerate(verdicts)}
     fig, axs = plt.subplots(2, 2, figsize=(12.5, 10))
@@ -93,23 +94,26 @@ def make(ctx):
     asl.set_title("(b) window variance growth per head vs the laws")
     asl.legend(loc="upper left", fontsize=8)
 
-    # (c) measured mean window against the dependent mean law E[W] ~ L/k - 1/2 + tau s^2/(2k^2)
+    # (c) measured mean window against the prediction from the head's own gates (or the mean law if absent)
     for h in heads:
-        L = -np.log(np.asarray(h["eps_list"], dtype=float))
-        law = L / h["kappa"] - 0.5 + h["tau"] * h["sigma2"] / (2 * h["kappa"] ** 2)
         mw = _arr(h["mean_W"])
         cens = np.asarray([c or 0 for c in h.get("censored_frac", [0] * len(mw))], dtype=float) > 0
         mw = np.where(cens, np.nan, mw)                             # censored eps: a lower bound only
-        amn.plot(law, mw, "o-", color=vcol[str(h.get("verdict"))], ms=3, lw=0.6, alpha=0.8)
+        if h.get("pred_mean"):
+            pred = _arr(h["pred_mean"])
+        else:
+            L = -np.log(np.asarray(h["eps_list"], dtype=float))
+            pred = L / h["kappa"] - 0.5 + h["tau"] * h["sigma2"] / (2 * h["kappa"] ** 2)
+        amn.plot(pred, mw, "o-", color=vcol[str(h.get("verdict"))], ms=3, lw=0.6, alpha=0.8)
     allv = [v for h in heads for v in _arr(h["mean_W"]) if v > 0]
     lim = [max(min(allv) / 1.5, 0.1), max(allv) * 1.5]
-    amn.plot(lim, lim, "k--", lw=1, label="measured = law")
+    amn.plot(lim, lim, "k--", lw=1, label="measured = predicted")
     amn.set_xscale("log")
     amn.set_yscale("log")
     figstyle.plain_log(amn)
-    amn.set_xlabel("law L/κ − 1/2 + τσ²/(2κ²) (tokens)")
+    amn.set_xlabel("predicted mean window (block bootstrap of the head's gates; tokens)")
     amn.set_ylabel("measured mean window E[W] (tokens)")
-    amn.set_title("(c) mean window per head and ε (one line per head)")
+    amn.set_title("(c) mean window per head and ε (one line per head; uncensored ε)")
     amn.legend(loc="upper left", fontsize=8)
 
     # (d) decay-only window against the attention-mass window

@@ -10,20 +10,21 @@ import sys
 import time
 
 import torch
-from tqdm import tqdm
 
-from foxwindow import adapters, heads, hf_models, outputs
-from foxwindow.traces import save_trace
+from foxwindow import adapters, forget, heads, hf_models, outputs, verdict
+from foxwindow.traces import query_rows, save_trace
 
 
-def analyse_hf_model(cfg, eps_list=None, progress=True, save_traces=None):
+def analyse_hf_model(cfg, Ls=None, progress=True, save_traces=None, n_boot=heads.N_BOOT, seed=None):
     """Per-head analysis of a Hugging Face style checkpoint (see hf_models' module docstring).
-    Returns (results [HeadResult], info dict) as heads.analyse_model does, info adding the families, what
-    the laws mean for each, each family's kind (softmax: attends over a KV cache; recurrent / constant: a
-    gated state, no KV cache) and whether attention-mass windows exist. save_traces: .npz path for the
-    analysed traces (written atomically; check it with outputs.check_writable first); its metadata holds
+    Ls: thresholds L > 0 of the verdict and predictions (None: the eps scan's); n_boot, seed: as
+    heads.analyse_layers. Returns (results [HeadResult], info dict) as heads.analyse_model does, info adding the
+    families, what the laws mean for each, each family's kind (softmax: attends over a KV cache; recurrent /
+    constant: a gated state, no KV cache) and whether attention-mass windows exist. save_traces: .npz path for
+    the analysed traces (written atomically; check it with outputs.check_writable first); its metadata holds
     the families and kinds, so that predictions made from the traces later know what they apply to."""
-    eps_list = heads.EPS_SCAN if eps_list is None else eps_list
+    Ls = [forget.threshold(e) for e in heads.EPS_SCAN] if Ls is None else list(Ls)
+    mass_L = forget.threshold(cfg.mass_eps)
     t0 = time.perf_counter()
     if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
         raise hf_models.ModelError(f"--device {cfg.device}: no CUDA device here")
@@ -31,7 +32,7 @@ def analyse_hf_model(cfg, eps_list=None, progress=True, save_traces=None):
     model, config = hf_models.load_model(cfg.model, cfg.device, cfg.dtype)
     tok = hf_models.load_tokenizer(cfg.tokenizer or cfg.model)
     ids, spans = hf_models.heldout_ids(tok, cfg.n_seq, cfg.seq_len, cfg.text, getattr(config, "vocab_size", None))
-    rows = heads._rows(cfg.seq_len)
+    rows = query_rows(cfg.seq_len)
     decays, fam, lay, mass = hf_models.capture_batches(model, ids, cfg.batch, cfg.device, cfg.mass_eps, rows,
                                                        cfg.per_channel, progress=progress)
     t_capture = time.perf_counter() - t0
@@ -41,24 +42,20 @@ def analyse_hf_model(cfg, eps_list=None, progress=True, save_traces=None):
     if save_traces:
         save_trace(save_traces, traces, dict(model=cfg.model, families=fam, kinds={n: kinds[f] for n, f in fam.items()},
                                              family_kinds=kinds, kv_cache=all(k == "softmax" for k in kinds.values()),
-                                             spans=spans, eps=list(eps_list), per_channel=cfg.per_channel))
-    n_heads = sum(t.shape[2] for t in traces.values())
-    z = heads.critical_z(n_heads, cfg.n_seq)
-    results = []
-    bar = tqdm(total=n_heads, desc="heads", disable=not progress, file=sys.stderr)
-    for i, (n, tr) in enumerate(traces.items()):
-        lg = tr.double().numpy()                                                # (S, T, H)
-        layer = lay[n] if lay[n] is not None else i
-        for h in range(lg.shape[2]):
-            r = heads.analyse_head(lg[:, :, h], eps_list, z=z, layer=layer, head=h)
-            heads._decay_window(r, lg[:, :, h], cfg.mass_eps, rows.numpy())
-            if n in mass:
-                r.mass_window_mean = float(mass[n][:, :, h].double().mean())
-            results.append(r)
-            bar.update()
-    bar.close()
+                                             spans=spans, L=list(Ls), per_channel=cfg.per_channel))
+    # the same verdict and predictions as for the shipped model, with each layer's own index
+    results, seed = heads.analyse_layers(traces, Ls, n_boot=n_boot, seed=seed, progress=progress)
+    heads_of = [(n, h) for n, tr in traces.items() for h in range(tr.shape[2])]
+    for i, (r, (n, h)) in enumerate(zip(results, heads_of)):
+        if lay[n] is not None:
+            r.layer = lay[n]
+        lg = traces[n][:, :, h].double().numpy()                                   # (S, T)
+        heads._decay_window_L(r, lg, mass_L, rows.numpy())
+        if n in mass:
+            r.mass_window_mean = float(mass[n][:, :, h].double().mean())
     no_mass = [f for f in families if kinds[f] != "softmax"]
-    info = dict(checkpoint=cfg.model, model=cfg.model, n_seq=cfg.n_seq, seq_len=cfg.seq_len, spans=spans, z=z,
+    info = dict(checkpoint=cfg.model, model=cfg.model, n_seq=cfg.n_seq, seq_len=cfg.seq_len, spans=spans,
+                n_boot=n_boot, seed=seed, alpha=verdict.ALPHA, alpha_test=verdict.ALPHA / (2 * max(1, len(results))),
                 capture_s=t_capture, total_s=time.perf_counter() - t0, val_bpc=None,
                 rows="second half of each sequence", layers=list(traces), families=families,
                 laws={f: adapters.get_adapter(f).note for f in families}, kinds=kinds,
@@ -82,8 +79,10 @@ def main_hf_model(args):
         for p, what in ((json_path, "--json"), (traces_path, "--save-traces")):
             if p:
                 outputs.check_writable(p, force=force, what=what)                 # before any work
-        results, info = analyse_hf_model(cfg, progress=not getattr(args, "no_progress", False),
-                                         save_traces=traces_path)
+        eps = sorted(set(heads.EPS_SCAN) | {args.eps}, reverse=True)          # eps -> L, once
+        results, info = analyse_hf_model(cfg, Ls=[forget.threshold(e) for e in eps],
+                                         progress=not getattr(args, "no_progress", False), save_traces=traces_path,
+                                         n_boot=args.n_boot, seed=args.seed)
         heads.print_table(results, info)
         for f in info["families"]:
             state = "attends over a KV cache" if info["kinds"][f] == "softmax" else "a gated state, no KV cache"

@@ -6,6 +6,10 @@
                                         (official FoX) or `f_proj` (flash-linear-attention's FoX), or
                                         names given, and returns {module name: (B, T, H) log gates}
     save_trace / load_trace             {name: (B, T, H) float32} traces in an .npz with JSON metadata
+    capture(model, tokens)              this package's FoX model: every layer's log gates and attention input
+    attention_mass_window(A, rows, L)   smallest distance holding 1 - e^-L of each row's attention, from any
+                                        attention probabilities; mass_windows: the same for a FoX layer
+    decay_window_summary(lg, L, rows)   mean decay-only window of query rows and the share censored
 
 For a known gated family (FoX, official FoX, fla's FoX, GLA, HGRN, Gated DeltaNet, Mamba-2, RetNet),
 adapters.capture_log_decays reads every layer's log-decay from its own parameters and inputs; capture_gates
@@ -14,6 +18,7 @@ is the quick path for FoX-style gates (other parametrisations: `gate_names=[...]
 torch.compile are unwrapped first, so hook names are the plain model's.
 """
 import json
+import math
 import os
 import zipfile
 
@@ -21,7 +26,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from foxwindow import adapters, distributed, outputs
+from foxwindow import adapters, distributed, forget, outputs
+from foxwindow.fox_attention import cum_log_gate, fox_logits
 from foxwindow.model import HookPoint
 
 # ----------------------------------------------------------------------------- reading gates
@@ -279,6 +285,76 @@ def load_trace(path):
             raise ValueError(f"{path}: trace '{name}' has {a.shape[2]} heads, metadata says {heads}")
         traces[name] = a.astype(np.float32)
     return traces, meta
+
+
+# ----------------------------------------------------------------------------- the model's own windows
+
+
+def capture(model, tokens):
+    """Log-gate traces and the attention input of every layer of this package's FoX model, in one forward pass.
+
+    tokens (S, T) int64. Returns (traces {layer: (S, T, H) float32}, inputs {layer: (S, T, d) float32}).
+    """
+    inputs, handles = {}, []
+    for l, blk in enumerate(model.blocks):
+        handles.append(blk.attn.register_forward_pre_hook(
+            lambda mod, args, l=l: inputs.__setitem__(l, args[0].detach().float())))
+    try:
+        _, cache = run_with_cache(model, tokens, names_filter=lambda n: n.endswith("hook_log_fgate"))
+    finally:
+        for h in handles:
+            h.remove()
+    traces = {l: cache[f"blocks.{l}.attn.hook_log_fgate"] for l in range(len(model.blocks))}
+    return traces, inputs
+
+
+def query_rows(T):
+    """Query rows whose windows are reported: 256 evenly spaced in the second half of a T-token sequence."""
+    return torch.arange(T // 2, T, max(1, T // 256))
+
+
+def attention_mass_window(A, rows, L):
+    """Attention-mass window: for each query row, the smallest d with sum_{j=i-d..i} A_ij >= 1 - e^-L.
+
+    A: attention probabilities (..., R, T) float (any model: rows sum to 1 over keys, zero past the query);
+    rows: (R,) int64 tensor, the query positions i of A's rows; L: float > 0 (the mass left outside is
+    e^-L). Returns (..., R) int64; d = i means the window reaches the sequence start."""
+    if not L > 0:
+        raise ValueError(f"L must be > 0; got {L}")
+    return _mass_window(A, rows, 1 - math.exp(-L))
+
+
+def _mass_window(A, rows, level):
+    """attention_mass_window with the mass level (1 - eps) given directly."""
+    # suffix mass suf_j = sum_{j' >= j} A_ij' is the mass within distance i - j; the window is i - j*,
+    # j* the largest j with suf_j >= 1 - eps (suf_0 = 1, and suf_j = 0 past the query)
+    suf = A.flip(-1).cumsum(-1).flip(-1)
+    jstar = (suf >= level).sum(-1) - 1
+    return rows.to(jstar.device) - jstar
+
+
+@torch.no_grad()
+def mass_windows(attn, x, eps, rows):
+    """Attention-mass window per head of a FoX attention layer `attn` (this package's): smallest d with
+    sum_{j=i-d..i} A_ij >= 1 - eps, for query rows `rows` (R,) of layer inputs x (S, T, d). eps in (0, 1).
+    Returns (S, R, H) int64. Uses the layer's own projections and gates (attention_mass_window does the rest)."""
+    S, T, _ = x.shape
+    H, D = attn.num_heads, attn.head_dim
+    q = attn.q_proj(x).view(S, T, H, D)[:, rows].transpose(1, 2)                  # (S, H, R, D)
+    k = attn.k_proj(x).view(S, T, H, D).transpose(1, 2)                            # (S, H, T, D)
+    c = cum_log_gate(attn.log_fgate(x))                                            # (S, H, T) float64
+    logits = fox_logits(q, k, c[:, :, rows], c, attn.scale, q_pos=rows, dtype=torch.float64)
+    A = torch.softmax(logits, -1)                                                   # (S, H, R, T)
+    return _mass_window(A, rows, 1 - eps).transpose(1, 2)
+
+
+def decay_window_summary(lg, L, rows):
+    """Mean decay-only window of query `rows` ((R,) ints) of log-gate traces lg (S, T) (numpy or torch)
+    at threshold L > 0, and the share of those windows that reach the sequence start (their mean then is
+    a lower bound). Returns (mean, censored share) floats."""
+    W, cens = forget.windows(lg, math.exp(-L), dim=1)                              # (S, T)
+    rows = np.asarray(rows)
+    return float(np.asarray(W)[:, rows].mean()), float(np.asarray(cens)[:, rows].mean())
 
 
 if __name__ == "__main__":

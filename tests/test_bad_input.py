@@ -303,19 +303,19 @@ def test_analyse_head_validates():
         heads.analyse_head(lg, n_heads=0)
 
 
-def test_one_default_z_in_python_and_cli(tmp_path):
-    """analyse_head's default z is the Bonferroni value the command line uses, given the same head count."""
+def test_one_default_level_in_python_and_cli(tmp_path):
+    """analyse_head's default family is the one the command line uses, given the same head count and seed."""
     tr = np.stack([_head_traces(6, 700, s) for s in range(3)], -1).astype(np.float32)   # (S, T, H)
     path = str(tmp_path / "t.npz")
     traces.save_trace(path, {"blocks.0.attn.hook_log_fgate": tr}, {"heads": 3})
-    results, info = heads.analyse_traces(path)
-    assert info["z"] == pytest.approx(heads.critical_z(3, 6))
+    results, info = heads.analyse_traces(path, seed=7, n_boot=300)
+    assert info["alpha_test"] == pytest.approx(0.05 / 6) and info["seed"] == 7
+    seeds = np.random.SeedSequence(7).spawn(3)                               # the drivers' per-head seeds
     for h, r in enumerate(results):
-        direct = heads.analyse_head(tr[:, :, h].astype(np.float64), n_heads=3, head=h)
-        assert direct.verdict == r.verdict and direct.slope_ci == pytest.approx(r.slope_ci, rel=1e-5)
-    one = heads.analyse_head(tr[:, :, 0])                                    # one head: Bonferroni over 1
-    assert math.isfinite(one.slope)
-    assert one.slope_ci[1] - one.slope == pytest.approx(heads.critical_z(1, 6) * one.slope_se)
+        direct = heads.analyse_head(tr[:, :, h].astype(np.float64), n_heads=3, head=h, seed=seeds[h], n_boot=300)
+        assert direct.verdict == r.verdict and direct.pred_mean == pytest.approx(r.pred_mean, rel=1e-5)
+    one = heads.analyse_head(tr[:, :, 0], n_boot=300)                      # one head: a family of 2 tests
+    assert one.alpha_test == pytest.approx(0.05 / 2)
 
 
 def test_acf_lag_range():

@@ -1,5 +1,5 @@
-"""The calibrated per-head verdict: its false-positive rate where a law holds, its power where one does
-not, the document-mixture law's limits, and the lack-of-fit test of the whole Var[W](L) curve."""
+"""The per-head verdict's statistics on gates whose truth is known: V(n) and tau(n), the regime, Kaplan-Meier,
+the block-bootstrap prediction out of sample, the verdict states, the document bootstrap's size, seeds."""
 import math
 
 import numpy as np
@@ -7,159 +7,166 @@ import pytest
 import torch
 from scipy import stats
 
-from foxwindow import forget, heads, traces
+from conftest import bonferroni_z
+from foxwindow import dependence, forget, predict, renewal, verdict
+from foxwindow import verdict_calibration as cal
 
-S, T = 16, 512
-N_REP = 60                                   # replicates per law: ~0.01-0.05 s each
-ALPHA = 0.2                                  # per test: a level whose rate 60 replicates can pin down
-ALPHA_Z = float(stats.t.isf(ALPHA / 2, S - 1))
-Z_BINOM = 3.0                                # binomial z for the rate checks
-
-
-def _iid(rng):
-    return -forget.LogitNormalGate(2, 0.5).sample(rng, (S, T))
+S, T = 32, 2048
+LS = np.array([forget.threshold(e) for e in (0.1, 0.03, 0.01, 3e-3, 1e-3, 3e-4, 1e-4, 1e-5, 1e-6)])
 
 
-def _ar1(rng):
-    x, _ = forget.AR1LogitGate(2, 0.5, 0.6).sample_paths(rng, S, T)
-    return -x
+def _head(family, mu=1.5, seed=0, S=S, T=T):
+    return cal.increments(family, mu, np.random.default_rng(seed), S, T)
 
 
-def _docs(rng, spread=0.25):
-    """Each sequence a document with its own gate bias: the mixture law holds, the adjusted one not."""
-    mus = 2 + spread * np.linspace(-1, 1, S)
-    return np.concatenate([-forget.LogitNormalGate(m, 0.5).sample(rng, (1, T)) for m in mus])
+def test_variance_function_matches_ar1_truth():
+    # x = 1 + Gaussian AR(1), phi = 0.6: Var(S_n) = n tau(n) with tau(n) = 1 + 2 sum_{k<n} (1 - k/n) phi^k
+    rng = np.random.default_rng(1)
+    phi = 0.6
+    z = cal._linear(rng, 64, 2048, [1.0], [1.0, -phi])
+    vf = dependence.variance_function(1 + z, [1, 2, 5, 20, 100, 400])
+    k = np.arange(1, 400)
+    for idx, n in enumerate(vf.ns):
+        truth = 1 + 2 * np.sum((1 - k[k < n] / n) * phi ** k[k < n])
+        zc = bonferroni_z(2 * len(vf.ns))
+        tw, tg = vf.tau_within()[idx], vf.tau_grand()[idx]
+        se_w, se_g = vf.se(vf.tau_within)[idx], vf.se(vf.tau_grand)[idx]
+        assert abs(tw - truth) <= zc * se_w + 1e-12, (n, tw, truth, se_w)
+        assert abs(tg - truth) <= zc * se_g + 1e-12, (n, tg, truth, se_g)
 
 
-def _rate(make, law, seed):
-    """Rejections of `law` (either test, nominal level ALPHA) over N_REP simulated heads."""
-    rng = np.random.default_rng(seed)
-    return sum(law in heads.analyse_head(make(rng), z=ALPHA_Z).rejected for _ in range(N_REP))
+def test_document_shift_grows_grand_variance_not_within():
+    rng = np.random.default_rng(2)
+    x = rng.exponential(1.0, (S, T)) * np.where(np.arange(S) < S // 2, 1.0, 2.0)[:, None]
+    vf = dependence.variance_function(x)
+    i = vf.index(256)
+    assert vf.tau_grand()[i] > 10 * vf.tau_within()[i]           # n^2 Var(kappa_d) dominates
+    assert abs(vf.tau_within()[i] - 1) <= bonferroni_z(1) * vf.se(vf.tau_within)[i]
 
 
-@pytest.mark.parametrize("make, law", [(_iid, "iid"), (_ar1, "lr"), (_docs, "mix")])
-def test_calibrated_false_positive_rate_matches_the_nominal_level(make, law):
-    # the verdict rejects a law when either of its tests does, each at ALPHA: a rate in [ALPHA, 2 ALPHA]
-    # when calibrated. Calibrated once from this head's bootstrap, counted on N_REP fresh heads where the
-    # law holds. (Uncalibrated, the jackknife z of the slope has sd ~1.2 here, and the iid slope test
-    # alone rejects ~25% at 20%: what the calibration is for.)
-    rng = np.random.default_rng(10)
-    lg = make(rng)
-    r = heads.analyse_head(lg, z=ALPHA_Z, n_boot=40, seed=3)
-    [n] = heads.false_positive_rate(lg, law, N_REP, [(ALPHA_Z, r.calib_slope[law], r.calib_curve[law])], seed=4)
-    lo, hi = N_REP * ALPHA, N_REP * 2 * ALPHA
-    assert lo - Z_BINOM * math.sqrt(lo * (1 - ALPHA)) <= n <= hi + Z_BINOM * math.sqrt(hi * (1 - 2 * ALPHA)), n
+def test_tau_estimate_is_renewals_pooled_acf_with_jackknife():
+    x = _head("ar1")
+    for centre in ("sequence", "grand"):
+        t = dependence.tau_estimate(x, centre)
+        rho = renewal.acf(x, dependence.MAX_LAG, pooled=True, centre=centre)
+        assert t.tau == pytest.approx(1 + 2 * rho[1:renewal.geyer_cut(rho)].sum(), rel=1e-12)
+        assert t.se == pytest.approx(dependence.jackknife(t.tau_loo)) and t.se > 0
+    with pytest.raises(ValueError, match="S >= 2"):
+        dependence.tau_estimate(np.ones((1, 100)))
 
 
-@pytest.mark.parametrize("make, law", [(_ar1, "iid"), (lambda rng: _docs(rng, 1.0), "lr")])
-def test_a_wrong_law_is_rejected(make, law):
-    assert _rate(make, law, seed=11) >= 0.8 * N_REP
+def test_regime_needs_levelled_tau_small_steps_and_no_censoring():
+    iid = _head("iid")
+    k, s2 = iid.mean(), iid.var()
+    vf = dependence.variance_function(iid)
+    L = forget.threshold(1e-3)
+    assert dependence.in_regime(L, k, s2, vf, 0.0, dependence.tail_share(iid, L)).ok
+    assert not dependence.in_regime(L, k, s2, vf, 0.01).ok                       # censored
+    assert "steps" in dependence.in_regime(0.2, k, s2, vf, 0.0).why              # L/kappa < 4
+    lm = _head("long_memory")                                                   # tau(n) keeps rising
+    vl = dependence.variance_function(lm)
+    g = dependence.in_regime(L, lm.mean(), lm.var(), vl, 0.0, dependence.tail_share(lm, L))
+    assert not g.ok and "moving" in g.why and g.level_ratio > 1 + dependence.LEVEL_TOL
+    ht = _head("heavy_tails", mu=3.0)
+    g = dependence.in_regime(L, ht.mean(), ht.var(), dependence.variance_function(ht), 0.0,
+                             dependence.tail_share(ht, L))
+    assert not g.ok and "Var X" in g.why
 
 
-def test_mixture_reduces_to_the_adjusted_law_for_one_kappa():
-    r = heads.analyse_head(_ar1(np.random.default_rng(12)))
-    zc = float(stats.t.isf(1e-3 / 2, S - 1))                   # alpha = 1e-3 per check
-    assert abs(r.mix_B) <= zc * r.se_mix_B                       # no between-document term
-    assert abs(r.between_share) <= zc * r.se_between_share
-    lr = r.sigma2_lr / r.kappa ** 3                            # A is the adjusted law's coefficient
-    assert abs(r.mix_A - lr) <= zc * r.se_mix_A
-
-
-def test_strongly_different_documents_are_between_document_variance():
-    rng = np.random.default_rng(13)
-    rates = np.where(np.arange(S) < S // 2, 0.1, 0.3)           # two sources, gamma increments (cv 0.2)
-    x = np.stack([forget.GammaIncrement(25, k / 25).sample(rng, (T,)) for k in rates])
-    r = heads.analyse_head(-x, strata=["a" if k < 0.2 else "b" for k in rates])
-    assert r.between_share > 0.9 and r.mix_B > 5 * r.se_mix_B
-    assert r.stratum_share > 0.9                                # the sources carry all of it
-    assert r.stratum_kappa["a"] == pytest.approx(0.1, rel=0.05)
-
-
-def _curves(rng, curvature, n_seq=20, Ls=np.linspace(1, 10, 6)):
-    """Per-sequence values of a curve a + b L + c L^2 with correlated noise, and their leave-one-out means."""
-    cov = 0.5 ** np.abs(np.subtract.outer(np.arange(len(Ls)), np.arange(len(Ls))))
-    per = 1 + 2 * Ls + curvature * Ls ** 2 + rng.multivariate_normal(np.zeros(len(Ls)), cov, n_seq)
-    loo = (per.sum(0) - per) / (n_seq - 1)
-    return per.mean(0), loo, Ls
-
-
-def test_lack_of_fit_accepts_lines_and_rejects_curves():
-    rng = np.random.default_rng(14)
-
-    def line(Ls):
-        return np.stack([Ls, np.ones_like(Ls)], 1)
-
-    n, alpha = 300, 0.05
-    p_lin = []
-    for _ in range(n):
-        D, loo, Ls = _curves(rng, 0.0)
-        p_lin.append(heads._gls_lack_of_fit(D, loo, line(Ls))[0])
-    k = sum(p < alpha for p in p_lin)                           # Hotelling is exact for Gaussian rows
-    assert abs(k - n * alpha) <= Z_BINOM * math.sqrt(n * alpha * (1 - alpha)), k
-    p_curved = []
-    for _ in range(50):
-        D, loo, Ls = _curves(rng, 0.1)
-        p_curved.append(heads._gls_lack_of_fit(D, loo, line(Ls))[0])
-    assert np.mean(np.array(p_curved) < alpha) >= 0.9
-
-
-def test_window_sums_match_forget_windows():
-    lg = _ar1(np.random.default_rng(15))
+def test_window_rows_match_forget_windows():
+    lg = -_head("ar1", S=4, T=256)
     Ls = [forget.threshold(e) for e in (0.1, 1e-3, 1e-6)]
-    s1, s2, cens = heads._window_sums(-lg, Ls, T // 2)
+    W, c = predict.window_rows(-lg, Ls, 128)
     for k, e in enumerate((0.1, 1e-3, 1e-6)):
-        W, c = forget.windows(torch.from_numpy(lg), e, dim=1)
-        W = W[:, T // 2:].double().numpy()
-        assert np.array_equal(s1[:, k], W.sum(1)) and np.array_equal(s2[:, k], (W * W).sum(1))
-        assert np.array_equal(cens[:, k], c[:, T // 2:].numpy().sum(1))
+        w, cc = forget.windows(torch.from_numpy(lg), e, dim=1)
+        assert np.array_equal(W[:, :, k], w[:, 128:].numpy()) and np.array_equal(c[:, :, k], cc[:, 128:].numpy())
 
 
-def test_bootstrap_widens_heavy_tailed_tests():
-    # increments with excess kurtosis > 50 (most gates near 1, a few strong forgets): the jackknife band
-    # is too narrow there, and the bootstrap's calibrated critical value says so; with light tails it
-    # stays near the nominal one
-    rng = np.random.default_rng(16)
-    z, alpha = ALPHA_Z, ALPHA
-    heavy = heads.analyse_head(-rng.lognormal(-4, 1.8, (S, T)), z=z, n_boot=12, seed=1)
-    light = heads.analyse_head(_iid(rng), z=z, n_boot=12, seed=1)
-    assert heavy.excess_kurtosis > 50 and light.excess_kurtosis < 5
-
-    def band(r):
-        return heads._z_band(z, alpha, S, r.calib_slope["iid"])
-
-    assert band(heavy) > 1.2 * z and band(light) < 1.2 * z
+def test_kaplan_meier_recovers_a_censored_median():
+    rng = np.random.default_rng(3)
+    w = rng.geometric(1 / 200, 4000)                                             # median ~ 139
+    c = rng.integers(50, 400, 4000)
+    km = predict.kaplan_meier(np.minimum(w, c), w > c)
+    truth = math.ceil(math.log(0.5) / math.log(1 - 1 / 200))
+    se = 1 / (2 * stats.geom.pmf(truth, 1 / 200) * math.sqrt(4000 * 0.6))       # ~ at-risk share 0.6
+    assert abs(km.q50 - truth) <= bonferroni_z(1) * se
+    km0 = predict.kaplan_meier(w, np.zeros_like(w, bool))                       # uncensored: the sample itself
+    assert km0.mean == pytest.approx(w.mean()) and not km0.mean_is_bound
+    short = predict.kaplan_meier(np.full(10, 5), np.ones(10, bool))             # all censored: a bound only
+    assert math.isnan(short.q50) and short.mean_is_bound and short.median_bound == 5
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--max-len", "8"], ["--max-len", "32"]),
-    (["--max-len", "4096"], ["--max-len", "--seq-len"]),
-    (["--n-boot", "-1"], ["--n-boot"]),
-    (["--synthetic", "--max-len", "512"], ["--max-len", "--synthetic"]),
-    (["--synthetic", "--n-boot", "5"], ["--n-boot", "--synthetic"]),
+@pytest.mark.parametrize("family", ["ar1", "arma_sign_changing"])
+def test_prediction_out_of_sample(family):
+    x = _head(family, mu=3.0, seed=4)
+    W, C = predict.window_rows(x, LS, T // 2)
+    o = predict.out_of_sample(x, W, C, LS, np.random.default_rng(5))
+    zc = bonferroni_z(3 * len(LS))
+    for k in range(len(LS)):
+        if C[:, :, k].any():
+            continue
+        assert abs(o.coverage[k] - 0.9) <= zc * o.se_coverage[k] + 0.01, (k, o.coverage[k], o.se_coverage[k])
+        assert abs(o.z_mean[k]) <= zc and abs(o.z_var[k]) <= zc, (k, o.z_mean[k], o.z_var[k])
+
+
+def test_prediction_beyond_the_trace_for_a_long_window_head():
+    x = _head("iid", mu=6.5, seed=6, S=8, T=512)                               # kappa ~ 0.0025: windows > 256
+    r = verdict.analyse(x, LS, seed=1, context=1024)
+    assert r.censored_frac[-1] == 1.0 and r.verdict in ("pre-asymptotic", "undetermined")
+    # an exponential-like walk: the mean window L/kappa within 5% (stationary, so the blocks are unbiased)
+    k = x.mean()
+    assert r.pred_mean[-1] == pytest.approx(LS[-1] / k, rel=0.05)
+    assert r.pred_p_beyond[-1] == 1.0 and r.km_mean[-1] <= r.pred_mean[-1]
+
+
+@pytest.mark.parametrize("family, mu, state, law", [
+    ("iid", 1.5, "law holds", "iid"),
+    ("ar1", 1.5, "law holds", "dependent"),
+    ("lattice_in_half", 1.5, "law false", ""),
+    ("long_memory", 1.5, "pre-asymptotic", ""),
 ])
-def test_verdict_options_bad_usage(capsys, argv, words):
-    from foxwindow import outputs
-    rc = outputs.cli(heads.main, argv)
-    err = capsys.readouterr().err
-    assert rc == 2 and len(err.strip().splitlines()) == 1 and all(w in err for w in words), err
+def test_verdict_states(family, mu, state, law):
+    # at the level of a 16-head model
+    r = verdict.analyse(_head(family, mu, seed=7), LS, n_heads=16, n_boot=2000, seed=2, predict_=False)
+    assert r.verdict == state and r.law == law, (r.verdict, r.law, r.reasons, r.p_var, r.p_mean)
 
 
-def test_max_len_beyond_saved_traces_is_an_error(tmp_path):
-    path = str(tmp_path / "t.npz")
-    lg = -forget.LogitNormalGate(2, 0.5).sample(np.random.default_rng(17), (4, 64, 2))
-    traces.save_trace(path, {"blocks.0.attn.hook_log_fgate": torch.from_numpy(lg).float()}, {"heads": 2})
-    with pytest.raises(ValueError, match="--max-len"):
-        heads.analyse_traces(path, max_len=128, n_boot=0)
-    results, info = heads.analyse_traces(path, max_len=32, n_boot=0)
-    assert info["analysed_len"] == 32 and len(results) == 2
+def test_documents_with_different_rates_hold_the_dependent_law():
+    rng = np.random.default_rng(8)
+    mus = 3 + 0.5 * np.linspace(-1, 1, S)
+    x = np.concatenate([cal.increments("iid", m, rng, 1, T) for m in mus])
+    r = verdict.analyse(x, LS, n_boot=2000, seed=3, predict_=False)
+    assert r.verdict == "law holds" and r.law == "dependent" and r.p_iid < r.alpha_test
+    assert r.mix_B > bonferroni_z(1) * r.se_mix_B
 
 
-def test_tau_is_renewals_pooled_acf_under_both_centrings():
-    rng = np.random.default_rng(18)
-    x = -_docs(rng, 1.0)                                        # documents differ: the centrings disagree
-    r = heads.analyse_head(-x)
-    from foxwindow import renewal
-    for centre, tau in (("sequence", r.tau), ("grand", r.tau_grand)):
-        rho = renewal.acf(x, heads.MAX_LAG, pooled=True, centre=centre)
-        assert tau == pytest.approx(1 + 2 * rho[1:renewal.geyer_cut(rho)].sum(), rel=1e-12)
-    assert r.tau_grand > r.tau + 5 * r.se_tau                   # a shift between documents reads as memory
+def test_undetermined_only_for_data_reasons():
+    assert "documents" in verdict.analyse(_head("iid", S=3), LS, seed=0).reasons[0]
+    r = verdict.analyse(np.full((4, 100), 0.05), LS, seed=0)
+    assert r.verdict == "undetermined" and "lattice" in r.reasons[0]
+    r = verdict.analyse(1e-5 * np.random.default_rng(0).exponential(1, (4, 100)), LS[-1:], seed=0)
+    assert r.verdict == "undetermined" and "censored" in r.reasons[-1]
+
+
+def test_seeds_fresh_unless_given():
+    x = _head("ar1", mu=3.0)
+    a, b = (verdict.analyse(x, LS, n_boot=500, seed=None) for _ in range(2))
+    c, d = (verdict.analyse(x, LS, n_boot=500, seed=11) for _ in range(2))
+    assert a.pred_mean != b.pred_mean and a.seed != b.seed
+    assert c.pred_mean == d.pred_mean and c.p_var == d.p_var and c.seed == 11
+
+
+def test_law_curves_are_renewals():
+    r = verdict.analyse(_head("iid"), LS, seed=0, predict_=False)
+    m = forget.Moments.from_raw(r.kappa, r.sigma2 + r.kappa ** 2, 0.0)
+    assert r.law_var_iid == pytest.approx([renewal.leading_var(m, L) for L in LS], rel=1e-12)
+
+
+def test_small_calibration_study_has_size_and_power():
+    # a small version of `python -m foxwindow.verdict_calibration` (20 replicates per family, results/verdict)
+    res = cal.study(["arma_sign_changing", "regime_switching", "lattice_in_half"], reps=2, S=S, T=T,
+                    seed=1, n_boot=1000)
+    for fam in ("arma_sign_changing", "regime_switching"):
+        assert res[fam]["runs_law_false"] == 0, res[fam]
+    assert res["lattice_in_half"]["runs_law_false"] == 2
+    assert res["arma_sign_changing"]["tested"] > 0                              # the nulls are tested, not skipped

@@ -1,0 +1,235 @@
+"""Dependence of a head's gate increments X = -log g, measured at the window's own length.
+
+A window at threshold L is a first passage of S_n = X_1 + ... + X_n over L, with n near L/kappa. What
+decides its spread there is the variance of partial sums at that n,
+
+    V(n) = Var(S_n),   tau(n) = V(n) / (n V(1))   (tau(1) = 1; tau(n) -> tau = 1 + 2 sum_k rho_k),
+
+not the limit tau alone. `variance_function` estimates V(n) directly from traces x (S sequences, T
+positions) by averaging the squared deviations of all overlapping block sums of length n, for every n of
+a grid up to T/2, in two centrings: about the grand mean (a document-level shift of kappa then grows
+V(n) like n^2, as it grows the pooled window variance) and about each sequence's own mean (the
+dependence inside a document; the centring bias, a factor (1 - n/T) for a weakly dependent walk, is
+divided out). Its standard errors are jackknifed over sequences (the independent units), and every
+quantity is also available for reweighted sequences (a document bootstrap reweights them).
+
+`in_regime` is the one place that decides whether an asymptotic window law is claimed at L: the
+within-document tau(n) must have measurably levelled off at n = L/kappa (tau(2n)/tau(n) within
+LEVEL_TOL of 1 at the upper end of its LEVEL_Z band), the walk must take MIN_STEPS steps, and it must be
+away from the lattice limit (LATTICE_VAR), and its variance must come from steps small against L
+(`tail_share` <= TAIL_SHARE): the laws invert S_n ~ n kappa linearly, which a single step of the size
+of L breaks (heavy-tailed gates reach the law only at large L, where their big steps are small).
+
+`tau_estimate` is Geyer's initial-positive-sequence tau with its jackknife error: the one function for
+it (a reported diagnostic; it decides nothing alone).
+"""
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from foxwindow import renewal
+
+MAX_LAG = 256          # lags of the Geyer diagnostic
+LEVEL_TOL = 0.10       # tau(n) has levelled off at n when |tau(2n)/tau(n) - 1| <= 10% ...
+LEVEL_Z = 2.0          # ... even at the upper end of its +- 2 SE band (one-sided 97.7%)
+MIN_STEPS = 4.0        # L/kappa >= 4: a renewal law needs a few steps before its O(1) terms are small
+LATTICE_VAR = 0.3      # sigma^2 min(tau, 1) L / kappa^3 >= 0.3: away from the lattice (ALiBi) limit
+TAIL_FRAC = 0.25       # steps longer than a quarter of L ...
+TAIL_SHARE = 0.10      # ... may carry at most 10% of Var X (the law inverts S_n linearly: small steps)
+
+
+def jackknife(values_loo):
+    """Standard error from leave-one-out estimates (S,) or (S, ...) float: sqrt((S-1)/S sum (v - mean)^2)."""
+    v = np.asarray(values_loo, dtype=np.float64)
+    S = v.shape[0]
+    return np.sqrt((S - 1) / S * np.sum((v - v.mean(axis=0)) ** 2, axis=0))
+
+
+def loo_weights(S):
+    """(S, S) float64 weights of the S leave-one-sequence-out samples (row s drops sequence s)."""
+    return 1.0 - np.eye(S)
+
+
+def _traces(x, what="x"):
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 4:
+        raise ValueError(f"{what}: need increments (S, T) with S >= 2 sequences and T >= 4; got shape {x.shape}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"{what}: increments contain NaN or inf")
+    return x
+
+
+# ----------------------------------------------------------------------------- Geyer's tau (a diagnostic)
+
+
+@dataclass
+class TauEstimate:
+    """tau = 1 + 2 sum_{k<cut} rho_k (Geyer's initial positive sequence) with its jackknife-over-sequences
+    standard error. tau_loo: (S,) leave-one-sequence-out values (same cut: a smooth statistic)."""
+    tau: float
+    se: float
+    cut: int
+    centre: str
+    tau_loo: np.ndarray
+
+
+def tau_estimate(x, centre="sequence", max_lag=MAX_LAG):
+    """Geyer's tau of increments x (S, T) float (S >= 2 sequences), pooled over sequences with (T - k) S pairs
+    per lag (renewal.acf(x, K, pooled=True, centre=centre)). centre: "sequence" (each sequence about its
+    own mean) or "grand". max_lag: int >= 1, capped at T - 1. Returns TauEstimate."""
+    x = _traces(x)
+    S, T = x.shape
+    K = min(int(max_lag), T - 1)
+    nk = (T - np.arange(K + 1)) * 1.0
+    xx = renewal.lag_sums(x, K, centre)                                      # (S, K+1)
+    g = xx.sum(0) / (nk * S)
+    if g[0] <= 0:
+        raise ValueError("tau_estimate: constant increments (variance 0) have no autocorrelation")
+    rho = g / g[0]
+    cut = renewal.geyer_cut(rho)
+    tau = 1 + 2 * rho[1:cut].sum()
+    loo = (xx.sum(0, keepdims=True) - xx) / (nk * (S - 1))
+    tau_loo = 1 + 2 * (loo[:, 1:cut] / loo[:, :1]).sum(1)
+    return TauEstimate(float(tau), float(jackknife(tau_loo)), int(cut), centre, tau_loo)
+
+
+# ----------------------------------------------------------------------------- V(n) at every n
+
+
+def n_grid(n_max, extra=()):
+    """Block lengths: 1, 2, ... geometric up to n_max (about 12 per decade), plus `extra` ints in [1, n_max]."""
+    base = np.unique(np.round(np.geomspace(1, max(n_max, 1), 12 * max(1, int(math.log10(max(n_max, 10)))) + 8)))
+    ex = [int(e) for e in extra if 1 <= int(e) <= n_max]
+    return np.unique(np.concatenate([base.astype(np.int64), np.asarray(ex, dtype=np.int64), [1]]))
+
+
+class VarianceFunction:
+    """V(n) = Var(S_n) of increments x (S, T) float64 for n in `ns` (ints in [1, T/2]; 1 is added).
+
+    Per-sequence sums are kept so that every estimate is also available under sequence weights w
+    ((B, S) float, e.g. a document bootstrap's counts; None = every sequence once):
+      grand(w), within(w): V(n) about the grand mean / each sequence's own mean, (B, m) or (m,)
+      tau_grand(w), tau_within(w): V(n) / (n V(1)), same shapes
+      se(f): the jackknife-over-sequences standard error of any such function f(w) -> (S, ...) values.
+    """
+
+    def __init__(self, x, ns=None):
+        x = _traces(x)
+        S, T = x.shape
+        self.S, self.T = S, T
+        self.ns = n_grid(T // 2) if ns is None else np.unique(np.concatenate([np.asarray(ns, np.int64), [1]]))
+        if self.ns.min() < 1 or self.ns.max() > T // 2:
+            raise ValueError(f"ns must lie in [1, T/2] = [1, {T // 2}]; got [{self.ns.min()}, {self.ns.max()}]")
+        c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1)
+        m = len(self.ns)
+        self.A1, self.A2, self.Q = (np.empty((S, m)) for _ in range(3))
+        self.p1 = x.sum(1)
+        kd = self.p1 / T
+        for k, n in enumerate(self.ns):
+            d = c[:, n:] - c[:, :-n]                                             # (S, T - n + 1) block sums
+            self.A1[:, k], self.A2[:, k] = d.sum(1), (d * d).sum(1)
+            self.Q[:, k] = ((d - n * kd[:, None]) ** 2).sum(1)
+        self.cnt = (T - self.ns + 1).astype(np.float64)
+
+    def _w(self, w):
+        return np.ones((1, self.S)) if w is None else np.atleast_2d(np.asarray(w, dtype=np.float64))
+
+    def _out(self, v, w):
+        return v[0] if w is None else v
+
+    def within(self, w=None):
+        ww = self._w(w)
+        v = (ww @ self.Q) / (ww.sum(1, keepdims=True) * self.cnt) / (1 - self.ns / self.T)
+        return self._out(v, w)
+
+    def grand(self, w=None):
+        ww = self._w(w)
+        W = ww.sum(1, keepdims=True)
+        k = (ww @ self.p1)[:, None] / (W * self.T)
+        n = self.ns[None, :]
+        v = (ww @ self.A2 - 2 * n * k * (ww @ self.A1) + n * n * k * k * W * self.cnt) / (W * self.cnt)
+        return self._out(v, w)
+
+    def tau_within(self, w=None):
+        v = self.within(self._w(w))
+        return self._out(v / (self.ns * v[:, :1]), w)
+
+    def tau_grand(self, w=None):
+        v = self.grand(self._w(w))
+        return self._out(v / (self.ns * v[:, :1]), w)
+
+    def se(self, f):
+        """Jackknife-over-sequences standard error of f(w) (f maps (B, S) weights to (B, ...) values)."""
+        return jackknife(f(loo_weights(self.S)))
+
+    def index(self, n):
+        """Position in ns of the grid point nearest to n (a float >= 1) on a log scale."""
+        return int(np.argmin(np.abs(np.log(self.ns) - math.log(max(n, 1.0)))))
+
+
+def variance_function(x, ns=None):
+    """V(n) of increments x (S, T) (see VarianceFunction). ns: block lengths (ints in [1, T/2]); None: n_grid."""
+    return VarianceFunction(x, ns)
+
+
+# ----------------------------------------------------------------------------- the regime a law claims
+
+
+@dataclass
+class Regime:
+    """Whether an asymptotic window law is claimed at one L, with the measured reason when it is not.
+    level_ratio: tau_within(2n)/tau_within(n) at n = L/kappa, with its jackknife SE (NaN when 2n > T/2)."""
+    ok: bool
+    why: str
+    n: float
+    level_ratio: float
+    level_se: float
+
+
+def level_ratio(vf, n, w=None):
+    """tau_within(2n)/tau_within(n) at the grid points nearest n and 2n, under weights w (see
+    VarianceFunction). NaN when 2n exceeds the longest block length measured."""
+    if 2 * n > vf.ns[-1]:
+        return float("nan") if w is None else np.full(np.atleast_2d(w).shape[0], np.nan)
+    i, j = vf.index(n), vf.index(2 * n)
+    t = vf.tau_within(w if w is not None else None)
+    return t[..., j] / t[..., i]
+
+
+def tail_share(x, L):
+    """Share of Var X carried by steps X > TAIL_FRAC L: E[(X - kappa)^2 1{X > TAIL_FRAC L}] / Var X, from
+    increments x (any shape, float) at threshold L > 0. Returns a float in [0, 1] (NaN for constant x)."""
+    x = np.asarray(x, dtype=np.float64)
+    d2 = (x - x.mean()) ** 2
+    tot = d2.sum()
+    return float(d2[x > TAIL_FRAC * L].sum() / tot) if tot > 0 else float("nan")
+
+
+def in_regime(L, kappa, sigma2, vf, censored_frac, tail=0.0):
+    """Whether the asymptotic window laws claim to hold at threshold L (float > 0) for a head with forget
+    rate kappa > 0 and increment variance sigma2 (floats), V(n) in vf (VarianceFunction), a fraction
+    censored_frac (float) of analysed windows reaching the trace start and the tail share (tail_share at L).
+    Returns Regime.
+
+    Claimed where (1) no analysed window is censored; (2) L/kappa >= MIN_STEPS; (3) sigma^2 min(tau, 1)
+    L/kappa^3 >= LATTICE_VAR, tau = tau_within(L/kappa); (4) tail <= TAIL_SHARE; (5) tau_within has
+    measurably levelled off at n = L/kappa: |tau(2n)/tau(n) - 1| + LEVEL_Z SE <= LEVEL_TOL, with 2n inside
+    the measured range."""
+    n = L / kappa
+    if censored_frac > 0:
+        return Regime(False, "censored", n, float("nan"), float("nan"))
+    if n < MIN_STEPS:
+        return Regime(False, f"L/kappa = {n:.1f} < {MIN_STEPS:g} steps", n, float("nan"), float("nan"))
+    tau_n = float(vf.tau_within()[vf.index(n)])
+    if sigma2 * min(tau_n, 1.0) * L / kappa ** 3 < LATTICE_VAR:
+        return Regime(False, "near the lattice limit", n, float("nan"), float("nan"))
+    if tail > TAIL_SHARE:
+        return Regime(False, f"steps > L/{1 / TAIL_FRAC:g} carry {tail:.0%} of Var X", n, float("nan"), float("nan"))
+    if 2 * n > vf.ns[-1]:
+        return Regime(False, f"tau(n) not measurable at 2n = {2 * n:.0f} > {vf.ns[-1]}", n, float("nan"), float("nan"))
+    r = float(level_ratio(vf, n))
+    se = float(vf.se(lambda w: level_ratio(vf, n, w)))
+    ok = abs(r - 1) + LEVEL_Z * se <= LEVEL_TOL
+    why = "" if ok else f"tau(n) still moving at n = {n:.0f} (tau(2n)/tau(n) = {r:.2f} +- {se:.2f})"
+    return Regime(bool(ok), why, n, r, se)

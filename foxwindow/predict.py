@@ -1,0 +1,225 @@
+"""A head's window at any L, predicted from its own gates, and checked out of sample.
+
+The model: the head's own documents, extended past their start by a moving-block bootstrap. A predicted
+window is the first passage over L of a walk that starts at a query row drawn from the analysed rows
+(the second half) of one document and reads that document backwards (as a window does) to its start;
+past the start it continues through blocks of BLOCK_FRACTION of the trace drawn from the same document,
+each read backwards. Up to the start every correlation, position effect and the document's own kappa
+are the data's; beyond it the walk assumes the document stays stationary, so L beyond the trace's
+length still gets a prediction. Nothing is fitted: no AR(1) or other parametric shape.
+
+Windows on the traces themselves are right-censored where they reach the sequence start (the true
+window is at least the row's index); `kaplan_meier` estimates their survival function, so long-window
+heads get an estimate, or a bound where the survival never falls below the level asked.
+
+`out_of_sample` fits the prediction on half of the documents and scores it on the other half: coverage
+of the 90% interval (randomised at the discrete endpoints, so that it is 0.90 in expectation when the
+prediction is right, even for windows of a few tokens; a censored window counts by the part of the
+interval beyond its bound), and the errors of the mean and of the variance in units of their standard
+errors (jackknife over both halves' documents).
+"""
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+BLOCK_FRACTION = 0.25      # block length: a quarter of the trace
+WALKS_PER_DOC = 16         # walks per document of the fitted half or of the whole head
+N_CAP = 1 << 17            # longest walk simulated (tokens); a longer window is reported censored there
+QUANTILES = (0.05, 0.5, 0.95)
+
+
+def window_rows(x, Ls, r0):
+    """Windows W = N - 1 of rows r0..T-1 of increments x (S, T) float64 at thresholds Ls (n,) float.
+    Returns (W (S, R, n) int64, censored (S, R, n) bool), R = T - r0; a censored W is the row's index
+    (the true window is at least that). Same windows as forget.windows."""
+    S, T = x.shape
+    c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1)
+    i = np.arange(r0 + 1, T + 1)[:, None]
+    Ls = np.asarray(Ls, dtype=np.float64)
+    W = np.empty((S, T - r0, len(Ls)), np.int64)
+    cens = np.empty(W.shape, bool)
+    for s in range(S):                                                     # np.searchsorted is 1-D
+        j = np.searchsorted(c[s], c[s, r0 + 1:, None] - Ls[None, :], side="left")
+        W[s], cens[s] = i - j, j == 0
+    return W, cens
+
+
+def block_walks(x, Ls, rng, per_doc=WALKS_PER_DOC, block=None, n_cap=N_CAP, r0=None):
+    """Windows of per_doc bootstrap walks per document of increments x (S, T) float64 at thresholds Ls (n,).
+
+    A walk starts at a query row drawn uniformly from rows r0..T-1 of its document (None: T // 2, the rows
+    whose windows are measured), reads the document backwards from there to its start, and continues
+    past the start through blocks of `block` tokens (None: BLOCK_FRACTION of T) of the same document, each
+    read backwards, until it is n_cap tokens long or past every L. rng: numpy Generator.
+    Returns (W (S, per_doc, n) int64, censored (S, per_doc, n) bool: the walk stayed below L for n_cap tokens)."""
+    S, T = x.shape
+    b = min(max(1, int(block or round(BLOCK_FRACTION * T))), T)
+    r0 = T // 2 if r0 is None else int(r0)
+    Ls = np.asarray(Ls, dtype=np.float64)
+    L_max = float(Ls.max())
+    W = np.zeros((S, per_doc, len(Ls)), np.int64)
+    cens = np.zeros(W.shape, bool)
+    back = b - 1 - np.arange(b)                                             # a block read backwards
+    for d in range(S):
+        kd = x[d].mean()
+        if kd <= 0:
+            W[d], cens[d] = n_cap, True
+            continue
+        n_len = int(min(n_cap, max(T + 1, 2 * L_max / kd + 2 * b + 64)))
+        ends = rng.integers(r0, T, size=per_doc)                           # query rows
+        nb = -(-n_len // b)
+        starts = rng.integers(0, T - b + 1, size=(per_doc, nb))
+        blocks = (starts[:, :, None] + back).reshape(per_doc, nb * b)
+        for m, e in enumerate(ends):
+            idx = np.concatenate([np.arange(e, -1, -1), blocks[m, :max(0, n_len - e - 1)]])[:n_len]
+            cs = np.cumsum(x[d][idx])
+            W[d, m] = np.searchsorted(cs, Ls, side="right")
+            cens[d, m] = cs[-1] <= Ls
+    return W, cens
+
+
+@dataclass
+class Prediction:
+    """The predicted window distribution at each L (lists over L). se_*: jackknife over the fitted
+    documents (document sampling and simulation noise together). p_beyond: P(W > context) (NaN when no
+    context is given). censored: share of walks that stayed below L for N_CAP tokens (their W is a bound)."""
+    mean: list = field(default_factory=list)
+    se_mean: list = field(default_factory=list)
+    var: list = field(default_factory=list)
+    se_var: list = field(default_factory=list)
+    q05: list = field(default_factory=list)
+    q50: list = field(default_factory=list)
+    q95: list = field(default_factory=list)
+    p_beyond: list = field(default_factory=list)
+    censored: list = field(default_factory=list)
+
+
+def _pooled_moments(W, cens=None):
+    """Mean and variance of W (S, m, n) pooled over S and m, with jackknife-over-S SEs: four (n,) arrays."""
+    S, m = W.shape[:2]
+    Wf = W.astype(np.float64)
+    s1, s2 = Wf.sum(1), (Wf * Wf).sum(1)                                  # (S, n)
+    mean = s1.sum(0) / (S * m)
+    var = s2.sum(0) / (S * m) - mean ** 2
+    if S < 2:
+        return mean, np.full_like(mean, np.nan), var, np.full_like(var, np.nan)
+    ml = (s1.sum(0) - s1) / ((S - 1) * m)
+    vl = (s2.sum(0) - s2) / ((S - 1) * m) - ml ** 2
+    from foxwindow.dependence import jackknife
+    return mean, jackknife(ml), var, jackknife(vl)
+
+
+def predict(x, Ls, rng, context=None, per_doc=WALKS_PER_DOC, block=None):
+    """The window distribution of a head with increments x (S, T) float64 at thresholds Ls (n,) float:
+    Prediction from block_walks. context: int tokens for P(W > context), or None."""
+    W, cens = block_walks(x, Ls, rng, per_doc, block)
+    mean, se_m, var, se_v = _pooled_moments(W)
+    flat = W.reshape(-1, W.shape[2]).astype(np.float64)
+    q = np.quantile(flat, QUANTILES, axis=0, method="inverted_cdf")
+    p = (flat > context).mean(0) if context else np.full(len(Ls), np.nan)
+    return Prediction(mean.tolist(), se_m.tolist(), var.tolist(), se_v.tolist(), q[0].tolist(), q[1].tolist(),
+                      q[2].tolist(), p.tolist(), cens.reshape(-1, len(Ls)).mean(0).tolist())
+
+
+# ----------------------------------------------------------------------------- censored windows
+
+
+@dataclass
+class KaplanMeier:
+    """Kaplan-Meier estimate from right-censored windows at one L. mean: restricted to the longest time
+    observed (a lower bound when the survival has not reached 0: then mean_is_bound). q50: median, NaN
+    when the survival never falls to 0.5 (then median_bound is the largest time seen: W > it with
+    probability > 0.5)."""
+    mean: float
+    mean_is_bound: bool
+    q50: float
+    median_bound: float
+
+
+def kaplan_meier(W, censored):
+    """Kaplan-Meier survival of windows W (any shape, int) with right-censoring flags `censored` (same shape,
+    bool: the true window is at least W). Returns KaplanMeier."""
+    t = np.asarray(W, dtype=np.int64).ravel()
+    c = np.asarray(censored, dtype=bool).ravel()
+    if t.size == 0:
+        raise ValueError("kaplan_meier: no windows")
+    tmax = int(t.max())
+    ev = np.bincount(t[~c], minlength=tmax + 1).astype(np.float64)
+    at = np.cumsum(np.bincount(t, minlength=tmax + 1)[::-1])[::-1].astype(np.float64)   # times >= u
+    h = np.divide(ev, at, out=np.zeros_like(ev), where=at > 0)
+    surv = np.cumprod(1 - h)                                                # P(W > u), u = 0..tmax
+    mean = float(surv.sum())                                                # sum_u P(W > u), u < tmax + 1
+    below = np.nonzero(surv <= 0.5)[0]
+    q50 = float(below[0]) if len(below) else float("nan")
+    return KaplanMeier(mean, bool(surv[-1] > 0), q50, float(tmax))
+
+
+# ----------------------------------------------------------------------------- out of sample
+
+
+@dataclass
+class OutOfSample:
+    """The prediction fitted on the even-numbered documents, scored on the odd-numbered ones (lists over L).
+    coverage: expected coverage of the predicted 90% interval by the held-out windows, with its jackknife
+    SE over held-out documents; z_mean, z_var: (predicted - held-out) / SE of the difference (NaN where
+    a held-out window is censored: its mean is then a bound)."""
+    n_fit: int = 0
+    n_test: int = 0
+    coverage: list = field(default_factory=list)
+    se_coverage: list = field(default_factory=list)
+    z_mean: list = field(default_factory=list)
+    z_var: list = field(default_factory=list)
+    censored: list = field(default_factory=list)          # share of held-out windows censored (coverage then
+                                                          # checks only P(W >= bound); 1.0: a weak check)
+
+
+def _coverage(F, w, cens, lo=0.05, hi=0.95):
+    """Expected randomised-PIT coverage of [lo, hi] for held-out windows w (k,) int with censoring flags,
+    under a predicted CDF F (function: int array -> P(W <= w)). Returns (k,) float."""
+    a = F(w - 1)
+    b = np.where(cens, 1.0, F(w))
+    width = b - a
+    inside = np.clip(np.minimum(b, hi) - np.maximum(a, lo), 0, None)
+    point = ((a >= lo) & (a <= hi)).astype(np.float64)
+    return np.where(width > 0, inside / np.where(width > 0, width, 1), point)
+
+
+def out_of_sample(x, W_rows, cens_rows, Ls, rng, per_doc=2 * WALKS_PER_DOC, block=None):
+    """Fit on documents 0, 2, 4, ... of increments x (S, T) and score on 1, 3, 5, ... whose windows are
+    W_rows, cens_rows (S, R, n) (window_rows). Ls: (n,) thresholds. Returns OutOfSample."""
+    S = x.shape[0]
+    fit, test = np.arange(0, S, 2), np.arange(1, S, 2)
+    Wp, _ = block_walks(x[fit], Ls, rng, per_doc, block)
+    pm, pse_m, pv, pse_v = _pooled_moments(Wp)
+    Wt, Ct = W_rows[test], cens_rows[test]
+    tm, tse_m, tv, tse_v = _pooled_moments(Wt)
+    out = OutOfSample(len(fit), len(test))
+    for k in range(len(Ls)):
+        pred = np.sort(Wp[:, :, k].ravel())
+
+        def F(w, pred=pred):
+            return np.searchsorted(pred, w, side="right") / len(pred)
+
+        cov = np.array([_coverage(F, Wt[d, :, k], Ct[d, :, k]).mean() for d in range(len(test))])
+        out.coverage.append(float(cov.mean()))
+        from foxwindow.dependence import jackknife
+        loo = (cov.sum() - cov) / (len(cov) - 1) if len(cov) > 1 else np.array([np.nan])
+        out.se_coverage.append(float(jackknife(loo)))
+        out.censored.append(float(Ct[:, :, k].mean()))
+        if Ct[:, :, k].any():
+            out.z_mean.append(float("nan"))
+            out.z_var.append(float("nan"))
+            continue
+        out.z_mean.append(_z(pm[k] - tm[k], pse_m[k], tse_m[k]))
+        out.z_var.append(_z(pv[k] - tv[k], pse_v[k], tse_v[k]))
+    return out
+
+
+def _z(d, a, b):
+    se = math.hypot(a, b)
+    if not math.isfinite(se):
+        return float("nan")
+    if se == 0:
+        return 0.0 if d == 0 else float("inf")
+    return float(d / se)
