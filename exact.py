@@ -17,6 +17,7 @@ exact numerics over a scan of eps.
 """
 import math
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from fractions import Fraction
@@ -24,6 +25,7 @@ from fractions import Fraction
 import numpy as np
 from scipy import fft as sfft
 
+import discrete
 import forget
 import outputs
 from forget import threshold
@@ -48,7 +50,8 @@ _DELTA = 1e-30                   # Chernoff target for each neglected tail of th
 _DELTA_F = 1e-20                 # |P(omega)|^n below this: the frequency is dropped from the inversion
 _C0 = 8                          # cells per min(sd X, kappa) on the coarsest lattice
 _MAX_LEVEL = 7                   # finest lattice: _C0 * 2^_MAX_LEVEL cells per sd (densities)
-_MAX_LEVEL_ATOMS = 7             # atoms: rounding is exact once h is below the gaps of S_n about L
+_MAX_LEVEL_ATOMS = 9             # atoms: rounding is exact once h is below the gaps of S_n about L
+_ATOM_SECONDS = 1.0              # many distinct atoms (> 64): no further lattice once the next would pass this
 _FLOOR = 1e-11                   # relative floor on the error estimates: residuals up to 3e-12 were measured
                                  # below which differences between resolutions no longer track the error
 _GL_U, _GL_W = np.polynomial.legendre.leggauss(12)
@@ -132,7 +135,8 @@ def _hat_pmf(gate, h, K, support):
         # once no value of S_n lies within n h / 2 of L (a split would smear atoms across L at every h)
         k = np.rint(gate.x / h).astype(np.int64)
         ka = int(k[0])
-        p = np.bincount(k - ka).astype(np.float64) / len(k)
+        w = getattr(gate, "w", None)
+        p = np.bincount(k - ka, weights=w).astype(np.float64) / (1.0 if w is not None else len(k))
     else:
         x_lo, x_hi = support
         ka = max(int(math.floor(x_lo / h)) - 1, 0)
@@ -400,9 +404,10 @@ def _bracket_atoms(lat, s, n_lo, n_hi):
     mean, var = _moments_from_survival(s, n_lo)
     i = np.arange(len(s))
     e1 = float(wid.sum())
-    e2 = float(np.sum((2 * i + 1) * wid))
     ebar = mean + 1.0 - n_lo                               # E[N - n_lo]
-    return s, mean, var, e1, e2 + 2 * ebar * e1 + e1 * e1, "atoms at nearest points, bracketed"
+    # Var = E2 - E1^2 moves by sum (2i + 1 - 2 E1) d_i - (sum d_i)^2 for survival errors d_i: centred weights
+    e2 = float(np.sum(np.abs(2 * i + 1 - 2 * ebar) * wid))
+    return s, mean, var, e1, e2 + e1 * e1, "atoms at nearest points, bracketed"
 
 
 def _closed_gamma(gate):
@@ -440,6 +445,81 @@ def _finish(gate, eps, s, n_lo, mean, var, method, mean_err=0.0, var_err=0.0, h=
                         float(h), int(n0))
 
 
+class _AtomGate(forget.EmpiricalGate):
+    """Atoms with unequal probabilities (a custom law found discrete by its CDF): values x (k,), probs w (k,)."""
+
+    def __init__(self, values, probs, name):
+        self.x, self.w, self.name = np.asarray(values, dtype=np.float64), np.asarray(probs, dtype=np.float64), name
+
+    def moments(self):
+        return forget.Moments.from_raw(*(float(np.dot(self.w, self.x ** j)) for j in (1, 2, 3)))
+
+    def cdf(self, x):
+        c = np.concatenate([[0.0], np.cumsum(self.w)])
+        return c[np.searchsorted(self.x, np.asarray(x, dtype=np.float64), side="right")]
+
+
+class _Positive(forget.Gate):
+    """X given X > 0 for a law with an atom q at 0 and a density elsewhere (moments and CDF rescaled)."""
+    atomless = True
+
+    def __init__(self, gate, q, m):
+        self.gate, self.q, self.name = gate, q, f"{gate} given X > 0"
+        self.smooth = gate.smooth
+        self.m = forget.Moments.from_raw(m.kappa / (1 - q), m.mu2 / (1 - q), m.mu3 / (1 - q))
+
+    def moments(self):
+        return self.m
+
+    def cdf(self, x):
+        return np.clip((self.gate.cdf(x) - self.q) / (1 - self.q), 0.0, 1.0)
+
+
+def _atomic_passage(gate, eps, L, m, tol, strict, richardson, var_tol):
+    """Laws with atoms (docs/THEORY.md section 5, "Atoms"): an EmpiricalGate's values, or atoms found in the CDF
+    of a gate that does not declare itself atomless. Few values: exact sums (discrete.py); an atom at 0: exact
+    geometric compounding over the walk of X given X > 0; many atoms: the bracketed lattice (None is returned
+    and the caller goes on). A custom law with atoms at positive values and a continuous part is refused."""
+    if isinstance(gate, forget.EmpiricalGate):
+        law = (discrete.DiscreteLaw.from_atoms(gate.x, gate.w) if isinstance(gate, _AtomGate)
+               else discrete.DiscreteLaw.from_samples(gate.x))
+    elif getattr(gate, "atomless", False):
+        return None
+    else:
+        vals, mass = discrete.find_atoms(gate.cdf, _support(gate, m)[1])
+        if len(vals) == 0:
+            return None
+        if mass.sum() >= 1.0 - 1e-9:
+            law = discrete.DiscreteLaw.from_atoms(vals, mass)
+        elif vals[-1] == 0.0:                               # an atom at 0 and a density elsewhere
+            q = float(mass[0])
+            fy = exact_first_passage(_Positive(gate, q, m), eps, tol, strict, richardson, var_tol)
+            out = discrete.compound(fy.n0, fy.survival, fy.mean + 1, fy.var, fy.mean_err, fy.var_err, q,
+                                    fy.method)
+            n0, sv, mean, var, me, ve, method = out
+            return _finish(gate, eps, sv, n0, mean, var, method, me, ve, fy.h)
+        else:
+            raise ValueError(f"{gate}: its CDF has atoms (at x = {vals[:4]}, total mass {mass.sum():.3g}) and a "
+                             "continuous part; the exact numerics take a density, a discrete law, or a density "
+                             "with an atom at 0 only")
+    try:
+        n0, s, mean, var, me, ve, method = discrete.passage(law, L)
+        me += _FLOOR * abs(mean)
+        ve += _FLOOR * max(abs(var), 1.0)
+        return _finish(gate, eps, s, n0, mean, var, method, me, ve)
+    except discrete.TooLarge:
+        pass
+    if law.q > 0:                                           # many positive values: bracketed lattice, compounded
+        fy = exact_first_passage(_AtomGate(law.values, law.probs, f"{gate} given X > 0"), eps, tol, strict,
+                                 richardson, var_tol)
+        n0, s, mean, var, me, ve, method = discrete.compound(fy.n0, fy.survival, fy.mean + 1, fy.var, fy.mean_err,
+                                                            fy.var_err, law.q, fy.method)
+        return _finish(gate, eps, s, n0, mean, var, method, me, ve, fy.h)
+    if isinstance(gate, forget.EmpiricalGate):
+        return None
+    return exact_first_passage(_AtomGate(law.values, law.probs, str(gate)), eps, tol, strict, richardson, var_tol)
+
+
 def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_tol=None):
     """Exact distribution and moments of the eps-window W = N - 1 for an iid increment law, with its error.
 
@@ -455,6 +535,7 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_
     Raises ValueError at once, before any work, when the expected window L/kappa exceeds MAX_STEPS steps
     (a constant increment excepted: its window is returned in closed form however long).
     """
+    t_start = time.perf_counter()
     L = threshold(eps)
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (0 < tol < 1):
         raise ValueError(f"tol must be a number in (0, 1); got {tol!r}")
@@ -470,6 +551,9 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_
         raise ValueError(f"{gate} has kappa = E X = {m.kappa}, Var X = {m.sigma2}: no finite window")
     if m.sigma2 <= 0:
         return _constant_passage(gate, eps, L, m.kappa)
+    fp = _atomic_passage(gate, eps, L, m, tol, strict, richardson, var_tol)
+    if fp is not None:
+        return fp
     n_exp = L / m.kappa
     if n_exp > MAX_STEPS:
         raise ValueError(f"{gate}: expected window L/kappa = {n_exp:.3g} steps at eps = {eps:g} exceeds the cap "
@@ -516,11 +600,9 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_
         top = _MAX_LEVEL_ATOMS if atoms else _MAX_LEVEL
         if ok or len(levels) > top:
             break
-        if atoms and n_distinct > 64 and len(levels) >= 4:
-            # many distinct atoms: the bracket narrows only as O(h); stop once tol is out of reach by the last level
-            left = 2.0 ** -(top + 1 - len(levels))
-            if mean_err * left > tol * max(abs(mean), 1.0) or var_err * left > var_tol * max(abs(var), 1.0):
-                break
+        if atoms and n_distinct > 64 and (time.perf_counter() - t_start) * 4 > _ATOM_SECONDS:
+            # many distinct atoms: the bracket narrows only as O(h) and each lattice costs about twice the last
+            break
         try:
             levels.append(_level(gate, L, m, len(levels), support))
         except ValueError:                                 # the next lattice would pass the cell cap

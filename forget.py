@@ -163,6 +163,9 @@ class Gate:
         return self.sample(rng, (n, m)), None
 
     smooth = True   # a density (no atoms): the lattice error is c h^2 + o(h^2), which Richardson removes
+    # True only for laws known to have no atoms; the exact numerics search the CDF of any other gate for atoms
+    # (a jump surviving bisection to one ulp) and treat a discrete law, or an atom at 0, exactly
+    atomless = False
 
     def __repr__(self):
         return self.name
@@ -189,6 +192,7 @@ def _check_real(**params):
 class LogitNormalGate(Gate):
     """g = sigmoid(Z), Z ~ N(mu, s): X = softplus(-Z). The seed's validation gates are
     (mu, s) = (2, 0.5), (1, 1), (3, 0.3)."""
+    atomless = True
 
     def __init__(self, mu, s):
         _check_real(mu=mu, s=s)
@@ -223,6 +227,7 @@ class LogitNormalGate(Gate):
 
 class BetaGate(Gate):
     """g ~ Beta(a, b). Beta(a, 1) gives exponential X with rate a (the exactly solvable case)."""
+    atomless = True
 
     def __init__(self, a, b):
         _check_real(a=a, b=b)
@@ -251,6 +256,7 @@ class BetaGate(Gate):
 
 class GammaIncrement(Gate):
     """X ~ Gamma(k, theta): P(N > n) = P(Gamma(n k, theta) <= L) in closed form (the best oracle)."""
+    atomless = True
 
     def __init__(self, k, theta):
         _check_real(k=k, theta=theta)
@@ -299,6 +305,7 @@ class AR1LogitGate(Gate):
     Same marginal as LogitNormalGate(mu, s); X_t = softplus(-z_t) is autocorrelated. The autocovariance
     of X follows from the Hermite expansion of softplus: gamma_k = sum_n c_n^2 phi^(k n).
     """
+    atomless = True
     iid = False
 
     def __init__(self, mu, s, phi):
