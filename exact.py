@@ -699,8 +699,8 @@ def ar1_long_run(gate):
 
 @dataclass
 class MarkovPassage:
-    """Exact (numerical) moments of W = N - 1 for one L; err_* estimate the discretisation error by the
-    size of the Richardson step (conservative: at phi = 0 the extrapolated error is 20-30x smaller)."""
+    """Exact (numerical) moments of W = N - 1 for one L; err_* estimate the error: the Richardson step in the
+    S grid, the change between two y grids and the truncated tail (markov.ar1_passage)."""
     gate: str
     L: float
     mean: float
@@ -710,71 +710,30 @@ class MarkovPassage:
     survival: np.ndarray    # P(N > n), n = 0..
 
 
-def _tent_cdf(u):
-    """CDF at u of a unit tent density on [-1, 1]: how much of a cloud-in-cell mass lies left of u."""
-    u = np.clip(u, -1.0, 1.0)
-    return np.where(u <= 0, 0.5 * (1 + u) ** 2, 1 - 0.5 * (1 - u) ** 2)
-
-
-def _markov_survival(chain, Ls, h, tol, nmax):
-    """P(S_n <= L) for every L in Ls (nL,), n = 0.. until all are below tol: (n_steps, nL)."""
-    _, pi, P, x = chain
-    K = int(math.ceil(max(Ls) / h)) + 2                     # S grid 0, h, .., covers every L
-    q = np.minimum(np.floor(x / h).astype(np.int64), K)     # each y' moves S by x(y') = (q + theta) h
-    th = x / h - np.floor(x / h)
-    pad = int(q.max()) + 1
-    rows = np.arange(K)[:, None] - q[None, :] + pad         # (K, M) source rows in the padded array
-    read = np.stack([_tent_cdf((L - np.arange(K) * h) / h) for L in Ls])     # (nL, K)
-    f = np.zeros((K, len(pi)))                              # (K, M) joint mass of (S_n, y_n), S_n <= S_max
-    f[0] = pi                                               # S_0 = 0, y_0 stationary
-    g = np.zeros((K + pad, len(pi)))
-    surv = [np.ones(len(Ls))]
-    # X >= 0, so S_n is non-decreasing and N > n  <=>  S_n <= L: one unkilled walk serves every L
-    while surv[-1].max() > tol:
-        if len(surv) > nmax:
-            raise RuntimeError(f"survival still {surv[-1].max():.3g} after {nmax} steps")
-        g[pad:] = f @ P                                     # y_n -> y_{n+1}
-        # S += x(y_{n+1}), split linearly between the two neighbouring grid points (mean exact)
-        f = (1 - th) * np.take_along_axis(g, rows, 0) + th * np.take_along_axis(g, rows - 1, 0)
-        surv.append(read @ f.sum(axis=1))
-    return np.array(surv)
-
-
-def _window_moments(s):
-    n = np.arange(len(s))[:, None]
-    EN = s.sum(axis=0)
-    return EN - 1.0, np.sum((2 * n + 1) * s, axis=0) - EN * EN
-
-
-def markov_first_passage(gate, eps, cells_per_kappa=8, tol=1e-13, nmax=1_000_000):
-    """Exact law of W = N - 1 for AR(1)-logit gates, by the Markov-additive walk (S_n, y_n) on a grid.
+def markov_first_passage(gate, eps, cells_per_kappa=8, tol=1e-13, nmax=1_000_000, max_seconds=600.0, progress=False):
+    """Exact law of W = N - 1 for AR(1)-logit gates, by the Markov-additive walk (S_n, y_n) (markov.ar1_passage).
 
     gate: AR1LogitGate. eps: float or sequence of floats in (0, 1) (one walk serves them all).
     cells_per_kappa: S-grid cells per mean increment (h = kappa / cells_per_kappa), int >= 2.
-    The joint mass of (S_n, y_n) is propagated by the AR(1) kernel on a y grid (spectrally accurate)
-    and by cloud-in-cell shifts in S (error O(h^2): the split adds variance h^2 theta(1 - theta) per step);
-    Richardson over (h, h/2) removes the h^2 term. At phi = 0 it is the iid exact numerics.
-    Returns a list of MarkovPassage, one per eps (in order). Cost ~ (L/h) M^2 per step, M ~ 16/dy.
+    tol: the survival at which the walk stops, in (0, 1e-6] (the rest is bounded in the error).
+    The y axis is cut into cells, each cell's increment law continuous (X given y in the cell), and computed on
+    two y grids; the S axis by a mean-preserving split, Richardson over (h, h/2). err_mean, err_var: the
+    Richardson step + the change between the y grids + the truncated tail. max_seconds: the cost is estimated
+    first and refused (ValueError) beyond it; progress: a tqdm bar over steps.
+    Returns a list of MarkovPassage, one per eps (in order).
     """
+    import markov
     eps_list = [eps] if np.ndim(eps) == 0 else list(eps)
     if len(eps_list) == 0:
         raise ValueError("eps is empty")
     Ls = np.array([threshold(e) for e in eps_list])
-    if int(cells_per_kappa) != cells_per_kappa or cells_per_kappa < 2:
+    if isinstance(cells_per_kappa, bool) or int(cells_per_kappa) != cells_per_kappa or cells_per_kappa < 2:
         raise ValueError(f"cells_per_kappa must be an integer >= 2; got {cells_per_kappa}")
-    chain = _ar1_chain(gate)
-    kappa = float(chain[1] @ chain[3])
-    h = kappa / cells_per_kappa
-    s1 = _markov_survival(chain, Ls, h, tol, nmax)
-    s2 = _markov_survival(chain, Ls, h / 2, tol, nmax)
-    n = max(len(s1), len(s2))
-    s1 = np.pad(s1, ((0, n - len(s1)), (0, 0)))
-    s2 = np.pad(s2, ((0, n - len(s2)), (0, 0)))
-    s = (4 * s2 - s1) / 3
-    mean, var = _window_moments(s)
-    mean2, var2 = _window_moments(s2)
-    return [MarkovPassage(str(gate), float(Ls[i]), float(mean[i]), float(var[i]), float(abs(mean[i] - mean2[i])),
-                          float(abs(var[i] - var2[i])), s[:, i].copy()) for i in range(len(Ls))]
+    if not isinstance(gate, forget.AR1LogitGate):
+        raise TypeError(f"Markov-additive numerics need an AR1LogitGate; got {type(gate).__name__} "
+                        "(markov.markov_chain_first_passage takes any finite chain)")
+    res = markov.ar1_passage(gate, Ls, int(cells_per_kappa), tol, nmax, max_seconds, progress)
+    return [MarkovPassage(str(gate), r.L, r.mean, r.var, r.mean_err, r.var_err, r.survival) for r in res]
 
 
 # ----------------------------------------------------------------------------- synthetic table

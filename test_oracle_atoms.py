@@ -174,7 +174,7 @@ def test_many_atoms_with_an_atom_at_zero_are_fast_and_honest():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", exact.AccuracyWarning)
             r = exact.exact_first_passage(g, eps, tol=1e-3)
-        assert time.perf_counter() - t < 2
+        assert time.perf_counter() - t < 4                        # about 1 s of refinement, on a loaded machine
         # the compounding identity against the empirical law's own Wald mean: E[N] = E[N_Y] / (1 - q)
         ry = exact.exact_first_passage(EmpiricalGate(-x[x > 0]), eps, tol=1e-3)
         assert abs((r.mean + 1) - (ry.mean + 1) / 0.7) <= r.mean_err + ry.mean_err / 0.7
