@@ -45,6 +45,8 @@ from renewal import alibi_window, gamma_band, gamma_survival, leading_var, renew
 
 MAX_STEPS = 10 ** 8              # expected windows beyond this raise at once (closed forms excepted)
 MAX_CELLS = 2 ** 26              # largest cyclic band (cells) of the lattice sum
+GAMMA_CLOSED_MAX = 1e5          # gamma closed form only while n k stays below this (scipy's P(a, x) loses
+                                 # ~1e-6 relative at a ~ 1e8); beyond it the lattice takes the gamma CDF
 FULL_SURVIVAL = 1_000_000        # survival arrays start at n = 0 when the transition range starts below this
 _DELTA = 1e-30                   # Chernoff target for each neglected tail of the survival and of the band
 _DELTA_F = 1e-20                 # |P(omega)|^n below this: the frequency is dropped from the inversion
@@ -555,14 +557,17 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_
     if fp is not None:
         return fp
     n_exp = L / m.kappa
+    sd_guess = math.sqrt(m.sigma2 * L / m.kappa ** 3)
     if n_exp > MAX_STEPS:
         raise ValueError(f"{gate}: expected window L/kappa = {n_exp:.3g} steps at eps = {eps:g} exceeds the cap "
                          f"of {MAX_STEPS:g} steps")
     kt = _closed_gamma(gate)
-    if kt is not None:
+    if kt is not None and (n_exp + 20 * sd_guess + 10) * kt[0] <= GAMMA_CLOSED_MAX:
         n_lo, s = gamma_band(*kt, L)
         mean, var = _moments_from_survival(s, n_lo)
-        return _finish(gate, eps, s, n_lo, mean, var, "closed form")
+        # scipy's incomplete gamma is accurate to ~1e-14 relative for n k <= GAMMA_CLOSED_MAX (checked against
+        # mpmath in the tests); the summed moments carry the relative floor
+        return _finish(gate, eps, s, n_lo, mean, var, "closed form", _FLOOR * abs(mean), _FLOOR * max(abs(var), 1))
     support = (0.0, 0.0) if isinstance(gate, forget.EmpiricalGate) else _support(gate, m)
     sd_n = math.sqrt(m.sigma2 * L / m.kappa ** 3) + 1.0
     smooth = bool(gate.smooth) and richardson
@@ -710,7 +715,7 @@ class MarkovPassage:
     survival: np.ndarray    # P(N > n), n = 0..
 
 
-def markov_first_passage(gate, eps, cells_per_kappa=8, tol=1e-13, nmax=1_000_000, max_seconds=600.0, progress=False):
+def markov_first_passage(gate, eps, cells_per_kappa=8, tol=1e-13, nmax=1_000_000, max_seconds=120.0, progress=False):
     """Exact law of W = N - 1 for AR(1)-logit gates, by the Markov-additive walk (S_n, y_n) (markov.ar1_passage).
 
     gate: AR1LogitGate. eps: float or sequence of floats in (0, 1) (one walk serves them all).

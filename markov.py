@@ -24,6 +24,36 @@ from scipy import special
 
 import forget
 
+
+class _OneBlasThread:
+    """Numpy's OpenBLAS on one thread inside the walk: its matrices are small (M <= a few hundred) and on a loaded
+    machine threads cost 10x (measured: 9.7 s against 0.77 s at load 12 on 2 cores). A no-op where the library
+    or its symbols are not found; the previous count is restored."""
+
+    def __enter__(self):
+        self.lib, self.prev = None, None
+        try:
+            import ctypes
+            import glob
+            import os
+            d = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+            for path in glob.glob(os.path.join(d, "*openblas*")):
+                lib = ctypes.CDLL(path)
+                if hasattr(lib, "scipy_openblas_set_num_threads64_"):
+                    self.lib = lib
+                    self.prev = int(lib.scipy_openblas_get_num_threads64_())
+                    lib.scipy_openblas_set_num_threads64_(1)
+                    break
+        except OSError:
+            self.lib = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.lib is not None and self.prev:
+            self.lib.scipy_openblas_set_num_threads64_(self.prev)
+        return False
+
+
 MAX_CELLS = 2_000_000           # S-grid cells (all states together: MAX_CELLS states x cells)
 _FLOPS_PER_SECOND = 2e9         # the refusal estimate (a shared 2-core machine)
 
@@ -239,7 +269,7 @@ def _estimate_seconds(M, Ls, kappa, cells, sd_ratio=10.0):
 
 
 def markov_chain_first_passage(P, state_laws, eps=None, L=None, cells_per_kappa=8, tol=1e-13, pi0=None,
-                               max_seconds=600.0, progress=False, nmax=1_000_000):
+                               max_seconds=120.0, progress=False, nmax=1_000_000):
     """Law of W = N - 1 for a Markov-additive walk: a chain y with transition matrix P (M, M) (row i -> column
     j, rows summing to 1) and, given y_t = j, X_t drawn from state_laws[j] (a forget.Gate with iid increments:
     any law with a CDF, e.g. LogitNormalGate, BetaGate, an EmpiricalGate of a state's increments).
@@ -273,8 +303,9 @@ def markov_chain_first_passage(P, state_laws, eps=None, L=None, cells_per_kappa=
         raise ValueError(f"estimated {est:.0f} s for {len(pi)} states and L/kappa = {max(Ls) / kappa:.3g} exceeds "
                          f"max_seconds = {max_seconds:g}")
     deadline = time.perf_counter() + max_seconds
-    s, mean, var, em, ev, t1, t2 = _chain_run(P, pi, laws, supports, Ls, cells_per_kappa, tol, nmax, deadline,
-                                              progress, "Markov-additive walk")
+    with _OneBlasThread():
+        s, mean, var, em, ev, t1, t2 = _chain_run(P, pi, laws, supports, Ls, cells_per_kappa, tol, nmax, deadline,
+                                                  progress, "Markov-additive walk")
     res = [ChainPassage(float(Ls[i]), float(mean[i]), float(var[i]), float(em[i] + t1[i] + 1e-12 * abs(mean[i])),
                         float(ev[i] + t2[i] + 2 * (mean[i] + 1) * t1[i] + 1e-11 * max(abs(var[i]), 1.0)),
                         s[:, i].copy(), f"Markov-additive walk, {len(pi)} states, Richardson over (h, h/2)")
@@ -336,7 +367,7 @@ def ar1_cell_chain(gate, dy, ymax=8.0):
     return P, pi, laws
 
 
-def ar1_passage(gate, Ls, cells_per_kappa=8, tol=1e-13, nmax=1_000_000, max_seconds=600.0, progress=False):
+def ar1_passage(gate, Ls, cells_per_kappa=8, tol=1e-13, nmax=1_000_000, max_seconds=120.0, progress=False):
     """AR(1)-logit first passage at thresholds Ls (nL,): list of ChainPassage. Two y grids (dy and dy/2,
     dy = min(0.25, a/2), a = sqrt(1 - phi^2)): the fine one's Richardson result, with error = its Richardson step
     + the change between the grids + the tail bound."""
@@ -353,11 +384,12 @@ def ar1_passage(gate, Ls, cells_per_kappa=8, tol=1e-13, nmax=1_000_000, max_seco
                          f"max_seconds = {max_seconds:g}")
     deadline = time.perf_counter() + max_seconds
     runs = []
-    for d in (dy, dy / 2):
-        P, pi, laws = ar1_cell_chain(gate, d)
-        sup = [lw.support() for lw in laws]
-        runs.append(_chain_run(P, pi, laws, sup, np.asarray(Ls, dtype=np.float64), cells_per_kappa, tol, nmax,
-                               deadline, progress, f"AR(1) walk, {len(pi)} y cells"))
+    with _OneBlasThread():
+        for d in (dy, dy / 2):
+            P, pi, laws = ar1_cell_chain(gate, d)
+            sup = [lw.support() for lw in laws]
+            runs.append(_chain_run(P, pi, laws, sup, np.asarray(Ls, dtype=np.float64), cells_per_kappa, tol, nmax,
+                                   deadline, progress, f"AR(1) walk, {len(pi)} y cells"))
     (_, m1, v1, *_), (s, m2, v2, em, ev, t1, t2) = runs
     out = []
     for i, L in enumerate(Ls):
