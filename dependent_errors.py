@@ -30,6 +30,7 @@ PHIS = (0.5, 0.9, 0.97)
 RATIOS = (10, 17, 30, 50, 100, 200)
 TAU_MULTS = (0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8)        # regime scan: L/kappa in units of tau
 TOLS = (0.10, 0.02)
+MAX_SECONDS = 3600.0                                              # per exact walk
 
 
 def _fail(msg):
@@ -67,7 +68,8 @@ def measure(mu, s, phis, ratios, trials, seed, cells, progress=True):
         Ls = [r * lr.kappa for r in ratios]
         gamma = g.autocovariance(np.arange(int(max(ratios)) + 2))       # (n_lags,) gamma_0 = sigma2
         t0 = time.time()
-        passages = exact.markov_first_passage(g, [math.exp(-L) for L in Ls], cells_per_kappa=cells)
+        passages = exact.markov_first_passage(g, [math.exp(-L) for L in Ls], cells_per_kappa=cells,
+                                              max_seconds=MAX_SECONDS)
         t_exact = time.time() - t0
         bar.update()
         for j, (r, L, ex) in enumerate(zip(ratios, Ls, passages)):
@@ -111,7 +113,8 @@ def regime_scan(mu, s, phis, mults, cells, progress=True):
         lr = exact.ar1_long_run(g)
         Ls = [m * lr.tau * lr.kappa for m in mults]
         gamma = g.autocovariance(np.arange(int(max(Ls) / lr.kappa) + 2))
-        passages = exact.markov_first_passage(g, [math.exp(-L) for L in Ls], cells_per_kappa=cells)
+        passages = exact.markov_first_passage(g, [math.exp(-L) for L in Ls], cells_per_kappa=cells,
+                                              max_seconds=MAX_SECONDS)
         pts = []
         for m, L, ex in zip(mults, Ls, passages):
             lw = laws(lr, gamma, L)
@@ -313,11 +316,12 @@ def structure_scan(mults=STRUCT_MULTS, cells=8, progress=True):
         if kind == "ar1":
             gamma = obj.autocovariance(np.arange(n_lags))
             passages = exact.markov_first_passage(obj, [math.exp(-L) for L in Ls], cells_per_kappa=cells,
-                                                  progress=progress)
+                                                  progress=progress, max_seconds=MAX_SECONDS)
             ex = [(p.mean, p.var, p.err_mean, p.err_var) for p in passages]
         else:
             gamma = chain_autocovariance(*obj, n_lags)
-            passages = markov.markov_chain_first_passage(*obj, L=Ls, cells_per_kappa=cells, progress=progress)
+            passages = markov.markov_chain_first_passage(*obj, L=Ls, cells_per_kappa=cells, progress=progress,
+                                                         max_seconds=MAX_SECONDS)
             ex = [(p.mean, p.var, p.mean_err, p.var_err) for p in passages]
         C = renewal.second_order_constant(lr.kappa, lr.sigma2_lr, lr.kappa3_lr, lr.sum_k_gamma_k)
         for m, L, (em, evar, eme, eve) in zip(mults, Ls, ex):

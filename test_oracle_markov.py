@@ -110,7 +110,7 @@ def test_ar1_short_windows_against_monte_carlo(phi, ratio, seed):
     z = bonferroni_z(2)
     assert abs(r.mean - mc.mean) <= z * mc.se_mean + r.err_mean
     assert abs(r.var - mc.var) <= z * mc.se_var + r.err_var
-    assert r.err_var < 0.02 * r.var
+    assert r.err_var < 0.005 * r.var and r.err_mean < 1e-3 * r.mean        # not vacuous
 
 
 @pytest.mark.parametrize("tol", [float("nan"), 2, 0.5, -1, 0, 1e-3, True])
