@@ -17,7 +17,6 @@ exact numerics over a scan of eps.
 """
 import math
 import sys
-import time
 import warnings
 from dataclasses import dataclass
 from fractions import Fraction
@@ -53,7 +52,8 @@ _DELTA_F = 1e-20                 # |P(omega)|^n below this: the frequency is dro
 _C0 = 8                          # cells per min(sd X, kappa) on the coarsest lattice
 _MAX_LEVEL = 7                   # finest lattice: _C0 * 2^_MAX_LEVEL cells per sd (densities)
 _MAX_LEVEL_ATOMS = 9             # atoms: rounding is exact once h is below the gaps of S_n about L
-_ATOM_SECONDS = 1.0              # many distinct atoms (> 64): no further lattice once the next would pass this
+_ATOM_WORK = 1e6                 # many distinct atoms (> 64): no lattice past this work (sd cells x sqrt(n) x n's),
+                                 # about 1 s unloaded for 1e5 trace increments
 _FLOOR = 1e-11                   # relative floor on the error estimates: residuals up to 3e-12 were measured
                                  # below which differences between resolutions no longer track the error
 _GL_U, _GL_W = np.polynomial.legendre.leggauss(12)
@@ -537,7 +537,6 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_
     Raises ValueError at once, before any work, when the expected window L/kappa exceeds MAX_STEPS steps
     (a constant increment excepted: its window is returned in closed form however long).
     """
-    t_start = time.perf_counter()
     L = threshold(eps)
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (0 < tol < 1):
         raise ValueError(f"tol must be a number in (0, 1); got {tol!r}")
@@ -605,8 +604,9 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_
         top = _MAX_LEVEL_ATOMS if atoms else _MAX_LEVEL
         if ok or len(levels) > top:
             break
-        if atoms and n_distinct > 64 and (time.perf_counter() - t_start) * 4 > _ATOM_SECONDS:
+        if atoms and n_distinct > 64 and 2 * levels[-1].sd_j * math.sqrt(n_hi) * (n_hi - n_lo + 1) > _ATOM_WORK:
             # many distinct atoms: the bracket narrows only as O(h) and each lattice costs about twice the last
+            # (cells per sd of the band x n's); a fixed work cap, not a clock, so results do not depend on load
             break
         try:
             levels.append(_level(gate, L, m, len(levels), support))
