@@ -44,8 +44,9 @@ from renewal import alibi_window, gamma_band, gamma_survival, leading_var, renew
 
 MAX_STEPS = 10 ** 8              # expected windows beyond this raise at once (closed forms excepted)
 MAX_CELLS = 2 ** 26              # largest cyclic band (cells) of the lattice sum
-GAMMA_CLOSED_MAX = 1e5          # gamma closed form only while n k stays below this (scipy's P(a, x) loses
-                                 # ~1e-6 relative at a ~ 1e8); beyond it the lattice takes the gamma CDF
+GAMMA_CLOSED_MAX = 1e6          # gamma closed form only while n k stays below this: scipy's P(a, x) is within
+                                 # 1e-16 of mpmath up to a = 3e5, off ~1e-7 at 6e6 and ~1e-6 at 7e7; beyond
+                                 # it the lattice takes the gamma CDF
 FULL_SURVIVAL = 1_000_000        # survival arrays start at n = 0 when the transition range starts below this
 _DELTA = 1e-30                   # Chernoff target for each neglected tail of the survival and of the band
 _DELTA_F = 1e-20                 # |P(omega)|^n below this: the frequency is dropped from the inversion
@@ -564,8 +565,7 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_
     if kt is not None and (n_exp + 20 * sd_guess + 10) * kt[0] <= GAMMA_CLOSED_MAX:
         n_lo, s = gamma_band(*kt, L)
         mean, var = _moments_from_survival(s, n_lo)
-        # scipy's incomplete gamma is accurate to ~1e-14 relative for n k <= GAMMA_CLOSED_MAX (checked against
-        # mpmath in the tests); the summed moments carry the relative floor
+        # scipy's incomplete gamma is accurate to ~1e-16 for n k <= 3e5 (mpmath); the moments carry the floor
         return _finish(gate, eps, s, n_lo, mean, var, "closed form", _FLOOR * abs(mean), _FLOOR * max(abs(var), 1))
     support = (0.0, 0.0) if isinstance(gate, forget.EmpiricalGate) else _support(gate, m)
     sd_n = math.sqrt(m.sigma2 * L / m.kappa ** 3) + 1.0
