@@ -241,20 +241,39 @@ def _check_chain(P, state_laws, pi0):
     return P, pi
 
 
+def _has_atoms(g, support):
+    if isinstance(g, (forget.EmpiricalGate, forget.ConstantGate)):
+        return True
+    if getattr(g, "atomless", False):
+        return False
+    import discrete
+    return len(discrete.find_atoms(g.cdf, support[1])[0]) > 0
+
+
 def _chain_run(P, pi, laws, supports, Ls, cells_per_kappa, tol, nmax, deadline, progress, what):
-    """Richardson over (h, h/2) for one chain: (s, s_fine, mean, var, err_mean_h, err_var_h, tail1, tail2)."""
+    """One chain: (s, mean, var, err_mean_h, err_var_h, tail1, tail2). Densities: Richardson over (h, h/2), the
+    error its step. State laws with atoms (the split is then not smooth in h): no extrapolation, the finest of
+    (h, h/2, h/4) with twice the larger change between them as its error."""
     kappa = float(sum(p * g.moments().kappa for p, g in zip(pi, laws)))
     if not (kappa > 0 and math.isfinite(kappa)):
         raise ValueError(f"{what}: the stationary forget rate kappa = {kappa}; the walk never crosses L")
     h = kappa / cells_per_kappa
+    atoms = any(_has_atoms(g, sp) for g, sp in zip(laws, supports))
     out = []
-    for hh in (h, h / 2):
+    for hh in ((h, h / 2, h / 4) if atoms else (h, h / 2)):
         pmfs = [_state_pmf(g, hh, sp) for g, sp in zip(laws, supports)]
         out.append(_walk(P, pi, pmfs, hh, Ls, tol, nmax, deadline, progress, what))
+    n = max(len(x) for x in out)
+    out = [np.pad(x, ((0, n - len(x)), (0, 0))) for x in out]
+    if atoms:
+        A = [_moments(x) for x in out]
+        s = out[-1]
+        mean, var = A[-1]
+        em = 2 * np.maximum(np.abs(A[1][0] - A[0][0]), np.abs(A[2][0] - A[1][0]))
+        ev = 2 * np.maximum(np.abs(A[1][1] - A[0][1]), np.abs(A[2][1] - A[1][1]))
+        t1, t2 = _tail_bound(s, tol)
+        return s, mean, var, em, ev, t1, t2
     s1, s2 = out
-    n = max(len(s1), len(s2))
-    s1 = np.pad(s1, ((0, n - len(s1)), (0, 0)))
-    s2 = np.pad(s2, ((0, n - len(s2)), (0, 0)))
     s = (4 * s2 - s1) / 3
     mean, var = _moments(s)
     mean2, var2 = _moments(s2)
@@ -281,8 +300,9 @@ def markov_chain_first_passage(P, state_laws, eps=None, L=None, cells_per_kappa=
     max_seconds: the work is estimated first and refused (ValueError) beyond it, and stopped (RuntimeError)
     if it runs over. progress: a tqdm bar over steps.
     Returns ChainPassage (a list of them for a sequence of thresholds): mean, var, mean_err, var_err,
-    survival, quantile(p). The error is the Richardson step over (h, h/2) plus the truncated tail (state laws
-    with atoms are split between lattice points; their error is the same step, not a bracket).
+    survival, quantile(p). The error is the Richardson step over (h, h/2) plus the truncated tail. State laws
+    with atoms (EmpiricalGate, ConstantGate, or atoms found in the CDF) are split between lattice points without
+    extrapolation: the finest of (h, h/2, h/4), error twice the larger change (an estimate, not a bracket).
     """
     Ls, scalar = _thresholds(eps, L)
     tol = _check_tol(tol)
@@ -291,8 +311,8 @@ def markov_chain_first_passage(P, state_laws, eps=None, L=None, cells_per_kappa=
     P, pi = _check_chain(P, state_laws, pi0)
     import exact
     laws = list(state_laws)
-    supports = [None if isinstance(g, (forget.EmpiricalGate, forget.ConstantGate)) else exact._support(g, g.moments())
-                for g in laws]
+    supports = [(0.0, 0.0) if isinstance(g, (forget.EmpiricalGate, forget.ConstantGate))
+                else exact._support(g, g.moments()) for g in laws]
     kappa = float(sum(p * g.moments().kappa for p, g in zip(_stationary(P), laws)))
     if not (kappa > 0):
         raise ValueError(f"the chain's stationary forget rate kappa = {kappa}: the walk never crosses L")

@@ -205,3 +205,35 @@ def test_monte_carlo_runs_are_reproducible_but_not_prefixes():
     c, _ = forget.first_passage_samples(g, 1e-2, 1000, seed=4)
     assert np.array_equal(a, b)
     assert not np.array_equal(a, c[:500])
+
+
+def chain_dp(P, pi, vals, L):
+    """(E[W], Var[W]) exactly (Fractions) for a chain whose state j draws X uniformly from vals[j]: dynamic
+    programming over (S_n, y_n), S_n <= L compared in rationals."""
+    Pf = [[Fraction(str(x)) for x in row] for row in P]
+    cur = {(Fraction(0), i): Fraction(str(p)) for i, p in enumerate(pi)}
+    fL = Fraction(L)
+    s = [Fraction(1)]
+    while cur:
+        nxt = {}
+        for (S, i), w in cur.items():
+            for j in range(len(vals)):
+                for v in vals[j]:
+                    S2 = S + Fraction(v)
+                    if S2 <= fL:
+                        nxt[(S2, j)] = nxt.get((S2, j), 0) + w * Pf[i][j] / len(vals[j])
+        cur = nxt
+        s.append(sum(cur.values(), Fraction(0)))
+    EN = sum(s)
+    return float(EN - 1), float(sum((2 * n + 1) * x for n, x in enumerate(s)) - EN * EN)
+
+
+@pytest.mark.parametrize("L", [1.37, 2.51, 4.07])
+def test_chain_with_atomic_state_laws_against_exact_dynamic_programming(L):
+    P = np.array([[0.8, 0.2], [0.3, 0.7]])                     # stationary law (0.6, 0.4)
+    vals = [[0.1, 0.3], [0.5, 0.9]]
+    laws = [forget.EmpiricalGate(-np.array(v)) for v in vals]
+    mean, var = chain_dp(P, [0.6, 0.4], vals, L)
+    r = markov.markov_chain_first_passage(P, laws, L=L)
+    assert abs(r.mean - mean) <= r.mean_err and abs(r.var - var) <= r.var_err
+    assert r.mean_err < 0.02 * mean
