@@ -459,8 +459,8 @@ def first_passage_mc(gate, eps, trials=200_000, seed=0, chunk=None):
     SE_var is a large-sample (delta-method) error: the sample variance is skewed, so `var +- z SE_var` undercovers
     at few walks, its misses one-sided (the truth above the interval). Measured for the first seed gate at
     eps = 1e-2 against the exact variance, nominal 95%: coverage 0.90 at 50 walks (truth above 8.5%, below 1.3%),
-    0.94 at 200 and at 1000 walks; use a thousand walks or more for a variance interval. A run is reproducible for a given
-    (seed, trials, chunk) but is not a prefix of a longer run (see first_passage_samples)."""
+    0.94 at 200 and at 1000 walks; use a thousand walks or more for a variance interval. A run is reproducible
+    for a given (seed, trials, chunk) but is not a prefix of a longer run (see first_passage_samples)."""
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 2:
         raise ValueError(f"trials must be an integer >= 2 (a variance needs two windows); got {trials!r}")
     W, R = first_passage_samples(gate, eps, trials, seed, chunk)
