@@ -265,9 +265,10 @@ def long_run_variance(sigma2, tau):
 def dependent_var(kappa, sigma2_lr, L):
     """Leading variance law Var[N] ~ sigma_LR^2 L / kappa^3 (functional CLT + inversion).
 
-    kappa > 0, sigma2_lr >= 0, L > 0: floats. Asymptotic: it overstates the variance by an O(1) amount
-    that is large when tau is (measured on AR(1) logits: +137% at L/kappa = 10, +6.5% at 200 for tau = 18;
-    README); below 10% error only from L/kappa ~ 6-8 tau, 2% from ~30 tau. Never negative.
+    kappa > 0, sigma2_lr >= 0, L > 0: floats. Asymptotic: it misses the O(1) term C_dep of
+    `second_order_var`, so its relative error is about -C_dep/Var[N], of either sign: +26% at L/kappa = 3 tau and
+    +6.9% at 10 tau on AR(1) logits (tau = 18.2, C_dep = -49), -12% and -4.0% on a regime-switching gate
+    (tau = 14.5, C_dep = +155) (dependent_errors.py --structures). Never negative. Prefer `second_order_var`.
     """
     return _check_nonneg("sigma2_lr", sigma2_lr) * _check_positive("L", L) / _check_positive("kappa", kappa) ** 3
 
@@ -326,7 +327,7 @@ def bartlett_var(kappa, sigma2_lr, sum_k_gamma_k, L, kappa3_lr=None):
     Returns VarianceLaw; raises OutsideRegime (a ValueError) where the sum is <= 0 rather than return a
     negative variance. A heuristic: it misses the inversion and overshoot parts of the O(1) term,
     1/12 + (5/4)(sigma_LR^2/kappa^2)^2 - (2/3) kappa3_LR/kappa^3 (`second_order_var` has them), which dominate
-    on regime-switching gates (-11.8% at L/kappa = 10 tau there; +1.2% on AR(1) logits; dependent_errors.py).
+    on regime-switching gates (-11.8% at L/kappa = 10 tau there; +1.5% on AR(1) logits; dependent_errors.py).
     in_regime is True only where, besides the usual |O(1)| <= REGIME_FRACTION lead, the omitted part is at most
     BARTLETT_OMITTED of the law's value; that needs kappa3_lr (the long-run third cumulant): without it
     in_regime is False, since the size of the omitted part is unknown.
@@ -356,10 +357,10 @@ def second_order_constant(kappa, sigma2_lr, kappa3_lr, sum_k_gamma_k):
     expansion) they are n kappa, n sigma_LR^2 - 2 sum k gamma_k + o(1) and n kappa3_LR + O(1), so the
     long-run cumulants replace the marginal ones and the finite-n variance adds Bartlett's term (the
     O(1) part of the third cumulant only enters at o(1)). Reduces to Smith's C for iid X.
-    Not proved here: checked against the exact Markov-additive numerics (`exact.markov_first_passage`) on
-    AR(1) logits (tau = 2.9, 18.2, 62.8), where lead + C_dep is within 0.07% of the exact variance from
-    L/kappa = 5 tau on and within 0.003% at 8 tau, i.e. C_dep (-1.05, -49.4, -593) is matched to 3e-4
-    relative at 8 tau (README).
+    Not proved here: checked against the exact Markov-additive numerics (`exact.markov_first_passage`,
+    `markov.markov_chain_first_passage`) on AR(1) logits, a regime-switching chain and a rotating chain with
+    sign-changing correlations (dependent_errors.py --structures): within 2.7% from L/kappa = 3 max(tau, 1),
+    0.2% from 5 max(tau, 1) on all three (README).
     """
     kappa = _check_positive("kappa", kappa)
     c = _check_nonneg("sigma2_lr", sigma2_lr) / kappa ** 2
