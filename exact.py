@@ -2,13 +2,15 @@
 
 The law of W = N - 1 computed, not approximated, to a stated error (see renewal.py for the laws themselves):
 
-  exact_first_passage    iid increments: closed forms first (gamma, exponential, constant X), else the
+  exact_first_passage    iid increments: closed forms first (gamma, exponential, constant X), laws with atoms
+                         by exact sums (discrete.py: up to four values, an atom at 0), else the
                          lattice + Fourier inversion with Richardson over three resolutions and Chernoff
                          bounds on every truncated tail; the result carries its own error estimate
                          (AccuracyWarning / AccuracyError when tol is not met)
   closed_form_survival   P(N > n) for the gates that have a closed form (None otherwise)
   alibi_limit            gamma increments of fixed mean as cv -> 0: the distribution converges to ALiBi's window
-  markov_first_passage   AR(1)-logit gates: the Markov-additive walk (S_n, y_n) on a grid, Richardson over (h, h/2)
+  markov_first_passage   AR(1)-logit gates: the Markov-additive walk (S_n, y_n) on y cells (markov.py: three y
+                         grids extrapolated in dy^2, Richardson over (h, h/2); any finite chain there too)
   ar1_long_run           long-run cumulants of an AR(1)-logit gate from its law (LongRun)
   synthetic_table, scan  Monte Carlo and the laws against these numerics (they compare the two, so they live here)
 
@@ -448,81 +450,6 @@ def _finish(gate, eps, s, n_lo, mean, var, method, mean_err=0.0, var_err=0.0, h=
                         float(h), int(n0))
 
 
-class _AtomGate(forget.EmpiricalGate):
-    """Atoms with unequal probabilities (a custom law found discrete by its CDF): values x (k,), probs w (k,)."""
-
-    def __init__(self, values, probs, name):
-        self.x, self.w, self.name = np.asarray(values, dtype=np.float64), np.asarray(probs, dtype=np.float64), name
-
-    def moments(self):
-        return forget.Moments.from_raw(*(float(np.dot(self.w, self.x ** j)) for j in (1, 2, 3)))
-
-    def cdf(self, x):
-        c = np.concatenate([[0.0], np.cumsum(self.w)])
-        return c[np.searchsorted(self.x, np.asarray(x, dtype=np.float64), side="right")]
-
-
-class _Positive(forget.Gate):
-    """X given X > 0 for a law with an atom q at 0 and a density elsewhere (moments and CDF rescaled)."""
-    atomless = True
-
-    def __init__(self, gate, q, m):
-        self.gate, self.q, self.name = gate, q, f"{gate} given X > 0"
-        self.smooth = gate.smooth
-        self.m = forget.Moments.from_raw(m.kappa / (1 - q), m.mu2 / (1 - q), m.mu3 / (1 - q))
-
-    def moments(self):
-        return self.m
-
-    def cdf(self, x):
-        return np.clip((self.gate.cdf(x) - self.q) / (1 - self.q), 0.0, 1.0)
-
-
-def _atomic_passage(gate, eps, L, m, tol, strict, richardson, var_tol):
-    """Laws with atoms (docs/THEORY.md section 5, "Atoms"): an EmpiricalGate's values, or atoms found in the CDF
-    of a gate that does not declare itself atomless. Few values: exact sums (discrete.py); an atom at 0: exact
-    geometric compounding over the walk of X given X > 0; many atoms: the bracketed lattice (None is returned
-    and the caller goes on). A custom law with atoms at positive values and a continuous part is refused."""
-    if isinstance(gate, forget.EmpiricalGate):
-        law = (discrete.DiscreteLaw.from_atoms(gate.x, gate.w) if isinstance(gate, _AtomGate)
-               else discrete.DiscreteLaw.from_samples(gate.x))
-    elif getattr(gate, "atomless", False):
-        return None
-    else:
-        vals, mass = discrete.find_atoms(gate.cdf, _support(gate, m)[1])
-        if len(vals) == 0:
-            return None
-        if mass.sum() >= 1.0 - 1e-9:
-            law = discrete.DiscreteLaw.from_atoms(vals, mass)
-        elif vals[-1] == 0.0:                               # an atom at 0 and a density elsewhere
-            q = float(mass[0])
-            fy = exact_first_passage(_Positive(gate, q, m), eps, tol, strict, richardson, var_tol)
-            out = discrete.compound(fy.n0, fy.survival, fy.mean + 1, fy.var, fy.mean_err, fy.var_err, q,
-                                    fy.method)
-            n0, sv, mean, var, me, ve, method = out
-            return _finish(gate, eps, sv, n0, mean, var, method, me, ve, fy.h)
-        else:
-            raise ValueError(f"{gate}: its CDF has atoms (at x = {vals[:4]}, total mass {mass.sum():.3g}) and a "
-                             "continuous part; the exact numerics take a density, a discrete law, or a density "
-                             "with an atom at 0 only")
-    try:
-        n0, s, mean, var, me, ve, method = discrete.passage(law, L)
-        me += _FLOOR * abs(mean)
-        ve += _FLOOR * max(abs(var), 1.0)
-        return _finish(gate, eps, s, n0, mean, var, method, me, ve)
-    except discrete.TooLarge:
-        pass
-    if law.q > 0:                                           # many positive values: bracketed lattice, compounded
-        fy = exact_first_passage(_AtomGate(law.values, law.probs, f"{gate} given X > 0"), eps, tol, strict,
-                                 richardson, var_tol)
-        n0, s, mean, var, me, ve, method = discrete.compound(fy.n0, fy.survival, fy.mean + 1, fy.var, fy.mean_err,
-                                                            fy.var_err, law.q, fy.method)
-        return _finish(gate, eps, s, n0, mean, var, method, me, ve, fy.h)
-    if isinstance(gate, forget.EmpiricalGate):
-        return None
-    return exact_first_passage(_AtomGate(law.values, law.probs, str(gate)), eps, tol, strict, richardson, var_tol)
-
-
 def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_tol=None):
     """Exact distribution and moments of the eps-window W = N - 1 for an iid increment law, with its error.
 
@@ -553,7 +480,7 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_
         raise ValueError(f"{gate} has kappa = E X = {m.kappa}, Var X = {m.sigma2}: no finite window")
     if m.sigma2 <= 0:
         return _constant_passage(gate, eps, L, m.kappa)
-    fp = _atomic_passage(gate, eps, L, m, tol, strict, richardson, var_tol)
+    fp = discrete.atomic_passage(gate, eps, L, m, tol, strict, richardson, var_tol)
     if fp is not None:
         return fp
     n_exp = L / m.kappa

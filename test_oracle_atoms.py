@@ -1,4 +1,4 @@
-"""The exact numerics on laws with atoms (discrete.py, exact._atomic_passage) against independent references:
+"""The exact numerics on laws with atoms (discrete.py, discrete.atomic_passage) against independent references:
 exact rational enumeration of count vectors, exact integer binomial sums, the Poisson closed form compounded by
 hand, and the negative binomial law. Every returned value must lie within its returned error of the reference
 (docs/THEORY.md section 5, "Atoms")."""
@@ -90,7 +90,7 @@ def within(r, mean, var):
 def test_few_atoms_exact_against_rational_enumeration(values, probs, L):
     mean, var = rational_enumeration(values, probs, L)
     r = exact.exact_first_passage(TwoValues(*values[:2], probs[0]) if len(values) == 2 and probs[0] == 0.5 else
-                                  exact._AtomGate(np.array(values), np.array(probs), "atoms"), math.exp(-L))
+                                  discrete.AtomGate(np.array(values), np.array(probs), "atoms"), math.exp(-L))
     assert "exact" in r.method or "closed form" in r.method
     within(r, mean, var)
     assert r.mean_err < 1e-9 * max(mean, 1) and r.var_err < 1e-9 * max(var, 1)
