@@ -55,7 +55,7 @@ _DELTA_F = 1e-20                 # |P(omega)|^n below this: the frequency is dro
 _C0 = 8                          # cells per min(sd X, kappa) on the coarsest lattice
 _MAX_LEVEL = 7                   # finest lattice: _C0 * 2^_MAX_LEVEL cells per sd (densities)
 _MAX_LEVEL_ATOMS = 9             # atoms: rounding is exact once h is below the gaps of S_n about L
-_ATOM_WORK = 1e6                 # many distinct atoms (> 64): no lattice past this work (sd cells x sqrt(n) x n's),
+_ATOM_WORK = 1e7                 # many distinct atoms (> 64): no lattice past this work (band cells x n's),
                                  # about 1 s unloaded for 1e5 trace increments
 _FLOOR = 1e-11                   # relative floor on the error estimates: residuals up to 3e-12 were measured
                                  # below which differences between resolutions no longer track the error
@@ -531,7 +531,9 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_
         top = _MAX_LEVEL_ATOMS if atoms else _MAX_LEVEL
         if ok or len(levels) > top:
             break
-        if atoms and n_distinct > 64 and 2 * levels[-1].sd_j * math.sqrt(n_hi) * (n_hi - n_lo + 1) > _ATOM_WORK:
+        lat = levels[-1]
+        band = 14 * math.sqrt(n_hi) * lat.sd_j + 2 * (lat.j[-1] - lat.j[0])      # cells of the cyclic band
+        if atoms and n_distinct > 64 and 2 * band * (n_hi - n_lo + 1) > _ATOM_WORK:
             # many distinct atoms: the bracket narrows only as O(h) and each lattice costs about twice the last
             # (cells per sd of the band x n's); a fixed work cap, not a clock, so results do not depend on load
             break
