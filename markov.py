@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import special
+from scipy import signal, special
 
 import forget
 
@@ -54,6 +54,7 @@ class _OneBlasThread:
         return False
 
 
+_FFT_OFFSETS = 64                # state laws spanning more S cells than this are convolved by FFT
 MAX_CELLS = 2_000_000           # S-grid cells (all states together: MAX_CELLS states x cells)
 _FLOPS_PER_SECOND = 2e9         # the refusal estimate (a shared 2-core machine)
 
@@ -159,7 +160,12 @@ def _walk(P, pi0, pmfs, h, Ls, tol, nmax, deadline, progress, what):
                 gp = np.concatenate([np.zeros((pad, M)), g])
                 for d in range(width):
                     new += pm[d] * np.take_along_axis(gp, base - d, 0)
-            for d in range(0 if not local else D, D):      # S += (kmin + d) h with probability pm[d, y_{n+1}]
+            elif D > _FFT_OFFSETS and kmin >= 0:               # wide laws: one FFT convolution per state
+                c = signal.fftconvolve(g, pm, axes=0)          # c[k] = sum_d pm[d] g[k - d]
+                if kmin < K:
+                    new[kmin:] = np.maximum(c[: K - kmin], 0.0)     # FFT rounding can dip below 0 by ~1e-17
+            done = local or (D > _FFT_OFFSETS and kmin >= 0)
+            for d in range(D if done else 0, D):           # S += (kmin + d) h with probability pm[d, y_{n+1}]
                 sh = kmin + d
                 if sh >= K:
                     break
