@@ -42,22 +42,24 @@ def wald_mean(kappa, L, mean_overshoot):
 
 
 def _check_law(m: Moments, L=None):
-    """ValueError unless kappa > 0 is finite, sigma2 >= 0 and (when given) L > 0 is finite; returns float L."""
+    """ValueError unless kappa > 0 is finite, sigma2 >= 0 and (when given) every L >= 0 is finite (L = 0, eps = 1,
+    only evaluates the formula); returns L as a
+    float, or a float64 array for array input (the laws are vectorised over L)."""
     if not (m.kappa > 0 and math.isfinite(m.kappa)):
         raise ValueError(f"kappa = E X must be finite and > 0 (the walk must cross L); got {m.kappa}")
     if not (m.sigma2 >= 0 and math.isfinite(m.sigma2)):
         raise ValueError(f"sigma2 = Var X must be finite and >= 0; got {m.sigma2}")
     if L is None:
         return None
-    L = float(L)
-    if not (L > 0 and math.isfinite(L)):
-        raise ValueError(f"L = ln(1/eps) must be finite and > 0; got {L}")
-    return L
+    La = np.asarray(L, dtype=np.float64)
+    if not np.all(np.isfinite(La) & (La >= 0)):
+        raise ValueError(f"L = ln(1/eps) must be finite and >= 0; got {L}")
+    return float(La) if La.ndim == 0 else La
 
 
 def renewal_mean(m: Moments, L):
     """E[N] ~ L/kappa + mu2/(2 kappa^2). Asymptotic; for non-lattice X the error decays with L
-    (exponentially for spread-out densities, Stone 1965). E[W] = E[N] - 1. ValueError for L not finite and > 0
+    (exponentially for spread-out densities, Stone 1965). E[W] = E[N] - 1. ValueError for L NaN, infinite or < 0
     or kappa not finite and > 0."""
     L = _check_law(m, L)
     return L / m.kappa + m.mu2 / (2 * m.kappa ** 2)
@@ -65,7 +67,7 @@ def renewal_mean(m: Moments, L):
 
 def leading_var(m: Moments, L):
     """Var[N] = Var[W] ~ sigma2 L / kappa^3. Asymptotic: off by Smith's constant C at every L. ValueError for
-    L not finite and > 0 (a negative L would give a negative variance) or kappa not finite and > 0."""
+    L NaN, infinite or < 0 (a negative L would give a negative variance) or kappa not finite and > 0."""
     L = _check_law(m, L)
     return m.sigma2 * L / m.kappa ** 3
 
@@ -82,8 +84,9 @@ def smith_var(m: Moments, L):
     A constant increment (sigma2 = 0, the lattice limit) returns its exact variance 0, not 1/12 (Smith's C of
     a degenerate law is the variance of a uniform fractional part, an average over L). Other lattice laws are
     outside the law (it holds for them only averaged over L)."""
-    if _check_law(m, L) is not None and m.sigma2 == 0:
-        return 0.0
+    L = _check_law(m, L)
+    if m.sigma2 == 0:
+        return 0.0 if np.ndim(L) == 0 else np.zeros_like(L)
     return leading_var(m, L) + smith_C(m)
 
 
@@ -117,9 +120,13 @@ def alibi_window_real(m, eps):
 
 def exponential_exact(kappa, L):
     """Exponential X with mean kappa: N - 1 ~ Poisson(L/kappa), so E[W] = Var[W] = L/kappa exactly.
-    kappa, L: finite floats > 0 (ValueError otherwise)."""
-    L = _check_positive("L", L) / _check_positive("kappa", kappa)
-    return L, L
+    kappa > 0, L >= 0: finite floats, L may be an array (ValueError otherwise)."""
+    kappa = _check_positive("kappa", kappa)
+    La = np.asarray(L, dtype=np.float64)
+    if not np.all(np.isfinite(La) & (La >= 0)):
+        raise ValueError(f"L must be finite and >= 0; got {L}")
+    r = (float(La) if La.ndim == 0 else La) / kappa
+    return r, r
 
 
 def gamma_survival(k, theta, L, nmax=None):
