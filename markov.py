@@ -55,7 +55,7 @@ class _OneBlasThread:
 
 
 _FFT_OFFSETS = 64                # state laws spanning more S cells than this are convolved by FFT
-MAX_CELLS = 2_000_000           # S-grid cells (all states together: MAX_CELLS states x cells)
+MAX_CELLS = 8_000_000           # S-grid cells x states (f, g and the gather indices: ~64 MB each at the cap)
 _FLOPS_PER_SECOND = 2e9         # the refusal estimate (a shared 2-core machine)
 
 
