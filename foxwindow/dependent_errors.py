@@ -1,4 +1,6 @@
-"""Measured errors of the dependent-increment window laws on AR(1)-logit gates.
+"""Measured errors of the dependent-increment window laws on AR(1)-logit gates and (--structures) on three
+dependence structures: AR(1) logits, a regime-switching two-state chain, a rotating three-state chain whose
+correlations change sign with the lag (markov.markov_chain_first_passage is their exact reference).
 
 For gate z = mu + s y, y a stationary AR(1) with coefficient phi, X = softplus(-z), and each L/kappa in a
 grid, this compares the laws of renewal.py with (a) first-passage Monte Carlo (forget.first_passage_mc,
@@ -25,6 +27,7 @@ PHIS = (0.5, 0.9, 0.97)
 RATIOS = (10, 17, 30, 50, 100, 200)
 TAU_MULTS = (0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8)        # regime scan: L/kappa in units of tau
 TOLS = (0.10, 0.02)
+MAX_SECONDS = 3600.0                                              # per exact walk
 
 
 def _fail(msg):
@@ -37,7 +40,8 @@ def laws(lr: exact.LongRun, gamma, L):
     out = dict(mean=renewal.dependent_mean(lr.kappa, lr.sigma2_lr, L) - 1,
                lead=renewal.dependent_var(lr.kappa, lr.sigma2_lr, L),
                finite_n=renewal.finite_n_var(lr.kappa, gamma, L))
-    for name, fn in (("bartlett", lambda: renewal.bartlett_var(lr.kappa, lr.sigma2_lr, lr.sum_k_gamma_k, L)),
+    for name, fn in (("bartlett", lambda: renewal.bartlett_var(lr.kappa, lr.sigma2_lr, lr.sum_k_gamma_k, L,
+                                                              lr.kappa3_lr)),
                      ("second", lambda: renewal.second_order_var(lr.kappa, lr.sigma2_lr, lr.kappa3_lr,
                                                                  lr.sum_k_gamma_k, L))):
         try:
@@ -61,7 +65,8 @@ def measure(mu, s, phis, ratios, trials, seed, cells, progress=True):
         Ls = [r * lr.kappa for r in ratios]
         gamma = g.autocovariance(np.arange(int(max(ratios)) + 2))       # (n_lags,) gamma_0 = sigma2
         t0 = time.time()
-        passages = exact.markov_first_passage(g, [math.exp(-L) for L in Ls], cells_per_kappa=cells)
+        passages = exact.markov_first_passage(g, [math.exp(-L) for L in Ls], cells_per_kappa=cells,
+                                              max_seconds=MAX_SECONDS)
         t_exact = time.time() - t0
         bar.update()
         for j, (r, L, ex) in enumerate(zip(ratios, Ls, passages)):
@@ -105,7 +110,8 @@ def regime_scan(mu, s, phis, mults, cells, progress=True):
         lr = exact.ar1_long_run(g)
         Ls = [m * lr.tau * lr.kappa for m in mults]
         gamma = g.autocovariance(np.arange(int(max(Ls) / lr.kappa) + 2))
-        passages = exact.markov_first_passage(g, [math.exp(-L) for L in Ls], cells_per_kappa=cells)
+        passages = exact.markov_first_passage(g, [math.exp(-L) for L in Ls], cells_per_kappa=cells,
+                                              max_seconds=MAX_SECONDS)
         pts = []
         for m, L, ex in zip(mults, Ls, passages):
             lw = laws(lr, gamma, L)
@@ -206,6 +212,9 @@ def main(argv=None):
     p.add_argument("--cells", type=int, default=8, help="exact numerics: S-grid cells per kappa")
     p.add_argument("--scan-cells", type=int, default=4, help="regime scan: S-grid cells per kappa")
     p.add_argument("--no-scan", action="store_true", help="skip the regime scan (exact numerics up to 8 tau)")
+    p.add_argument("--structures", action="store_true",
+                   help="also measure every law on three dependence structures (AR(1), regime switching, a rotating "
+                        "chain with sign-changing correlations) against the exact numerics (~40 s)")
     p.add_argument("--json", default=None, help="write the rows here (atomic; an existing file only with --force)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     outputs.add_common(p)
@@ -240,11 +249,101 @@ def main(argv=None):
     scan = [] if a.no_scan else regime_scan(a.mu, a.s, a.phi, TAU_MULTS, a.scan_cells, progress=not a.no_progress)
     if scan:
         report_regime(scan)
+    struct = structure_scan(progress=not a.no_progress) if a.structures else []
+    if struct:
+        report_structures(struct)
     print(f"({time.time() - t0:.0f} s)")
     if a.json:
         outputs.write_json(a.json, dict(command=" ".join(["python dependent_errors.py"] + (argv or sys.argv[1:])),
-                                        seconds=time.time() - t0, rows=rows, regime_scan=scan))
+                                        seconds=time.time() - t0, rows=rows, regime_scan=scan,
+                                        structures=struct))
 
 
 if __name__ == "__main__":
     main()
+
+
+# ----------------------------------------------------------------------------- three dependence structures
+
+STRUCT_MULTS = (1, 2, 3, 5, 10)                             # L/kappa in units of max(tau, 1)
+
+
+def structures():
+    """Three dependence structures, each (name, kind, object): AR(1) logits (positive geometric correlation),
+    regime switching (a sticky two-state chain: positive correlation with a large C_dep > 0) and a rotating
+    three-state chain (correlations that change sign with the lag)."""
+    ln = forget.LogitNormalGate
+    regime = (np.array([[0.97, 0.03], [0.05, 0.95]]), [ln(3.0, 0.3), ln(0.5, 0.8)])
+    rot = (np.array([[0.05, 0.9, 0.05], [0.05, 0.05, 0.9], [0.9, 0.05, 0.05]]),
+           [ln(3.0, 0.3), ln(1.5, 0.5), ln(0.3, 0.8)])
+    return [("AR(1) logits, phi = 0.9", "ar1", forget.AR1LogitGate(2, 0.5, 0.9)),
+            ("regime switching (2 states)", "chain", regime),
+            ("rotating chain (3 states, sign-changing rho)", "chain", rot)]
+
+
+def chain_autocovariance(P, laws, n_lags):
+    """gamma_k, k = 0..n_lags - 1, of X for a stationary chain with per-state laws (from the law)."""
+    from foxwindow import markov
+    pi = markov._stationary(P)
+    mom = [g.moments() for g in laws]
+    mj = np.array([m.kappa for m in mom])
+    vj = np.array([m.sigma2 for m in mom])
+    md = mj - pi @ mj
+    out = [float(pi @ (md * md) + pi @ vj)]
+    v = md.copy()
+    for _ in range(1, n_lags):
+        v = P @ v
+        out.append(float(pi @ (md * v)))
+    return np.array(out)
+
+
+def structure_scan(mults=STRUCT_MULTS, cells=8, progress=True):
+    """Every law's error against the exact Markov-additive numerics on the three structures at L/kappa =
+    m max(tau, 1). Returns rows (dicts)."""
+    from foxwindow import markov
+    rows = []
+    for name, kind, obj in structures():
+        if kind == "ar1":
+            lr = exact.ar1_long_run(obj)
+        else:
+            lr = markov.chain_long_run(*obj)
+        unit = max(lr.tau, 1.0)
+        Ls = [m * unit * lr.kappa for m in mults]
+        n_lags = int(max(Ls) / lr.kappa) + 2
+        if kind == "ar1":
+            gamma = obj.autocovariance(np.arange(n_lags))
+            passages = exact.markov_first_passage(obj, [math.exp(-L) for L in Ls], cells_per_kappa=cells,
+                                                  progress=progress, max_seconds=MAX_SECONDS)
+            ex = [(p.mean, p.var, p.err_mean, p.err_var) for p in passages]
+        else:
+            gamma = chain_autocovariance(*obj, n_lags)
+            passages = markov.markov_chain_first_passage(*obj, L=Ls, cells_per_kappa=cells, progress=progress,
+                                                         max_seconds=MAX_SECONDS)
+            ex = [(p.mean, p.var, p.mean_err, p.var_err) for p in passages]
+        C = renewal.second_order_constant(lr.kappa, lr.sigma2_lr, lr.kappa3_lr, lr.sum_k_gamma_k)
+        for m, L, (em, evar, eme, eve) in zip(mults, Ls, ex):
+            lw = laws(lr, gamma, L)
+            row = dict(structure=name, tau=lr.tau, C_dep=C, mult=m, L_over_kappa=L / lr.kappa, exact_mean=em,
+                       exact_var=evar, exact_err_mean=eme, exact_err_var=eve, mean_err=lw["mean"] - em,
+                       bartlett_in_regime=lw["bartlett_in_regime"], second_in_regime=lw["second_in_regime"])
+            for k in VAR_LAWS:
+                row[f"{k}_err"] = None if lw[k] is None else lw[k] / evar - 1
+                row[f"{k}_err_unc"] = None if lw[k] is None else lw[k] * eve / evar ** 2   # from the exact error
+            rows.append(row)
+    return rows
+
+
+def report_structures(rows):
+    print("\nThree dependence structures against the exact Markov-additive numerics: law/exact - 1 in %, "
+          "at L/kappa = m max(tau, 1); [r] = in_regime.")
+    print(f"{'structure':46s} {'tau':>6s} {'C_dep':>8s} {'m':>3s} {'L/k':>7s} {'exact Var':>14s} "
+          + " ".join(f"{k:>9s}" for k in VAR_LAWS) + f" {'mean':>8s}")
+    for r in rows:
+        cells = []
+        for k in VAR_LAWS:
+            c = _pct(r[f"{k}_err"]).strip()
+            if k in ("bartlett", "second") and r[f"{k}_in_regime"]:
+                c += "[r]"
+            cells.append(f"{c:>9s}")
+        print(f"{r['structure']:46s} {r['tau']:6.2f} {r['C_dep']:8.2f} {r['mult']:3g} {r['L_over_kappa']:7.1f} "
+              f"{r['exact_var']:8.2f}±{r['exact_err_var']:<5.2g} " + " ".join(cells) + f" {r['mean_err']:+8.3f}")

@@ -2,13 +2,15 @@
 
 The law of W = N - 1 computed, not approximated, to a stated error (see renewal.py for the laws themselves):
 
-  exact_first_passage    iid increments: closed forms first (gamma, exponential, constant X), else the
+  exact_first_passage    iid increments: closed forms first (gamma, exponential, constant X), laws with atoms
+                         by exact sums (discrete.py: up to four values, an atom at 0), else the
                          lattice + Fourier inversion with Richardson over three resolutions and Chernoff
                          bounds on every truncated tail; the result carries its own error estimate
                          (AccuracyWarning / AccuracyError when tol is not met)
   closed_form_survival   P(N > n) for the gates that have a closed form (None otherwise)
   alibi_limit            gamma increments of fixed mean as cv -> 0: the distribution converges to ALiBi's window
-  markov_first_passage   AR(1)-logit gates: the Markov-additive walk (S_n, y_n) on a grid, Richardson over (h, h/2)
+  markov_first_passage   AR(1)-logit gates: the Markov-additive walk (S_n, y_n) on y cells (markov.py: three y
+                         grids extrapolated in dy^2, Richardson over (h, h/2); any finite chain there too)
   ar1_long_run           long-run cumulants of an AR(1)-logit gate from its law (LongRun)
   synthetic_table, scan  Monte Carlo and the laws against these numerics (they compare the two, so they live here)
 
@@ -24,7 +26,7 @@ from fractions import Fraction
 import numpy as np
 from scipy import fft as sfft
 
-from foxwindow import forget, outputs
+from foxwindow import discrete, forget, outputs
 from foxwindow.forget import threshold
 from foxwindow.renewal import alibi_window, gamma_band, gamma_survival, leading_var, renewal_mean, smith_C, smith_var
 
@@ -42,12 +44,17 @@ from foxwindow.renewal import alibi_window, gamma_band, gamma_survival, leading_
 
 MAX_STEPS = 10 ** 8              # expected windows beyond this raise at once (closed forms excepted)
 MAX_CELLS = 2 ** 26              # largest cyclic band (cells) of the lattice sum
+GAMMA_CLOSED_MAX = 1e6          # gamma closed form only while n k stays below this: scipy's P(a, x) is within
+                                 # 1e-16 of mpmath up to a = 3e5, off ~1e-7 at 6e6 and ~1e-6 at 7e7; beyond
+                                 # it the lattice takes the gamma CDF
 FULL_SURVIVAL = 1_000_000        # survival arrays start at n = 0 when the transition range starts below this
 _DELTA = 1e-30                   # Chernoff target for each neglected tail of the survival and of the band
 _DELTA_F = 1e-20                 # |P(omega)|^n below this: the frequency is dropped from the inversion
 _C0 = 8                          # cells per min(sd X, kappa) on the coarsest lattice
 _MAX_LEVEL = 7                   # finest lattice: _C0 * 2^_MAX_LEVEL cells per sd (densities)
-_MAX_LEVEL_ATOMS = 7             # atoms: rounding is exact once h is below the gaps of S_n about L
+_MAX_LEVEL_ATOMS = 9             # atoms: rounding is exact once h is below the gaps of S_n about L
+_ATOM_WORK = 1e7                 # many distinct atoms (> 64): no lattice past this work (band cells x n's),
+                                 # about 1 s unloaded for 1e5 trace increments
 _FLOOR = 1e-11                   # relative floor on the error estimates: residuals up to 3e-12 were measured
                                  # below which differences between resolutions no longer track the error
 _GL_U, _GL_W = np.polynomial.legendre.leggauss(12)
@@ -131,7 +138,8 @@ def _hat_pmf(gate, h, K, support):
         # once no value of S_n lies within n h / 2 of L (a split would smear atoms across L at every h)
         k = np.rint(gate.x / h).astype(np.int64)
         ka = int(k[0])
-        p = np.bincount(k - ka).astype(np.float64) / len(k)
+        w = getattr(gate, "w", None)
+        p = np.bincount(k - ka, weights=w).astype(np.float64) / (1.0 if w is not None else len(k))
     else:
         x_lo, x_hi = support
         ka = max(int(math.floor(x_lo / h)) - 1, 0)
@@ -399,9 +407,10 @@ def _bracket_atoms(lat, s, n_lo, n_hi):
     mean, var = _moments_from_survival(s, n_lo)
     i = np.arange(len(s))
     e1 = float(wid.sum())
-    e2 = float(np.sum((2 * i + 1) * wid))
     ebar = mean + 1.0 - n_lo                               # E[N - n_lo]
-    return s, mean, var, e1, e2 + 2 * ebar * e1 + e1 * e1, "atoms at nearest points, bracketed"
+    # Var = E2 - E1^2 moves by sum (2i + 1 - 2 E1) d_i - (sum d_i)^2 for survival errors d_i: centred weights
+    e2 = float(np.sum(np.abs(2 * i + 1 - 2 * ebar) * wid))
+    return s, mean, var, e1, e2 + e1 * e1, "atoms at nearest points, bracketed"
 
 
 def _closed_gamma(gate):
@@ -469,15 +478,20 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_
         raise ValueError(f"{gate} has kappa = E X = {m.kappa}, Var X = {m.sigma2}: no finite window")
     if m.sigma2 <= 0:
         return _constant_passage(gate, eps, L, m.kappa)
+    fp = discrete.atomic_passage(gate, eps, L, m, tol, strict, richardson, var_tol)
+    if fp is not None:
+        return fp
     n_exp = L / m.kappa
+    sd_guess = math.sqrt(m.sigma2 * L / m.kappa ** 3)
     if n_exp > MAX_STEPS:
         raise ValueError(f"{gate}: expected window L/kappa = {n_exp:.3g} steps at eps = {eps:g} exceeds the cap "
                          f"of {MAX_STEPS:g} steps")
     kt = _closed_gamma(gate)
-    if kt is not None:
+    if kt is not None and (n_exp + 20 * sd_guess + 10) * kt[0] <= GAMMA_CLOSED_MAX:
         n_lo, s = gamma_band(*kt, L)
         mean, var = _moments_from_survival(s, n_lo)
-        return _finish(gate, eps, s, n_lo, mean, var, "closed form")
+        # scipy's incomplete gamma is accurate to ~1e-16 for n k <= 3e5 (mpmath); the moments carry the floor
+        return _finish(gate, eps, s, n_lo, mean, var, "closed form", _FLOOR * abs(mean), _FLOOR * max(abs(var), 1))
     support = (0.0, 0.0) if isinstance(gate, forget.EmpiricalGate) else _support(gate, m)
     sd_n = math.sqrt(m.sigma2 * L / m.kappa ** 3) + 1.0
     smooth = bool(gate.smooth) and richardson
@@ -515,11 +529,12 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_
         top = _MAX_LEVEL_ATOMS if atoms else _MAX_LEVEL
         if ok or len(levels) > top:
             break
-        if atoms and n_distinct > 64 and len(levels) >= 4:
-            # many distinct atoms: the bracket narrows only as O(h); stop once tol is out of reach by the last level
-            left = 2.0 ** -(top + 1 - len(levels))
-            if mean_err * left > tol * max(abs(mean), 1.0) or var_err * left > var_tol * max(abs(var), 1.0):
-                break
+        lat = levels[-1]
+        band = 14 * math.sqrt(n_hi) * lat.sd_j + 2 * (lat.j[-1] - lat.j[0])      # cells of the cyclic band
+        if atoms and n_distinct > 64 and 2 * band * (n_hi - n_lo + 1) > _ATOM_WORK:
+            # many distinct atoms: the bracket narrows only as O(h) and each lattice costs about twice the last
+            # (cells per sd of the band x n's); a fixed work cap, not a clock, so results do not depend on load
+            break
         try:
             levels.append(_level(gate, L, m, len(levels), support))
         except ValueError:                                 # the next lattice would pass the cell cap
@@ -616,8 +631,8 @@ def ar1_long_run(gate):
 
 @dataclass
 class MarkovPassage:
-    """Exact (numerical) moments of W = N - 1 for one L; err_* estimate the discretisation error by the
-    size of the Richardson step (conservative: at phi = 0 the extrapolated error is 20-30x smaller)."""
+    """Exact (numerical) moments of W = N - 1 for one L; err_* estimate the error: the Richardson step in the
+    S grid, the change between two y grids and the truncated tail (markov.ar1_passage)."""
     gate: str
     L: float
     mean: float
@@ -627,71 +642,30 @@ class MarkovPassage:
     survival: np.ndarray    # P(N > n), n = 0..
 
 
-def _tent_cdf(u):
-    """CDF at u of a unit tent density on [-1, 1]: how much of a cloud-in-cell mass lies left of u."""
-    u = np.clip(u, -1.0, 1.0)
-    return np.where(u <= 0, 0.5 * (1 + u) ** 2, 1 - 0.5 * (1 - u) ** 2)
-
-
-def _markov_survival(chain, Ls, h, tol, nmax):
-    """P(S_n <= L) for every L in Ls (nL,), n = 0.. until all are below tol: (n_steps, nL)."""
-    _, pi, P, x = chain
-    K = int(math.ceil(max(Ls) / h)) + 2                     # S grid 0, h, .., covers every L
-    q = np.minimum(np.floor(x / h).astype(np.int64), K)     # each y' moves S by x(y') = (q + theta) h
-    th = x / h - np.floor(x / h)
-    pad = int(q.max()) + 1
-    rows = np.arange(K)[:, None] - q[None, :] + pad         # (K, M) source rows in the padded array
-    read = np.stack([_tent_cdf((L - np.arange(K) * h) / h) for L in Ls])     # (nL, K)
-    f = np.zeros((K, len(pi)))                              # (K, M) joint mass of (S_n, y_n), S_n <= S_max
-    f[0] = pi                                               # S_0 = 0, y_0 stationary
-    g = np.zeros((K + pad, len(pi)))
-    surv = [np.ones(len(Ls))]
-    # X >= 0, so S_n is non-decreasing and N > n  <=>  S_n <= L: one unkilled walk serves every L
-    while surv[-1].max() > tol:
-        if len(surv) > nmax:
-            raise RuntimeError(f"survival still {surv[-1].max():.3g} after {nmax} steps")
-        g[pad:] = f @ P                                     # y_n -> y_{n+1}
-        # S += x(y_{n+1}), split linearly between the two neighbouring grid points (mean exact)
-        f = (1 - th) * np.take_along_axis(g, rows, 0) + th * np.take_along_axis(g, rows - 1, 0)
-        surv.append(read @ f.sum(axis=1))
-    return np.array(surv)
-
-
-def _window_moments(s):
-    n = np.arange(len(s))[:, None]
-    EN = s.sum(axis=0)
-    return EN - 1.0, np.sum((2 * n + 1) * s, axis=0) - EN * EN
-
-
-def markov_first_passage(gate, eps, cells_per_kappa=8, tol=1e-13, nmax=1_000_000):
-    """Exact law of W = N - 1 for AR(1)-logit gates, by the Markov-additive walk (S_n, y_n) on a grid.
+def markov_first_passage(gate, eps, cells_per_kappa=8, tol=1e-13, nmax=1_000_000, max_seconds=120.0, progress=False):
+    """Exact law of W = N - 1 for AR(1)-logit gates, by the Markov-additive walk (S_n, y_n) (markov.ar1_passage).
 
     gate: AR1LogitGate. eps: float or sequence of floats in (0, 1) (one walk serves them all).
     cells_per_kappa: S-grid cells per mean increment (h = kappa / cells_per_kappa), int >= 2.
-    The joint mass of (S_n, y_n) is propagated by the AR(1) kernel on a y grid (spectrally accurate)
-    and by cloud-in-cell shifts in S (error O(h^2): the split adds variance h^2 theta(1 - theta) per step);
-    Richardson over (h, h/2) removes the h^2 term. At phi = 0 it is the iid exact numerics.
-    Returns a list of MarkovPassage, one per eps (in order). Cost ~ (L/h) M^2 per step, M ~ 16/dy.
+    tol: the survival at which the walk stops, in (0, 1e-6] (the rest is bounded in the error).
+    The y axis is cut into cells, each cell's increment law continuous (X given y in the cell), and computed on
+    two y grids; the S axis by a mean-preserving split, Richardson over (h, h/2). err_mean, err_var: the
+    Richardson step + the change between the y grids + the truncated tail. max_seconds: the cost is estimated
+    first and refused (ValueError) beyond it; progress: a tqdm bar over steps.
+    Returns a list of MarkovPassage, one per eps (in order).
     """
+    from foxwindow import markov
     eps_list = [eps] if np.ndim(eps) == 0 else list(eps)
     if len(eps_list) == 0:
         raise ValueError("eps is empty")
     Ls = np.array([threshold(e) for e in eps_list])
-    if int(cells_per_kappa) != cells_per_kappa or cells_per_kappa < 2:
+    if isinstance(cells_per_kappa, bool) or int(cells_per_kappa) != cells_per_kappa or cells_per_kappa < 2:
         raise ValueError(f"cells_per_kappa must be an integer >= 2; got {cells_per_kappa}")
-    chain = _ar1_chain(gate)
-    kappa = float(chain[1] @ chain[3])
-    h = kappa / cells_per_kappa
-    s1 = _markov_survival(chain, Ls, h, tol, nmax)
-    s2 = _markov_survival(chain, Ls, h / 2, tol, nmax)
-    n = max(len(s1), len(s2))
-    s1 = np.pad(s1, ((0, n - len(s1)), (0, 0)))
-    s2 = np.pad(s2, ((0, n - len(s2)), (0, 0)))
-    s = (4 * s2 - s1) / 3
-    mean, var = _window_moments(s)
-    mean2, var2 = _window_moments(s2)
-    return [MarkovPassage(str(gate), float(Ls[i]), float(mean[i]), float(var[i]), float(abs(mean[i] - mean2[i])),
-                          float(abs(var[i] - var2[i])), s[:, i].copy()) for i in range(len(Ls))]
+    if not isinstance(gate, forget.AR1LogitGate):
+        raise TypeError(f"Markov-additive numerics need an AR1LogitGate; got {type(gate).__name__} "
+                        "(markov.markov_chain_first_passage takes any finite chain)")
+    res = markov.ar1_passage(gate, Ls, int(cells_per_kappa), tol, nmax, max_seconds, progress)
+    return [MarkovPassage(str(gate), r.L, r.mean, r.var, r.mean_err, r.var_err, r.survival) for r in res]
 
 
 # ----------------------------------------------------------------------------- synthetic table

@@ -40,25 +40,52 @@ def wald_mean(kappa, L, mean_overshoot):
     return (L + mean_overshoot) / kappa
 
 
+def _check_law(m: Moments, L=None):
+    """ValueError unless kappa > 0 is finite, sigma2 >= 0 and (when given) every L >= 0 is finite (L = 0, eps = 1,
+    only evaluates the formula); returns L as a
+    float, or a float64 array for array input (the laws are vectorised over L)."""
+    if not (m.kappa > 0 and math.isfinite(m.kappa)):
+        raise ValueError(f"kappa = E X must be finite and > 0 (the walk must cross L); got {m.kappa}")
+    if not (m.sigma2 >= 0 and math.isfinite(m.sigma2)):
+        raise ValueError(f"sigma2 = Var X must be finite and >= 0; got {m.sigma2}")
+    if L is None:
+        return None
+    La = np.asarray(L, dtype=np.float64)
+    if not np.all(np.isfinite(La) & (La >= 0)):
+        raise ValueError(f"L = ln(1/eps) must be finite and >= 0; got {L}")
+    return float(La) if La.ndim == 0 else La
+
+
 def renewal_mean(m: Moments, L):
     """E[N] ~ L/kappa + mu2/(2 kappa^2). Asymptotic; for non-lattice X the error decays with L
-    (exponentially for spread-out densities, Stone 1965). E[W] = E[N] - 1."""
+    (exponentially for spread-out densities, Stone 1965). E[W] = E[N] - 1. ValueError for L NaN, infinite or < 0
+    or kappa not finite and > 0."""
+    L = _check_law(m, L)
     return L / m.kappa + m.mu2 / (2 * m.kappa ** 2)
 
 
 def leading_var(m: Moments, L):
-    """Var[N] = Var[W] ~ sigma2 L / kappa^3. Asymptotic: off by Smith's constant C at every L."""
+    """Var[N] = Var[W] ~ sigma2 L / kappa^3. Asymptotic: off by Smith's constant C at every L. ValueError for
+    L NaN, infinite or < 0 (a negative L would give a negative variance) or kappa not finite and > 0."""
+    L = _check_law(m, L)
     return m.sigma2 * L / m.kappa ** 3
 
 
 def smith_C(m: Moments):
     """Smith's constant: C = 5 mu2^2/(4 kappa^4) - 2 mu3/(3 kappa^3) - mu2/(2 kappa^2) (0 for exponential X)."""
+    _check_law(m)
     k = m.kappa
     return 5 * m.mu2 ** 2 / (4 * k ** 4) - 2 * m.mu3 / (3 * k ** 3) - m.mu2 / (2 * k ** 2)
 
 
 def smith_var(m: Moments, L):
-    """Var[N] ~ sigma2 L / kappa^3 + C. Asymptotic (Smith 1954; Cox 1962 ch. 4): non-lattice X, finite mu3."""
+    """Var[N] ~ sigma2 L / kappa^3 + C. Asymptotic (Smith 1954; Cox 1962 ch. 4): non-lattice X, finite mu3.
+    A constant increment (sigma2 = 0, the lattice limit) returns its exact variance 0, not 1/12 (Smith's C of
+    a degenerate law is the variance of a uniform fractional part, an average over L). Other lattice laws are
+    outside the law (it holds for them only averaged over L)."""
+    L = _check_law(m, L)
+    if m.sigma2 == 0:
+        return 0.0 if np.ndim(L) == 0 else np.zeros_like(L)
     return leading_var(m, L) + smith_C(m)
 
 
@@ -66,7 +93,10 @@ def alibi_window(m, eps):
     """ALiBi's exact window for slope m: W = floor(L/m) (N = W + 1), Var = 0. L/m is only its relaxation.
 
     m: float slope > 0; eps: float in (0, 1), down to the smallest subnormal. Returns a Python int, computed in
-    exact rationals from the floats L and m (so it is exact even where L/m overflows a float)."""
+    exact rationals from the floats L and m (so it is exact even where L/m overflows a float). L here is the
+    float threshold(eps), ln(1/eps) rounded to double: the window of the walk as every routine of the project
+    compares it (S_n <= L in floating point). The window for the real number ln(1/eps) differs by one where
+    L/m lies within an ulp of L of an integer (a boundary case): `alibi_window_real` computes that one."""
     if isinstance(m, bool) or not isinstance(m, (int, float, np.floating, np.integer)):
         raise TypeError(f"ALiBi slope m must be a real number; got {type(m).__name__}")
     if not (m > 0 and math.isfinite(m)):
@@ -74,9 +104,28 @@ def alibi_window(m, eps):
     return int(Fraction(threshold(eps)) // Fraction(float(m)))
 
 
+def alibi_window_real(m, eps):
+    """floor(ln(1/eps) / m) for the real number ln(1/eps) (not its double rounding) and the float m: decimal
+    logarithm with enough digits for the integer part plus 30, so exact unless ln(1/eps)/m is within 1e-30
+    relative of an integer (ln of a float eps != 1 is transcendental, never a rational times m)."""
+    import decimal
+    w = alibi_window(m, eps)                                # validates; the float answer, within one
+    digits = len(str(w)) + 40
+    with decimal.localcontext() as ctx:
+        ctx.prec = digits
+        Lr = -decimal.Decimal(float(eps)).ln()
+        return int((Lr / decimal.Decimal(float(m))).to_integral_value(rounding=decimal.ROUND_FLOOR))
+
+
 def exponential_exact(kappa, L):
-    """Exponential X with mean kappa: N - 1 ~ Poisson(L/kappa), so E[W] = Var[W] = L/kappa exactly."""
-    return L / kappa, L / kappa
+    """Exponential X with mean kappa: N - 1 ~ Poisson(L/kappa), so E[W] = Var[W] = L/kappa exactly.
+    kappa > 0, L >= 0: finite floats, L may be an array (ValueError otherwise)."""
+    kappa = _check_positive("kappa", kappa)
+    La = np.asarray(L, dtype=np.float64)
+    if not np.all(np.isfinite(La) & (La >= 0)):
+        raise ValueError(f"L must be finite and >= 0; got {L}")
+    r = (float(La) if La.ndim == 0 else La) / kappa
+    return r, r
 
 
 def gamma_survival(k, theta, L, nmax=None):
@@ -222,9 +271,10 @@ def long_run_variance(sigma2, tau):
 def dependent_var(kappa, sigma2_lr, L):
     """Leading variance law Var[N] ~ sigma_LR^2 L / kappa^3 (functional CLT + inversion).
 
-    kappa > 0, sigma2_lr >= 0, L > 0: floats. Asymptotic: it overstates the variance by an O(1) amount
-    that is large when tau is (measured on AR(1) logits: +137% at L/kappa = 10, +6.5% at 200 for tau = 18;
-    README); below 10% error only from L/kappa ~ 6-8 tau, 2% from ~30 tau. Never negative.
+    kappa > 0, sigma2_lr >= 0, L > 0: floats. Asymptotic: it misses the O(1) term C_dep of
+    `second_order_var`, so its relative error is about -C_dep/Var[N], of either sign: +26% at L/kappa = 3 tau and
+    +6.9% at 10 tau on AR(1) logits (tau = 18.2, C_dep = -49), -12% and -4.0% on a regime-switching gate
+    (tau = 14.5, C_dep = +155) (dependent_errors.py --structures). Never negative. Prefer `second_order_var`.
     """
     return _check_nonneg("sigma2_lr", sigma2_lr) * _check_positive("L", L) / _check_positive("kappa", kappa) ** 3
 
@@ -251,8 +301,11 @@ class OutsideRegime(ValueError):
 @dataclass
 class VarianceLaw:
     """A variance law's value with its parts. `in_regime` is True where the O(1) term is at most
-    `REGIME_FRACTION` of the leading term: there the measured error on AR(1) logits is at most 5.1%
-    (Bartlett) and 3.0% (second order) (README table); outside it the value is still returned, flagged."""
+    `REGIME_FRACTION` of the leading term (and, for Bartlett's law, the part of the O(1) term it omits is at most
+    BARTLETT_OMITTED of its value): there the error measured against the exact numerics on three dependence
+    structures (AR(1) logits, regime switching, a rotating chain with sign-changing correlations;
+    dependent_errors.py --structures) is at most 2.7% (second order) and 1.6% (Bartlett); outside it the value is
+    still returned, flagged."""
     var: float              # Var[N] = Var[W], > 0
     leading: float          # sigma_LR^2 L / kappa^3
     constant: float         # the O(1) term added to it
@@ -271,15 +324,30 @@ def _variance_law(lead, const, L, kappa, what):
     return VarianceLaw(float(v), float(lead), float(const), bool(abs(const) <= REGIME_FRACTION * lead))
 
 
-def bartlett_var(kappa, sigma2_lr, sum_k_gamma_k, L):
+BARTLETT_OMITTED = 0.03
+
+
+def bartlett_var(kappa, sigma2_lr, sum_k_gamma_k, L, kappa3_lr=None):
     """Leading law + Bartlett's term: sigma_LR^2 L/kappa^3 - 2 sum_k k gamma_k / kappa^2. All floats.
 
     Returns VarianceLaw; raises OutsideRegime (a ValueError) where the sum is <= 0 rather than return a
-    negative variance. A heuristic: it misses the inversion and overshoot parts of the O(1) term
-    (`second_order_var` has them), +1.3% at L/kappa = 200 for tau = 18 (measured).
+    negative variance. A heuristic: it misses the inversion and overshoot parts of the O(1) term,
+    1/12 + (5/4)(sigma_LR^2/kappa^2)^2 - (2/3) kappa3_LR/kappa^3 (`second_order_var` has them), which dominate
+    on regime-switching gates (-11.8% at L/kappa = 10 tau there; +1.5% on AR(1) logits; dependent_errors.py).
+    in_regime is True only where, besides the usual |O(1)| <= REGIME_FRACTION lead, the omitted part is at most
+    BARTLETT_OMITTED of the law's value; that needs kappa3_lr (the long-run third cumulant): without it
+    in_regime is False, since the size of the omitted part is unknown.
     """
     lead = dependent_var(kappa, sigma2_lr, L)
-    return _variance_law(lead, bartlett_correction(sum_k_gamma_k, kappa), L, kappa, "the Bartlett-corrected law")
+    const = bartlett_correction(sum_k_gamma_k, kappa)
+    law = _variance_law(lead, const, L, kappa, "the Bartlett-corrected law")
+    if kappa3_lr is None:
+        law.in_regime = False
+    else:
+        c = sigma2_lr / kappa ** 2
+        omitted = 1 / 12 + 1.25 * c * c - 2 / 3 * float(kappa3_lr) / kappa ** 3
+        law.in_regime = bool(law.in_regime and abs(omitted) <= BARTLETT_OMITTED * law.var)
+    return law
 
 
 def second_order_constant(kappa, sigma2_lr, kappa3_lr, sum_k_gamma_k):
@@ -295,10 +363,10 @@ def second_order_constant(kappa, sigma2_lr, kappa3_lr, sum_k_gamma_k):
     expansion) they are n kappa, n sigma_LR^2 - 2 sum k gamma_k + o(1) and n kappa3_LR + O(1), so the
     long-run cumulants replace the marginal ones and the finite-n variance adds Bartlett's term (the
     O(1) part of the third cumulant only enters at o(1)). Reduces to Smith's C for iid X.
-    Not proved here: checked against the exact Markov-additive numerics (`exact.markov_first_passage`) on
-    AR(1) logits (tau = 2.9, 18.2, 62.8), where lead + C_dep is within 0.07% of the exact variance from
-    L/kappa = 5 tau on and within 0.003% at 8 tau, i.e. C_dep (-1.05, -49.4, -593) is matched to 3e-4
-    relative at 8 tau (README).
+    Not proved here: checked against the exact Markov-additive numerics (`exact.markov_first_passage`,
+    `markov.markov_chain_first_passage`) on AR(1) logits, a regime-switching chain and a rotating chain with
+    sign-changing correlations (dependent_errors.py --structures): within 2.7% from L/kappa = 3 max(tau, 1),
+    0.2% from 5 max(tau, 1) on all three (README).
     """
     kappa = _check_positive("kappa", kappa)
     c = _check_nonneg("sigma2_lr", sigma2_lr) / kappa ** 2
