@@ -151,7 +151,8 @@ def _refuse_protected(p, real, what, force):
         raise UsageError(f"{what}: refusing to write {p} inside the foxwindow package's own folder "
                          f"{PACKAGE} (choose a folder of your own)")
     rel = _rel_under(real, REPO)
-    if rel is not None and os.path.lexists(real) and not os.path.isdir(real) and _tracked(real, rel) and not _generated(real, rel):
+    if (rel is not None and os.path.lexists(real) and not os.path.isdir(real) and _tracked(real, rel)
+            and not _generated(real, rel)):
         raise UsageError(f"{what}: refusing to overwrite {rel}, a tracked source file of the repository "
                          "(not even with --force)")
 
@@ -207,7 +208,8 @@ def check_writable(path, force=False, what="output", claim=True):
     return p
 
 
-# the locks this process holds: resolved output path -> (lock path, the output existed when claimed)
+# the locks this process holds: resolved output path -> (lock path, the output existed when claimed, the
+# argument that named it)
 _CLAIMS = {}
 
 
@@ -235,9 +237,18 @@ def _alive(pid):
     return True
 
 
+def _same_arg(a, b):
+    return a.lstrip("-").replace("-", "_").split(" ")[0] == b.lstrip("-").replace("-", "_").split(" ")[0]
+
+
 def _claim(real, what, replace):
-    """Take the lock of output `real` for this process (see check_writable)."""
+    """Take the lock of output `real` for this process (see check_writable). The same output claimed again
+    under another argument's name is one command writing one file twice: UsageError naming both."""
     if real in _CLAIMS:
+        other = _CLAIMS[real][2]
+        if not _same_arg(what, other):
+            raise UsageError(f"{what} and {other} name the same file {real}: one would overwrite the other; "
+                             "choose distinct paths")
         return
     lock = _lock_path(real)
     me = f"{os.getpid()}\n{socket.gethostname()}\n"
@@ -265,7 +276,7 @@ def _claim(real, what, replace):
             raise UsageError(f"{what}: cannot write in {os.path.dirname(real)}: {exc.strerror or exc}") from None
         finally:
             os.close(fd)
-        _CLAIMS[real] = (lock, replace)
+        _CLAIMS[real] = (lock, replace, what)
         return
     raise UsageError(f"{what}: cannot take the lock {lock} of {real}")
 

@@ -117,10 +117,7 @@ def train_config(a, **override):
 def check_corpus(context, eval_seqs, extra=()):
     """The corpus holds a training window of `context` + 1 bytes and eval_seqs held-out windows (and the
     (count, flag) pairs in `extra`); UsageError naming the flag, MissingPiece without the corpus."""
-    try:
-        n_train = len(data.train_stream())
-    except FileNotFoundError as exc:
-        raise outputs.MissingPiece(str(exc)) from None
+    n_train = len(data.train_stream())            # data.CorpusMissing (one line, exit 1) without the corpus
     if context + 2 > n_train:
         raise outputs.UsageError(f"--context {context} exceeds the training text ({n_train} bytes)")
     for n, what in ((eval_seqs, "--eval-seqs"), *extra):
@@ -335,12 +332,20 @@ def load_state(path, model, opt, order, steps):
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
         step, order_key, history = state["step"], state["order"], state["history"]
-    except (KeyError, TypeError, RuntimeError, EOFError, OSError) as exc:
-        raise ValueError(f"--resume {path} is not a training state written by --stop-at ({exc})") from None
+        model_state, optim_state = state["model"], state["optim"]
+    except Exception as exc:            # noqa: BLE001  (corrupt, truncated, foreign: pickle, zip, key errors)
+        msg = " ".join(str(exc).split())[:200]
+        raise ValueError(f"--resume {path} is not a training state written by --stop-at "
+                         f"({type(exc).__name__}: {msg})") from None
     order.check_resume(order_key)
-    if not step < steps:
+    if not (isinstance(step, int) and 0 <= step < steps):
         raise ValueError(f"--resume {path} is at step {step}; --steps {steps} leaves nothing to run")
-    distributed.load_train_state(model, opt, state["model"], state["optim"])
+    try:
+        distributed.load_train_state(model, opt, model_state, optim_state)
+    except (RuntimeError, KeyError, ValueError) as exc:
+        msg = " ".join(str(exc).split())[:200]
+        raise ValueError(f"--resume {path} does not fit this model (another --d-model, --n-layers, --n-heads, "
+                         f"--context or --fixed-gate?): {msg}") from None
     exact = distributed.set_rng_states(state.get("rng"))                   # dropout continues its draws
     if not exact and distributed.unwrap(model).cfg.dropout > 0 and is_main_process():
         print(f"note: {path} was written by another number of ranks; dropout masks differ from an "
@@ -355,8 +360,11 @@ def compare(fox_path, base_path, readme=None):
     readme = readme or os.path.join(os.path.dirname(os.path.abspath(fox_path)), "README.md")
     fox, fmeta = load_model(fox_path)
     base, bmeta = load_model(base_path)
+    if fmeta.get("config", {}).get("fixed_gate"):
+        raise ValueError(f"--compare FOX_CKPT {fox_path} is a fixed-gate model; the first checkpoint must be the "
+                         "FoX model with its learned forget gate")
     if not bmeta.get("config", {}).get("fixed_gate"):
-        raise ValueError(f"{base_path} is not a fixed-gate model")
+        raise ValueError(f"--compare FIXED_GATE_CKPT {base_path} is not a fixed-gate model")
     for k in ("steps", "batch", "context", "seed", "lr"):
         if fmeta.get(k) != bmeta.get(k):
             raise ValueError(f"runs differ in {k}: {fmeta.get(k)} vs {bmeta.get(k)}")
@@ -443,8 +451,15 @@ def main(argv=None):
     if distributed.launched() and (args.compare or args.eval_only):
         raise outputs.UsageError("--compare and --eval-only run in one process: start them with python, "
                                  "not torchrun")
+    if args.eval_only and args.out is not None:
+        raise outputs.UsageError(f"--eval-only scores --checkpoint and writes nothing; --out {args.out} is not "
+                                 f"read (to score that file: --eval-only --checkpoint {args.out})")
+    if args.compare and (args.out is not None or args.eval_only):
+        raise outputs.UsageError("--compare rewrites FOX_CKPT and the README beside it; it takes neither --out "
+                                 "nor --eval-only")
     if args.compare:
         fox, base = (find_input(c, "--compare") for c in args.compare)
+        outputs.distinct(("--compare FOX_CKPT", fox), ("--compare FIXED_GATE_CKPT", base))
         outputs.positive("--threads", args.threads)
         outputs.check_writable(fox, force=args.force, what="--compare FOX_CKPT")
         outputs.check_writable(os.path.join(os.path.dirname(fox), "README.md"), force=args.force,
