@@ -585,7 +585,7 @@ def parser(description, **kw):
 
 
 def cli(main, argv=None):
-    """Run main(argv) as a command: returns its exit code (0 for None).
+    """Run main(argv) as a command: returns its exit code (main's int, else 0).
 
     UsageError, ValueError, FileNotFoundError, json errors -> one line on stderr, exit 2;
     MissingPiece, ImportError -> one line, exit 1; KeyboardInterrupt -> one line, exit 130 (atomic
@@ -609,7 +609,8 @@ def cli(main, argv=None):
 def _run(main, argv, debug, prog):
     try:
         rc = main(argv)
-        return 0 if rc is None else int(rc)
+        # an int is the exit code; anything else (None, or the results a main also returns to callers) is 0
+        return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0
     except KeyboardInterrupt:
         if debug:
             raise

@@ -358,8 +358,13 @@ def compare(fox_path, base_path, readme=None):
     checkpoint's metadata (rewritten atomically) and write a short table to `readme` (default: README.md
     next to the FoX checkpoint). The caller checks both outputs may be replaced before calling."""
     readme = readme or os.path.join(os.path.dirname(os.path.abspath(fox_path)), "README.md")
-    fox, fmeta = load_model(fox_path)
-    base, bmeta = load_model(base_path)
+    loaded = []
+    for path, what in ((fox_path, "FOX_CKPT"), (base_path, "FIXED_GATE_CKPT")):
+        try:
+            loaded.append(load_model(path))
+        except (ValueError, KeyError, RuntimeError) as exc:
+            raise outputs.UsageError(f"--compare {what} {path}: {exc}") from None
+    (fox, fmeta), (base, bmeta) = loaded
     if fmeta.get("config", {}).get("fixed_gate"):
         raise ValueError(f"--compare FOX_CKPT {fox_path} is a fixed-gate model; the first checkpoint must be the "
                          "FoX model with its learned forget gate")
@@ -472,7 +477,10 @@ def main(argv=None):
         outputs.device_arg("--device", args.device)
         path = find_input(args.checkpoint, "--checkpoint")
         torch.set_num_threads(args.threads)
-        model, meta = load_model(path, device=args.device)
+        try:
+            model, meta = load_model(path, device=args.device)
+        except (ValueError, KeyError, RuntimeError) as exc:
+            raise outputs.UsageError(f"--checkpoint {args.checkpoint}: {exc}") from None
         bpc, _ = evaluate_bpc(model, meta.get("context", args.context), n_seq=args.eval_seqs, device=args.device)
         print(table([[meta.get("model", "?"), meta.get("steps", "?"), f"{bpc:.4f}", meta.get("val_bpc", "?")]],
                     ["model", "steps", "val bpc now", "val bpc recorded"]))
