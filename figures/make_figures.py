@@ -93,6 +93,7 @@ def check_out(a, only):
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")
 
 
+@outputs.scoped
 def main(argv=None):
     p = outputs.parser(__doc__.split("\n")[0])
     p.add_argument("--out", default=None,

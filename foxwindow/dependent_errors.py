@@ -27,8 +27,12 @@ TAU_MULTS = (0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8)        # regime sca
 TOLS = (0.10, 0.02)
 
 
-def _fail(msg):
-    raise outputs.UsageError(msg)
+def _fail(msg, debug=False):
+    """Bad input: one line and exit 2 (under outputs.cli too); with --debug the UsageError itself (traceback)."""
+    if debug:
+        raise outputs.UsageError(msg)
+    print(f"dependent_errors.py: error: {msg}", file=sys.stderr)
+    sys.exit(2)
 
 
 # the time model of the bound: seconds per unit of exact-numerics work (S-grid cells x steps x y-grid nodes^2)
@@ -227,6 +231,7 @@ def markdown(saved):
                   + f" | {f(t['mean_0.1'])} | {f(t['mean_0.01'])} |")
 
 
+@outputs.scoped
 def main(argv=None):
     p = outputs.parser("Measure the dependent-increment window laws against Monte Carlo "
                        "and exact Markov-additive numerics (AR(1)-logit gates).")
@@ -246,36 +251,41 @@ def main(argv=None):
     outputs.add_common(p)
     p.add_argument("--markdown", metavar="JSON", help="print markdown tables of a saved run and exit")
     a = p.parse_args(argv)
-    if a.markdown:
-        try:
-            with open(a.markdown) as f:
-                saved = json.load(f)
-        except (OSError, ValueError) as e:
-            _fail(f"--markdown {a.markdown}: {e}")
-        try:
-            markdown(saved)
-        except (KeyError, TypeError, AttributeError, ValueError) as e:
-            _fail(f"--markdown {a.markdown}: not a results JSON of this command ({type(e).__name__}: {e})")
-        return
-    if not (a.s > 0 and math.isfinite(a.s)) or not math.isfinite(a.mu):
-        _fail(f"--mu must be finite and --s positive; got mu={a.mu}, s={a.s}")
-    if any(not (-1 < f < 1) for f in a.phi):   # (also NaN)
-        _fail(f"--phi values must lie in (-1, 1); got {a.phi}")
-    if any(not (r > 0 and math.isfinite(r)) for r in a.ratios):
-        _fail(f"--ratios must be positive; got {a.ratios}")
-    if a.trials < 2:
-        _fail(f"--trials must be >= 2; got {a.trials}")
-    if a.cells < 2 or a.scan_cells < 2:
-        _fail(f"--cells and --scan-cells must be >= 2; got {a.cells}, {a.scan_cells}")
-    if not math.isfinite(a.max_minutes) or a.max_minutes <= 0:
-        _fail(f"--max-minutes must be a positive number; got {a.max_minutes}")
-    est = estimate_seconds(a.mu, a.s, a.phi, a.ratios, a.trials, a.cells, a.scan_cells, scan=not a.no_scan)
-    if est > 60 * a.max_minutes:
-        _fail(f"this run would take about {est / 60:.0f} min (--phi, --ratios, --cells, --scan-cells and --trials "
-              f"set the work); the bound is --max-minutes {a.max_minutes:g}: raise it to run anyway")
-    if a.json:                                             # before the work: folder, permissions, --force
-        a.json = outputs.check_writable(a.json, force=a.force, what="--json")
-    print(f"estimated {est:.0f} s on 2 cores (bound: --max-minutes {a.max_minutes:g})", file=sys.stderr)
+    try:
+        if a.markdown:
+            try:
+                with open(a.markdown) as f:
+                    saved = json.load(f)
+            except (OSError, ValueError) as e:
+                raise outputs.UsageError(f"--markdown {a.markdown}: {e}") from None
+            try:
+                markdown(saved)
+            except (KeyError, TypeError, AttributeError, ValueError) as e:
+                raise outputs.UsageError(f"--markdown {a.markdown}: not a results JSON of this command "
+                                         f"({type(e).__name__}: {e})") from None
+            return
+        if not (a.s > 0 and math.isfinite(a.s)) or not math.isfinite(a.mu):
+            raise outputs.UsageError(f"--mu must be finite and --s positive; got mu={a.mu}, s={a.s}")
+        if any(not (-1 < f < 1) for f in a.phi):   # (also NaN)
+            raise outputs.UsageError(f"--phi values must lie in (-1, 1); got {a.phi}")
+        if any(not (r > 0 and math.isfinite(r)) for r in a.ratios):
+            raise outputs.UsageError(f"--ratios must be positive; got {a.ratios}")
+        if a.trials < 2:
+            raise outputs.UsageError(f"--trials must be >= 2; got {a.trials}")
+        if a.cells < 2 or a.scan_cells < 2:
+            raise outputs.UsageError(f"--cells and --scan-cells must be >= 2; got {a.cells}, {a.scan_cells}")
+        if not math.isfinite(a.max_minutes) or a.max_minutes <= 0:
+            raise outputs.UsageError(f"--max-minutes must be a positive number; got {a.max_minutes}")
+        est = estimate_seconds(a.mu, a.s, a.phi, a.ratios, a.trials, a.cells, a.scan_cells, scan=not a.no_scan)
+        if est > 60 * a.max_minutes:
+            raise outputs.UsageError(f"this run would take about {est / 60:.0f} min (--phi, --ratios, --cells, "
+                                     f"--scan-cells and --trials set the work); the bound is --max-minutes "
+                                     f"{a.max_minutes:g}: raise it to run anyway")
+        if a.json:                                             # before the work: folder, permissions, --force
+            a.json = outputs.check_writable(a.json, force=a.force, what="--json")
+        print(f"estimated {est:.0f} s on 2 cores (bound: --max-minutes {a.max_minutes:g})", file=sys.stderr)
+    except outputs.UsageError as exc:
+        _fail(str(exc), a.debug)
     t0 = time.time()
     rows = measure(a.mu, a.s, a.phi, a.ratios, a.trials, a.seed, a.cells, progress=not a.no_progress)
     report(rows)

@@ -157,14 +157,15 @@ def _refuse_protected(p, real, what, force):
                          "(not even with --force)")
 
 
-def check_writable(path, force=False, what="output", claim=True):
+def check_writable(path, force=False, what="output", claim=True, force_flag="--force"):
     """Check before any work that `path` can be written as a file, and claim it. Returns the absolute path.
 
     path: str, the output file. force: replace an existing file (never a tracked source file of the
     repository, reached by any path: symlinks, `..` and bind mounts are resolved). what: the argument's name
     for the message (e.g. "--json"). Raises UsageError naming it when the path is a folder, on /proc, /sys
     or /dev, inside a .git folder or the installed package, its folder is missing, a file, not writable or
-    full, the file exists and force is False, or another run is writing it now.
+    full, the file exists and force is False, or another run is writing it now. force_flag: the flag that
+    sets force, named in the message.
 
     claim: take the output's lock, a file .NAME.foxwindow-lock beside it made with O_CREAT|O_EXCL (which
     also proves the folder takes new files): a second run that checks the same output while this one works
@@ -190,7 +191,7 @@ def check_writable(path, force=False, what="output", claim=True):
     exists = os.path.lexists(p)
     if exists:
         if not force:
-            raise UsageError(f"{what}: {p} exists; pass --force to replace it (or choose another path)")
+            raise UsageError(f"{what}: {p} exists; pass {force_flag} to replace it (or choose another path)")
         if os.path.exists(p) and not os.path.islink(p) and not os.path.isfile(p):
             raise UsageError(f"{what}: {p} is not a regular file; refusing to replace it")
         if not os.access(p, os.W_OK) and not os.path.islink(p):
@@ -289,16 +290,42 @@ def release(path):
             os.remove(c[0])
 
 
+@contextlib.contextmanager
+def scope():
+    """Release, on leaving, the output locks taken inside (those of outputs not written, after an error or
+    an output the run did not need in the end). cli runs every command in one; scoped(main) for a main
+    called directly."""
+    held = set(_CLAIMS)
+    try:
+        yield
+    finally:
+        for real in set(_CLAIMS) - held:
+            release(real)
+
+
+def scoped(fn):
+    """Decorator: run fn inside scope()."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(*a, **k):
+        with scope():
+            return fn(*a, **k)
+    return run
+
+
 @atexit.register
 def _release_all():
     for real in list(_CLAIMS):
         release(real)
 
 
-def guard_output(path, force=False, what="--json"):
+def guard_output(path, force=False, what="--json", force_flag="--force"):
     """The write guard as one call for scripts outside the command table (e.g. the kernel benchmark):
-    check_writable with the lock. Returns the absolute path; raises UsageError naming `what`."""
-    return check_writable(path, force=force, what=what)
+    check_writable with the lock, held until the process exits when the file is written with hold=True
+    (write_json(path, obj, hold=True): a file rewritten as results come in). Returns the absolute path;
+    raises UsageError naming `what` (and force_flag when the file exists)."""
+    return check_writable(path, force=force, what=what, force_flag=force_flag)
 
 
 def distinct(*named):
@@ -399,12 +426,13 @@ def _drop_empty_run_dirs():
 
 
 @contextlib.contextmanager
-def atomic(path, suffix=None):
+def atomic(path, suffix=None, hold=False):
     """Yield a temporary path in the folder of `path`; on success os.replace it onto `path`.
 
     On any exception (KeyboardInterrupt included) the temporary file is removed and `path` is left as it
     was. suffix: the temporary file's extension (default: that of path, so writers that choose a format
-    by extension, like matplotlib, still see it).
+    by extension, like matplotlib, still see it). hold: keep the output's lock (check_writable) after the
+    write, for a file written again later in the run; it goes at the end of the command or process.
     """
     p = os.path.abspath(os.fspath(path))
     d = os.path.dirname(p)
@@ -426,11 +454,14 @@ def atomic(path, suffix=None):
             _link_new(tmp, p)             # the output was absent when checked: never replace what appeared since
         else:
             os.replace(tmp, p)
+        if claim is not None and hold:
+            _CLAIMS[resolve(p)] = (claim[0], True, claim[2])      # written now: the next write replaces it
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
-    release(p)
+    if not hold:
+        release(p)
 
 
 def _link_new(tmp, p):
@@ -455,9 +486,9 @@ def _link_new(tmp, p):
     os.remove(tmp)
 
 
-def write_bytes(path, data):
-    """Write bytes atomically."""
-    with atomic(path) as tmp:
+def write_bytes(path, data, hold=False):
+    """Write bytes atomically (hold: see atomic)."""
+    with atomic(path, hold=hold) as tmp:
         with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -465,9 +496,9 @@ def write_bytes(path, data):
     return path
 
 
-def write_text(path, text):
+def write_text(path, text, hold=False):
     """Write str atomically (UTF-8)."""
-    return write_bytes(path, text.encode("utf-8"))
+    return write_bytes(path, text.encode("utf-8"), hold=hold)
 
 
 def json_clean(v):
@@ -481,9 +512,9 @@ def json_clean(v):
     return v
 
 
-def write_json(path, obj, indent=1):
-    """Write obj as strict JSON (NaN/inf written as null) atomically."""
-    return write_text(path, json.dumps(json_clean(obj), indent=indent, allow_nan=False) + "\n")
+def write_json(path, obj, indent=1, hold=False):
+    """Write obj as strict JSON (NaN/inf written as null) atomically (hold: see atomic)."""
+    return write_text(path, json.dumps(json_clean(obj), indent=indent, allow_nan=False) + "\n", hold=hold)
 
 
 def save_npz(path, **arrays):
@@ -598,12 +629,8 @@ def cli(main, argv=None):
     prog = os.path.basename(sys.argv[0]) or "foxwindow"
     if prog in ("__main__.py", "-c", ""):
         prog = "foxwindow"
-    held = set(_CLAIMS)
-    try:
+    with scope():                       # the command's output locks end with it
         return _run(main, argv, debug, prog)
-    finally:                            # the command's output locks end with it
-        for real in set(_CLAIMS) - held:
-            release(real)
 
 
 def _run(main, argv, debug, prog):

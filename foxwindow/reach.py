@@ -442,6 +442,7 @@ def readme_notes(path):
     return "\n".join(lines[table[-1] + 1:fig[-1]]).strip()
 
 
+@outputs.scoped
 def main(argv=None):
     p = outputs.parser(__doc__.split("\n")[0])
     p.add_argument("--kinds", nargs="+", default=list(DEFAULT_KINDS),

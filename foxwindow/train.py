@@ -430,6 +430,7 @@ def check_args(a):
     return model_cfg, cfg
 
 
+@outputs.scoped
 def main(argv=None):
     p = outputs.parser(__doc__.split("\n")[0])
     add_train_args(p, device="cuda" if torch.cuda.is_available() else "cpu")
