@@ -1057,6 +1057,10 @@ def main(argv=None):
         raise outputs.UsageError(f"{single[0]} runs in one process; under torchrun only the shipped model's "
                                  "capture is split across ranks (run it without torchrun)")
     if hf_models.wants_model(a):
+        clash = [f for f, on in (("--traces", a.traces), ("--synthetic", a.synthetic), ("--checkpoint", a.checkpoint))
+                 if on]
+        if clash:
+            raise outputs.UsageError(f"--model analyses that model; {' and '.join(clash)} would be ignored: drop one")
         return main_hf_model(a)
     check_args(a)
     if a.synthetic:

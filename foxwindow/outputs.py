@@ -139,14 +139,14 @@ def resolve(path):
     return os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
 
 
-def _refuse_protected(p, real, what, force):
+def _refuse_protected(p, real, what, force, force_flag="--force"):
     """UsageError when `real` (the resolved output) is on a special filesystem, inside a .git folder, inside
     the installed package, or a tracked source file of the repository (any spelling of its path)."""
     for top in SPECIAL_ROOTS:
         if real == top or real.startswith(top + os.sep):
             raise UsageError(f"{what}: {p} is on {top}, a special filesystem; choose an ordinary folder")
     if ".git" in real.split(os.sep):
-        raise UsageError(f"{what}: refusing to write {p} inside a .git folder (not even with --force)")
+        raise UsageError(f"{what}: refusing to write {p} inside a .git folder (not even with {force_flag})")
     if _rel_under(real, PACKAGE) is not None:
         raise UsageError(f"{what}: refusing to write {p} inside the foxwindow package's own folder "
                          f"{PACKAGE} (choose a folder of your own)")
@@ -154,7 +154,7 @@ def _refuse_protected(p, real, what, force):
     if (rel is not None and os.path.lexists(real) and not os.path.isdir(real) and _tracked(real, rel)
             and not _generated(real, rel)):
         raise UsageError(f"{what}: refusing to overwrite {rel}, a tracked source file of the repository "
-                         "(not even with --force)")
+                         f"(not even with {force_flag})")
 
 
 def check_writable(path, force=False, what="output", claim=True, force_flag="--force"):
@@ -185,7 +185,7 @@ def check_writable(path, force=False, what="output", claim=True, force_flag="--f
     if not os.path.isdir(parent):
         raise UsageError(f"{what}: {parent} is a file, so {p} cannot be created")
     real = resolve(p)
-    _refuse_protected(p, real, what, force)
+    _refuse_protected(p, real, what, force, force_flag)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"{what}: folder {parent} is not writable")
     exists = os.path.lexists(p)

@@ -346,6 +346,15 @@ def test_bad_arguments_of_every_command(capsys, tmp_path, monkeypatch):
     assert not os.path.exists(tmp_path / "runs") or not any(os.scandir(tmp_path / "runs"))
 
 
+def test_forget_model_refuses_what_it_would_ignore(capsys, tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "gla"}))
+    ck = os.path.join(REPO, "checkpoints", "fox_shakespeare.pt")
+    for extra, word in ((["--traces", "x.npz"], "--traces"), (["--synthetic"], "--synthetic"),
+                        (["--checkpoint", ck], "--checkpoint")):
+        _one_line(capsys, _cmd("forget"), ["--model", str(tmp_path / "m")] + extra, word, "ignored")
+
+
 def test_corrupt_and_foreign_inputs(capsys, tmp_path):
     garbage, foreign, jsn = tmp_path / "g.pt", tmp_path / "f.pt", tmp_path / "w.json"
     garbage.write_bytes(b"\x80\x04not a pickle at all")
