@@ -60,8 +60,8 @@ def _check_json_input(path, what):
 
 def check_inputs(a, only, asked):
     """The figures to make: those of `only` whose input JSON exists. A missing input of a figure the user
-    asked for (--only, or its input flag given) is a UsageError; otherwise the figure is left out, with a
-    line on stderr. Returns (figures to make, {figure: reason left out})."""
+    asked for (--only, or its input flag given) is a UsageError; otherwise the figure is left out (main
+    says so on stderr once the outputs are checked). Returns (figures to make, {figure: reason left out})."""
     left = {}
     for n, (flag, attr) in INPUTS.items():
         if n not in only:
@@ -72,7 +72,6 @@ def check_inputs(a, only, asked):
             if asked or f"--{attr.replace('_', '-')}" in a.given:
                 raise outputs.UsageError(f"figure {n} ({NAMES[n]}) needs its input: {why}")
             left[n] = why
-            print(f"figure {n} will not be made: {why}", file=sys.stderr)
     return [n for n in only if n not in left], left
 
 
@@ -117,6 +116,8 @@ def main(argv=None):
         p.error("--trials must be >= 2")
     only, left = check_inputs(a, a.only or sorted(FIGURES), asked=a.only is not None)
     check_out(a, only)
+    for n, why in left.items():
+        print(f"figure {n} will not be made: {why}", file=sys.stderr)
     ctx = SimpleNamespace(out=a.out, fast=a.fast, seed=a.seed, trials=trials,
                           heads_json=a.heads_json, bench_json=a.bench_json, prune_json=a.prune_json)
     figstyle.apply()

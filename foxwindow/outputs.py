@@ -170,7 +170,10 @@ def check_writable(path, force=False, what="output", claim=True, force_flag="--f
     claim: take the output's lock, a file .NAME.foxwindow-lock beside it made with O_CREAT|O_EXCL (which
     also proves the folder takes new files): a second run that checks the same output while this one works
     gets a clear error instead of silently replacing the result. The lock goes when the output is written
-    (atomic) or when the process exits; a lock left by a killed process is taken over.
+    (atomic) or when the process exits; a lock left by a killed process is taken over. The same output
+    checked again in this process under another argument's name is refused (one command writing one file
+    twice), except with claim="shared" (check_dir's default files, which an argument may name again).
+    False: check only.
     """
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
         raise UsageError(f"{what}: expected a file path; got {path!r}")
@@ -205,7 +208,7 @@ def check_writable(path, force=False, what="output", claim=True, force_flag="--f
         raise UsageError(f"{what}: the filesystem of {parent} has {free / 2 ** 20:.1f} MiB free; "
                          f"at least {MIN_FREE_BYTES // 2 ** 20} MiB needed")
     if claim:
-        _claim(real, what, replace=exists)
+        _claim(real, what, replace=exists, shared=claim == "shared")
     return p
 
 
@@ -242,11 +245,15 @@ def _same_arg(a, b):
     return a.lstrip("-").replace("-", "_").split(" ")[0] == b.lstrip("-").replace("-", "_").split(" ")[0]
 
 
-def _claim(real, what, replace):
+def _claim(real, what, replace, shared=False):
     """Take the lock of output `real` for this process (see check_writable). The same output claimed again
     under another argument's name is one command writing one file twice: UsageError naming both."""
     if real in _CLAIMS:
-        other = _CLAIMS[real][2]
+        lock, was, other = _CLAIMS[real]
+        if other is None or shared:         # a folder's default file, named again by an argument: one output
+            if other is None and not shared:
+                _CLAIMS[real] = (lock, was, what)
+            return
         if not _same_arg(what, other):
             raise UsageError(f"{what} and {other} name the same file {real}: one would overwrite the other; "
                              "choose distinct paths")
@@ -277,7 +284,7 @@ def _claim(real, what, replace):
             raise UsageError(f"{what}: cannot write in {os.path.dirname(real)}: {exc.strerror or exc}") from None
         finally:
             os.close(fd)
-        _CLAIMS[real] = (lock, replace, what)
+        _CLAIMS[real] = (lock, replace, None if shared else what)
         return
     raise UsageError(f"{what}: cannot take the lock {lock} of {real}")
 
@@ -376,7 +383,7 @@ def check_dir(path, files, force=False, what="--out"):
         except OSError as exc:
             raise UsageError(f"{what}: cannot create folder {d}: {exc.strerror}") from exc
     for f in files:
-        check_writable(os.path.join(d, f), force=force, what=what)
+        check_writable(os.path.join(d, f), force=force, what=what, claim="shared")
     return d
 
 

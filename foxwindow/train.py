@@ -465,7 +465,9 @@ def main(argv=None):
                                  "nor --eval-only")
     if args.compare:
         fox, base = (find_input(c, "--compare") for c in args.compare)
-        outputs.distinct(("--compare FOX_CKPT", fox), ("--compare FIXED_GATE_CKPT", base))
+        if outputs.resolve(fox) == outputs.resolve(base) or os.path.samefile(fox, base):
+            raise outputs.UsageError(f"--compare names the same checkpoint twice ({fox}); give the FoX model and the "
+                                     "fixed-gate one")
         outputs.positive("--threads", args.threads)
         outputs.check_writable(fox, force=args.force, what="--compare FOX_CKPT")
         outputs.check_writable(os.path.join(os.path.dirname(fox), "README.md"), force=args.force,

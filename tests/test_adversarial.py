@@ -201,7 +201,11 @@ def test_one_command_naming_one_file_twice(capsys, tmp_path):
     _one_line(capsys, _cmd("forget"), ["--json", x, "--save-traces", x], "same file")
     ck = os.path.join(REPO, "checkpoints", "fox_shakespeare.pt")
     _one_line(capsys, _cmd("train"), ["--compare", ck, os.path.join(REPO, "checkpoints", ".", "fox_shakespeare.pt")],
-              "same file")
+              "same checkpoint twice")
+    # a folder's default file named again by its own argument is one output, not a collision
+    assert outputs.check_dir(str(tmp_path / "Q"), ["prune.json"]) == str(tmp_path / "Q")
+    outputs.check_writable(str(tmp_path / "Q" / "prune.json"), what="--json")
+    outputs._release_all()
 
 
 # ----------------------------------------------------------------------------- two processes, one output

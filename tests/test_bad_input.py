@@ -135,7 +135,7 @@ def test_forget_synthetic_json_is_strict(capsys, tmp_path):
     (["--out", "checkpoints/fox_shakespeare.pt"], ["--out", "--force"]),
     (["--eval-only", "--checkpoint", "absent.pt"], ["--checkpoint", "not found"]),
     (["--compare", "checkpoints/fox_shakespeare.pt", "absent.pt"], ["--compare", "not found"]),
-    (["--compare", "checkpoints/fox_shakespeare.pt", "checkpoints/fox_shakespeare.pt"], ["--compare", "--force"]),
+    (["--compare", "checkpoints/fox_shakespeare.pt", "checkpoints/fox_shakespeare.pt"], ["--compare", "twice"]),
 ])
 def test_train_cli_usage(capsys, monkeypatch, argv, words):
     monkeypatch.chdir(REPO)
