@@ -207,7 +207,7 @@ def check_writable(path, force=False, what="output", claim=True, force_flag="--f
     if free is not None and free < MIN_FREE_BYTES:
         raise UsageError(f"{what}: the filesystem of {parent} has {free / 2 ** 20:.1f} MiB free; "
                          f"at least {MIN_FREE_BYTES // 2 ** 20} MiB needed")
-    if claim:
+    if claim and os.environ.get("RANK", "0") in ("", "0"):     # under torchrun rank 0 writes: it holds the lock
         _claim(real, what, replace=exists, shared=claim == "shared")
     return p
 
