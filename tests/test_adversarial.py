@@ -128,7 +128,8 @@ def test_guard_bind_mount_of_the_repository(tmp_path):
             except outputs.UsageError as e:
                 print("REFUSED", e)
     """)
-    script = f"mount --bind {REPO} {b} && {PY} -c '{code}'"
+    (tmp_path / "probe.py").write_text(code)
+    script = f"mount --bind '{REPO}' '{b}' && '{PY}' '{tmp_path / 'probe.py'}'"
     env = dict(os.environ, PYTHONPATH=REPO)
     for pre in (["unshare", "-m"], ["unshare", "-rm"]):
         r = subprocess.run(pre + ["sh", "-c", script], capture_output=True, text=True, env=env, timeout=120)
