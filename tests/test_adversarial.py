@@ -262,6 +262,21 @@ def test_two_real_commands_one_json(tmp_path):
     assert isinstance(json.loads(out.read_text()), list) and sorted(os.listdir(tmp_path)) == ["same.json"]
 
 
+def test_commands_refuse_an_output_another_run_holds(capsys, tmp_path):
+    """train --out, forget --json, renewal --json, prune --out while another live process holds the output's lock
+    (here: the parent process, as a second run would see the first): one line, before any work."""
+    host = os.uname().nodename
+    for name in ("m.pt", "h.json", "r.json", os.path.join("P", "prune.txt")):
+        os.makedirs(os.path.dirname(str(tmp_path / name)), exist_ok=True)
+        lock = tmp_path / os.path.dirname(name) / f".{os.path.basename(name)}.foxwindow-lock"
+        lock.write_text(f"{os.getppid()}\n{host}\n")
+    _one_line(capsys, _cmd("train"), TINY + ["--out", str(tmp_path / "m.pt")], "--out", "another run")
+    _one_line(capsys, _cmd("forget"), ["--json", str(tmp_path / "h.json")], "--json", "another run")
+    _one_line(capsys, _cmd("renewal"), ["--eps", "0.1", "--json", str(tmp_path / "r.json")], "another run")
+    _one_line(capsys, _cmd("prune"), ["--out", str(tmp_path / "P")], "another run")
+    assert not [f for f in os.listdir(tmp_path) if not f.startswith(".") and f != "P"]
+
+
 def test_exclusive_create_keeps_what_appeared(tmp_path):
     p = str(tmp_path / "o.json")
     outputs.check_writable(p, what="--json")
