@@ -212,12 +212,14 @@ def test_one_command_naming_one_file_twice(capsys, tmp_path):
 # ----------------------------------------------------------------------------- two processes, one output
 
 WRITER = """
-import sys, time
+import os, sys, time
 from foxwindow import outputs
 def main(argv):
     p = outputs.check_writable(argv[0], force="--force" in argv, what="--json")
     print("checked", flush=True)
-    time.sleep(float(argv[1]))
+    t0 = time.time()
+    while argv[1] != "-" and not os.path.exists(argv[1]) and time.time() - t0 < 60:   # the test says when
+        time.sleep(0.05)
     outputs.write_text(p, argv[2])
     print("saved", flush=True)
 sys.exit(outputs.cli(main))
@@ -228,13 +230,16 @@ def test_two_writers_one_output(tmp_path):
     """The second run is refused before its work, with or without --force; the first's result survives."""
     out = tmp_path / "same.json"
     env = dict(os.environ, PYTHONPATH=REPO)
+    go = tmp_path.parent / f"{tmp_path.name}.go"
     for force in ([], ["--force"]):
-        first = subprocess.Popen([PY, "-c", WRITER, str(out), "3", "first", *force], env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+        first = subprocess.Popen([PY, "-c", WRITER, str(out), str(go), "first", *force], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert first.stdout.readline().strip() == "checked"
-        second = subprocess.run([PY, "-c", WRITER, str(out), "0", "second", *force], env=env, capture_output=True,
+        second = subprocess.run([PY, "-c", WRITER, str(out), "-", "second", *force], env=env, capture_output=True,
                                 text=True, timeout=60)
+        go.write_text("")                       # the first run finishes only now
         rest, err1 = first.communicate(timeout=60)
+        go.unlink()
         assert first.returncode == 0 and "saved" in rest, err1
         assert second.returncode == 2 and "another run" in second.stderr and "saved" not in second.stdout
         assert second.stderr.count("\n") == 1 and out.read_text() == "first"
@@ -243,7 +248,7 @@ def test_two_writers_one_output(tmp_path):
     dead = subprocess.run([PY, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
     lock = tmp_path / ".new.json.foxwindow-lock"
     lock.write_text(f"{dead}\n{os.uname().nodename}\n")
-    r = subprocess.run([PY, "-c", WRITER, str(tmp_path / "new.json"), "0", "ok"], env=env, capture_output=True,
+    r = subprocess.run([PY, "-c", WRITER, str(tmp_path / "new.json"), "-", "ok"], env=env, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0 and (tmp_path / "new.json").read_text() == "ok" and not lock.exists(), r.stderr
 
