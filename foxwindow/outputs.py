@@ -180,6 +180,8 @@ def check_writable(path, force=False, what="output", claim=True, force_flag="--f
     if "\0" in os.fspath(path):
         raise UsageError(f"{what}: the path holds a NUL byte")
     p = os.path.abspath(os.fspath(path))
+    real = resolve(p)
+    _refuse_protected(p, real, what, force, force_flag)        # first: whatever else is wrong with the path
     if os.path.isdir(p):
         raise UsageError(f"{what}: {p} is a folder; expected a file path")
     parent = os.path.dirname(p)
@@ -187,8 +189,6 @@ def check_writable(path, force=False, what="output", claim=True, force_flag="--f
         raise UsageError(f"{what}: folder {parent} does not exist (create it first)")
     if not os.path.isdir(parent):
         raise UsageError(f"{what}: {parent} is a file, so {p} cannot be created")
-    real = resolve(p)
-    _refuse_protected(p, real, what, force, force_flag)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"{what}: folder {parent} is not writable")
     exists = os.path.lexists(p)
