@@ -5,8 +5,10 @@ figures/ (it replaces them). --fast writes to a fresh scratch folder runs/figure
 is refused over figures/; any other --out whose figure files exist needs --force.
 
 Figures 1-5 are computed from the gate laws (Monte Carlo + exact renewal numerics); figure 6 reads the
-per-head JSON of the trained model and figure 7 the kernel benchmark JSON, and each is skipped with a
-message when its JSON is absent. Output: <out>/figN_*.png and .pdf.
+per-head JSON of the trained model, figure 7 the kernel benchmark JSON (written on a GPU) and figure 8 the
+pruning JSON. A figure asked for by --only whose input JSON is absent or unusable is an error before any
+work; the default run (all figures) leaves such a figure out, says so before and after the work, and lists
+it as "not made" in the summary. Output: <out>/figN_*.png and .pdf.
 """
 import json
 import os
@@ -40,10 +42,14 @@ FIGURES = {1: fig1_decay, 2: fig2_window_pmf, 3: fig3_moments_vs_L, 4: fig4_alib
 NAMES = {n: m.__name__ for n, m in FIGURES.items()}
 
 
+# figures drawn from a JSON input: number -> (flag, attribute of the arguments)
+INPUTS = {6: ("--heads-json", "heads_json"), 7: ("--bench-json", "bench_json"), 8: ("--prune-json", "prune_json")}
+
+
 def _check_json_input(path, what):
-    """An optional input JSON: absent is fine (the figure is skipped); present must parse."""
+    """An input JSON: True when present and valid, False when absent; UsageError when unusable."""
     if not os.path.exists(path):
-        return
+        return False
     if not os.path.isfile(path):
         raise outputs.UsageError(f"{what}: {path} is not a file")
     try:
@@ -51,6 +57,24 @@ def _check_json_input(path, what):
             json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise outputs.UsageError(f"{what}: {path} is not valid JSON ({exc})") from None
+    return True
+
+
+def check_inputs(a, only, asked):
+    """The figures to make: those of `only` whose input JSON exists. A missing input of a figure the user
+    asked for (--only, or its input flag given) is a UsageError; otherwise the figure is left out (main
+    says so on stderr once the outputs are checked). Returns (figures to make, {figure: reason left out})."""
+    left = {}
+    for n, (flag, attr) in INPUTS.items():
+        if n not in only:
+            continue
+        path = getattr(a, attr)
+        if not _check_json_input(path, flag):
+            why = f"{flag} {path} not found"
+            if asked or f"--{attr.replace('_', '-')}" in a.given:
+                raise outputs.UsageError(f"figure {n} ({NAMES[n]}) needs its input: {why}")
+            left[n] = why
+    return [n for n in only if n not in left], left
 
 
 def check_out(a, only):
@@ -70,6 +94,7 @@ def check_out(a, only):
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")
 
 
+@outputs.scoped
 def main(argv=None):
     p = outputs.parser(__doc__.split("\n")[0])
     p.add_argument("--out", default=None,
@@ -83,17 +108,20 @@ def main(argv=None):
     p.add_argument("--heads-json", default=os.path.join(HERE, "heads.json"), help="per-head JSON for figure 6")
     p.add_argument("--bench-json", default=os.path.join(HERE, "kernel_bench.json"),
                    help="kernel benchmark JSON for figure 7")
+    p.add_argument("--prune-json", default=fig8_prune.DEFAULT_JSON, help="pruning JSON (prune.py) for figure 8")
     outputs.add_common(p)
+    argv = sys.argv[1:] if argv is None else list(argv)
     a = p.parse_args(argv)
+    a.given = {x.split("=")[0] for x in argv if x.startswith("--")}
     trials = a.trials or (4000 if a.fast else 200_000)
     if trials < 2:
         p.error("--trials must be >= 2")
-    only = a.only or sorted(FIGURES)
-    _check_json_input(a.heads_json, "--heads-json")
-    _check_json_input(a.bench_json, "--bench-json")
+    only, left = check_inputs(a, a.only or sorted(FIGURES), asked=a.only is not None)
     check_out(a, only)
+    for n, why in left.items():
+        print(f"figure {n} will not be made: {why}", file=sys.stderr)
     ctx = SimpleNamespace(out=a.out, fast=a.fast, seed=a.seed, trials=trials,
-                          heads_json=a.heads_json, bench_json=a.bench_json)
+                          heads_json=a.heads_json, bench_json=a.bench_json, prune_json=a.prune_json)
     figstyle.apply()
     results = []
     t_all = time.time()
@@ -103,12 +131,13 @@ def main(argv=None):
         t0 = time.time()
         try:
             paths, summary = FIGURES[n].make(ctx)
-            status = "written"
-        except figstyle.Skip as e:
-            paths, summary, status = [], str(e), "skipped"
-            tqdm.write(f"figure {n} skipped: {e}", file=sys.stderr)
-        results.append(dict(figure=n, status=status, paths=paths, summary=summary,
+        except figstyle.Skip as e:           # an input that parses but holds nothing to draw
+            flag = INPUTS.get(n, ("input",))[0]
+            raise outputs.UsageError(f"figure {n} ({NAMES[n]}): {flag}: {e}") from None
+        results.append(dict(figure=n, status="written", paths=paths, summary=summary,
                             seconds=round(time.time() - t0, 2)))
+    results += [dict(figure=n, status="not made", paths=[], summary=why, seconds=0.0) for n, why in left.items()]
+    results.sort(key=lambda r: r["figure"])
     print(f"\n{'fig':>3s}  {'status':8s} {'time':>6s}  {'file (.png and .pdf)':36s} summary")
     for r in results:
         files = os.path.relpath(os.path.splitext(r["paths"][0])[0]) if r["paths"] else "-"
@@ -117,6 +146,8 @@ def main(argv=None):
     if a.json:
         outputs.write_json(a.json, dict(trials=trials, seed=a.seed, fast=a.fast, out=a.out, figures=results))
     print(f"figures in {a.out}")
+    if left:
+        print(f"not made (input missing): figure(s) {', '.join(map(str, left))}", file=sys.stderr)
     return results
 
 

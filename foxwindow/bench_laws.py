@@ -84,6 +84,7 @@ def gpu_rows(a):
              ">= 5e8 rows/s", n / t >= 5e8)]
 
 
+@outputs.scoped
 def main(argv=None):
     from tqdm import tqdm
     p = outputs.parser(__doc__.split("\n")[0])

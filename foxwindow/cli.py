@@ -19,14 +19,33 @@ COMMANDS = {
     "dependent-errors": ("dependent_errors", "the dependent-increment laws against exact numerics"),
     "lstm-traces": ("lstm", "the textgenrnn character LSTM's forget gates on the held-out text, as a trace file"),
     "chunks": ("chunks", "per-head chunk sizes that overflow chunked kernels, predicted and measured"),
+    "figures": (None, "regenerate the figures (figures/make_figures.py; from a source checkout)"),
 }
 
 
 def command(name, argv=None):
     """Run the command `name` with argv (default sys.argv[1:]). Returns its exit code."""
     from foxwindow import outputs
+    if COMMANDS[name][0] is None:
+        return outputs.cli(_figures_main, argv)
     mod = importlib.import_module(f"foxwindow.{COMMANDS[name][0]}")
     return outputs.cli(mod.main, argv)
+
+
+def _figures_main(argv):
+    """`foxwindow figures`: the figure scripts live beside the package in a checkout, not in the package."""
+    import os
+
+    from foxwindow import outputs
+    script = os.path.join(outputs.REPO, "figures", "make_figures.py")
+    if not os.path.isfile(script):
+        raise outputs.MissingPiece("the figure scripts are not installed with the package: run "
+                                   "`python figures/make_figures.py` in a source checkout of foxwindow")
+    folder = os.path.dirname(script)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    mod = importlib.import_module("make_figures")
+    mod.main(argv)
 
 
 def _usage():

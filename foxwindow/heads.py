@@ -531,6 +531,10 @@ def main(argv=None):
     if a.seed is not None:
         outputs.positive("--seed", a.seed, lo=0)
     if hf_models.wants_model(a):
+        clash = [f for f, on in (("--traces", a.traces), ("--synthetic", a.synthetic), ("--checkpoint", a.checkpoint))
+                 if on]
+        if clash:
+            raise outputs.UsageError(f"--model analyses that model; {' and '.join(clash)} would be ignored: drop one")
         from foxwindow import hf_driver  # the --model run: loading, capture and the same table
         return hf_driver.main_hf_model(a)
     check_args(a)

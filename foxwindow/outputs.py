@@ -1,24 +1,38 @@
-"""Safe outputs for every command: atomic writes, checks before the work, fresh run folders, one-line errors.
+"""Safe outputs for every command: the write guard, atomic writes, fresh run folders, one-line errors.
 
-    check_writable(path, force=...)      before any work: the folder exists (or can be made), the path is
-                                          not a folder, and an existing file is only replaced with force
+    check_writable(path, force=...)      before any work: the folder exists, takes new files and has room,
+                                          the path is not a folder, an existing file is only replaced with
+                                          force, and the output's lock is taken (a second run writing the
+                                          same file is refused). guard_output is the same for outside scripts.
+    check_dir(folder, names, force=...)  the same for files in one output folder (made if missing)
+    distinct((what, path), ...)          outputs of one command that are the same file: refused
     atomic(path) / write_bytes / write_text / write_json / save_npz / save_torch / save_figure
-                                          write a temporary file in the same folder, then os.replace it:
+                                          write a temporary file in the same folder, then rename it onto
+                                          path (create-exclusive when the file was absent when checked):
                                           an interrupted run leaves the previous file intact, no partial file
-    run_dir(command)                      a fresh runs/<command>-<timestamp>/ folder (git-ignored)
+    run_dir(command)                      a fresh runs/<command>-<timestamp>/ folder in the working directory
     cli(main)                             run a command's main: UsageError and other expected errors become
                                           one line on stderr and exit code 2 (1 for a missing environment
-                                          piece, 130 on Ctrl-C); --debug shows the traceback
+                                          piece or an unexpected error, 130 on Ctrl-C); --debug shows the
+                                          traceback
 
 Overwrite rule: an existing file is replaced only when the caller passes force=True (`--force` on the
 command line). Even then, tracked source and documentation files of the repository (code, the top-level
-README, configuration) are never replaced; only generated artifacts are (checkpoints/, results/, figures'
-images and JSON), which is how the shipped outputs are regenerated on purpose.
+README, configuration) are never replaced, by whatever path they are reached (symlinks, `..`, a bind mount
+of the repository: paths are compared resolved and by device and inode); only generated artifacts are
+(checkpoints/, results/, figures' images and JSON), which is how the shipped outputs are regenerated on
+purpose. Nothing is ever written inside a .git folder, the installed package, /proc, /sys or /dev.
+
+Concurrent runs: check_writable takes a lock file .NAME.foxwindow-lock beside each output (O_CREAT|O_EXCL)
+for the run; a second run naming the same output gets a one-line error before its work. The lock goes when
+the file is written or the process exits; one left by a killed process is taken over.
 """
+import atexit
 import contextlib
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -27,7 +41,13 @@ import time
 
 # the folder above the package: the repository in a source checkout, site-packages (or --target) when installed
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUNS = os.path.join(REPO, "runs")
+PACKAGE = os.path.dirname(os.path.abspath(__file__))
+# the default output folder: runs/ in the working directory (resolved when used; a test may set a path)
+RUNS = None
+# outputs are never written below these (kernel and process views: writes fail or do harm after the work)
+SPECIAL_ROOTS = ("/proc", "/sys", "/dev")
+# an output folder must have this much free space before the work starts
+MIN_FREE_BYTES = 1 << 20
 # generated artifacts inside the repository that --force may replace (paths relative to REPO)
 GENERATED_PREFIXES = ("checkpoints/", "results/")
 GENERATED_SUFFIXES = (".png", ".pdf", ".json", ".npz", ".pt")
@@ -61,10 +81,40 @@ def repo_path(path):
     return next((c for c in cands if os.path.exists(c)), cands[0])
 
 
-def _tracked(path):
-    """True if `path` is a file tracked by the repository's git (False when git or the repo is absent)."""
-    rel = os.path.relpath(path, REPO)
-    if rel.startswith(".."):
+def _identity(path):
+    """(st_dev, st_ino) of an existing path, or None."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _rel_under(real, root):
+    """The path of `real` (resolved, absolute) relative to folder `root` when `real` lies inside it, by the
+    identity (device, inode) of the folder, so that a symlink, `..` or a bind mount of the folder under
+    another name is still seen as inside it. None otherwise (or when root is missing)."""
+    rid = _identity(root)
+    if rid is None:
+        return None
+    parts = []
+    d = real
+    while True:
+        if _identity(d) == rid:
+            return os.path.join(*reversed(parts)) if parts else "."
+        up = os.path.dirname(d)
+        if up == d:
+            return None
+        parts.append(os.path.basename(d))
+        d = up
+
+
+def _tracked(path, rel=None):
+    """True if `path` is a file tracked by the repository's git (False when git or the repo is absent).
+    rel: its path relative to REPO when known (found by identity, see _rel_under)."""
+    if rel is None:
+        rel = _rel_under(os.path.realpath(path), REPO)
+    if rel is None or not os.path.exists(os.path.join(REPO, ".git")):
         return False
     try:
         r = subprocess.run(["git", "-C", REPO, "ls-files", "--error-unmatch", "--", rel],
@@ -74,25 +124,64 @@ def _tracked(path):
     return r.returncode == 0
 
 
-def _generated(path):
+def _generated(path, rel=None):
     """A repository file that a command produces (so --force may replace it), as opposed to source/docs."""
-    rel = os.path.relpath(path, REPO).replace(os.sep, "/")
-    if rel.startswith(GENERATED_PREFIXES):
+    rel = (os.path.relpath(path, REPO) if rel is None else rel).replace(os.sep, "/")
+    if rel.startswith(GENERATED_PREFIXES) and not rel.endswith(".py"):
         return True
     return rel.startswith("figures/") and rel.endswith(GENERATED_SUFFIXES)
 
 
-def check_writable(path, force=False, what="output"):
-    """Check before any work that `path` can be written as a file. Returns the absolute path.
-
-    path: str, the output file. force: replace an existing file (never a tracked source file).
-    what: the argument's name for the message (e.g. "--json"). Raises UsageError naming it when the
-    path is a folder, its parent is a file or cannot be created or written, or the file exists and
-    force is False, or its folder does not exist. Creates nothing.
-    """
-    if not isinstance(path, (str, os.PathLike)) or not str(path):
-        raise UsageError(f"{what}: expected a file path; got {path!r}")
+def resolve(path):
+    """The file an atomic write to `path` replaces: the folder resolved (symlinks, `..`) and the name kept,
+    so a symlink named `path` is itself replaced (its target is left alone)."""
     p = os.path.abspath(os.fspath(path))
+    return os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))
+
+
+def _refuse_protected(p, real, what, force, force_flag="--force"):
+    """UsageError when `real` (the resolved output) is on a special filesystem, inside a .git folder, inside
+    the installed package, or a tracked source file of the repository (any spelling of its path)."""
+    for top in SPECIAL_ROOTS:
+        if real == top or real.startswith(top + os.sep):
+            raise UsageError(f"{what}: {p} is on {top}, a special filesystem; choose an ordinary folder")
+    if ".git" in real.split(os.sep):
+        raise UsageError(f"{what}: refusing to write {p} inside a .git folder (not even with {force_flag})")
+    if _rel_under(real, PACKAGE) is not None:
+        raise UsageError(f"{what}: refusing to write {p} inside the foxwindow package's own folder "
+                         f"{PACKAGE} (choose a folder of your own)")
+    rel = _rel_under(real, REPO)
+    if (rel is not None and os.path.lexists(real) and not os.path.isdir(real) and _tracked(real, rel)
+            and not _generated(real, rel)):
+        raise UsageError(f"{what}: refusing to overwrite {rel}, a tracked source file of the repository "
+                         f"(not even with {force_flag})")
+
+
+def check_writable(path, force=False, what="output", claim=True, force_flag="--force"):
+    """Check before any work that `path` can be written as a file, and claim it. Returns the absolute path.
+
+    path: str, the output file. force: replace an existing file (never a tracked source file of the
+    repository, reached by any path: symlinks, `..` and bind mounts are resolved). what: the argument's name
+    for the message (e.g. "--json"). Raises UsageError naming it when the path is a folder, on /proc, /sys
+    or /dev, inside a .git folder or the installed package, its folder is missing, a file, not writable or
+    full, the file exists and force is False, or another run is writing it now. force_flag: the flag that
+    sets force, named in the message.
+
+    claim: take the output's lock, a file .NAME.foxwindow-lock beside it made with O_CREAT|O_EXCL (which
+    also proves the folder takes new files): a second run that checks the same output while this one works
+    gets a clear error instead of silently replacing the result. The lock goes when the output is written
+    (atomic) or when the process exits; a lock left by a killed process is taken over. The same output
+    checked again in this process under another argument's name is refused (one command writing one file
+    twice), except with claim="shared" (check_dir's default files, which an argument may name again).
+    False: check only.
+    """
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise UsageError(f"{what}: expected a file path; got {path!r}")
+    if "\0" in os.fspath(path):
+        raise UsageError(f"{what}: the path holds a NUL byte")
+    p = os.path.abspath(os.fspath(path))
+    real = resolve(p)
+    _refuse_protected(p, real, what, force, force_flag)        # first: whatever else is wrong with the path
     if os.path.isdir(p):
         raise UsageError(f"{what}: {p} is a folder; expected a file path")
     parent = os.path.dirname(p)
@@ -102,27 +191,187 @@ def check_writable(path, force=False, what="output"):
         raise UsageError(f"{what}: {parent} is a file, so {p} cannot be created")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"{what}: folder {parent} is not writable")
-    if os.path.exists(p):
-        if _tracked(p) and not _generated(p):
-            raise UsageError(f"{what}: refusing to overwrite {os.path.relpath(p, REPO)}, a tracked source file "
-                             "of the repository (not even with --force)")
+    exists = os.path.lexists(p)
+    if exists:
         if not force:
-            raise UsageError(f"{what}: {p} exists; pass --force to replace it (or choose another path)")
-        if not os.access(p, os.W_OK):
+            raise UsageError(f"{what}: {p} exists; pass {force_flag} to replace it (or choose another path)")
+        if os.path.exists(p) and not os.path.islink(p) and not os.path.isfile(p):
+            raise UsageError(f"{what}: {p} is not a regular file; refusing to replace it")
+        if not os.access(p, os.W_OK) and not os.path.islink(p):
             raise UsageError(f"{what}: {p} exists and is not writable")
+    try:
+        st = os.statvfs(parent)
+        free = st.f_bavail * st.f_frsize
+    except OSError:
+        free = None
+    if free is not None and free < MIN_FREE_BYTES:
+        raise UsageError(f"{what}: the filesystem of {parent} has {free / 2 ** 20:.1f} MiB free; "
+                         f"at least {MIN_FREE_BYTES // 2 ** 20} MiB needed")
+    if claim and os.environ.get("RANK", "0") in ("", "0"):     # under torchrun rank 0 writes: it holds the lock
+        _claim(real, what, replace=exists, shared=claim == "shared")
     return p
 
 
+# the locks this process holds: resolved output path -> (lock path, the output existed when claimed, the
+# argument that named it)
+_CLAIMS = {}
+
+
+def _lock_path(real):
+    return os.path.join(os.path.dirname(real), f".{os.path.basename(real)}.foxwindow-lock")
+
+
+def _holder(lock):
+    """(pid, host) written in a lock file, or None when unreadable."""
+    try:
+        with open(lock) as fh:
+            pid, host = fh.read().split("\n")[:2]
+        return int(pid), host
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _same_arg(a, b):
+    return a.lstrip("-").replace("-", "_").split(" ")[0] == b.lstrip("-").replace("-", "_").split(" ")[0]
+
+
+def _claim(real, what, replace, shared=False):
+    """Take the lock of output `real` for this process (see check_writable). The same output claimed again
+    under another argument's name is one command writing one file twice: UsageError naming both."""
+    if real in _CLAIMS:
+        lock, was, other = _CLAIMS[real]
+        if other is None or shared:         # a folder's default file, named again by an argument: one output
+            if other is None and not shared:
+                _CLAIMS[real] = (lock, was, what)
+            return
+        if not _same_arg(what, other):
+            raise UsageError(f"{what} and {other} name the same file {real}: one would overwrite the other; "
+                             "choose distinct paths")
+        return
+    lock = _lock_path(real)
+    me = f"{os.getpid()}\n{socket.gethostname()}\n"
+    for _ in range(3):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            h = _holder(lock)
+            if h is None:               # being written this instant, or not ours: look again shortly
+                time.sleep(0.05)
+                h = _holder(lock)
+            if h is not None and h[1] == socket.gethostname() and not _alive(h[0]):
+                with contextlib.suppress(OSError):          # left by a process that died: take it over
+                    os.remove(lock)
+                continue
+            who = f"process {h[0]} on {h[1]}" if h else "another process"
+            raise UsageError(f"{what}: another run ({who}) is writing {real} now (lock {lock}); wait for it "
+                             "or choose another path") from None
+        except OSError as exc:
+            raise UsageError(f"{what}: cannot create files in {os.path.dirname(real)}: "
+                             f"{exc.strerror or exc}") from None
+        try:
+            os.write(fd, me.encode())
+        except OSError as exc:
+            raise UsageError(f"{what}: cannot write in {os.path.dirname(real)}: {exc.strerror or exc}") from None
+        finally:
+            os.close(fd)
+        _CLAIMS[real] = (lock, replace, None if shared else what)
+        return
+    raise UsageError(f"{what}: cannot take the lock {lock} of {real}")
+
+
+def release(path):
+    """Give up this process's lock on output `path` (done by atomic once the file is written)."""
+    c = _CLAIMS.pop(resolve(path), None)
+    if c is not None:
+        with contextlib.suppress(OSError):
+            os.remove(c[0])
+
+
+@contextlib.contextmanager
+def scope():
+    """Release, on leaving, the output locks taken inside (those of outputs not written, after an error or
+    an output the run did not need in the end). cli runs every command in one; scoped(main) for a main
+    called directly."""
+    held = set(_CLAIMS)
+    try:
+        yield
+    finally:
+        for real in set(_CLAIMS) - held:
+            release(real)
+
+
+def scoped(fn):
+    """Decorator: run fn inside scope()."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(*a, **k):
+        with scope():
+            return fn(*a, **k)
+    return run
+
+
+@atexit.register
+def _release_all():
+    for real in list(_CLAIMS):
+        release(real)
+
+
+def guard_output(path, force=False, what="--json", force_flag="--force"):
+    """The write guard as one call for scripts outside the command table (e.g. the kernel benchmark):
+    check_writable with the lock, held until the process exits when the file is written with hold=True
+    (write_json(path, obj, hold=True): a file rewritten as results come in). Returns the absolute path;
+    raises UsageError naming `what` (and force_flag when the file exists)."""
+    return check_writable(path, force=force, what=what, force_flag=force_flag)
+
+
+def distinct(*named):
+    """Refuse, before any work, outputs of one command that are the same file.
+
+    named: (argument name, path) pairs (a None path is skipped). Paths are compared resolved (symlinks,
+    `..`, and by (device, inode) where the file exists). Raises UsageError naming both arguments."""
+    seen = {}
+    for what, path in named:
+        if path is None:
+            continue
+        real = resolve(path)
+        keys = [("path", real)]
+        ident = _identity(real)
+        if ident is not None:
+            keys.append(("inode", ident))
+        for k in keys:
+            if k in seen:
+                raise UsageError(f"{what} and {seen[k]} name the same file {real}: one would overwrite "
+                                 "the other; choose distinct paths")
+        for k in keys:
+            seen[k] = what
+    return [resolve(p) for _, p in named if p is not None]
+
+
 def check_dir(path, files, force=False, what="--out"):
-    """Check before any work that folder `path` can receive `files` (names). Returns the absolute folder.
+    """Check before any work that folder `path` can receive `files` (names), and claim them. Returns the
+    absolute folder.
 
     The folder may be missing (it is made, below an existing folder), empty, or hold other files; each of
     `files` that exists is replaced only with force (and never a tracked source file). Raises UsageError
-    naming `what`.
+    naming `what`. The folder's own path is checked like a file's (special filesystems, .git, the package).
     """
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path) or "\0" in os.fspath(path):
+        raise UsageError(f"{what}: expected a folder path; got {path!r}")
     d = os.path.abspath(os.fspath(path))
     if os.path.exists(d) and not os.path.isdir(d):
         raise UsageError(f"{what}: {d} is a file; expected a folder")
+    _refuse_protected(d, os.path.realpath(d), what, force)
     if not os.path.exists(d):
         up = os.path.dirname(d)
         if not os.path.isdir(up):
@@ -130,45 +379,67 @@ def check_dir(path, files, force=False, what="--out"):
         if not os.access(up, os.W_OK | os.X_OK):
             raise UsageError(f"{what}: folder {up} is not writable")
         try:
-            os.makedirs(d)
+            os.makedirs(d, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"{what}: cannot create folder {d}: {exc.strerror}") from exc
     for f in files:
-        check_writable(os.path.join(d, f), force=force, what=what)
+        check_writable(os.path.join(d, f), force=force, what=what, claim="shared")
     return d
+
+
+def runs_root():
+    """The folder of the default run folders: RUNS when set, else runs/ in the working directory."""
+    return RUNS or os.path.join(os.getcwd(), "runs")
+
+
+_MADE_RUN_DIRS = []
 
 
 def run_dir(command, make=True):
-    """A fresh folder runs/<command>-<UTC timestamp>[-n]/ in the repository (git-ignored). Returns its path.
-    make=False leaves the run folder itself to the caller (check_dir makes it) but makes runs/."""
+    """A fresh folder runs/<command>-<UTC timestamp>[-n]/ in the working directory (git-ignored in a
+    checkout). Returns its path. The folder is made at once (exclusively, so two runs started in the same
+    second get two folders); make=False: it is removed again at exit if nothing was written into it."""
+    root = runs_root()
     try:
-        os.makedirs(RUNS, exist_ok=True)
+        os.makedirs(root, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"cannot create {RUNS}: {exc.strerror}") from exc
+        raise UsageError(f"cannot create the default output folder {root}: {exc.strerror} (run from a "
+                         "writable folder or pass an output path)") from exc
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    base = os.path.join(RUNS, f"{command}-{stamp}")
-    d, n = base, 1
-    while os.path.exists(d):
-        n += 1
-        d = f"{base}-{n}"
-    if make:
+    base = os.path.join(root, f"{command}-{stamp}")
+    for n in range(1, 10000):
+        d = base if n == 1 else f"{base}-{n}"
         try:
-            os.makedirs(d)
+            os.mkdir(d)
+        except FileExistsError:
+            continue
         except OSError as exc:
             raise UsageError(f"cannot create run folder {d}: {exc.strerror}") from exc
-    return d
+        if not make:
+            _MADE_RUN_DIRS.append(d)
+        return d
+    raise UsageError(f"cannot create a fresh run folder {base}-N")
+
+
+@atexit.register
+def _drop_empty_run_dirs():
+    _release_all()                      # the locks first: a folder holding only a lock is empty
+    for d in _MADE_RUN_DIRS:
+        with contextlib.suppress(OSError):
+            os.rmdir(d)                 # only when empty
 
 
 # ----------------------------------------------------------------------------- atomic writes
 
 
 @contextlib.contextmanager
-def atomic(path, suffix=None):
+def atomic(path, suffix=None, hold=False):
     """Yield a temporary path in the folder of `path`; on success os.replace it onto `path`.
 
     On any exception (KeyboardInterrupt included) the temporary file is removed and `path` is left as it
     was. suffix: the temporary file's extension (default: that of path, so writers that choose a format
-    by extension, like matplotlib, still see it).
+    by extension, like matplotlib, still see it). hold: keep the output's lock (check_writable) after the
+    write, for a file written again later in the run; it goes at the end of the command or process.
     """
     p = os.path.abspath(os.fspath(path))
     d = os.path.dirname(p)
@@ -185,16 +456,46 @@ def atomic(path, suffix=None):
             os.umask(umask)
             mode = 0o666 & ~umask
         os.chmod(tmp, mode)
-        os.replace(tmp, p)
+        claim = _CLAIMS.get(resolve(p))
+        if claim is not None and not claim[1]:
+            _link_new(tmp, p)             # the output was absent when checked: never replace what appeared since
+        else:
+            os.replace(tmp, p)
+        if claim is not None and hold:
+            _CLAIMS[resolve(p)] = (claim[0], True, claim[2])      # written now: the next write replaces it
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
+    if not hold:
+        release(p)
 
 
-def write_bytes(path, data):
-    """Write bytes atomically."""
-    with atomic(path) as tmp:
+def _link_new(tmp, p):
+    """Put tmp at p only if p does not exist (create-exclusive via a hard link), then drop tmp. When p
+    appeared meanwhile (written by a program that did not take the lock), the result is kept beside it
+    under a fresh name and UsageError says where."""
+    try:
+        os.link(tmp, p)
+    except FileExistsError:
+        keep = f"{p}.new-{os.getpid()}"
+        os.replace(tmp, keep)
+        raise UsageError(f"{p} appeared while this run worked (another program wrote it); it was left as it is "
+                         f"and this run's result is in {keep}") from None
+    except OSError:                       # no hard links on this filesystem: the plain rename
+        if os.path.lexists(p):
+            keep = f"{p}.new-{os.getpid()}"
+            os.replace(tmp, keep)
+            raise UsageError(f"{p} appeared while this run worked; it was left as it is and this run's "
+                             f"result is in {keep}") from None
+        os.replace(tmp, p)
+        return
+    os.remove(tmp)
+
+
+def write_bytes(path, data, hold=False):
+    """Write bytes atomically (hold: see atomic)."""
+    with atomic(path, hold=hold) as tmp:
         with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -202,9 +503,9 @@ def write_bytes(path, data):
     return path
 
 
-def write_text(path, text):
+def write_text(path, text, hold=False):
     """Write str atomically (UTF-8)."""
-    return write_bytes(path, text.encode("utf-8"))
+    return write_bytes(path, text.encode("utf-8"), hold=hold)
 
 
 def json_clean(v):
@@ -218,9 +519,9 @@ def json_clean(v):
     return v
 
 
-def write_json(path, obj, indent=1):
-    """Write obj as strict JSON (NaN/inf written as null) atomically."""
-    return write_text(path, json.dumps(json_clean(obj), indent=indent, allow_nan=False) + "\n")
+def write_json(path, obj, indent=1, hold=False):
+    """Write obj as strict JSON (NaN/inf written as null) atomically (hold: see atomic)."""
+    return write_text(path, json.dumps(json_clean(obj), indent=indent, allow_nan=False) + "\n", hold=hold)
 
 
 def save_npz(path, **arrays):
@@ -300,11 +601,21 @@ def add_common(parser):
     return parser
 
 
+# a number, as argparse should know it: "-1e6", "-.5", "-inf" are values, not options
+NEGATIVE_NUMBER = r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$"
+
+
 def parser(description, **kw):
-    """An ArgumentParser that shows every default in --help and exits 2 with one line on bad usage."""
+    """An ArgumentParser that shows every default in --help, exits 2 with one line on bad usage and reads
+    negative numbers in any notation ("-1e6") as values."""
     import argparse
+    import re
 
     class OneLine(argparse.ArgumentParser):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self._negative_number_matcher = re.compile(NEGATIVE_NUMBER, re.IGNORECASE)
+
         def error(self, message):
             self.exit(2, f"{self.prog}: error: {message}\n")
 
@@ -312,24 +623,39 @@ def parser(description, **kw):
 
 
 def cli(main, argv=None):
-    """Run main(argv) as a command: returns its exit code (0 for None).
+    """Run main(argv) as a command: returns its exit code (main's int, else 0).
 
     UsageError, ValueError, FileNotFoundError, json errors -> one line on stderr, exit 2;
     MissingPiece, ImportError -> one line, exit 1; KeyboardInterrupt -> one line, exit 130 (atomic
-    writes leave earlier outputs intact). With --debug in argv the traceback is shown instead.
+    writes leave earlier outputs intact); a closed output pipe (`| head`) -> quiet, exit 141; any other
+    error (a numerical overflow, an unreadable file, out of memory) -> one line with its kind, exit 1.
+    With --debug in argv the traceback is shown instead.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
     prog = os.path.basename(sys.argv[0]) or "foxwindow"
+    if prog in ("__main__.py", "-c", ""):
+        prog = "foxwindow"
+    with scope():                       # the command's output locks end with it
+        return _run(main, argv, debug, prog)
+
+
+def _run(main, argv, debug, prog):
     try:
         rc = main(argv)
-        return 0 if rc is None else int(rc)
+        # an int is the exit code; anything else (None, or the results a main also returns to callers) is 0
+        return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0
     except KeyboardInterrupt:
         if debug:
             raise
         print(f"{prog}: interrupted; outputs not yet written were not written, earlier files are intact",
               file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader of stdout went away (`foxwindow forget | head`): nothing more to say to anyone
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")
+        return 141
     except (MissingPiece, ImportError) as exc:
         if debug:
             raise
@@ -341,11 +667,22 @@ def cli(main, argv=None):
             raise
         print(f"{prog}: error: {_one_line(exc)} (--debug for the traceback)", file=sys.stderr)
         return 2
+    except MemoryError:
+        if debug:
+            raise
+        print(f"{prog}: error: out of memory (choose smaller sizes; --debug for the traceback)", file=sys.stderr)
+        return 1
+    except Exception as exc:            # noqa: BLE001  (the promise: no traceback without --debug)
+        if debug:
+            raise
+        print(f"{prog}: error: {type(exc).__name__}: {_one_line(exc)} (unexpected; --debug for the traceback)",
+              file=sys.stderr)
+        return 1
 
 
-def _one_line(exc):
-    msg = str(exc).strip() or type(exc).__name__
-    return " ".join(msg.split())
+def _one_line(exc, limit=600):
+    msg = " ".join((str(exc).strip() or type(exc).__name__).split())
+    return msg if len(msg) <= limit else msg[:limit - 3] + "..."
 
 
 def describe(doc, argv=None):

@@ -967,12 +967,15 @@ def main(argv=None):
                                                "runs/prune-<time>/; the committed run: --out results/prune --force)")
     p.add_argument("--json", default=None, help="JSON path (default OUT/prune.json)")
     p.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    p.add_argument("--debug", action="store_true", help="on error, show the full traceback")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: on a shared CPU, thread sync dominates these small ops)")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
 
     def fail(msg):
+        if a.debug:                             # outputs.cli re-raises it: the traceback
+            raise outputs.UsageError(msg)
         print(f"prune.py: error: {msg}", file=sys.stderr)
         sys.exit(2)
 

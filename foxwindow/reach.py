@@ -370,10 +370,12 @@ def finish(info, args):
         pk["reach_contiguous"] = passkey_reach(pk["depths"], pk["accuracy"], contiguous=True)
     rows, hdr = print_table(info["results"], info["args"]["context"])
     js, fig, readme = (os.path.join(args.out, f) for f in OUT_FILES)
-    notes = ""
+    notes = getattr(args, "kept_notes", "")
     if args.notes:
         with open(args.notes) as fh:
             notes = fh.read()
+    elif notes:
+        print(f"kept the notes of the README in {args.out} (pass --notes FILE to replace them)")
     # all three rendered to temporary files first, then renamed together: an interruption leaves the
     # folder's previous set, never a new figure beside an old JSON
     with outputs.atomic(js) as tj, outputs.atomic(fig) as tf, outputs.atomic(readme) as tr:
@@ -418,10 +420,29 @@ def check_out(a):
         raise outputs.UsageError(f"--out {a.out}: --out is the output folder (it receives {', '.join(OUT_FILES)}); "
                                  "got a file name")
     a.out = outputs.check_dir(a.out, OUT_FILES, force=a.force, what="--out")
+    a.kept_notes = ""
     if a.notes:
         a.notes = outputs.input_file("--notes", a.notes)
+    else:       # a README being replaced keeps its hand-written notes (the text between the table and "Figure:")
+        a.kept_notes = readme_notes(os.path.join(a.out, "README.md"))
 
 
+def readme_notes(path):
+    """The hand-written notes of a README written by write_readme (the text between the results table and the
+    closing "Figure:" line), or "" when the file is absent or holds none."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().split("\n")
+    except (OSError, UnicodeDecodeError):
+        return ""
+    table = [i for i, li in enumerate(lines) if li.startswith("|")]
+    fig = [i for i, li in enumerate(lines) if li.startswith("Figure: `")]
+    if not table or not fig or fig[-1] < table[-1]:
+        return ""
+    return "\n".join(lines[table[-1] + 1:fig[-1]]).strip()
+
+
+@outputs.scoped
 def main(argv=None):
     p = outputs.parser(__doc__.split("\n")[0])
     p.add_argument("--kinds", nargs="+", default=list(DEFAULT_KINDS),

@@ -117,10 +117,7 @@ def train_config(a, **override):
 def check_corpus(context, eval_seqs, extra=()):
     """The corpus holds a training window of `context` + 1 bytes and eval_seqs held-out windows (and the
     (count, flag) pairs in `extra`); UsageError naming the flag, MissingPiece without the corpus."""
-    try:
-        n_train = len(data.train_stream())
-    except FileNotFoundError as exc:
-        raise outputs.MissingPiece(str(exc)) from None
+    n_train = len(data.train_stream())            # data.CorpusMissing (one line, exit 1) without the corpus
     if context + 2 > n_train:
         raise outputs.UsageError(f"--context {context} exceeds the training text ({n_train} bytes)")
     for n, what in ((eval_seqs, "--eval-seqs"), *extra):
@@ -335,12 +332,20 @@ def load_state(path, model, opt, order, steps):
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
         step, order_key, history = state["step"], state["order"], state["history"]
-    except (KeyError, TypeError, RuntimeError, EOFError, OSError) as exc:
-        raise ValueError(f"--resume {path} is not a training state written by --stop-at ({exc})") from None
+        model_state, optim_state = state["model"], state["optim"]
+    except Exception as exc:            # noqa: BLE001  (corrupt, truncated, foreign: pickle, zip, key errors)
+        msg = " ".join(str(exc).split())[:200]
+        raise ValueError(f"--resume {path} is not a training state written by --stop-at "
+                         f"({type(exc).__name__}: {msg})") from None
     order.check_resume(order_key)
-    if not step < steps:
+    if not (isinstance(step, int) and 0 <= step < steps):
         raise ValueError(f"--resume {path} is at step {step}; --steps {steps} leaves nothing to run")
-    distributed.load_train_state(model, opt, state["model"], state["optim"])
+    try:
+        distributed.load_train_state(model, opt, model_state, optim_state)
+    except (RuntimeError, KeyError, ValueError) as exc:
+        msg = " ".join(str(exc).split())[:200]
+        raise ValueError(f"--resume {path} does not fit this model (another --d-model, --n-layers, --n-heads, "
+                         f"--context or --fixed-gate?): {msg}") from None
     exact = distributed.set_rng_states(state.get("rng"))                   # dropout continues its draws
     if not exact and distributed.unwrap(model).cfg.dropout > 0 and is_main_process():
         print(f"note: {path} was written by another number of ranks; dropout masks differ from an "
@@ -353,10 +358,18 @@ def compare(fox_path, base_path, readme=None):
     checkpoint's metadata (rewritten atomically) and write a short table to `readme` (default: README.md
     next to the FoX checkpoint). The caller checks both outputs may be replaced before calling."""
     readme = readme or os.path.join(os.path.dirname(os.path.abspath(fox_path)), "README.md")
-    fox, fmeta = load_model(fox_path)
-    base, bmeta = load_model(base_path)
+    loaded = []
+    for path, what in ((fox_path, "FOX_CKPT"), (base_path, "FIXED_GATE_CKPT")):
+        try:
+            loaded.append(load_model(path))
+        except (ValueError, KeyError, RuntimeError) as exc:
+            raise outputs.UsageError(f"--compare {what} {path}: {exc}") from None
+    (fox, fmeta), (base, bmeta) = loaded
+    if fmeta.get("config", {}).get("fixed_gate"):
+        raise ValueError(f"--compare FOX_CKPT {fox_path} is a fixed-gate model; the first checkpoint must be the "
+                         "FoX model with its learned forget gate")
     if not bmeta.get("config", {}).get("fixed_gate"):
-        raise ValueError(f"{base_path} is not a fixed-gate model")
+        raise ValueError(f"--compare FIXED_GATE_CKPT {base_path} is not a fixed-gate model")
     for k in ("steps", "batch", "context", "seed", "lr"):
         if fmeta.get(k) != bmeta.get(k):
             raise ValueError(f"runs differ in {k}: {fmeta.get(k)} vs {bmeta.get(k)}")
@@ -417,6 +430,7 @@ def check_args(a):
     return model_cfg, cfg
 
 
+@outputs.scoped
 def main(argv=None):
     p = outputs.parser(__doc__.split("\n")[0])
     add_train_args(p, device="cuda" if torch.cuda.is_available() else "cpu")
@@ -443,8 +457,17 @@ def main(argv=None):
     if distributed.launched() and (args.compare or args.eval_only):
         raise outputs.UsageError("--compare and --eval-only run in one process: start them with python, "
                                  "not torchrun")
+    if args.eval_only and args.out is not None:
+        raise outputs.UsageError(f"--eval-only scores --checkpoint and writes nothing; --out {args.out} is not "
+                                 f"read (to score that file: --eval-only --checkpoint {args.out})")
+    if args.compare and (args.out is not None or args.eval_only):
+        raise outputs.UsageError("--compare rewrites FOX_CKPT and the README beside it; it takes neither --out "
+                                 "nor --eval-only")
     if args.compare:
         fox, base = (find_input(c, "--compare") for c in args.compare)
+        if outputs.resolve(fox) == outputs.resolve(base) or os.path.samefile(fox, base):
+            raise outputs.UsageError(f"--compare names the same checkpoint twice ({fox}); give the FoX model and the "
+                                     "fixed-gate one")
         outputs.positive("--threads", args.threads)
         outputs.check_writable(fox, force=args.force, what="--compare FOX_CKPT")
         outputs.check_writable(os.path.join(os.path.dirname(fox), "README.md"), force=args.force,
@@ -457,7 +480,10 @@ def main(argv=None):
         outputs.device_arg("--device", args.device)
         path = find_input(args.checkpoint, "--checkpoint")
         torch.set_num_threads(args.threads)
-        model, meta = load_model(path, device=args.device)
+        try:
+            model, meta = load_model(path, device=args.device)
+        except (ValueError, KeyError, RuntimeError) as exc:
+            raise outputs.UsageError(f"--checkpoint {args.checkpoint}: {exc}") from None
         bpc, _ = evaluate_bpc(model, meta.get("context", args.context), n_seq=args.eval_seqs, device=args.device)
         print(table([[meta.get("model", "?"), meta.get("steps", "?"), f"{bpc:.4f}", meta.get("val_bpc", "?")]],
                     ["model", "steps", "val bpc now", "val bpc recorded"]))

@@ -135,7 +135,7 @@ def test_forget_synthetic_json_is_strict(capsys, tmp_path):
     (["--out", "checkpoints/fox_shakespeare.pt"], ["--out", "--force"]),
     (["--eval-only", "--checkpoint", "absent.pt"], ["--checkpoint", "not found"]),
     (["--compare", "checkpoints/fox_shakespeare.pt", "absent.pt"], ["--compare", "not found"]),
-    (["--compare", "checkpoints/fox_shakespeare.pt", "checkpoints/fox_shakespeare.pt"], ["--compare", "--force"]),
+    (["--compare", "checkpoints/fox_shakespeare.pt", "checkpoints/fox_shakespeare.pt"], ["--compare", "twice"]),
 ])
 def test_train_cli_usage(capsys, monkeypatch, argv, words):
     monkeypatch.chdir(REPO)
@@ -363,10 +363,15 @@ def test_outputs_atomic_and_checks(tmp_path):
 def test_run_dir_on_first_use(monkeypatch, tmp_path):
     monkeypatch.setattr(outputs, "RUNS", str(tmp_path / "runs"))             # runs/ absent, as in a fresh clone
     r1, r2 = outputs.run_dir("x", make=False), outputs.run_dir("x", make=False)
-    assert r1.startswith(outputs.RUNS) and not os.path.exists(r1) and r1 == r2
+    assert r1.startswith(outputs.RUNS) and os.path.isdir(r1) and os.path.isdir(r2) and r1 != r2  # never shared
     assert outputs.check_dir(r1, ["a.png"]) == r1 and os.path.isdir(r1)
     r3 = outputs.run_dir("x")
-    assert os.path.isdir(r3) and r3 != r1
+    assert os.path.isdir(r3) and len({r1, r2, r3}) == 3
+    outputs._drop_empty_run_dirs()                            # at exit: the unused make=False folders go
+    assert not os.path.exists(r1) and os.path.isdir(r3)
+    monkeypatch.setattr(outputs, "RUNS", None)                # by default: runs/ in the working directory
+    monkeypatch.chdir(tmp_path)
+    assert outputs.run_dir("y").startswith(str(tmp_path / "runs") + os.sep)
 
 
 # ----------------------------------------------------------------------------- real entry points, shipped files
@@ -423,12 +428,13 @@ def test_commands_leave_shipped_files_intact(tmp_path):
         rc, out, err = res[k]
         assert rc == 2 and err.strip().count("\n") == 0 and "--eps" in err, (k, err)
     assert _digest(str(root)) == before
-    runs = sorted(os.listdir(root / "runs"))
+    assert not os.path.exists(root / "runs")                          # default outputs: runs/ in the working folder
+    runs = sorted(os.listdir(tmp_path / "runs"))
     assert [r.split("-")[0] for r in runs] == ["figures", "reach", "train"], runs
-    made = {r.split("-")[0]: sorted(os.listdir(root / "runs" / r)) for r in runs}
+    made = {r.split("-")[0]: sorted(os.listdir(tmp_path / "runs" / r)) for r in runs}
     assert made == {"figures": ["fig1_decay.pdf", "fig1_decay.png"], "reach": ["README.md", "reach.json", "reach.png"],
                     "train": ["fox_shakespeare.pt"]}
-    _, meta = model.load_model(str(root / "runs" / runs[2] / "fox_shakespeare.pt"))
+    _, meta = model.load_model(str(tmp_path / "runs" / runs[2] / "fox_shakespeare.pt"))
     assert math.isfinite(meta["val_bpc"])
 
 

@@ -1,8 +1,9 @@
-"""Smoke tests for figures/make_figures.py: figures 1-5 in --fast mode, 6-7 skipped without their JSON
+"""Smoke tests for figures/make_figures.py: figures 1-5 in --fast mode, 6-7 refused without their JSON
 and drawn from small synthetic JSON files."""
 import json
 import os
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -33,13 +34,18 @@ def test_figures_1_to_5_fast(tmp_path):
     assert json.loads((tmp_path / "s.json").read_text())["trials"] == 2000
 
 
-def test_figures_6_7_skip_without_json(tmp_path, capsys):
-    res = _run(tmp_path, "--only", "6", "7", "--heads-json", str(tmp_path / "none.json"),
-               "--bench-json", str(tmp_path / "none2.json"))
-    assert res[6]["status"] == res[7]["status"] == "skipped"
+def test_figures_6_7_missing_json(tmp_path, capsys):
+    """Asked for (--only) without their input: an error before any work. In the default run (all figures)
+    they are left out, said before and after the work and listed as not made."""
+    with pytest.raises(make_figures.outputs.UsageError, match="--heads-json"):
+        _run(tmp_path, "--only", "6", "7", "--heads-json", str(tmp_path / "none.json"))
+    with pytest.raises(make_figures.outputs.UsageError, match="--bench-json"):
+        _run(tmp_path, "--only", "7", "--bench-json", str(tmp_path / "none2.json"))
     assert not list(tmp_path.glob("*.png"))
-    out = capsys.readouterr()
-    assert "not found" in out.out + out.err
+    ins = SimpleNamespace(heads_json=str(tmp_path / "none.json"), bench_json=str(tmp_path / "none2.json"),
+                          prune_json=str(tmp_path / "none3.json"), given=set())
+    only, left = make_figures.check_inputs(ins, [1, 6, 7, 8], asked=False)
+    assert only == [1] and sorted(left) == [6, 7, 8] and "not found" in left[7]
 
 
 def _synthetic_heads():
