@@ -42,7 +42,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -52,6 +51,7 @@ import torch.nn.functional as F
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+from foxwindow import outputs  # noqa: E402  (the one write guard and the one-line errors)
 
 TARGET_SHAPES = [(2, 8192, 16, 128), (4, 4096, 32, 64)]
 ANCHOR_SHAPES = [(8, 2048, 16, 128), (2, 8192, 16, 128), (1, 32768, 16, 128), (4, 4096, 32, 64)]
@@ -774,13 +774,9 @@ def parse_kw(s):
 
 
 def save_json(path, data):
-    """Write atomically: a temp file in the same folder, then os.replace."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".bench-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)
+    """Write atomically through the project's guard (a temporary file, then a rename; NaN as null), keeping
+    the output's lock across the run's repeated saves."""
+    outputs.write_json(path, data, hold=True)
 
 
 def build_parser():
@@ -813,6 +809,7 @@ def build_parser():
                     help="add to an existing --json (cells already timed there are kept, not retimed)")
     ap.add_argument("--overwrite", action="store_true", help="replace an existing --json")
     ap.add_argument("--report", default="", help="print markdown tables of a saved JSON (no GPU needed) and stop")
+    ap.add_argument("--debug", action="store_true", help="on error, show the full traceback")
     ap.add_argument("--dry-run", action="store_true",
                     help="parse arguments, import what can be imported, say which columns would run, and stop")
     return ap
@@ -830,7 +827,10 @@ def main(argv=None):
         if not os.path.exists(args.report):
             return fail(f"--report: {args.report} not found")
         with open(args.report) as f:
-            print(report(json.load(f)))
+            data = json.load(f)
+        if not isinstance(data, dict) or not data.get("runs"):
+            return fail(f"--report: {args.report} is not a kernel benchmark JSON (no 'runs')")
+        print(report(data))
         return 0
     impls = list(COLUMNS) if args.impls.strip() == "all" else [n.strip() for n in args.impls.split(",") if n.strip()]
     unknown = [n for n in impls if n not in COLUMNS]
@@ -858,6 +858,12 @@ def main(argv=None):
         return fail("--append and --overwrite exclude each other")
     if args.json and os.path.exists(args.json) and not (args.append or args.overwrite or args.dry_run):
         return fail(f"--json: {args.json} exists; pass --append to add to it or --overwrite to replace it")
+    if args.json and not args.dry_run:
+        try:       # real paths, tracked sources, .git, special filesystems, a second writer: refused here
+            outputs.guard_output(args.json, force=args.append or args.overwrite, what="--json",
+                                 force_flag="--overwrite")
+        except outputs.UsageError as e:
+            return fail(str(e))
     OFFICIAL_ARG[0] = args.official
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")     # before anything imports a @triton.jit kernel
@@ -941,4 +947,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(outputs.cli(main))
