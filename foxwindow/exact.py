@@ -144,6 +144,10 @@ def _hat_pmf(gate, h, K, support):
         x_lo, x_hi = support
         ka = max(int(math.floor(x_lo / h)) - 1, 0)
         kb = int(math.ceil(x_hi / h)) + 1
+        # points above K are dropped below: past K + 1 the CDF is not needed, and for L far below the spread of
+        # X (eps near 1) the support would otherwise be millions of cells of width ~L
+        capped = kb > K + 1
+        kb = min(kb, max(K + 1, ka))
         if kb - ka > MAX_CELLS:
             raise ValueError(f"{gate}: {kb - ka} lattice cells for one increment exceed the cap {MAX_CELLS}")
         kk = np.arange(ka - 1, kb + 1, dtype=np.float64)   # I_k = int_0^1 F((k + u) h) du, k = ka-1..kb
@@ -154,6 +158,9 @@ def _hat_pmf(gate, h, K, support):
             Ic[1] = float(gate.cdf(v ** 4 * h) @ (_GL_W * 4 * v ** 3))
         p = np.diff(Ic)                                     # (kb - ka + 1,) points ka..kb
     p = np.maximum(p, 0.0)                                 # rounding in differences of F near 1
+    if not isinstance(gate, forget.EmpiricalGate) and capped:
+        p = p[: max(K - ka + 1, 0)]                        # points ka..K; the rest of the mass has crossed L
+        return ka, p, max(1.0 - math.fsum(p), 0.0)
     # the mass beyond x_hi (F rounds to 1 there) is below rounding: normalise, so that the lattice law's total
     # is 1 exactly and P(0)^n = 1 (a mass off by 1e-16 would scale every s_n by 1 + n 1e-16)
     p = p / math.fsum(p)
@@ -448,6 +455,19 @@ def _finish(gate, eps, s, n_lo, mean, var, method, mean_err=0.0, var_err=0.0, h=
                         float(h), int(n0))
 
 
+def _first_step_passage(gate, eps, L, tol, var_tol):
+    """W = 0 when the walk crosses L at its first step up to a bound within tol: X >= 0 gives
+    P(S_n <= L) <= q^n, q = F(L), so 0 <= E[W] <= q/(1-q) and 0 <= E[W^2] <= q(1+q)/(1-q)^2. This is the regime
+    of eps near 1 (L far below the spread of X), where a lattice would need cells of width ~L. None otherwise."""
+    q = float(gate.cdf(np.array([L]))[0])
+    if not 0.0 <= q < 0.5:
+        return None
+    mean_err, var_err = q / (1 - q), q * (1 + q) / (1 - q) ** 2
+    if mean_err > tol or var_err > var_tol:
+        return None
+    return _finish(gate, eps, np.array([0.0]), 0, 0.0, 0.0, "first step (W = 0 up to F(L))", mean_err, var_err)
+
+
 def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_tol=None):
     """Exact distribution and moments of the eps-window W = N - 1 for an iid increment law, with its error.
 
@@ -479,6 +499,9 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_
     if m.sigma2 <= 0:
         return _constant_passage(gate, eps, L, m.kappa)
     fp = discrete.atomic_passage(gate, eps, L, m, tol, strict, richardson, var_tol)
+    if fp is not None:
+        return fp
+    fp = _first_step_passage(gate, eps, L, tol, var_tol)
     if fp is not None:
         return fp
     n_exp = L / m.kappa

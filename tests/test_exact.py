@@ -219,3 +219,19 @@ def test_bad_input_raises_at_once(call, exc, word):
         call()
     assert word in str(e.value)
     assert time.perf_counter() - t < 2
+
+
+@pytest.mark.parametrize("eps", [0.999999, 0.999])
+def test_eps_near_one_answers_at_once_within_its_bound(eps):
+    """L far below the spread of X: the walk crosses at its first step up to q = F(L), and the returned error
+    is the bound q/(1-q) from P(S_n <= L) <= q^n (X >= 0); no lattice of cells of width ~L is built."""
+    for g in (LogitNormalGate(2, 0.5), LogitNormalGate(1, 1), LogitNormalGate(-2, 1)):
+        t = time.perf_counter()
+        r = exact.exact_first_passage(g, eps)
+        assert time.perf_counter() - t < 5
+        q = float(g.cdf(np.array([forget.threshold(eps)]))[0])
+        assert r.mean == 0.0 and r.mean_err == pytest.approx(q / (1 - q), rel=1e-12) and r.mean_err <= 1e-8
+    # where F(L) is not negligible the lattice still answers, within its error of the closed form
+    r = exact.exact_first_passage(GammaIncrement(0.5, 0.1), eps)
+    ref = exact.exact_first_passage(CdfOnly(GammaIncrement(0.5, 0.1)), eps)
+    assert abs(r.mean - ref.mean) <= r.mean_err + ref.mean_err + 1e-12
