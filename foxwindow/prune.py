@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import time
+from functools import partial
 
 import numpy as np
 import torch
@@ -344,7 +345,9 @@ def _check_trace_args(U, L_tols, block, p, report_L_tol):
 
 
 def _softmax_head(name, li, h, fit, meas, U, L_tols, block, p, ctx):
-    """One head of a softmax-kind trace: law on fit (S1, T), pruning measured on meas (S2, T), KV horizons."""
+    """One head of a softmax-kind trace: law on fit (S1, T), pruning measured on meas (S2, T), KV horizons.
+    An iid head costs ~25 exact first-passage computations (one per level: the tols x (T and each of
+    CONTEXTS), and eps = 1e-3), 0.1-1.5 s each on a trace's many-atom step law."""
     T = fit.shape[1]
     law = HeadLaw.from_trace(fit, name=f"{name}[{h}]")
     hd = dict(layer=li, layer_name=name, head=h, kappa=law.kappa, sigma2=law.sigma2, tau=law.tau,
@@ -359,7 +362,7 @@ def _softmax_head(name, li, h, fit, meas, U, L_tols, block, p, ctx):
     return hd
 
 
-def _recurrent_head(name, li, h, fit, L_tols, p, ctx):
+def _recurrent_head(name, li, h, fit, meas, L_tols, p, ctx):
     """One head of a recurrent-kind trace: its law and the memory horizon of the state at each tol."""
     law = HeadLaw.from_trace(fit, name=f"{name}[{h}]")
     hd = dict(layer=li, layer_name=name, head=h, kappa=law.kappa, sigma2=law.sigma2, tau=law.tau,
@@ -371,16 +374,35 @@ def _recurrent_head(name, li, h, fit, L_tols, p, ctx):
     return hd
 
 
-def _trace_heads(trs, head_fn, progress):
-    """head_fn(name, li, h, fit (S/2, T) odd sequences, meas (S/2, T) even ones) for every head, with a bar."""
-    total = sum(t.shape[2] for t in trs.values())
-    bar = _bar(total, progress, "heads")
-    out = []
+def default_workers():
+    """The CPUs this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _trace_heads(trs, head_fn, progress, workers=1):
+    """head_fn(name, li, h, fit (S/2, T) odd sequences, meas (S/2, T) even ones) for every head, with a bar;
+    workers > 1 runs heads in that many processes (head_fn a picklable function, e.g. a functools.partial of a
+    module-level one). Returns the heads' results in layer, head order."""
+    jobs = []
     for li, (name, tr) in enumerate(trs.items()):
         fit, meas = tr[1::2].astype(np.float64), tr[0::2].astype(np.float64)      # (S/2, T, H) each, disjoint
-        for h in range(tr.shape[2]):
-            out.append(head_fn(name, li, h, fit[:, :, h], meas[:, :, h]))
+        jobs += [(name, li, h, fit[:, :, h], meas[:, :, h]) for h in range(tr.shape[2])]
+    bar = _bar(len(jobs), progress, "heads")
+    workers = max(1, min(workers, len(jobs)))
+    if workers == 1:
+        out = []
+        for job in jobs:
+            out.append(head_fn(*job))
             bar.update()
+    else:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        with cf.ProcessPoolExecutor(workers, mp_context=ctx) as ex:
+            futs = [ex.submit(head_fn, *job) for job in jobs]
+            for _ in cf.as_completed(futs):
+                bar.update()
+            out = [f.result() for f in futs]
     bar.close()
     return out
 
@@ -408,7 +430,7 @@ def _recurrent_per_tol(heads, L_tols):
 
 
 def analyse_traces(path, U=None, L_tols=DEFAULT_L_TOLS, block=64, p=0.99, context=None, report_L_tol=None,
-                   kind=None, progress=True):
+                   kind=None, progress=True, workers=1):
     """Predictions and measurements from a trace file written by traces.save_trace (any model's gates).
 
     Each head's law is fitted on the odd sequences (1, 3, ...) and measured on the even ones (0, 2, ...).
@@ -417,8 +439,9 @@ def analyse_traces(path, U=None, L_tols=DEFAULT_L_TOLS, block=64, p=0.99, contex
     U a float >= 0 (a fixed bound on |q.k| * scale, not checked against the model's logits; required);
     recurrent: the memory horizon of the state at L = L_tol (U unused). L_tols: levels ln(1/tol) > 0;
     block: int or (BM, BN); p: horizon quantile in (0, 1); context: int > 0 for P(W > context) (None: the trace
-    length T); report_L_tol: the tol of the per-head text table (None: the middle one).
-    Returns a JSON-able dict like analyse_model's, without what needs the model.
+    length T); report_L_tol: the tol of the per-head text table (None: the middle one); workers: processes
+    over heads (the results do not depend on it). Returns a JSON-able dict like analyse_model's, without what
+    needs the model.
     """
     t0 = time.perf_counter()
     U, L_tols, (BM, BN), report_L_tol = _check_trace_args(U, L_tols, block, p, report_L_tol)
@@ -437,13 +460,12 @@ def analyse_traces(path, U=None, L_tols=DEFAULT_L_TOLS, block=64, p=0.99, contex
                 log_tols=[-L for L in L_tols], p=p, decode_log_tol=-report_L_tol, context=ctx,
                 context_given=context is not None)
     if kind == "recurrent":
-        heads = _trace_heads(trs, lambda n, li, h, fit, meas: _recurrent_head(n, li, h, fit, L_tols, p, ctx),
-                             progress)
+        heads = _trace_heads(trs, partial(_recurrent_head, L_tols=L_tols, p=p, ctx=ctx), progress, workers)
         per_tol = _recurrent_per_tol(heads, L_tols)
         info.update(U=None, left_out=RECURRENT_LEFT_OUT)
     else:
-        heads = _trace_heads(trs, lambda n, li, h, fit, meas: _softmax_head(n, li, h, fit, meas, U, L_tols,
-                                                                            (BM, BN), p, ctx), progress)
+        heads = _trace_heads(trs, partial(_softmax_head, U=U, L_tols=L_tols, block=(BM, BN), p=p, ctx=ctx), progress,
+                             workers)
         per_tol = _softmax_per_tol(heads, L_tols)
         info.update(U=f"fixed {U:g} (given; not checked against the model's logits)", left_out=TRACE_LEFT_OUT,
                     speedup_model="time proportional to visited blocks")
@@ -486,6 +508,8 @@ def _parser():
     p.add_argument("--json", default=None, help="JSON path (default OUT/prune.json)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: on a shared CPU, thread sync dominates these small ops)")
+    p.add_argument("--workers", type=int, default=None, help="processes over heads with --traces (default: every "
+                   "CPU this process may use; the results do not depend on it)")
     p.add_argument("--no-progress", action="store_true")
     return outputs.add_common(p)
 
@@ -505,9 +529,6 @@ def _check_mode(a):
         if given:
             raise outputs.UsageError(f"{given[0]} cannot be used with --traces (it needs the model; the traces fix "
                                      "the sequences)")
-        if a.U == "auto":
-            raise outputs.UsageError("--traces needs --U X, a number >= 0 ('auto' takes U from the model's q/k "
-                                     "norms, which a trace file does not hold)")
         if a.context is not None:
             pos_int(a.context, "--context")
         try:
@@ -515,9 +536,11 @@ def _check_mode(a):
             kind = trace_kind(meta, list(trs), a.kind)[0]
         except (FileNotFoundError, ValueError) as exc:
             raise outputs.UsageError(f"--traces: {exc}") from None
-        if kind == "softmax" and a.U is None:
+        if kind == "softmax" and a.U in (None, "auto"):
             raise outputs.UsageError("--traces needs --U X for a softmax model, a number >= 0 ('auto' takes U from "
                                      "the model's q/k norms, which a trace file does not hold)")
+        if kind == "recurrent":
+            a.U = None                                      # a state has no logits: U does not enter
         return None
     for f, v in (("--context", a.context), ("--kind", a.kind)):
         if v is not None:
@@ -539,11 +562,16 @@ def _check_args(a):
         raise outputs.UsageError(f"--block takes one or two sizes; got {a.block}")
     block = check_block(tuple(a.block) if len(a.block) == 2 else a.block[0])
     pos_int(a.threads, "--threads")
+    a.workers = default_workers() if a.workers is None else pos_int(a.workers, "--workers")
     if not 0 < a.p < 1:
         raise outputs.UsageError(f"--p must lie in (0, 1); got {a.p}")
-    U = a.U if a.U in (None, "auto") else check_U(a.U)
+    if a.U not in (None, "auto"):
+        try:
+            a.U = check_U(a.U)
+        except ValueError as exc:
+            raise outputs.UsageError(f"--U: {exc}") from None
     checkpoint = _check_mode(a)
-    U = "auto" if (U is None and a.traces is None) else U
+    U = "auto" if (a.U is None and a.traces is None) else a.U
     # every output checked before any work; nothing existing is replaced without --force
     out = outputs.check_dir(a.out, [] if a.json else ["prune.json"], force=a.force) if a.out else \
         outputs.run_dir("prune")
@@ -563,7 +591,8 @@ def run(argv=None):
     L_tols, block, U, checkpoint, txt_path, json_path = _check_args(a)
     torch.set_num_threads(a.threads)
     if a.traces is not None:
-        res = analyse_traces(a.traces, U, L_tols, block, a.p, a.context, kind=a.kind, progress=not a.no_progress)
+        res = analyse_traces(a.traces, U, L_tols, block, a.p, a.context, kind=a.kind, progress=not a.no_progress,
+                             workers=a.workers)
     else:
         res = analyse_model(checkpoint, L_tols, block, a.n_seq, a.seq_len, a.p, decode_seqs=min(a.decode_seqs, a.n_seq),
                             seed=a.seed, progress=not a.no_progress, U=U)

@@ -259,7 +259,7 @@ def _cli(argv, capsys):
 @pytest.mark.parametrize("argv,msg", [(["--tol", "1.5"], "--tol"), (["--log-tol", "0"], "--log-tol"),
                                       (["--block", "0"], "block size"), (["--seq-len", "0"], "--seq-len"),
                                       (["--checkpoint", "nope.pt"], "not found"), (["--tol", "abc"], "--tol"),
-                                      (["--U", "big"], "U must be a number"),
+                                      (["--U", "big"], "--U"),
                                       (["--tol", "0.1", "--log-tol", "-3"], "not allowed"),
                                       (["--kind", "softmax"], "--kind applies to --traces only")])
 def test_cli_bad_input_exits_2(argv, msg, capsys, tmp_path):
@@ -435,3 +435,10 @@ def test_traces_bad_files_and_context_without_traces(tmp_path, capsys):
                       (["--context", "100"], "--context applies to --traces only")]:
         rc, err = _cli(argv + ["--out", str(tmp_path / "o")], capsys)
         assert rc == 2 and msg in err and len(err.splitlines()) == 1
+
+
+def test_trace_heads_in_processes_give_the_same_result(tmp_path):
+    path, _ = _trace_file(tmp_path / "t.npz", S=6, T=64, iid=False)
+    one = prune.analyse_traces(path, 0.0, [3.0], 16, progress=False, workers=1)
+    two = prune.analyse_traces(path, 0.0, [3.0], 16, progress=False, workers=2)
+    assert one["heads"] == two["heads"] and one["per_tol"] == two["per_tol"]
