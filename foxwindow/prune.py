@@ -45,6 +45,7 @@ from foxwindow.prune_laws import (
     pos_int,
     predict_block_pruning,
     state_horizon,
+    survival_table,
 )
 from foxwindow.prune_measure import bits_per_byte, certified_x_min, decode, layer_inputs, mass_windows, run_pruned
 from foxwindow.prune_report import format_report
@@ -344,12 +345,19 @@ def _check_trace_args(U, L_tols, block, p, report_L_tol):
     return None if U is None else check_U(U), L_tols, check_block(block), report_L_tol
 
 
-def _softmax_head(name, li, h, fit, meas, U, L_tols, block, p, ctx):
-    """One head of a softmax-kind trace: law on fit (S1, T), pruning measured on meas (S2, T), KV horizons.
-    An iid head costs ~25 exact first-passage computations (one per level: the tols x (T and each of
-    CONTEXTS), and eps = 1e-3), 0.1-1.5 s each on a trace's many-atom step law."""
-    T = fit.shape[1]
-    law = HeadLaw.from_trace(fit, name=f"{name}[{h}]")
+def _softmax_levels(U, L_tols, T, ctx):
+    """The levels _softmax_head asks a law for, in its order (each computed as there)."""
+    out = [forget.threshold(1e-3)]
+    for L_tol in L_tols:
+        out.append(acp_level(L_tol, U, T))
+        out += [2 * U + L_tol + math.log(t) for t in (T,) + CONTEXTS] + [2 * U + L_tol + math.log(ctx)]
+    return out
+
+
+def _softmax_head(name, li, h, law, meas, U, L_tols, block, p, ctx):
+    """One head of a softmax-kind trace: its law (fitted on other sequences), pruning measured on meas (S, T),
+    KV horizons."""
+    T = meas.shape[1]
     hd = dict(layer=li, layer_name=name, head=h, kappa=law.kappa, sigma2=law.sigma2, tau=law.tau,
               se_tau=law.se_tau, iid=law.iid, x_min_trace=law.x_min, tols=[],
               **{"p_window_beyond_context_eps1e-3": p_beyond(law, forget.threshold(1e-3), ctx)})
@@ -362,9 +370,8 @@ def _softmax_head(name, li, h, fit, meas, U, L_tols, block, p, ctx):
     return hd
 
 
-def _recurrent_head(name, li, h, fit, meas, L_tols, p, ctx):
+def _recurrent_head(name, li, h, law, meas, L_tols, p, ctx):
     """One head of a recurrent-kind trace: its law and the memory horizon of the state at each tol."""
-    law = HeadLaw.from_trace(fit, name=f"{name}[{h}]")
     hd = dict(layer=li, layer_name=name, head=h, kappa=law.kappa, sigma2=law.sigma2, tau=law.tau,
               se_tau=law.se_tau, iid=law.iid, x_min_trace=law.x_min, tols=[])
     for L_tol in L_tols:
@@ -379,30 +386,50 @@ def default_workers():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def _trace_heads(trs, head_fn, progress, workers=1):
-    """head_fn(name, li, h, fit (S/2, T) odd sequences, meas (S/2, T) even ones) for every head, with a bar;
-    workers > 1 runs heads in that many processes (head_fn a picklable function, e.g. a functools.partial of a
-    module-level one). Returns the heads' results in layer, head order."""
-    jobs = []
-    for li, (name, tr) in enumerate(trs.items()):
-        fit, meas = tr[1::2].astype(np.float64), tr[0::2].astype(np.float64)      # (S/2, T, H) each, disjoint
-        jobs += [(name, li, h, fit[:, :, h], meas[:, :, h]) for h in range(tr.shape[2])]
-    bar = _bar(len(jobs), progress, "heads")
+def _exact_tables(laws, levels, progress, workers):
+    """Fill every law's exact survival tables at `levels` (the expensive part: ~25 exact first-passage
+    computations per iid head, 0.1-2 s each on a trace's step law of thousands of atoms), each (head, level)
+    a job, over `workers` processes. The values are those the law would compute itself."""
+    jobs = [(i, key, L) for i, law in enumerate(laws) for key, L in law.pending_levels(levels)]
+    if not jobs:
+        return
+    bar = _bar(len(jobs), progress, "exact laws")
     workers = max(1, min(workers, len(jobs)))
+    tables = [dict() for _ in laws]
     if workers == 1:
-        out = []
-        for job in jobs:
-            out.append(head_fn(*job))
+        for i, key, L in jobs:
+            tables[i][key] = survival_table(laws[i].gate, L)
             bar.update()
     else:
         import concurrent.futures as cf
         import multiprocessing as mp
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         with cf.ProcessPoolExecutor(workers, mp_context=ctx) as ex:
-            futs = [ex.submit(head_fn, *job) for job in jobs]
-            for _ in cf.as_completed(futs):
+            futs = {ex.submit(survival_table, laws[i].gate, L): (i, key) for i, key, L in jobs}
+            for f in cf.as_completed(futs):
+                i, key = futs[f]
+                tables[i][key] = f.result()
                 bar.update()
-            out = [f.result() for f in futs]
+    bar.close()
+    for law, t in zip(laws, tables):
+        law.fill_levels(t)
+
+
+def _trace_heads(trs, head_fn, levels, progress, workers=1):
+    """Every head of the traces: its law fitted on the odd sequences, the exact survival tables at `levels`
+    filled (in parallel), then head_fn(name, li, h, law, meas (S/2, T) even sequences). Returns the heads'
+    results in layer, head order."""
+    jobs = []
+    for li, (name, tr) in enumerate(trs.items()):
+        fit, meas = tr[1::2].astype(np.float64), tr[0::2].astype(np.float64)      # (S/2, T, H) each, disjoint
+        jobs += [(name, li, h, HeadLaw.from_trace(fit[:, :, h], name=f"{name}[{h}]"), meas[:, :, h])
+                 for h in range(tr.shape[2])]
+    _exact_tables([j[3] for j in jobs], levels, progress, workers)
+    bar = _bar(len(jobs), progress, "heads")
+    out = []
+    for job in jobs:
+        out.append(head_fn(*job))
+        bar.update()
     bar.close()
     return out
 
@@ -440,7 +467,7 @@ def analyse_traces(path, U=None, L_tols=DEFAULT_L_TOLS, block=64, p=0.99, contex
     recurrent: the memory horizon of the state at L = L_tol (U unused). L_tols: levels ln(1/tol) > 0;
     block: int or (BM, BN); p: horizon quantile in (0, 1); context: int > 0 for P(W > context) (None: the trace
     length T); report_L_tol: the tol of the per-head text table (None: the middle one); workers: processes
-    over heads (the results do not depend on it). Returns a JSON-able dict like analyse_model's, without what
+    for the exact laws (the results do not depend on it). Returns a JSON-able dict like analyse_model's, without what
     needs the model.
     """
     t0 = time.perf_counter()
@@ -460,12 +487,12 @@ def analyse_traces(path, U=None, L_tols=DEFAULT_L_TOLS, block=64, p=0.99, contex
                 log_tols=[-L for L in L_tols], p=p, decode_log_tol=-report_L_tol, context=ctx,
                 context_given=context is not None)
     if kind == "recurrent":
-        heads = _trace_heads(trs, partial(_recurrent_head, L_tols=L_tols, p=p, ctx=ctx), progress, workers)
+        heads = _trace_heads(trs, partial(_recurrent_head, L_tols=L_tols, p=p, ctx=ctx), L_tols, progress, workers)
         per_tol = _recurrent_per_tol(heads, L_tols)
         info.update(U=None, left_out=RECURRENT_LEFT_OUT)
     else:
-        heads = _trace_heads(trs, partial(_softmax_head, U=U, L_tols=L_tols, block=(BM, BN), p=p, ctx=ctx), progress,
-                             workers)
+        heads = _trace_heads(trs, partial(_softmax_head, U=U, L_tols=L_tols, block=(BM, BN), p=p, ctx=ctx),
+                             _softmax_levels(U, L_tols, T, ctx), progress, workers)
         per_tol = _softmax_per_tol(heads, L_tols)
         info.update(U=f"fixed {U:g} (given; not checked against the model's logits)", left_out=TRACE_LEFT_OUT,
                     speedup_model="time proportional to visited blocks")
@@ -508,8 +535,8 @@ def _parser():
     p.add_argument("--json", default=None, help="JSON path (default OUT/prune.json)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: on a shared CPU, thread sync dominates these small ops)")
-    p.add_argument("--workers", type=int, default=None, help="processes over heads with --traces (default: every "
-                   "CPU this process may use; the results do not depend on it)")
+    p.add_argument("--workers", type=int, default=None, help="processes for the exact laws with --traces, one "
+                   "(head, level) at a time (default: every CPU this process may use; the results do not depend on it)")
     p.add_argument("--no-progress", action="store_true")
     return outputs.add_common(p)
 

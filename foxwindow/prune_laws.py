@@ -125,6 +125,20 @@ def tau_jackknife(x, max_lag=256):
 
 
 SURVIVAL_TOL = 1e-2            # pruning predictions need P(N > n) to ~1e-2 (summed over n, relative to E[W])
+EXACT_METHODS = ("iid, closed form", "iid, exact numerics")
+
+
+def survival_table(gate, L):
+    """(n0, s): P(N > n0 + i) = s[i] at level L for an iid forget.Gate, by exact.exact_first_passage. The costly
+    step of a law (0.1-2 s for a trace's step law of thousands of atoms); a module-level function so that
+    levels can be computed in other processes."""
+    if isinstance(gate, forget.EmpiricalGate):
+        # a trace's step law: its atoms are bracketed to O(h), which bounds the survival (summed error <=
+        # mean_err) long before Var[W]; only the survival is used here
+        fp = exact.exact_first_passage(gate, math.exp(-L), tol=SURVIVAL_TOL, var_tol=math.inf)
+    else:
+        fp = exact.exact_first_passage(gate, math.exp(-L))
+    return fp.n0, np.clip(fp.survival, 0.0, 1.0)
 
 
 @dataclass
@@ -184,6 +198,20 @@ class HeadLaw:
 
     # -- P(S_n <= L) = P(N > n) = P(W >= n), n = 0, 1, ...
 
+    def pending_levels(self, levels):
+        """The levels among `levels` (in order, first of equal keys) whose survival needs the exact numerics and
+        is not cached yet: [(key, L)]. With fill_levels, lets a caller compute them in parallel."""
+        out = {}
+        for L in levels:
+            key = round(float(L), 12)
+            if key not in self._cache and key not in out and self.method(L) in EXACT_METHODS:
+                out[key] = float(L)
+        return list(out.items())
+
+    def fill_levels(self, tables):
+        """Install survival tables {key: survival_table(gate, L)} computed elsewhere (see pending_levels)."""
+        self._cache.update(tables)
+
     def method(self, L):
         if self.sigma2 == 0.0:
             return "deterministic (constant gate)"
@@ -213,16 +241,10 @@ class HeadLaw:
         meth = self.method(L)
         if meth.startswith("deterministic"):
             return (n * self.kappa <= L).astype(np.float64)
-        if meth in ("iid, closed form", "iid, exact numerics"):
+        if meth in EXACT_METHODS:
             key = round(L, 12)
             if key not in self._cache:
-                if isinstance(self.gate, forget.EmpiricalGate):
-                    # a trace's step law: its atoms are bracketed to O(h), which bounds the survival (summed
-                    # error <= mean_err) long before Var[W]; only the survival is used here
-                    fp = exact.exact_first_passage(self.gate, math.exp(-L), tol=SURVIVAL_TOL, var_tol=math.inf)
-                else:
-                    fp = exact.exact_first_passage(self.gate, math.exp(-L))
-                self._cache[key] = (fp.n0, np.clip(fp.survival, 0.0, 1.0))
+                self._cache[key] = survival_table(self.gate, L)
             n0, s = self._cache[key]                       # s[i] = P(N > n0 + i); P(N > n) = 1 below n0
             i = n - n0
             return np.where(i < 0, 1.0, np.where(i < len(s), s[np.clip(i, 0, len(s) - 1)], 0.0))
