@@ -418,3 +418,8 @@ def certified_horizon(x_min, U, L_tol, total=True):
         L -= math.log(-math.expm1(-x_min))                                       # geometric tail 1 / (1 - e^{-x_min})
     h = int(math.floor(L / x_min))                                               # (h + 1) x_min > L
     return Horizon(h, float(L), None, "certified per key" if not total else "certified, summed over keys")
+
+
+if __name__ == "__main__":
+    from foxwindow import outputs
+    raise SystemExit(outputs.describe(__doc__))

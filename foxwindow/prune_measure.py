@@ -158,3 +158,8 @@ def certified_x_min(attn, ln):
     gamma = ln.weight.detach().double() if ln.weight is not None else torch.ones(w.shape[1], dtype=torch.float64)
     zmax = attn.f_proj.bias.detach().double() + math.sqrt(w.shape[1]) * (w * gamma).norm(dim=1)
     return torch.nn.functional.softplus(-zmax).numpy()                            # X = softplus(-z) >= this
+
+
+if __name__ == "__main__":
+    from foxwindow import outputs
+    raise SystemExit(outputs.describe(__doc__))

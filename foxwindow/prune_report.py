@@ -154,3 +154,8 @@ def format_report(res):
     threads = "" if traced else f" on {info['torch_threads']} threads"
     out.append(f"run time {info['seconds']:.1f} s{threads}")
     return "\n".join(out)
+
+
+if __name__ == "__main__":
+    from foxwindow import outputs
+    raise SystemExit(outputs.describe(__doc__))

@@ -443,3 +443,14 @@ def test_exact_laws_in_processes_give_the_same_result(tmp_path):
     two = prune.analyse_traces(path, 0.0, [3.0], 16, progress=False, workers=2)
     assert one["heads"][0]["tols"][0]["method"] == "iid, exact numerics"
     assert one["heads"] == two["heads"] and one["per_tol"] == two["per_tol"]
+
+
+@pytest.mark.parametrize("module, first", [("prune_laws", "The window law of a head"),
+                                           ("prune_measure", "What prune.py measures"),
+                                           ("prune_report", "The text report of prune.py")])
+def test_prune_library_modules_say_what_they_are(capsys, monkeypatch, module, first):
+    import runpy
+    monkeypatch.setattr(sys, "argv", [module, "--help"])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_module("foxwindow." + module, run_name="__main__")
+    assert e.value.code in (0, None) and capsys.readouterr().out.startswith(first)
