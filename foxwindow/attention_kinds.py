@@ -29,7 +29,8 @@ Built-in kinds
     fam       BSWA plus feedback attention memory (TransformerFAM); needs the block-by-block model FAMLM,
               which build_model picks for it
 Recurrent (one token at a time, KV cache) forms: fox, alibi, swa (`init_state`, `step`), and
-KindLM.step for whole models of those kinds.
+KindLM.step for whole models of those kinds; fox's init_state(horizon) keeps only each head's KV horizon
+(fox_attention.forgetting_attention_step, the same step as model.ForgettingAttention's).
 """
 import inspect
 import math

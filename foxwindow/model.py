@@ -1,10 +1,16 @@
 """The model: BitLinear, the FoX attention layer, MLP, Block, one byte-level LM skeleton, FoXLM and checkpoints.
 
-    ForgettingAttention(config)        the FoX layer: x (B, T, hidden_size) -> (B, T, hidden_size), with the
-                                       (B, T, H) log gates readable and patchable at `hook_log_fgate`
+    ForgettingAttention(config, attention_op=None)
+                                       the FoX layer: x (B, T, hidden_size) -> (B, T, hidden_size), with the
+                                       (B, T, H) log gates readable and patchable at `hook_log_fgate`; its
+                                       attention op is an argument (default fox_attention.forgetting_attention;
+                                       use_attention_op(model, op) sets it for a whole model inside a block);
+                                       step / init_state(horizon): the recurrent (KV-cache) form, with optional
+                                       per-head KV horizons
     LMConfig, LM                       the decoder-only LM every model here shares: byte embeddings (tied to
                                        the output), pre-norm RMSNorm blocks with a GELU MLP, no positional
-                                       embedding; the attention layer of each block is given by the caller
+                                       embedding; the attention layer of each block is given by the caller;
+                                       LM.step / LM.init_states(horizons): token-by-token decoding
     FoXConfig, FoXLM                   the LM with ForgettingAttention layers (attention_kinds.py puts any
                                        registered attention kind into the same LM)
     save_model, load_model             FoXLM checkpoints (config + fp16 weights + JSON metadata)
