@@ -40,7 +40,6 @@ from foxwindow.prune_laws import (
     check_U,
     kv_horizon,
     level_of_log_tol,
-    level_of_tol,
     measure_block_pruning,
     pos_int,
     predict_block_pruning,
@@ -544,7 +543,7 @@ def _parser():
 def _levels(a):
     """The user's tols as levels L_tol = ln(1/tol), converted once here."""
     if a.tol is not None:
-        return [level_of_tol(t, "--tol") for t in a.tol]
+        return [-math.log(outputs.eps_arg("--tol", t)) for t in a.tol]
     return [level_of_log_tol(t, "--log-tol") for t in a.log_tol] if a.log_tol else list(DEFAULT_L_TOLS)
 
 
@@ -557,7 +556,7 @@ def _check_mode(a):
             raise outputs.UsageError(f"{given[0]} cannot be used with --traces (it needs the model; the traces fix "
                                      "the sequences)")
         if a.context is not None:
-            pos_int(a.context, "--context")
+            outputs.positive("--context", a.context)
         try:
             trs, meta = load_traces(a.traces)
             kind = trace_kind(meta, list(trs), a.kind)[0]
@@ -573,8 +572,8 @@ def _check_mode(a):
         if v is not None:
             raise outputs.UsageError(f"{f} applies to --traces only (the model's own training context and kind are "
                                      "used)")
-    a.n_seq, a.seq_len = pos_int(8 if a.n_seq is None else a.n_seq, "--n-seq"), \
-        pos_int(1024 if a.seq_len is None else a.seq_len, "--seq-len")
+    a.n_seq = outputs.positive("--n-seq", 8 if a.n_seq is None else a.n_seq)
+    a.seq_len = outputs.positive("--seq-len", 1024 if a.seq_len is None else a.seq_len)
     a.decode_seqs = 4 if a.decode_seqs is None else a.decode_seqs
     if a.decode_seqs < 0:
         raise outputs.UsageError(f"--decode-seqs must be >= 0; got {a.decode_seqs}")
@@ -588,10 +587,9 @@ def _check_args(a):
     if len(a.block) > 2:
         raise outputs.UsageError(f"--block takes one or two sizes; got {a.block}")
     block = check_block(tuple(a.block) if len(a.block) == 2 else a.block[0])
-    pos_int(a.threads, "--threads")
-    a.workers = default_workers() if a.workers is None else pos_int(a.workers, "--workers")
-    if not 0 < a.p < 1:
-        raise outputs.UsageError(f"--p must lie in (0, 1); got {a.p}")
+    outputs.positive("--threads", a.threads)
+    a.workers = default_workers() if a.workers is None else outputs.positive("--workers", a.workers)
+    outputs.eps_arg("--p", a.p)
     if a.U not in (None, "auto"):
         try:
             a.U = check_U(a.U)
