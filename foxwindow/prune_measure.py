@@ -70,10 +70,23 @@ class MeasuredPruning:
         scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
         H = q.shape[2]
         U = fa.acp_U(q, k, scale) if self.U == "auto" else torch.full((H,), float(self.U), dtype=torch.float64)
-        out = fa.forgetting_attention_pruned_naive(q, k, v, log_fgate, L_tol=self.L_tol, U=U, block=self.block,
-                                                   sm_scale=scale, causal=causal)
-        self.record.append(prune_stats(q, k, v, log_fgate, out, U, self.L_tol, self.block, scale))
-        return out
+        outs, stats = [], []
+        for b in range(q.shape[0]):             # one sequence at a time: (H, T, T) temporaries, not (B, H, T, T)
+            qb, kb, vb, lb = (t[b:b + 1] for t in (q, k, v, log_fgate))
+            outs.append(fa.forgetting_attention_pruned_naive(qb, kb, vb, lb, L_tol=self.L_tol, U=U, block=self.block,
+                                                             sm_scale=scale, causal=causal))
+            stats.append(prune_stats(qb, kb, vb, lb, outs[-1], U, self.L_tol, self.block, scale))
+        self.record.append(merge_stats(stats))
+        return torch.cat(outs, 0)
+
+
+def merge_stats(stats):
+    """One PruneStats for a batch from those of its sequences (in order)."""
+    s0 = stats[0]
+    return PruneStats(s0.U, s0.L, sum(s.pruned_blocks for s in stats), sum(s.causal_blocks for s in stats),
+                      np.concatenate([s.frac_per_seq for s in stats]), np.concatenate([s.flops_per_seq for s in stats]),
+                      *(np.max([getattr(s, f) for s in stats], axis=0)
+                        for f in ("max_pruned_mass", "max_err", "max_err_bound", "max_excess")))
 
 
 def run_pruned(model, x, L_tol, block, U="auto"):
