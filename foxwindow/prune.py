@@ -380,11 +380,6 @@ def _recurrent_head(name, li, h, law, meas, L_tols, p, ctx):
     return hd
 
 
-def default_workers():
-    """The CPUs this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def _exact_tables(laws, levels, progress, workers):
     """Fill every law's exact survival tables at `levels` (the expensive part: ~25 exact first-passage
     computations per iid head, 0.1-2 s each on a trace's step law of thousands of atoms), each (head, level)
@@ -534,8 +529,9 @@ def _parser():
     p.add_argument("--json", default=None, help="JSON path (default OUT/prune.json)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: on a shared CPU, thread sync dominates these small ops)")
-    p.add_argument("--workers", type=int, default=None, help="processes for the exact laws with --traces, one "
-                   "(head, level) at a time (default: every CPU this process may use; the results do not depend on it)")
+    p.add_argument("--workers", type=int, default=1, help="processes for the exact laws with --traces, one (head, "
+                   "level) at a time; the results do not depend on it. numpy's BLAS threads the numerics already, so "
+                   "more than 1 pays on a machine with idle cores (then set OPENBLAS_NUM_THREADS=1)")
     p.add_argument("--no-progress", action="store_true")
     return outputs.add_common(p)
 
@@ -588,7 +584,7 @@ def _check_args(a):
         raise outputs.UsageError(f"--block takes one or two sizes; got {a.block}")
     block = check_block(tuple(a.block) if len(a.block) == 2 else a.block[0])
     outputs.positive("--threads", a.threads)
-    a.workers = default_workers() if a.workers is None else outputs.positive("--workers", a.workers)
+    outputs.positive("--workers", a.workers)
     outputs.eps_arg("--p", a.p)
     if a.U not in (None, "auto"):
         try:
