@@ -29,7 +29,8 @@ Built-in kinds
     fam       BSWA plus feedback attention memory (TransformerFAM); needs the block-by-block model FAMLM,
               which build_model picks for it
 Recurrent (one token at a time, KV cache) forms: fox, alibi, swa (`init_state`, `step`), and
-KindLM.step for whole models of those kinds.
+KindLM.step for whole models of those kinds; fox's init_state(horizon) keeps only each head's KV horizon
+(fox_attention.forgetting_attention_step, the same step as model.ForgettingAttention's).
 """
 import inspect
 import math
@@ -40,7 +41,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from foxwindow import outputs
-from foxwindow.fox_attention import cum_log_gate, forgetting_attention, fox_bias
+from foxwindow.fox_attention import (
+    cum_log_gate,
+    forgetting_attention,
+    forgetting_attention_step,
+    fox_bias,
+    init_kv_cache,
+)
 from foxwindow.model import LM, BitLinear, HookPoint, LMConfig, fgate_bias_init
 
 # ----------------------------------------------------------------------------- parameter specs
@@ -319,20 +326,16 @@ class FoXKind(nn.Module):
         bias = fox_bias(c[:, :, Tk - Tq:], c).float()                        # (B, H, Tq, Tk)
         return attend(q, k, v, keep=causal_mask(Tq, Tk, q.device), bias=bias, mask=mask)
 
-    def init_state(self):
-        return {"k": None, "v": None, "c": None, "c_now": None}
+    def init_state(self, horizon=None):
+        """Empty KV cache; horizon: None (every key) or (H,) ints, the keys each head keeps (distance <= h)."""
+        return init_kv_cache(horizon)
 
     def step(self, q, k, v, state, log_fgate=None):
-        """One token: q, k, v (B, H, D), log_fgate (B, H) float32. The state keeps every key with the
-        cumulative log-gate c_j at its position (float64); the bias is c_i - c_j."""
+        """One token: q, k, v (B, H, D), log_fgate (B, H) float32. The state keeps the keys (all, or each head's
+        horizon in a ring buffer) with the cumulative log-gate c_j at its position (float64); the bias is c_i - c_j."""
         if log_fgate is None:
             raise ValueError("fox step needs log_fgate (B, H)")
-        lg = log_fgate.double()
-        c_now = lg if state["c_now"] is None else state["c_now"] + lg       # (B, H) float64
-        st = {"k": _append(state["k"], k), "v": _append(state["v"], v), "c_now": c_now,
-              "c": c_now[..., None] if state["c"] is None else torch.cat([state["c"], c_now[..., None]], -1)}
-        o = _step_attend(q, st["k"], st["v"], bias=fox_bias(c_now[..., None], st["c"])[..., 0, :].float())
-        return o, st
+        return forgetting_attention_step(q, k, v, log_fgate, state)
 
 
 def alibi_slopes(n_heads):
@@ -499,11 +502,11 @@ class AttentionLayer(nn.Module):
         o = self.attention(q, k, v, mask=mask, **self.extras(x))           # (B, T, H, D)
         return self.out_proj(o.reshape(B, T, d))
 
-    def init_state(self):
-        """The kind's empty recurrent state; ValueError if the kind has no recurrent form."""
+    def init_state(self, **kw):
+        """The kind's empty recurrent state (kw: e.g. fox's horizon); ValueError if the kind has no recurrent form."""
         if not hasattr(self.attention, "init_state"):
             raise ValueError(f"{type(self.attention).__name__} has no recurrent form (step)")
-        return self.attention.init_state()
+        return self.attention.init_state(**kw)
 
     def step(self, x, state):
         """x (B, d_model), one position -> (B, d_model), state."""

@@ -12,6 +12,12 @@ Contents
     forgetting_attention                                   the op: fused Triton kernel on CUDA, else chunked
     forgetting_attention_reference                         plain PyTorch, chunked over queries
     forgetting_attention_naive                             plain PyTorch, the full (T_q, T_k) matrix
+    forgetting_attention_pruned                            ACP block pruning (Lin et al., 2025): chunked over query
+                                                           blocks, visiting only the key blocks kept
+    forgetting_attention_pruned_naive                      the same on the full matrix and block mask: the reference
+    acp_level, acp_U, acp_pruned_blocks                    ACP's block level L, its logit bound U, the block rule
+    forgetting_attention_step, init_kv_cache               one decoding position against a KV cache, optionally
+                                                           with a per-head horizon (a ring buffer of max h + 1 keys)
 The layer, its HookPoints, the LM and checkpoints are in model.py; reading gates out of a model
 (run_with_cache, capture_gates) and gate traces on disk (save_trace, load_trace) in traces.py.
 """
@@ -205,6 +211,178 @@ def forgetting_attention(q, k, v, log_fgate, *, sm_scale=None, causal=True, chun
     if not (isinstance(chunk, int) and chunk > 0):
         raise ValueError(f"chunk must be a positive int; got {chunk!r}")
     return _fox_chunked(q, k, v, log_fgate, scale, causal, chunk)
+
+
+# ----------------------------------------------------------------------------- ACP block pruning
+
+def acp_level(L_tol, U, T):
+    """ACP's block level L = 2U + ln T + L_tol (-delta in Lin et al.): a block of keys whose decay at its
+    corner pair is below e^{-L} holds at most tol = e^{-L_tol} of any row's attention mass when |q.k| * scale
+    <= U. L_tol = ln(1/tol) > 0; U a float or an (H,) tensor; T the number of keys."""
+    return 2 * U + math.log(T) + L_tol
+
+
+def acp_U(q, k, scale):
+    """ACP's logit bound per head: U_h = scale * max_{b,i} |q_bih| * max_{b,j} |k_bjh| (Cauchy-Schwarz),
+    over the whole batch. q, k (B, T, H, D). Returns (H,) float64."""
+    qn = q.detach().double().norm(dim=-1).amax(dim=(0, 1))                    # (H,)
+    kn = k.detach().double().norm(dim=-1).amax(dim=(0, 1))
+    return qn * kn * scale
+
+
+def _block_size(block):
+    if isinstance(block, int) and not isinstance(block, bool):
+        block = (block, block)
+    if not (isinstance(block, (tuple, list)) and len(block) == 2
+            and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+        raise ValueError(f"block must be a positive int or a pair (BM, BN) of them; got {block!r}")
+    return int(block[0]), int(block[1])
+
+
+def acp_pruned_blocks(c, L, block):
+    """The block rule: c (..., H, T) float64 cumulative log gates (cum_log_gate), L (H,) float64 levels.
+    Returns (..., H, nI, nJ) bool, True where the (BM, BN) block is strictly causal (j_max < i_min) and its
+    corner decay c_{i_min} - c_{j_max} < -L. The diagonal blocks are never pruned."""
+    BM, BN = _block_size(block)
+    T = c.shape[-1]
+    i_min = torch.arange(0, T, BM, device=c.device)
+    j_max = (torch.arange(0, T, BN, device=c.device) + BN).clamp(max=T) - 1
+    strict = j_max[None, :] < i_min[:, None]
+    d = c[..., i_min][..., :, None] - c[..., j_max][..., None, :]
+    return (d < -L[:, None, None]) & strict
+
+
+def acp_keep(pruned, T, block):
+    """(..., nI, nJ) pruned blocks -> (..., T, T) bool, True where the pair's block is kept."""
+    BM, BN = _block_size(block)
+    bi = torch.arange(T, device=pruned.device) // BM
+    bj = torch.arange(T, device=pruned.device) // BN
+    return ~pruned[..., bi, :][..., bj]
+
+
+def _acp_setup(q, k, v, log_fgate, L_tol, U, block, sm_scale, causal):
+    """Checks, the scale, U (H,) and L (H,) float64 of a pruned call."""
+    _check_inputs(q, k, v, log_fgate, sm_scale)
+    if not causal:
+        raise ValueError("ACP block pruning is defined for causal attention")
+    if k.shape[1] != q.shape[1] or k.shape[2] != q.shape[2]:
+        raise ValueError(f"pruned attention needs self-attention with one kv head per query head; got "
+                         f"q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if isinstance(L_tol, bool) or not isinstance(L_tol, (int, float)) or not (0 < L_tol < math.inf):
+        raise ValueError(f"L_tol = ln(1/tol) must be a finite number > 0; got {L_tol!r}")
+    _block_size(block)
+    H, D = q.shape[2], q.shape[3]
+    scale = D ** -0.5 if sm_scale is None else sm_scale
+    if isinstance(U, str):
+        if U != "auto":
+            raise ValueError(f"U must be 'auto', a number or an (H,) tensor; got {U!r}")
+        Uh = acp_U(q, k, scale)
+    else:
+        Uh = torch.as_tensor(U, dtype=torch.float64).expand(H).clone()
+        if not (torch.isfinite(Uh).all() and (Uh >= 0).all()):
+            raise ValueError(f"U must be finite and >= 0; got {U!r}")
+    return scale, Uh, acp_level(float(L_tol), Uh, q.shape[1])
+
+
+def forgetting_attention_pruned_naive(q, k, v, log_fgate, *, L_tol, U="auto", block=64, sm_scale=None, causal=True):
+    """Causal forgetting attention with ACP block pruning on the whole (T, T) logit matrix: the reference.
+
+    q, k, v: (B, T, H, D) float, one kv head per query head; log_fgate: (B, T, H) float32/64, <= 0.
+    L_tol: ln(1/tol) > 0, tol the attention mass a row may lose. U: "auto" (acp_U of these q, k), a number
+    or (H,). block: int or (BM, BN). Every row keeps its diagonal block, so its own key; when U bounds
+    |q.k| * scale, the pruned mass of a row is at most T e^{2U} e^{-L} = tol. Returns (B, T, H, D) in q.dtype.
+    """
+    scale, _, Lh = _acp_setup(q, k, v, log_fgate, L_tol, U, block, sm_scale, causal)
+    qq, kk, vv = _heads_first(q, k, v)                                # (B, H, T, D)
+    c = cum_log_gate(log_fgate)                                       # (B, H, T) float64
+    keep = acp_keep(acp_pruned_blocks(c, Lh, block), q.shape[1], block)
+    logits = fox_logits(qq, kk, c, c, scale).masked_fill(~keep, float("-inf"))
+    return (torch.softmax(logits, -1) @ vv).transpose(1, 2).to(q.dtype)
+
+
+def forgetting_attention_pruned(q, k, v, log_fgate, *, L_tol, U="auto", block=64, sm_scale=None, causal=True):
+    """Causal forgetting attention with ACP block pruning, one query block at a time over the kept keys only.
+
+    Arguments and result as forgetting_attention_pruned_naive. The decay c_i - c_j only falls as j moves back,
+    so a query block's pruned key blocks are a prefix: each query block attends to the keys from its first
+    kept block (over the batch and heads) to its diagonal, the other pruned blocks masked. Memory O(BM T).
+    """
+    scale, _, Lh = _acp_setup(q, k, v, log_fgate, L_tol, U, block, sm_scale, causal)
+    BM, BN = _block_size(block)
+    T = q.shape[1]
+    qq, kk, vv = _heads_first(q, k, v)
+    c = cum_log_gate(log_fgate)
+    pruned = acp_pruned_blocks(c, Lh, block)                          # (B, H, nI, nJ)
+    kpos = torch.arange(T, device=q.device)
+    outs = []
+    for bi, i0 in enumerate(range(0, T, BM)):
+        i1 = min(i0 + BM, T)
+        kept = (~pruned[:, :, bi]).flatten(0, 1).any(0)               # (nJ,) any (b, h) keeps the block
+        j0 = int(kept.nonzero()[0, 0]) * BN
+        logits = fox_logits(qq[:, :, i0:i1], kk[:, :, j0:i1], c[:, :, i0:i1], c[:, :, j0:i1], scale,
+                            q_pos=kpos[i0:i1] - j0)                   # (B, H, BM, i1 - j0)
+        keep = ~pruned[:, :, bi][..., kpos[j0:i1] // BN]                 # (B, H, i1 - j0)
+        logits = logits.masked_fill(~keep[:, :, None, :], float("-inf"))
+        outs.append(torch.softmax(logits, -1) @ vv[:, :, j0:i1])
+    return torch.cat(outs, 2).transpose(1, 2).to(q.dtype)
+
+
+# ----------------------------------------------------------------------------- decoding: one position, a KV cache
+
+def init_kv_cache(horizon=None):
+    """An empty KV cache for forgetting_attention_step. horizon: None (keep every key) or (H,) ints >= 0:
+    head h attends only to keys at distance <= horizon[h], and the cache is a ring buffer of max(horizon) + 1
+    slots, so its memory is bounded by the largest horizon, whatever the length decoded."""
+    if horizon is not None:
+        hz = torch.as_tensor(horizon)
+        if hz.dim() != 1 or hz.dtype.is_floating_point or hz.dtype == torch.bool or (hz < 0).any():
+            raise ValueError(f"horizon must be (H,) ints >= 0 (one per head); got {horizon!r}")
+        horizon = hz.long()
+    return {"horizon": horizon, "t": 0, "k": None, "v": None, "c": None, "pos": None, "c_now": None}
+
+
+def _ring_write(state, k, v, c_now):
+    """Write position t into its ring slot (allocating the ring at the first call). Returns (H, n) keep."""
+    B, H, D = k.shape
+    hz, t = state["horizon"], state["t"]
+    if hz.shape != (H,):
+        raise ValueError(f"horizon has {tuple(hz.shape)} entries; the layer has {H} heads")
+    n = int(hz.max()) + 1
+    if state["k"] is None:
+        state.update(k=k.new_zeros(B, H, n, D), v=v.new_zeros(B, H, n, D),
+                     c=torch.zeros(B, H, n, dtype=torch.float64, device=k.device),
+                     pos=torch.full((n,), -1, dtype=torch.long, device=k.device))
+    s = t % n                                                         # overwrite the oldest slot
+    state["k"][:, :, s], state["v"][:, :, s], state["c"][:, :, s] = k, v, c_now
+    state["pos"][s] = t
+    dist = t - state["pos"]
+    return (state["pos"] >= 0)[None, :] & (dist[None, :] <= hz.to(k.device)[:, None])
+
+
+def forgetting_attention_step(q, k, v, log_fgate, state, *, sm_scale=None):
+    """One decoding position: q, k, v (B, H, D), log_fgate (B, H) float32 <= 0, state from init_kv_cache (or
+    the previous call). The cache keeps each key with the cumulative log gate c_j at its position (float64);
+    the logit of key j is q.k_j * scale + c_t - c_j. Returns (out (B, H, D) in q.dtype, state)."""
+    ct = torch.promote_types(q.dtype, torch.float32)
+    scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
+    lg = log_fgate.double()
+    c_now = lg if state["c_now"] is None else state["c_now"] + lg    # (B, H) float64
+    st = dict(state, c_now=c_now, t=state["t"] + 1)
+    if state["horizon"] is None:
+        def app(cache, x):
+            return x[:, :, None] if cache is None else torch.cat([cache, x[:, :, None]], dim=2)
+        st.update(k=app(state["k"], k), v=app(state["v"], v), c=app(state["c"], c_now))
+        ok = None
+    else:
+        st["t"] = state["t"]
+        ok = _ring_write(st, k, v, c_now)
+        st["t"] += 1
+    logits = (st["k"].to(ct) @ q.to(ct)[..., None])[..., 0] * scale
+    logits = logits + fox_bias(c_now[..., None], st["c"])[..., 0, :].to(ct)        # (B, H, n)
+    if ok is not None:
+        logits = logits.masked_fill(~ok, float("-inf"))
+    o = (torch.softmax(logits, -1)[:, :, None] @ st["v"].to(ct))[:, :, 0]
+    return o.to(q.dtype), st
 
 
 if __name__ == "__main__":

@@ -1,10 +1,16 @@
 """The model: BitLinear, the FoX attention layer, MLP, Block, one byte-level LM skeleton, FoXLM and checkpoints.
 
-    ForgettingAttention(config)        the FoX layer: x (B, T, hidden_size) -> (B, T, hidden_size), with the
-                                       (B, T, H) log gates readable and patchable at `hook_log_fgate`
+    ForgettingAttention(config, attention_op=None)
+                                       the FoX layer: x (B, T, hidden_size) -> (B, T, hidden_size), with the
+                                       (B, T, H) log gates readable and patchable at `hook_log_fgate`; its
+                                       attention op is an argument (default fox_attention.forgetting_attention;
+                                       use_attention_op(model, op) sets it for a whole model inside a block);
+                                       step / init_state(horizon): the recurrent (KV-cache) form, with optional
+                                       per-head KV horizons
     LMConfig, LM                       the decoder-only LM every model here shares: byte embeddings (tied to
                                        the output), pre-norm RMSNorm blocks with a GELU MLP, no positional
-                                       embedding; the attention layer of each block is given by the caller
+                                       embedding; the attention layer of each block is given by the caller;
+                                       LM.step / LM.init_states(horizons): token-by-token decoding
     FoXConfig, FoXLM                   the LM with ForgettingAttention layers (attention_kinds.py puts any
                                        registered attention kind into the same LM)
     save_model, load_model             FoXLM checkpoints (config + fp16 weights + JSON metadata)
@@ -24,7 +30,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from foxwindow import outputs
-from foxwindow.fox_attention import forgetting_attention, forgetting_attention_reference
+from foxwindow.fox_attention import (
+    forgetting_attention,
+    forgetting_attention_reference,
+    forgetting_attention_step,
+    init_kv_cache,
+)
 
 # ----------------------------------------------------------------------------- BitLinear
 
@@ -105,7 +116,7 @@ class ForgettingAttention(nn.Module):
     Input x: (B, T, hidden_size); output the same shape.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, attention_op=None):
         super().__init__()
         hidden, heads = getattr(config, "hidden_size", None), getattr(config, "num_heads", None)
         if not (isinstance(hidden, int) and isinstance(heads, int) and hidden > 0 and heads > 0):
@@ -141,6 +152,9 @@ class ForgettingAttention(nn.Module):
                 nn.init.normal_(self.f_proj.weight, std=0.1 / math.sqrt(hidden))
                 self.f_proj.bias.copy_(fgate_bias_init(heads, getattr(config, "fgate_bias_init", "spread")))
         self.hook_log_fgate = HookPoint()
+        # the attention op: None is forgetting_attention; any callable with its signature
+        # op(q, k, v, log_fgate, *, sm_scale, causal) -> (B, T, H, D), e.g. a pruned op (use_attention_op)
+        self.attention_op = attention_op
 
     def log_fgate(self, x):
         """(B, T, hidden) -> (B, T, H) float32 log forget gates (zeros when the gate is fixed)."""
@@ -159,13 +173,53 @@ class ForgettingAttention(nn.Module):
         v = self.v_proj(x).view(B, T, self.num_heads, self.head_dim)
         lg = self.hook_log_fgate(self.log_fgate(x))                     # (B, T, H) float32
         causal = self.mode == "decoder"
-        if self.training and self.dropout_p > 0:
+        if self.attention_op is not None:
+            o = self.attention_op(q, k, v, lg, sm_scale=self.scale, causal=causal)
+        elif self.training and self.dropout_p > 0:
             # the fused kernel has no attention dropout: the reference path applies it
             o = forgetting_attention_reference(q, k, v, lg, sm_scale=self.scale, causal=causal, chunk=128,
                                                dropout_p=self.dropout_p)
         else:
             o = forgetting_attention(q, k, v, lg, sm_scale=self.scale, causal=causal)
         return self.out_proj(o.reshape(B, T, self.total_dim))
+
+    def init_state(self, horizon=None):
+        """Empty KV cache for step (decoder mode). horizon: None (every key) or (H,) ints >= 0, the keys each
+        head keeps (distance <= horizon[h]; the cache holds max(horizon) + 1 entries)."""
+        if self.mode != "decoder":
+            raise ValueError("recurrent decoding needs a causal (decoder mode) ForgettingAttention")
+        return init_kv_cache(horizon)
+
+    def step(self, x, state):
+        """One position x (B, hidden_size) -> (B, hidden_size), state: the recurrent (KV-cache) form of forward."""
+        B = x.shape[0]
+        xin = x[:, None]                                                 # (B, 1, hidden)
+        q, k, v = (p(xin).view(B, self.num_heads, self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
+        lg = self.hook_log_fgate(self.log_fgate(xin))[:, 0]              # (B, H)
+        o, state = forgetting_attention_step(q, k, v, lg, state, sm_scale=self.scale)
+        return self.out_proj(o.reshape(B, self.total_dim)), state
+
+
+def use_attention_op(model, op):
+    """Context manager: every ForgettingAttention of `model` attends with `op` (signature of
+    forgetting_attention; None: the default op) inside the block, and with its own op again after it.
+    The op is the layer's `attention_op` argument, set on the model given and nowhere else."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def ctx():
+        layers = [m for m in model.modules() if isinstance(m, ForgettingAttention)]
+        if not layers:
+            raise ValueError(f"{type(model).__name__} has no ForgettingAttention layer")
+        old = [m.attention_op for m in layers]
+        for m in layers:
+            m.attention_op = op
+        try:
+            yield model
+        finally:
+            for m, o in zip(layers, old):
+                m.attention_op = o
+    return ctx()
 
 
 
@@ -299,6 +353,15 @@ class LM(nn.Module):
         (logits, mean cross-entropy in nats) when targets are given."""
         return self.head(self.forward_embeddings(self.embed(tokens)), targets)
 
+    def init_states(self, horizons=None):
+        """Empty recurrent states of every layer for step. horizons: None, or one per layer (e.g. (n_layers, H)
+        ints: KV-cache horizons per head, for layers whose init_state takes a horizon)."""
+        if horizons is None:
+            return [blk.attn.init_state() for blk in self.blocks]
+        if len(horizons) != len(self.blocks):
+            raise ValueError(f"horizons must hold one entry per layer ({len(self.blocks)}); got {len(horizons)}")
+        return [blk.attn.init_state(horizon=h) for blk, h in zip(self.blocks, horizons)]
+
     @torch.no_grad()
     def step(self, token, states=None):
         """Recurrent decoding, one position: token (B,) int64, states from the previous call (None at the
@@ -309,7 +372,7 @@ class LM(nn.Module):
             raise ValueError(f"{plain[0]} has no recurrent form (step)")
         self._check_tokens(token[:, None])
         if states is None:
-            states = [blk.attn.init_state() for blk in self.blocks]
+            states = self.init_states()
         x = self.wte(token)                                              # (B, d_model)
         new = []
         for blk, st in zip(self.blocks, states):

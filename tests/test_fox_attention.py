@@ -355,3 +355,64 @@ def test_trace_roundtrip_and_errors(tmp_path):
         load_trace(rewrite({"names": ["a"], "shapes": [[2, 50, 4]]}))
     with pytest.raises(FileNotFoundError):
         load_trace(str(tmp_path / "absent.npz"))
+
+
+# ----------------------------------------------------------------------------- ACP block pruning and decoding
+
+
+def _pruning_inputs(B=2, T=150, H=3, D=8, seed=0, gate_mu=0.5):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, T, H, D, generator=g) for _ in range(3))
+    lg = F.logsigmoid(gate_mu + torch.randn(B, T, H, generator=g))
+    return q, k, v, lg
+
+
+@pytest.mark.parametrize("block,L_tol,U", [(16, 1.0, 0.0), ((16, 24), 3.0, 0.0), ((32, 8), 2.0, "auto"),
+                                           (64, 1e4, "auto")])
+def test_pruned_fast_path_equals_naive(block, L_tol, U):
+    q, k, v, lg = _pruning_inputs()
+    naive = fa.forgetting_attention_pruned_naive(q, k, v, lg, L_tol=L_tol, U=U, block=block)
+    fast = fa.forgetting_attention_pruned(q, k, v, lg, L_tol=L_tol, U=U, block=block)
+    torch.testing.assert_close(fast, naive, atol=1e-6, rtol=1e-5)
+    if L_tol == 1e4:                                                  # nothing pruned: the dense op
+        torch.testing.assert_close(naive, forgetting_attention_reference(q, k, v, lg), atol=1e-6, rtol=1e-5)
+
+
+def test_pruned_blocks_follow_the_corner_rule():
+    q, k, v, lg = _pruning_inputs(B=1, T=64, H=1)
+    c = fa.cum_log_gate(lg)                                           # (1, 1, T)
+    L = torch.tensor([2.5], dtype=torch.float64)
+    pruned = fa.acp_pruned_blocks(c, L, (8, 16))[0, 0]                # (8, 4)
+    for I in range(8):
+        for J in range(4):
+            i_min, j_max = 8 * I, 16 * J + 15
+            want = j_max < i_min and float(c[0, 0, i_min] - c[0, 0, j_max]) < -2.5
+            assert bool(pruned[I, J]) == want
+    with pytest.raises(ValueError, match="L_tol"):
+        fa.forgetting_attention_pruned(q, k, v, lg, L_tol=0.0)
+    with pytest.raises(ValueError, match="causal"):
+        fa.forgetting_attention_pruned_naive(q, k, v, lg, L_tol=3.0, causal=False)
+    with pytest.raises(ValueError, match="U must"):
+        fa.forgetting_attention_pruned(q, k, v, lg, L_tol=3.0, U="max")
+    with pytest.raises(ValueError, match="block"):
+        fa.forgetting_attention_pruned(q, k, v, lg, L_tol=3.0, block=0)
+
+
+@pytest.mark.parametrize("horizon", [None, [0, 5, 200]])
+def test_decoding_step_equals_a_band_of_the_naive_op(horizon):
+    q, k, v, lg = _pruning_inputs(B=2, T=40, H=3)
+    st, outs = fa.init_kv_cache(horizon), []
+    for t in range(40):
+        o, st = fa.forgetting_attention_step(q[:, t], k[:, t], v[:, t], lg[:, t], st)
+        outs.append(o)
+    got = torch.stack(outs, 1)                                        # (B, T, H, D)
+    c = fa.cum_log_gate(lg)
+    logits = fa.fox_logits(q.transpose(1, 2), k.transpose(1, 2), c, c, 8 ** -0.5)
+    if horizon is not None:
+        d = torch.arange(40)[:, None] - torch.arange(40)[None, :]
+        logits = logits.masked_fill(d[None] > torch.tensor(horizon)[:, None, None], float("-inf"))
+        assert st["k"].shape[2] == 201                                # the ring holds max(h) + 1 keys
+    want = (torch.softmax(logits, -1) @ v.transpose(1, 2)).transpose(1, 2)
+    torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="horizon"):
+        fa.init_kv_cache([1.5, 2.0])

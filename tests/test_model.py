@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from foxwindow import data
-from foxwindow.model import BitLinear, ForgettingAttention, FoXConfig, FoXLM, load_model, save_model
+from foxwindow.model import BitLinear, ForgettingAttention, FoXConfig, FoXLM, load_model, save_model, use_attention_op
 from foxwindow.traces import run_with_cache
 
 CKPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "checkpoints", "fox_shakespeare.pt")
@@ -169,9 +169,41 @@ def test_shipped_checkpoint_reproduces_its_numbers():
                                atol=1e-4, rtol=0)
 
 
-def test_lm_step_needs_a_recurrent_layer():
-    with pytest.raises(ValueError, match="ForgettingAttention has no recurrent form"):
-        tiny_lm().step(torch.zeros(1, dtype=torch.long))
+def test_lm_step_decodes_like_the_parallel_model():
+    model = tiny_lm()
+    toks = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = model(toks)
+    st, outs = None, []
+    for t in range(40):
+        lg, st = model.step(toks[:, t], st)
+        outs.append(lg)
+    torch.testing.assert_close(torch.stack(outs, 1), ref, atol=2e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="one entry per layer"):
+        model.init_states([[1, 2]])
+    enc = ForgettingAttention(layer_cfg())
+    with pytest.raises(ValueError, match="decoder mode"):
+        enc.init_state()
+
+
+def test_attention_op_argument_and_context():
+    model = tiny_lm()
+    toks = torch.randint(0, 256, (1, 20), generator=torch.Generator().manual_seed(1))
+    calls = []
+
+    def op(q, k, v, log_fgate, *, sm_scale=None, causal=True):
+        calls.append(q.shape)
+        return torch.zeros_like(q)
+
+    with torch.no_grad():
+        ref = model(toks)
+        with use_attention_op(model, op):
+            zero = model(toks)
+        again = model(toks)
+    assert len(calls) == 2 and not torch.equal(zero, ref) and torch.equal(again, ref)
+    assert all(b.attn.attention_op is None for b in model.blocks)
+    layer = ForgettingAttention(layer_cfg(mode="decoder"), attention_op=op)
+    assert layer(torch.randn(1, 6, 32)).abs().sum() == 0 and len(calls) == 3
 
 
 def test_config_errors():

@@ -1,5 +1,6 @@
-"""Tests for prune.py: block-pruning predictions against exact counts and sampled traces, the pruned
-attention op against its error bound, KV horizons (quantiles, certificates, decoding) and bad input."""
+"""Tests for prune.py and its modules (prune_laws, prune_measure, prune_report): block-pruning predictions
+against exact counts and sampled traces, the pruned attention op against its error bound, KV horizons
+(quantiles, certificates, decoding through LM.step), state horizons of recurrent traces and bad input."""
 import json
 import math
 import os
@@ -11,9 +12,11 @@ import pytest
 import torch
 from scipy import stats
 
-from foxwindow import forget, prune
+from foxwindow import forget, outputs, prune
 from foxwindow import fox_attention as fa
 from foxwindow import model as fm
+from foxwindow import prune_laws as pl
+from foxwindow import prune_measure as pm
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "figures"))
 import fig8_prune  # noqa: E402
@@ -23,7 +26,7 @@ from foxwindow import traces
 
 def _closed_form_pruned(T, BM, BN, m, L):
     """ALiBi (X = m): a block is pruned iff it is strictly causal and its gap n = i_min - j_max has n m > L,
-    i.e. n >= floor(L/m) + 1. Counted block by block, independently of prune.BlockGrid."""
+    i.e. n >= floor(L/m) + 1. Counted block by block, independently of pl.BlockGrid."""
     w = math.floor(L / m)
     n_pruned = n_causal = 0
     for i0 in range(0, T, BM):
@@ -40,42 +43,42 @@ def _closed_form_pruned(T, BM, BN, m, L):
 @pytest.mark.parametrize("T,block,m,L", [(500, (32, 48), 0.1, 7.33), (256, (64, 64), 0.05, 3.1),
                                          (97, (8, 8), 0.5, 12.2), (1024, (128, 64), 0.013, 10.0)])
 def test_alibi_prediction_equals_closed_form(T, block, m, L):
-    law = prune.HeadLaw.from_gate(forget.ConstantGate(m))
-    pr = prune.predict_block_pruning(law, T, L, block)
+    law = pl.HeadLaw.from_gate(forget.ConstantGate(m))
+    pr = pl.predict_block_pruning(law, T, L, block)
     n_pruned, n_causal = _closed_form_pruned(T, *block, m, L)
     assert pr.n_causal_blocks == n_causal
     assert pr.expected_pruned_blocks == n_pruned
     assert pr.frac_blocks == n_pruned / n_causal
     # the naive rule on the constant trace prunes exactly those blocks
-    pruned, _ = prune.pruned_block_mask(np.full(T, -m), L, block)
+    pruned, _ = pl.pruned_block_mask(np.full(T, -m), L, block)
     assert pruned.sum() == n_pruned
 
 
 def test_grid_counts_pairs_and_never_prunes_the_diagonal():
-    g = prune.BlockGrid.make(100, (16, 24))
+    g = pl.BlockGrid.make(100, (16, 24))
     assert g.pairs.sum() == 100 * 101 // 2
     assert not (g.strict & ~g.causal).any()
     # a gate of zero (decay 0 everywhere) prunes every strict block and nothing else
-    pruned, _ = prune.pruned_block_mask(np.full(100, -50.0), 1.0, (16, 24))
+    pruned, _ = pl.pruned_block_mask(np.full(100, -50.0), 1.0, (16, 24))
     assert (pruned == g.strict).all() and g.causal.sum() > g.strict.sum()
 
 
 @pytest.mark.parametrize("gate,L", [(forget.LogitNormalGate(1, 1), 8.0), (forget.GammaIncrement(2.0, 0.1), 6.0)])
 def test_iid_prediction_matches_sampled_traces(gate, L):
     T, block, S = 256, (16, 16), 300
-    law = prune.HeadLaw.from_gate(gate)
+    law = pl.HeadLaw.from_gate(gate)
     assert law.method(L).startswith("iid")
-    pr = prune.predict_block_pruning(law, T, L, block)                       # from the law only
+    pr = pl.predict_block_pruning(law, T, L, block)                       # from the law only
     x = gate.sample(np.random.default_rng(1), (S, T))
-    m = prune.measure_block_pruning(-x, L, block)                             # traces are independent units
+    m = pl.measure_block_pruning(-x, L, block)                             # traces are independent units
     z = stats.norm.isf(0.001 / (2 * 4))                                       # Bonferroni: 2 gates x 2 checks
     assert 0.05 < pr.frac_blocks < 0.95                                       # a regime where the test has power
     assert abs(m["mean_blocks"] - pr.frac_blocks) <= z * m["se_blocks"]
     assert abs(m["mean_flops"] - pr.frac_flops) <= z * m["se_flops"]
     # power: the law of a gate forgetting 10% faster is rejected by the same check
-    fast = prune.HeadLaw.from_gate(forget.GammaIncrement(2.0, 0.11) if isinstance(gate, forget.GammaIncrement)
+    fast = pl.HeadLaw.from_gate(forget.GammaIncrement(2.0, 0.11) if isinstance(gate, forget.GammaIncrement)
                                    else forget.LogitNormalGate(0.85, 1))
-    wrong = prune.predict_block_pruning(fast, T, L, block)
+    wrong = pl.predict_block_pruning(fast, T, L, block)
     assert abs(m["mean_blocks"] - wrong.frac_blocks) > z * m["se_blocks"]
 
 
@@ -91,7 +94,9 @@ def test_pruned_output_within_mass_bound():
     B, T, H, D = q.shape
     scale = D ** -0.5
     for U, log_tol in ((0.0, -1.0), (0.0, -3.0), ("auto", -2.0)):
-        out, st = prune.pruned_attention(q, k, v, lg, log_tol=log_tol, U=U, block=16, dense=True)
+        op = pm.MeasuredPruning(-log_tol, 16, U)
+        out = op(q, k, v, lg)
+        st = op.record[0]
         dense = fa.forgetting_attention_reference(q.double(), k.double(), v.double(), lg.double())
         # the pruned mass of each row, from dense probabilities and the block rule, computed here
         c = torch.cumsum(lg.double(), 1).transpose(1, 2)                               # (B, H, T)
@@ -100,7 +105,7 @@ def test_pruned_output_within_mass_bound():
         p = torch.softmax(logits, -1)
         rows = []
         for h in range(H):
-            blk, g = prune.pruned_block_mask(lg[:, :, h], float(st.L[h]), 16)            # (B, nI, nJ)
+            blk, g = pl.pruned_block_mask(lg[:, :, h], float(st.L[h]), 16)            # (B, nI, nJ)
             bi, bj = np.arange(T) // 16, np.arange(T) // 16
             rows.append(torch.from_numpy(blk[:, bi][:, :, bj]))
         pruned = torch.stack(rows, 1)                                                   # (B, H, T, T)
@@ -118,7 +123,9 @@ def test_pruned_output_within_mass_bound():
 
 def test_pruning_at_vanishing_tol_is_dense():
     q, k, v, lg = _inputs(seed=3)
-    out, st = prune.pruned_attention(q, k, v, lg, log_tol=-1e4, block=16, dense=True)
+    op = pm.MeasuredPruning(1e4, 16)
+    out = op(q, k, v, lg)
+    st = op.record[0]
     assert st.pruned_blocks.sum() == 0 and (st.max_err == 0).all()                      # bit for bit
     ref = fa.forgetting_attention_reference(q, k, v, lg)
     assert torch.allclose(out, ref, atol=1e-6)
@@ -135,9 +142,9 @@ def test_decoding_with_full_horizon_equals_the_model():
     toks = torch.randint(0, 256, (2, 40), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         ref = model(toks)
-    lg, kept = prune.decode(model, toks)
+    lg, kept = pm.decode(model, toks)
     assert torch.allclose(lg, ref, atol=2e-5)
-    lg2, kept2 = prune.decode(model, toks, np.full((2, 2), 40))
+    lg2, kept2 = pm.decode(model, toks, np.full((2, 2), 40))
     assert torch.equal(lg, lg2) and (kept == 40).all() and (kept2 == 40).all()
 
 
@@ -145,7 +152,7 @@ def test_decoding_with_horizons_equals_a_band_mask():
     model = _tiny_model(1)
     toks = torch.randint(0, 256, (2, 30), generator=torch.Generator().manual_seed(1))
     hz = np.array([[0, 5], [12, 2]])
-    lg, kept = prune.decode(model, toks, hz)
+    lg, kept = pm.decode(model, toks, hz)
     assert kept.tolist() == [[1, 6], [13, 3]]
     calls = []
 
@@ -161,32 +168,30 @@ def test_decoding_with_horizons_equals_a_band_mask():
         p = torch.softmax(logits.masked_fill(~keep, float("-inf")), -1)
         return torch.einsum("bhij,bjhd->bihd", p, v)
 
-    orig = fm.forgetting_attention
-    fm.forgetting_attention = band
-    try:
-        with torch.no_grad():
-            ref = model(toks)
-    finally:
-        fm.forgetting_attention = orig
-    assert torch.allclose(lg, ref, atol=2e-5)
+    with torch.no_grad(), fm.use_attention_op(model, band):
+        ref = model(toks)
+    assert len(calls) == 2 and torch.allclose(lg, ref, atol=2e-5)
 
 
 def test_kv_horizon_quantiles_exact():
     # ALiBi: W = floor(L/m) for every p
-    law = prune.HeadLaw.from_gate(forget.ConstantGate(0.1))
+    law = pl.HeadLaw.from_gate(forget.ConstantGate(0.1))
     for p in (0.5, 0.99):
-        hz = prune.kv_horizon(law, 1.5, -7.0, p, T=1000)
+        hz = pl.kv_horizon(law, 1.5, 7.0, p, T=1000)
         assert hz.h == math.floor((3.0 + 7.0 + math.log(1000)) / 0.1)
     # Beta(a, 1) gates: W ~ Poisson(L a) exactly
-    law = prune.HeadLaw.from_gate(forget.BetaGate(20, 1))
-    hz = prune.kv_horizon(law, 0.5, -5.0, 0.99)
+    law = pl.HeadLaw.from_gate(forget.BetaGate(20, 1))
+    hz = pl.kv_horizon(law, 0.5, 5.0, 0.99)
     assert hz.h == stats.poisson.ppf(0.99, 6.0 * 20)
+    # a recurrent state: the quantile at L = L_tol alone
+    assert pl.state_horizon(law, 6.0, 0.99).h == hz.h
+    assert pl.state_horizon(pl.HeadLaw.from_gate(forget.ConstantGate(0.3)), 6.0).h == math.floor(6.0 / 0.3)
 
 
 def test_certified_horizon_bounds_the_decay():
     x_min, U, log_tol = 0.07, 1.3, -6.0
     for total in (False, True):
-        hz = prune.certified_horizon(x_min, U, log_tol, total=total)
+        hz = pl.certified_horizon(x_min, U, -log_tol, total=total)
         rng = np.random.default_rng(0)
         x = x_min + rng.exponential(0.05, (50, 3000))                          # every gate <= e^{-x_min}
         x[0] = x_min                                                              # the extreme trace
@@ -202,7 +207,7 @@ def test_certified_horizon_bounds_the_decay():
 
 def test_certified_x_min_holds_for_the_model():
     model = _tiny_model(2)
-    xm = np.stack([prune.certified_x_min(b.attn, b.ln1) for b in model.blocks])
+    xm = np.stack([pm.certified_x_min(b.attn, b.ln1) for b in model.blocks])
     toks = torch.randint(0, 256, (4, 64), generator=torch.Generator().manual_seed(2))
     _, cache = traces.run_with_cache(model, toks, names_filter=lambda n: n.endswith("hook_log_fgate"))
     for li in range(2):
@@ -211,51 +216,66 @@ def test_certified_x_min_holds_for_the_model():
 
 
 def test_bad_input_raises():
-    law = prune.HeadLaw.from_gate(forget.ConstantGate(0.1))
+    law = pl.HeadLaw.from_gate(forget.ConstantGate(0.1))
     for tol in (0.0, 1.0, 1.5, -0.1, float("nan")):
         with pytest.raises(ValueError, match="tol"):
-            prune.check_tol(tol)
+            pl.level_of_tol(tol)
     for lt in (0.0, 0.5, float("-inf")):
         with pytest.raises(ValueError, match="log_tol"):
-            prune.kv_horizon(law, 1.0, lt)
+            pl.level_of_log_tol(lt)
+    for L in (0.0, -0.5, float("inf")):
+        with pytest.raises(ValueError, match="L_tol"):
+            pl.kv_horizon(law, 1.0, L)
     with pytest.raises(ValueError, match="block size BM"):
-        prune.predict_block_pruning(law, 100, 5.0, 0)
+        pl.predict_block_pruning(law, 100, 5.0, 0)
     with pytest.raises(ValueError, match="block size BN"):
-        prune.pruned_block_mask(np.full(10, -0.1), 5.0, (4, 0))
+        pl.pruned_block_mask(np.full(10, -0.1), 5.0, (4, 0))
     with pytest.raises(ValueError, match="T"):
-        prune.predict_block_pruning(law, 0, 5.0, 16)
+        pl.predict_block_pruning(law, 0, 5.0, 16)
     with pytest.raises(ValueError, match="T > 0"):
-        prune.pruned_block_mask(np.zeros((2, 0)), 5.0, 16)
+        pl.pruned_block_mask(np.zeros((2, 0)), 5.0, 16)
     with pytest.raises(ValueError, match="T"):
-        prune.acp_threshold(-10, 1.0, 0)
+        pl.acp_level(10.0, 1.0, 0)
     with pytest.raises(ValueError, match="L must be"):
         law.survival(-1.0, np.arange(3))
     with pytest.raises(ValueError, match="x_min"):
-        prune.certified_horizon(0.0, 1.0, -5)
+        pl.certified_horizon(0.0, 1.0, 5.0)
     q, k, v, lg = _inputs(T=32)
-    with pytest.raises(ValueError, match="log_tol"):
-        prune.pruned_attention(q, k, v, lg, log_tol=0.0)
+    with pytest.raises(ValueError, match="L_tol"):
+        fa.forgetting_attention_pruned_naive(q, k, v, lg, L_tol=0.0)
     with pytest.raises(ValueError, match="U"):
-        prune.pruned_attention(q, k, v, lg, U="max")
+        fa.forgetting_attention_pruned_naive(q, k, v, lg, L_tol=3.0, U="max")
+
+
+def _cli(argv, capsys):
+    """(exit code, stderr) of the command as `python prune.py` runs it (outputs.cli; argparse exits itself)."""
+    try:
+        rc = outputs.cli(prune.main, argv)
+    except SystemExit as e:
+        rc = e.code
+    return rc, capsys.readouterr().err.strip()
 
 
 @pytest.mark.parametrize("argv,msg", [(["--tol", "1.5"], "--tol"), (["--log-tol", "0"], "--log-tol"),
                                       (["--block", "0"], "block size"), (["--seq-len", "0"], "--seq-len"),
                                       (["--checkpoint", "nope.pt"], "not found"), (["--tol", "abc"], "--tol"),
-                                      (["--U", "big"], "--U"), (["--tol", "0.1", "--log-tol", "-3"], "not allowed")])
+                                      (["--U", "big"], "--U"),
+                                      (["--tol", "0.1", "--log-tol", "-3"], "not allowed"),
+                                      (["--kind", "softmax"], "--kind applies to --traces only")])
 def test_cli_bad_input_exits_2(argv, msg, capsys, tmp_path):
-    with pytest.raises(SystemExit) as e:
-        prune.main(argv + ["--out", str(tmp_path)])
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert msg in err and len(err.splitlines()) == 1
+    rc, err = _cli(argv + ["--out", str(tmp_path)], capsys)
+    assert rc == 2 and msg in err and len(err.splitlines()) == 1
+
+
+def test_cli_takes_debug(capsys, tmp_path):
+    with pytest.raises(ValueError, match="--tol"):                   # --debug: the traceback, not one line
+        outputs.cli(prune.main, ["--tol", "1.5", "--debug", "--out", str(tmp_path)])
 
 
 def test_cli_does_not_overwrite(capsys, tmp_path):
     (tmp_path / "prune.json").write_text("{}")
-    with pytest.raises(SystemExit) as e:
-        prune.main(["--out", str(tmp_path)])
-    assert e.value.code == 2 and "exists" in capsys.readouterr().err
+    rc, err = _cli(["--out", str(tmp_path)], capsys)
+    assert rc == 2 and "exists" in err
     assert (tmp_path / "prune.json").read_text() == "{}"
 
 
@@ -277,7 +297,7 @@ def test_figure_from_small_json(tmp_path):
 def test_model_run_end_to_end_small(tmp_path, capsys):
     threads = torch.get_num_threads()
     try:                                                                         # main sets --threads 1
-        res = prune.main(["--log-tol", "-4", "-10", "--n-seq", "3", "--seq-len", "128", "--block", "32",
+        res = prune.run(["--log-tol", "-4", "-10", "--n-seq", "3", "--seq-len", "128", "--block", "32",
                           "--decode-seqs", "1", "--out", str(tmp_path), "--no-progress"])
     finally:
         torch.set_num_threads(threads)
@@ -295,7 +315,7 @@ def test_model_run_end_to_end_small(tmp_path, capsys):
 
 
 def test_var_sum_equals_the_double_sum_of_autocovariances():
-    law = prune.HeadLaw.from_gate(forget.AR1LogitGate(1.0, 1.0, 0.8))
+    law = pl.HeadLaw.from_gate(forget.AR1LogitGate(1.0, 1.0, 0.8))
     gam = law.sigma2 * np.concatenate([law.rho, np.zeros(64)])
     for n in (1, 2, 7, 40):
         i = np.arange(n)
@@ -305,34 +325,34 @@ def test_var_sum_equals_the_double_sum_of_autocovariances():
 
 def test_from_trace_chooses_the_law():
     rng = np.random.default_rng(4)
-    iid = prune.HeadLaw.from_trace(-forget.LogitNormalGate(1, 1).sample(rng, (16, 1024)))
+    iid = pl.HeadLaw.from_trace(-forget.LogitNormalGate(1, 1).sample(rng, (16, 1024)))
     assert iid.iid and iid.method(8.0) == "iid, exact numerics"
     ar, _ = forget.AR1LogitGate(1, 1, 0.9).sample_paths(rng, 16, 1024)
-    dep = prune.HeadLaw.from_trace(-ar)
+    dep = pl.HeadLaw.from_trace(-ar)
     assert not dep.iid and dep.tau > 3 and dep.method(8.0) == "autocorrelation-adjusted normal"
-    const = prune.HeadLaw.from_trace(np.full((4, 50), -0.2))
+    const = pl.HeadLaw.from_trace(np.full((4, 50), -0.2))
     assert const.method(3.0).startswith("deterministic") and const.x_min == pytest.approx(0.2)
 
 
 # ----------------------------------------------------------------------------- --traces: any model's gate traces
 
 
-def _trace_file(path, S=24, T=256, m=0.3, seed=3, iid=True):
+def _trace_file(path, S=24, T=256, m=0.3, seed=3, iid=True, meta=None):
     """Layer 'a': (S, T, 2) log gates, head 0 iid logit-normal(1, 1) (iid=False: constant e^-0.05), head 1 the
-    constant gate e^-m; layer 'b': (S, T, 1), the constant gate e^-(2m). Returns (path, [the two constant
-    heads' float32 log gates])."""
+    constant gate e^-m; layer 'b': (S, T, 1), the constant gate e^-(2m). meta: the file's metadata (default: a
+    softmax model). Returns (path, [the two constant heads' float32 log gates])."""
     x = forget.LogitNormalGate(1, 1).sample(np.random.default_rng(seed), (S, T)) if iid else np.full((S, T), 0.05)
     lg_c = [np.float32(-m), np.float32(-2 * m)]
     a = np.stack([-x, np.full((S, T), lg_c[0])], axis=-1).astype(np.float32)            # (S, T, 2)
     b = np.full((S, T, 1), lg_c[1], dtype=np.float32)                                   # (S, T, 1)
-    traces.save_trace(str(path), {"a": a, "b": b}, dict(model="synthetic"))
+    traces.save_trace(str(path), {"a": a, "b": b}, dict(model="synthetic", kind="softmax") if meta is None else meta)
     return str(path), lg_c
 
 
 def test_traces_predicted_and_measured_pruning_agree(tmp_path):
     path, lg_c = _trace_file(tmp_path / "t.npz")
     U, lt, T, block = 0.5, -4.0, 256, (32, 32)
-    res = prune.analyse_traces(path, U, [lt], block, context=20)
+    res = prune.analyse_traces(path, U, [-lt], block, context=20, progress=False)
     L = 2 * U + math.log(T) - lt                                                     # -delta
     assert [(h["layer"], h["head"]) for h in res["heads"]] == [(0, 0), (0, 1), (1, 0)]
     e = res["heads"][0]["tols"][0]                                                   # the iid head
@@ -341,7 +361,7 @@ def test_traces_predicted_and_measured_pruning_agree(tmp_path):
     z = stats.norm.isf(0.001 / 2)
     assert e["se_meas"] > 0 and abs(e["err"]) <= z * e["se_meas"]
     # the law fitted on the odd sequences predicts what the true law predicts (fit error << measurement SE)
-    true = prune.predict_block_pruning(prune.HeadLaw.from_gate(forget.LogitNormalGate(1, 1)), T, L, block)
+    true = pl.predict_block_pruning(pl.HeadLaw.from_gate(forget.LogitNormalGate(1, 1)), T, L, block)
     assert abs(e["pred_frac_blocks"] - true.frac_blocks) <= e["se_meas"]
     # ALiBi: prediction and measurement both equal the closed form, and the horizon is floor(L_T / m)
     for e, lg in zip([res["heads"][1]["tols"][0], res["heads"][2]["tols"][0]], lg_c):
@@ -362,11 +382,38 @@ def test_traces_predicted_and_measured_pruning_agree(tmp_path):
 
 def test_traces_cli_text_and_json(tmp_path, capsys):
     path, _ = _trace_file(tmp_path / "t.npz", S=6, T=64, iid=False)
-    res = prune.main(["--traces", path, "--U", "0", "--log-tol", "-3", "--block", "16", "--out", str(tmp_path)])
+    res = prune.run(["--traces", path, "--U", "0", "--log-tol", "-3", "--block", "16", "--out", str(tmp_path),
+                     "--no-progress"])
     out = capsys.readouterr().out
     assert "Left out: bits per byte" in out and "need the model itself" in out and " cov " not in out
     assert json.loads((tmp_path / "prune.json").read_text())["info"]["source"] == "traces"
-    assert len(res["heads"]) == 3
+    assert len(res["heads"]) == 3 and res["info"]["kind"] == "softmax"
+
+
+@pytest.mark.parametrize("meta", [dict(kind="recurrent"), dict(families={"a": "mamba2", "b": "mamba2"}),
+                                  dict(family="fla-gla")])
+def test_recurrent_traces_report_the_state_horizon_only(meta, tmp_path, capsys):
+    path, lg_c = _trace_file(tmp_path / "t.npz", S=6, T=64, iid=False, meta=meta)
+    res = prune.run(["--traces", path, "--log-tol", "-3", "-6", "--out", str(tmp_path), "--no-progress"])
+    out = capsys.readouterr().out
+    assert res["info"]["kind"] == "recurrent" and "memory horizon" in out.lower()
+    assert "ACP block pruning and KV horizons" not in out and "mem@" not in out and "speedup" not in out
+    assert "no KV cache" in out
+    for hd, lg in zip(res["heads"][1:], lg_c):                      # constant gates: W = floor(L_tol / m)
+        assert [e["state_horizon"] for e in hd["tols"]] == [math.floor(L / -float(lg)) for L in (6.0, 3.0)[::-1]]
+    assert all("pred_frac_blocks" not in e and "horizon" not in e for hd in res["heads"] for e in hd["tols"])
+
+
+def test_trace_kind_unknown_is_refused_unless_given(tmp_path, capsys):
+    path, _ = _trace_file(tmp_path / "t.npz", S=6, T=64, iid=False, meta=dict(model="mystery"))
+    rc, err = _cli(["--traces", path, "--U", "0", "--out", str(tmp_path / "o")], capsys)
+    assert rc == 2 and "--kind softmax" in err and len(err.splitlines()) == 1
+    res = prune.run(["--traces", path, "--kind", "recurrent", "--out", str(tmp_path / "o"), "--no-progress"])
+    assert res["info"]["kind"] == "recurrent" and res["info"]["kind_source"] == "given (--kind)"
+    assert prune.trace_kind(dict(family="fla-fox"), ["x"])[0] == "softmax"
+    assert prune.trace_kind({}, ["blocks.0.attn.hook_log_fgate"])[0] == "softmax"
+    with pytest.raises(ValueError, match="both kinds"):
+        prune.trace_kind(dict(families={"a": "mamba2", "b": "fla-fox"}), ["a", "b"])
 
 
 @pytest.mark.parametrize("extra,msg", [([], "--traces needs --U"), (["--U", "auto"], "--traces needs --U"),
@@ -376,20 +423,34 @@ def test_traces_cli_text_and_json(tmp_path, capsys):
                                        (["--U", "0", "--context", "0"], "--context")])
 def test_traces_cli_usage_errors_exit_2(extra, msg, tmp_path, capsys):
     path, _ = _trace_file(tmp_path / "t.npz", S=6, T=32, iid=False)
-    with pytest.raises(SystemExit) as e:
-        prune.main(["--traces", path, "--out", str(tmp_path / "o")] + extra)
-    assert e.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert msg in err and len(err.splitlines()) == 1
+    rc, err = _cli(["--traces", path, "--out", str(tmp_path / "o")] + extra, capsys)
+    assert rc == 2 and msg in err and len(err.splitlines()) == 1
 
 
 def test_traces_bad_files_and_context_without_traces(tmp_path, capsys):
     path, _ = _trace_file(tmp_path / "t.npz", S=4, T=32, iid=False)
     with pytest.raises(ValueError, match="at least 6"):
-        prune.analyse_traces(path, 0.0, [-4.0])
+        prune.analyse_traces(path, 0.0, [4.0], progress=False)
     for argv, msg in [(["--traces", str(tmp_path / "none.npz"), "--U", "0"], "--traces: trace file not found"),
                       (["--context", "100"], "--context applies to --traces only")]:
-        with pytest.raises(SystemExit) as e:
-            prune.main(argv + ["--out", str(tmp_path / "o")])
-        err = capsys.readouterr().err.strip()
-        assert e.value.code == 2 and msg in err and len(err.splitlines()) == 1
+        rc, err = _cli(argv + ["--out", str(tmp_path / "o")], capsys)
+        assert rc == 2 and msg in err and len(err.splitlines()) == 1
+
+
+def test_exact_laws_in_processes_give_the_same_result(tmp_path):
+    path, _ = _trace_file(tmp_path / "t.npz", S=6, T=32, meta=dict(kind="recurrent"))   # head 0: iid, exact
+    one = prune.analyse_traces(path, None, [3.0, 5.0], progress=False, workers=1)     # one level a tol: cheap
+    two = prune.analyse_traces(path, None, [3.0, 5.0], progress=False, workers=2)
+    assert one["heads"][0]["tols"][0]["method"] == "iid, exact numerics"
+    assert one["heads"] == two["heads"] and one["per_tol"] == two["per_tol"]
+
+
+@pytest.mark.parametrize("module, first", [("prune_laws", "The window law of a head"),
+                                           ("prune_measure", "What prune.py measures"),
+                                           ("prune_report", "The text report of prune.py")])
+def test_prune_library_modules_say_what_they_are(capsys, monkeypatch, module, first):
+    import runpy
+    monkeypatch.setattr(sys, "argv", [module, "--help"])
+    with pytest.raises(SystemExit) as e:
+        runpy.run_module("foxwindow." + module, run_name="__main__")
+    assert e.value.code in (0, None) and capsys.readouterr().out.startswith(first)

@@ -1,0 +1,161 @@
+"""The text report of prune.py: per-head table at one tol, per-tol summary, decoding and extrapolation lines.
+
+format_report(res) takes the dict of prune.analyse_model or prune.analyse_traces (softmax or recurrent kind).
+"""
+import math
+
+import numpy as np
+
+from foxwindow.prune_laws import CONTEXTS
+
+LAW_SHORT = {"iid, exact numerics": "iid exact", "autocorrelation-adjusted normal": "AR normal"}
+
+
+def _header(info, traced):
+    if traced:
+        ctx = info["context"]
+        return [f"ACP block pruning and KV horizons from gate traces: {info['traces']} (model {info['model']}, "
+                f"kind {info['kind']}: {info['kind_source']}), {info['n_seq']} sequences x {info['seq_len']} tokens "
+                f"measured (laws fitted on {info['n_fit']} other sequences), blocks {info['block'][0]}x"
+                f"{info['block'][1]}, U = {info['U']}.",
+                f"Left out: {info['left_out']}.",
+                f"Per head at ln tol = {info['decode_log_tol']:g}: pruned fraction of causal blocks predicted from "
+                f"the law vs measured on the traces (+- SE over sequences); KV horizon h = {info['p']} quantile of W "
+                f"at L = 2U + ln(1/tol) + ln T; P(W>ctx) at context {ctx}"
+                f"{'' if info['context_given'] else ' (the trace length; --context sets it)'}."]
+    return [f"ACP block pruning and KV horizons: {info['checkpoint']}, {info['n_seq']} held-out sequences x "
+            f"{info['seq_len']} bytes (laws fitted on {info['n_seq']} other sequences), blocks {info['block'][0]}x"
+            f"{info['block'][1]}, U = {info['U']}.",
+            f"Per head at ln tol = {info['decode_log_tol']:g}: pruned fraction of causal blocks predicted from "
+            f"the law vs measured (+- SE over sequences); KV horizon h = {info['p']} quantile of W at "
+            f"L = 2U + ln(1/tol) + ln T; cert = certified horizon from the gate weights (summed over keys); "
+            f"Wm = largest attention-mass window at tol (mass beyond it <= tol), cov = fraction of rows with "
+            f"Wm <= h."]
+
+
+def _head_rows(res, traced, i):
+    info = res["info"]
+    model_cols = "" if traced else f" {'Wm':>5s} {'cov':>5s} {'cert':>9s}"
+    out = [f"{'L.H':>4s} {'kappa':>7s} {'tau':>5s} {'law':>9s} {'U':>6s} {'L':>6s} {'pred':>6s} "
+           f"{'meas':>14s} {'err':>7s} {'h(T)':>7s}{model_cols} {'mem@32k':>7s} {'mem@1M':>7s} {'P(W>ctx)':>8s}"]
+    out.append("-" * len(out[-1]))
+    for hd in res["heads"]:
+        e = hd["tols"][i]
+        law = LAW_SHORT.get(e["method"], e["method"][:9])
+        cols = ""
+        if not traced:
+            cert = e["certified_horizon"]
+            cols = (f" {e.get('mass_window_max', -1):5d} {e.get('horizon_coverage', float('nan')):5.3f} "
+                    f"{cert if cert is not None else '-':>9}")
+        out.append(f"{hd['layer']:>2d}.{hd['head']:<1d} {hd['kappa']:7.4f} {hd['tau']:5.2f} {law:>9s} {e['U']:6.2f} "
+                   f"{e['L']:6.2f} {e['pred_frac_blocks']:6.3f} {e['meas_frac_blocks']:6.3f}+-{e['se_meas']:<6.3f} "
+                   f"{e['err']:+7.3f} {e['horizon'][str(info['seq_len'])]:>7d}{cols} {e['mem_saved']['32768']:7.3f} "
+                   f"{e['mem_saved']['1048576']:7.3f} {e['p_window_beyond_context']:8.3f}")
+    return out
+
+
+def _layer_names(res):
+    names = sorted({(hd["layer"], hd["layer_name"]) for hd in res["heads"]})
+    return "layers: " + ", ".join(f"{li} = {n}" for li, n in names)
+
+
+def _tol_rows(res, traced):
+    info = res["info"]
+    mem_hdr = " ".join(f"{'mem@' + (f'{T // 1024}k' if T < 1 << 20 else '1M'):>8s}" for T in CONTEXTS)
+    if traced:
+        out = ["Per tol, all heads:"]
+        hdr = f"{'ln tol':>6s} {'pred blk':>8s} {'meas blk':>8s} {'FLOP p/m':>11s} {'speedup p/m':>11s} " + mem_hdr
+    else:
+        out = [f"Model, per tol (dense bits/byte {info['bpb_dense']:.4f}; mass bound: every row's pruned "
+               f"attention mass <= tol; output bound: |pruned - dense| <= mass x range(v) per entry, excess = "
+               f"largest |pruned - dense| - bound, which float32 rounding alone puts near 1e-7 x max|v|):"]
+        hdr = (f"{'ln tol':>6s} {'pred blk':>8s} {'meas blk':>8s} {'FLOP p/m':>11s} {'speedup p/m':>11s} "
+               f"{'dbpb':>9s} {'readout':>8s} {'max mass':>9s} {'tol':>9s} {'excess':>9s} " + mem_hdr)
+    out += [hdr, "-" * len(hdr)]
+    for r in res["per_tol"]:
+        model = "" if traced else (f"{r['delta_bpb']:+9.2e} {r['readout_bound']:8.2e} {r['max_pruned_mass']:9.2e} "
+                                   f"{math.exp(r['log_tol']):9.2e} {r['max_excess']:+9.1e} ")
+        out.append(f"{r['log_tol']:6.1f} {r['pred_frac_blocks']:8.3f} {r['meas_frac_blocks']:8.3f} "
+                   f"{r['pred_frac_flops']:5.3f}/{r['meas_frac_flops']:5.3f} "
+                   f"{r['pred_speedup']:5.2f}/{r['meas_speedup']:<5.2f} " + model
+                   + " ".join(f"{r['mem_saved'][str(T)]:8.3f}" for T in CONTEXTS))
+    if traced:
+        out.append("mem@T: KV memory saved at context T (1 - kept/T, mean over heads); speedup: time proportional "
+                   "to visited blocks (a model).")
+    else:
+        out.append("dbpb: pruned - dense bits/byte; readout: 2 mean_t max|d logit| / ln 2, a bound on |dbpb| from "
+                   "the measured logit change; mem@T: KV memory saved at context T (1 - kept/T, mean over heads).")
+    return out
+
+
+def _decode_rows(d):
+    out = ["", f"Decoding (recurrent form, {d['n_seq']} sequences): full cache {d['bpb_full']:.4f} bits/byte "
+               f"(max |logit - parallel| {d['max_abs_logit_diff_vs_parallel']:.1e}, {d['seconds_full']:.1f} s)"]
+    for r in d["runs"]:
+        out.append(f"  ln tol {r['log_tol']:6.1f}: horizons {r['horizons']}, bits/byte {r['bpb']:.4f} "
+                   f"({r['delta_bpb']:+.2e}), cache {r['cache_entries']}/{r['cache_entries_full']} entries "
+                   f"({r['mem_frac']:.3f} of full)")
+    return out
+
+
+def _beyond_line(res, traced, i, ctx):
+    pc = [h["tols"][i]["p_window_beyond_context"] for h in res["heads"]]
+    pe = [h["p_window_beyond_context_eps1e-3"] for h in res["heads"]]
+    return (f"windows beyond the {'context' if traced else 'training context'} ({ctx}): at "
+            f"L = 2U + ln(1/tol) + ln ctx, mean P(W > ctx) over heads {np.mean(pc):.3f}, heads with P > 1/2: "
+            f"{sum(v > 0.5 for v in pc)} of {len(pc)}; at eps = 1e-3 (decay alone): {np.mean(pe):.3f}, "
+            f"{sum(v > 0.5 for v in pe)} of {len(pe)}")
+
+
+def format_recurrent(res):
+    """The report of a recurrent model's traces: no KV cache and no blocks, so the memory horizon of the state."""
+    info = res["info"]
+    i = info["log_tols"].index(info["decode_log_tol"])
+    ctx = info["context"]
+    out = [f"Memory horizons of a recurrent state from gate traces: {info['traces']} (model {info['model']}, kind "
+           f"recurrent: {info['kind_source']}), laws fitted on {info['n_fit']} sequences x {info['seq_len']} tokens.",
+           f"Not reported: {info['left_out']}.",
+           f"Per head at ln tol = {info['decode_log_tol']:g}: state horizon h = {info['p']} quantile of W at "
+           f"L = ln(1/tol), the steps until an input's contribution to the state has decayed below tol; "
+           f"P(W>ctx) at context {ctx}{'' if info['context_given'] else ' (the trace length; --context sets it)'}."]
+    out.append(f"{'L.H':>4s} {'kappa':>7s} {'tau':>5s} {'law':>9s} {'L':>6s} {'h':>9s} {'P(W>ctx)':>8s}")
+    out.append("-" * len(out[-1]))
+    for hd in res["heads"]:
+        e = hd["tols"][i]
+        out.append(f"{hd['layer']:>2d}.{hd['head']:<1d} {hd['kappa']:7.4f} {hd['tau']:5.2f} "
+                   f"{LAW_SHORT.get(e['method'], e['method'][:9]):>9s} {e['L']:6.2f} {e['state_horizon']:>9d} "
+                   f"{e['p_window_beyond_context']:8.3f}")
+    out += [_layer_names(res), "", "Per tol, all heads:",
+            f"{'ln tol':>6s} {'median h':>9s} {'max h':>9s} {'mean P(W>ctx)':>13s}"]
+    out.append("-" * len(out[-1]))
+    for r in res["per_tol"]:
+        out.append(f"{r['log_tol']:6.1f} {r['state_horizon_median']:9.0f} {r['state_horizon_max']:9d} "
+                   f"{r['heads_beyond_context']:13.3f}")
+    out.append(f"run time {info['seconds']:.1f} s")
+    return "\n".join(out)
+
+
+def format_report(res):
+    """The per-head table (at the decoding tol) and the per-tol summary, as text. res: from analyse_model, or
+    from analyse_traces (source "traces"), whose columns that need the model are left out and said so."""
+    info = res["info"]
+    if info.get("kind") == "recurrent":
+        return format_recurrent(res)
+    traced = info.get("source") == "traces"
+    i = info["log_tols"].index(info["decode_log_tol"])
+    out = _header(info, traced) + _head_rows(res, traced, i)
+    if traced:
+        out.append(_layer_names(res))
+    out.append("")
+    out += _tol_rows(res, traced)
+    if res.get("decode"):
+        out += _decode_rows(res["decode"])
+    out.append(_beyond_line(res, traced, i, info["context"] if traced else info["training_context"]))
+    threads = "" if traced else f" on {info['torch_threads']} threads"
+    out.append(f"run time {info['seconds']:.1f} s{threads}")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    from foxwindow import outputs
+    raise SystemExit(outputs.describe(__doc__))
