@@ -598,7 +598,6 @@ def _check_args(a):
         outputs.run_dir("prune")
     txt_path = outputs.check_writable(os.path.join(out, "prune.txt"), force=a.force, what="--out")
     json_path = outputs.check_writable(a.json or os.path.join(out, "prune.json"), force=a.force, what="--json")
-    outputs.distinct(("--out's prune.txt", txt_path), ("--json", json_path))     # one command, one file each
     return L_tols, block, U, checkpoint, txt_path, json_path
 
 
