@@ -66,12 +66,14 @@ def _traces(x, what="x"):
 @dataclass
 class TauEstimate:
     """tau = 1 + 2 sum_{k<cut} rho_k (Geyer's initial positive sequence) with its jackknife-over-sequences
-    standard error. tau_loo: (S,) leave-one-sequence-out values (same cut: a smooth statistic)."""
+    standard error. tau_loo: (S,) leave-one-sequence-out values (same cut: a smooth statistic); rho: (cut,) the
+    pooled autocorrelations kept by the cut, rho[0] = 1."""
     tau: float
     se: float
     cut: int
     centre: str
     tau_loo: np.ndarray
+    rho: np.ndarray
 
 
 def tau_estimate(x, centre="sequence", max_lag=MAX_LAG):
@@ -91,7 +93,7 @@ def tau_estimate(x, centre="sequence", max_lag=MAX_LAG):
     tau = 1 + 2 * rho[1:cut].sum()
     loo = (xx.sum(0, keepdims=True) - xx) / (nk * (S - 1))
     tau_loo = 1 + 2 * (loo[:, 1:cut] / loo[:, :1]).sum(1)
-    return TauEstimate(float(tau), float(jackknife(tau_loo)), int(cut), centre, tau_loo)
+    return TauEstimate(float(tau), float(jackknife(tau_loo)), int(cut), centre, tau_loo, rho[:cut].copy())
 
 
 # ----------------------------------------------------------------------------- V(n) at every n

@@ -416,19 +416,7 @@ def _print_predictions(results, info):
 
 def to_json(results, info):
     """The results as a JSON-ready dict {info, heads} (NaN as None)."""
-    def clean(v):
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-        if isinstance(v, (np.floating,)):
-            return clean(float(v))
-        if isinstance(v, (np.integer,)):
-            return int(v)
-        if isinstance(v, (list, tuple)):
-            return [clean(u) for u in v]
-        if isinstance(v, dict):
-            return {k: clean(u) for k, u in v.items()}
-        return v
-    return dict(info=clean(info), heads=[{k: clean(v) for k, v in asdict(r).items()} for r in results])
+    return outputs.json_clean(dict(info=info, heads=[asdict(r) for r in results]))
 
 
 # ----------------------------------------------------------------------------- Hugging Face style models

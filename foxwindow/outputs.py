@@ -509,7 +509,10 @@ def write_text(path, text, hold=False):
 
 
 def json_clean(v):
-    """Replace non-finite floats (NaN, inf) by None, recursively: strict JSON has no NaN."""
+    """JSON-ready, recursively: numpy arrays and scalars to Python values (their tolist()), non-finite floats
+    (NaN, inf) to None (strict JSON has no NaN). The one cleaner every command's JSON goes through."""
+    if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):      # numpy arrays and scalars, torch tensors
+        v = v.tolist()
     if isinstance(v, float) and not math.isfinite(v):
         return None
     if isinstance(v, dict):

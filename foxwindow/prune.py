@@ -91,21 +91,6 @@ def memory_summary(entries):
                 heads_beyond_context=float(np.mean([e["p_window_beyond_context"] for e in entries])))
 
 
-def sanitize(v):
-    """JSON-safe: numpy scalars/arrays to Python, non-finite floats to None."""
-    if isinstance(v, dict):
-        return {k: sanitize(u) for k, u in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [sanitize(u) for u in v]
-    if isinstance(v, np.ndarray):
-        return sanitize(v.tolist())
-    if isinstance(v, (np.floating, float)):
-        return float(v) if math.isfinite(v) else None
-    if isinstance(v, np.integer):
-        return int(v)
-    if isinstance(v, np.bool_):
-        return bool(v)
-    return v
 
 
 def _bar(total, progress, desc="prune"):
@@ -261,7 +246,7 @@ def analyse_model(checkpoint=DEFAULT_CHECKPOINT, L_tols=DEFAULT_L_TOLS, block=64
     dec = _decode_runs(model, x[:decode_seqs], y[:decode_seqs], dense, heads, L_tols, bar) if decode_seqs else None
     bar.close()
     info = _model_info(checkpoint, meta, model, spans, dense, L_tols, decode_L_tol, block, p, U, t0)
-    return sanitize(dict(info=info, per_tol=per_tol, decode=dec, heads=flat))
+    return outputs.json_clean(dict(info=info, per_tol=per_tol, decode=dec, heads=flat))
 
 
 # ----------------------------------------------------------------------------- any model's traces
@@ -491,7 +476,7 @@ def analyse_traces(path, U=None, L_tols=DEFAULT_L_TOLS, block=64, p=0.99, contex
         info.update(U=f"fixed {U:g} (given; not checked against the model's logits)", left_out=TRACE_LEFT_OUT,
                     speedup_model="time proportional to visited blocks")
     info["seconds"] = time.perf_counter() - t0
-    return sanitize(dict(info=info, per_tol=per_tol, decode=None, heads=heads))
+    return outputs.json_clean(dict(info=info, per_tol=per_tol, decode=None, heads=heads))
 
 
 # ----------------------------------------------------------------------------- command line

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from scipy import special
 
-from foxwindow import exact, forget, renewal
+from foxwindow import dependence, exact, forget
 
 CONTEXTS = (2048, 8192, 32768, 131072, 1048576)     # the contexts KV memory savings are reported at
 EXACT_MAX_STEPS = 4096      # beyond L/kappa steps the lattice numerics get slow; the CLT is accurate there
@@ -100,29 +100,6 @@ def acp_level(L_tol, U, T):
 # ----------------------------------------------------------------------------- the law of one head
 
 
-def tau_jackknife(x, max_lag=256):
-    """The integrated autocorrelation time of increments x (S, T) float64 and its jackknife error over sequences.
-
-    Autocovariances within sequences (each about its own mean), pooled over sequences, cut by Geyer's initial
-    positive sequence; tau = 1 + 2 sum_{k>=1} rho_k; se_tau by leaving one sequence out at the same cut.
-    Returns (rho (cut,) with rho_0 = 1, tau, se_tau). The one place HeadLaw.from_trace gets tau from.
-    """
-    S, T = x.shape
-    K = min(max_lag, T - 1)
-    xd = x - x.mean(1, keepdims=True)
-    f = np.fft.rfft(xd, 2 * T, axis=1)
-    xx = np.fft.irfft(f * np.conj(f), axis=1)[:, : K + 1]       # (S, K+1) sum_t xd_t xd_{t+k}
-    nk = T - np.arange(K + 1.0)
-    g = xx.sum(0) / (nk * S)
-    rho = g / g[0]
-    cut = renewal.geyer_cut(rho)
-    rho = rho[:cut].copy()
-    tau = 1.0 + 2.0 * float(rho[1:].sum())
-    g_loo = (xx.sum(0, keepdims=True) - xx) / (nk * (S - 1))
-    tau_loo = 1.0 + 2.0 * (g_loo[:, 1:cut] / g_loo[:, :1]).sum(1)
-    se_tau = float(np.sqrt((S - 1) / S * np.sum((tau_loo - tau_loo.mean()) ** 2)))
-    return rho, tau, se_tau
-
 
 SURVIVAL_TOL = 1e-2            # pruning predictions need P(N > n) to ~1e-2 (summed over n, relative to E[W])
 EXACT_METHODS = ("iid, closed form", "iid, exact numerics")
@@ -191,7 +168,8 @@ class HeadLaw:
             raise ValueError(f"{name}: the gates never forget (kappa = 0); no window law")
         if sigma2 <= 1e-12 * kappa * kappa:                          # constant gate (ALiBi): rounding only
             return HeadLaw(name, kappa, 0.0, np.ones(1), 1.0, 0.0, False, None, float(x.min()))
-        rho, tau, se_tau = tau_jackknife(x, max_lag)
+        est = dependence.tau_estimate(x, centre="sequence", max_lag=max_lag)     # the one tau estimator
+        rho, tau, se_tau = est.rho, est.tau, est.se
         iid = abs(tau - 1.0) <= z * se_tau
         gate = forget.EmpiricalGate(lg, name=name)
         return HeadLaw(name, kappa, sigma2, rho, tau, se_tau, bool(iid), gate, float(x.min()))
