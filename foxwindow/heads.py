@@ -27,7 +27,7 @@ from scipy import stats
 from tqdm import tqdm
 
 from foxwindow import data, distributed, exact, forget, hf_models, outputs, verdict
-from foxwindow.model import load_model
+from foxwindow.model import load_model, shipped_checkpoint
 from foxwindow.traces import (  # noqa: F401  (capture, mass_windows: the drivers' names)
     capture,
     decay_window_summary,
@@ -327,7 +327,7 @@ def check(args):
         raise ValueError(f"--n-seq {args.n_seq} x --seq-len {args.seq_len}: {exc}") from None
 
 
-DEFAULT_CHECKPOINT = outputs.repo_path("checkpoints/fox_shakespeare.pt")   # any cwd, installed or not
+DEFAULT_CHECKPOINT = shipped_checkpoint()          # any cwd, installed or not
 
 
 # ----------------------------------------------------------------------------- the report

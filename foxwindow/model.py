@@ -411,6 +411,16 @@ class FoXLM(LM):
 CKPT_FORMAT = "foxwindow-lm-v1"
 
 
+# the shipped checkpoint, relative to the repository (installed: <prefix>/share/foxwindow/): the one name every
+# command's default uses; outputs.repo_path resolves it from any working directory
+SHIPPED_CHECKPOINT = "checkpoints/fox_shakespeare.pt"
+
+
+def shipped_checkpoint():
+    """The shipped checkpoint's absolute path (the source tree's, or the installed copy's)."""
+    return outputs.repo_path(SHIPPED_CHECKPOINT)
+
+
 def save_model(path, model, meta=None, dtype=torch.float16):
     """Save config + weights (cast to `dtype`, fp16 by default to keep files small) + JSON-able meta."""
     meta = {} if meta is None else meta

@@ -50,7 +50,7 @@ from foxwindow.prune_measure import bits_per_byte, certified_x_min, decode, laye
 from foxwindow.prune_report import format_report
 
 DEFAULT_L_TOLS = (4.0, 7.0, 10.0, 13.0)          # ln(1/tol): tol = e^-4 ... e^-13
-DEFAULT_CHECKPOINT = "checkpoints/fox_shakespeare.pt"
+DEFAULT_CHECKPOINT = fm.SHIPPED_CHECKPOINT
 KINDS = ("softmax", "recurrent")
 
 # ----------------------------------------------------------------------------- per-head entries (model and traces)

@@ -27,9 +27,9 @@ import torch
 from tqdm import tqdm
 
 from foxwindow import data, distributed, outputs
-from foxwindow.model import FoXConfig, FoXLM, load_model, save_model
+from foxwindow.model import SHIPPED_CHECKPOINT, FoXConfig, FoXLM, load_model, save_model
 
-DEFAULT_CHECKPOINT = "checkpoints/fox_shakespeare.pt"
+DEFAULT_CHECKPOINT = SHIPPED_CHECKPOINT
 
 
 # ----------------------------------------------------------------------------- the run config
