@@ -34,3 +34,14 @@ class CdfOnly(forget.Gate):
 
     def cdf(self, x):
         return self.law.cdf(x)
+
+
+def run_cli(capsys, main, argv):
+    """Run a command's main in-process through outputs.cli; returns (exit code, stderr)."""
+    from foxwindow import outputs
+    capsys.readouterr()
+    try:
+        rc = outputs.cli(main, argv)
+    except SystemExit as e:                     # argparse's own usage errors
+        rc = e.code
+    return rc, capsys.readouterr().err

@@ -32,6 +32,7 @@ from foxwindow.traces import (  # noqa: F401  (capture, mass_windows: the driver
     capture,
     decay_window_summary,
     load_trace,
+    load_traces_checked,
     mass_windows,
     query_rows,
     run_with_cache,
@@ -289,26 +290,6 @@ def analyse_traces(path, Ls=None, mass_L=math.log(1e3), n_boot=N_BOOT, max_len=N
     return results, info
 
 
-MIN_TRACE_LEN = 16
-
-
-def load_traces_checked(path):
-    """traces.load_trace plus the layout checks the analysis needs: every trace (S, T, H) with
-    S >= 3 sequences and T >= max(S, H, 16) tokens, the same S and T in every layer. A (B, H, T) array
-    saved as if it were (B, T, H) is caught here (it reads as a few tokens and many heads) unless the
-    metadata's 'heads' already rejected it in load_trace. Raises ValueError naming the layout."""
-    traces, meta = load_trace(path)
-    shapes = {name: t.shape for name, t in traces.items()}
-    for name, (S, T, H) in shapes.items():
-        if T < H or T < MIN_TRACE_LEN or T < S:
-            raise ValueError(f"{path}: trace '{name}' read as (B, T, H) = ({S}, {T}, {H}): {S} sequences x {T} "
-                             f"tokens, {H} heads; traces must be (B, T, H) with T >= max(B, H, {MIN_TRACE_LEN}): "
-                             "a (B, H, T) array was probably saved as is (transpose it to (B, T, H))")
-        if S < 3:
-            raise ValueError(f"{path}: trace '{name}' holds {S} sequences; the jackknife needs at least 3")
-    if len({s[:2] for s in shapes.values()}) > 1:
-        raise ValueError(f"{path}: layers disagree in (sequences, tokens): {shapes}")
-    return traces, meta
 
 
 def check(args):

@@ -46,7 +46,7 @@ from foxwindow.prune_laws import (
     state_horizon,
     survival_table,
 )
-from foxwindow.prune_measure import bits_per_byte, certified_x_min, decode, layer_inputs, mass_windows, run_pruned
+from foxwindow.prune_measure import bits_per_byte, certified_x_min, decode, run_pruned
 from foxwindow.prune_report import format_report
 
 DEFAULT_L_TOLS = (4.0, 7.0, 10.0, 13.0)          # ln(1/tol): tol = e^-4 ... e^-13
@@ -154,7 +154,7 @@ def _add_mass_coverage(model, inputs, heads, L_tols, T, mass_rows):
     rows = torch.arange(0, T, mass_rows)
     for i, L_tol in enumerate(L_tols):
         for li, blk in enumerate(model.blocks):
-            mw = mass_windows(blk.attn, inputs[li], math.exp(-L_tol), rows).numpy()      # (S, R, H)
+            mw = traces.mass_windows(blk.attn, inputs[li], math.exp(-L_tol), rows).numpy()   # (S, R, H)
             for h, hd in enumerate(heads[li]):
                 e = hd["tols"][i]
                 e["mass_window_mean"] = float(mw[:, :, h].mean())
@@ -223,7 +223,7 @@ def analyse_model(checkpoint=DEFAULT_CHECKPOINT, L_tols=DEFAULT_L_TOLS, block=64
     # below are the pruning's alone, not two implementations' rounding
     dense = dict(logits=run_pruned(model, x, 1e4, block)[0])
     dense["bpb"] = bits_per_byte(dense["logits"], y)
-    inputs = layer_inputs(model, x)
+    inputs = traces.capture(model, x)[1]                    # {layer: (S, T, d)} attention inputs
     with torch.no_grad():
         dense["vmax"] = float(max(blk.attn.v_proj(inputs[li]).abs().max() for li, blk in enumerate(model.blocks)))
     bar.update()
@@ -252,7 +252,6 @@ def analyse_model(checkpoint=DEFAULT_CHECKPOINT, L_tols=DEFAULT_L_TOLS, block=64
 # ----------------------------------------------------------------------------- any model's traces
 
 
-MIN_TRACE_LEN = 16
 TRACE_LEFT_OUT = ("bits per byte, decoding, attention-mass coverage of the horizons, the horizons certified by "
                   "the gate weights and ACP's 'auto' U (from the q/k norms) need the model itself; a trace file "
                   "holds only the log gates")
@@ -262,19 +261,9 @@ OUR_HOOK = re.compile(r"blocks\.\d+\.attn\.hook_log_fgate$")
 
 
 def load_traces(path):
-    """traces.load_trace plus the layout the analysis needs: every trace (S, T, H) with S >= 3 sequences and
-    T >= max(S, H, 16) tokens, the same S and T in every layer. Returns (traces, meta); ValueError otherwise."""
-    trs, meta = traces.load_trace(path)
-    shapes = {name: t.shape for name, t in trs.items()}
-    for name, (S, T, H) in shapes.items():
-        if T < H or T < MIN_TRACE_LEN or T < S:
-            raise ValueError(f"{path}: trace '{name}' read as (B, T, H) = ({S}, {T}, {H}); traces must be (B, T, H) "
-                             f"with T >= max(B, H, {MIN_TRACE_LEN}) (a (B, H, T) array saved as is? transpose it)")
-        if S < 3:
-            raise ValueError(f"{path}: trace '{name}' holds {S} sequences; the jackknife needs at least 3")
-    if len({s[:2] for s in shapes.values()}) > 1:
-        raise ValueError(f"{path}: layers disagree in (sequences, tokens): {shapes}")
-    return trs, meta
+    """traces.load_traces_checked: every trace (S, T, H) with S >= 3 sequences, T >= max(S, H, 16) tokens, the same
+    S and T in every layer. Returns (traces, meta); ValueError otherwise."""
+    return traces.load_traces_checked(path)
 
 
 def _family_kinds(meta):

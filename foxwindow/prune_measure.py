@@ -1,10 +1,10 @@
 """What prune.py measures on the model itself: the pruned attention op with its statistics, decoding with
-KV-cache horizons through the model's recurrent step, attention-mass windows and certified gate bounds.
+KV-cache horizons through the model's recurrent step and certified gate bounds (attention inputs and
+attention-mass windows: traces.capture and traces.mass_windows).
 
     MeasuredPruning / run_pruned     fox_attention.forgetting_attention_pruned_naive as the layers' attention op
                                      (model.use_attention_op), each call's PruneStats recorded
     decode                           LM.step token by token, states from LM.init_states(horizons)
-    layer_inputs, mass_windows       the attention inputs of every layer; the attention-mass window of rows
     certified_x_min                  the smallest increment the gate weights allow for any input
 """
 import math
@@ -129,36 +129,6 @@ def bits_per_byte(logits, targets):
                                                    targets.reshape(-1)) / math.log(2))
 
 
-def layer_inputs(model, tokens):
-    """The input of every attention layer (after its RMSNorm), (S, T, d) float32 per layer, in one forward pass."""
-    inputs, handles = {}, []
-    for li, blk in enumerate(model.blocks):
-        handles.append(blk.attn.register_forward_pre_hook(
-            lambda mod, args, li=li: inputs.__setitem__(li, args[0].detach().float())))
-    try:
-        with torch.no_grad():
-            model(tokens)
-    finally:
-        for h in handles:
-            h.remove()
-    return [inputs[li] for li in range(len(model.blocks))]
-
-
-@torch.no_grad()
-def mass_windows(attn, x, eps, rows):
-    """Attention-mass window per head: smallest d with sum_{j=i-d..i} A_ij >= 1 - eps, for query rows
-    `rows` (R,) of x (S, T, d). Returns (S, R, H) int64. Uses the layer's own projections and gates."""
-    S, T, _ = x.shape
-    H, D = attn.num_heads, attn.head_dim
-    q = attn.q_proj(x).view(S, T, H, D)[:, rows].transpose(1, 2)                  # (S, H, R, D)
-    k = attn.k_proj(x).view(S, T, H, D).transpose(1, 2)                            # (S, H, T, D)
-    c = fa.cum_log_gate(attn.log_fgate(x))                                         # (S, H, T) float64
-    A = torch.softmax(fa.fox_logits(q, k, c[:, :, rows], c, attn.scale, q_pos=rows, dtype=torch.float64), -1)
-    # suffix mass suf_j = sum_{j' >= j} A_ij' is the mass within distance i - j; the window is i - j*,
-    # j* the largest j with suf_j >= 1 - eps (suf_0 = 1, and suf_j = 0 past the query)
-    suf = A.flip(-1).cumsum(-1).flip(-1)
-    jstar = (suf >= 1 - eps).sum(-1) - 1                                           # (S, H, R)
-    return (rows[None, None, :] - jstar).transpose(1, 2)
 
 
 def certified_x_min(attn, ln):

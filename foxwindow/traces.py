@@ -287,6 +287,28 @@ def load_trace(path):
     return traces, meta
 
 
+MIN_TRACE_LEN = 16
+
+
+def load_traces_checked(path):
+    """traces.load_trace plus the layout checks the analysis needs: every trace (S, T, H) with
+    S >= 3 sequences and T >= max(S, H, 16) tokens, the same S and T in every layer. A (B, H, T) array
+    saved as if it were (B, T, H) is caught here (it reads as a few tokens and many heads) unless the
+    metadata's 'heads' already rejected it in load_trace. Raises ValueError naming the layout."""
+    traces, meta = load_trace(path)
+    shapes = {name: t.shape for name, t in traces.items()}
+    for name, (S, T, H) in shapes.items():
+        if T < H or T < MIN_TRACE_LEN or T < S:
+            raise ValueError(f"{path}: trace '{name}' read as (B, T, H) = ({S}, {T}, {H}): {S} sequences x {T} "
+                             f"tokens, {H} heads; traces must be (B, T, H) with T >= max(B, H, {MIN_TRACE_LEN}): "
+                             "a (B, H, T) array was probably saved as is (transpose it to (B, T, H))")
+        if S < 3:
+            raise ValueError(f"{path}: trace '{name}' holds {S} sequences; the jackknife needs at least 3")
+    if len({s[:2] for s in shapes.values()}) > 1:
+        raise ValueError(f"{path}: layers disagree in (sequences, tokens): {shapes}")
+    return traces, meta
+
+
 # ----------------------------------------------------------------------------- the model's own windows
 
 

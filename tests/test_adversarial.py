@@ -20,6 +20,7 @@ import time
 import pytest
 import torch
 
+from conftest import run_cli
 from foxwindow import cli, data, dependent_errors, distributed, exact, heads, outputs, reach, train
 from foxwindow import prune as prune_mod
 
@@ -48,13 +49,7 @@ def repo_digest():
     assert _sha(paths) == before
 
 
-def _cli(capsys, main, argv):
-    capsys.readouterr()
-    try:
-        rc = outputs.cli(main, argv)
-    except SystemExit as e:                     # argparse's own usage errors
-        rc = e.code
-    return rc, capsys.readouterr().err
+_cli = run_cli
 
 
 def _one_line(capsys, main, argv, *words, rc=2):

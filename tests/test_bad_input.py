@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import run_cli
 from foxwindow import bench_laws, exact, forget, heads, model, outputs, reach, renewal, train
 from foxwindow import fox_attention as fa
 
@@ -28,14 +29,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CUDA = torch.cuda.is_available()
 
 
-def _cli(capsys, main, argv):
-    """Run a command in-process; returns (exit code, stderr)."""
-    capsys.readouterr()
-    try:
-        rc = outputs.cli(main, argv)
-    except SystemExit as e:                     # argparse's own usage errors
-        rc = e.code
-    return rc, capsys.readouterr().err
+_cli = run_cli
 
 
 def _check_usage(capsys, main, argv, *words):
