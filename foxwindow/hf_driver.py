@@ -91,6 +91,10 @@ def main_hf_model(args):
         if json_path:
             outputs.write_json(json_path, heads.to_json(results, info))
     except (hf_models.ModelError, ValueError) as exc:
-        print(f"forget: error: {exc}", file=sys.stderr)
+        msg = str(exc)
+        if getattr(args, "model_flag", "--model") == "--checkpoint":      # a folder given as --checkpoint
+            msg = msg.replace(f"--model {args.model}", f"--checkpoint {args.model} (a folder, read as a Hugging Face "
+                                                       "style checkpoint)")
+        print(f"forget: error: {msg}", file=sys.stderr)
         return 2
     return 0

@@ -741,6 +741,7 @@ def wants_model(args):
     ck = getattr(args, "checkpoint", None)
     if args.model is None and ck and os.path.isdir(ck):
         args.model, args.checkpoint = ck, None
+        args.model_flag = "--checkpoint"                # errors name the flag the user gave
     return args.model is not None
 
 

@@ -447,3 +447,10 @@ def test_reach_replot_writes_one_set(capsys, tmp_path):
 def test_analyse_model_checks_trace_path_first(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         heads.analyse_model(n_seq=3, seq_len=64, progress=False, save_traces=str(tmp_path / "no" / "t.npz"))
+
+
+def test_checkpoint_folder_errors_name_the_flag_given(capsys, tmp_path):
+    """A folder passed as --checkpoint is read as a Hugging Face style checkpoint; its errors name --checkpoint."""
+    rc, err = _cli(capsys, heads.main, ["--checkpoint", str(tmp_path), "--no-progress"])
+    assert rc == 2 and err.startswith("forget: error: --checkpoint ") and "--model" not in err
+    assert len(err.strip().splitlines()) == 1
