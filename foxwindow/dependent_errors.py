@@ -102,7 +102,7 @@ def measure(mu, s, phis, ratios, trials, seed, cells, progress=True):
         Ls = [r * lr.kappa for r in ratios]
         gamma = g.autocovariance(np.arange(int(max(ratios)) + 2))       # (n_lags,) gamma_0 = sigma2
         t0 = time.time()
-        passages = exact.markov_first_passage(g, [math.exp(-L) for L in Ls], cells_per_kappa=cells,
+        passages = exact.markov_first_passage(g, L=Ls, cells_per_kappa=cells,
                                               max_seconds=MAX_SECONDS)
         t_exact = time.time() - t0
         bar.update()
@@ -147,7 +147,7 @@ def regime_scan(mu, s, phis, mults, cells, progress=True):
         lr = exact.ar1_long_run(g)
         Ls = [m * lr.tau * lr.kappa for m in mults]
         gamma = g.autocovariance(np.arange(int(max(Ls) / lr.kappa) + 2))
-        passages = exact.markov_first_passage(g, [math.exp(-L) for L in Ls], cells_per_kappa=cells,
+        passages = exact.markov_first_passage(g, L=Ls, cells_per_kappa=cells,
                                               max_seconds=MAX_SECONDS)
         pts = []
         for m, L, ex in zip(mults, Ls, passages):
@@ -361,7 +361,7 @@ def structure_scan(mults=STRUCT_MULTS, cells=8, progress=True):
         n_lags = int(max(Ls) / lr.kappa) + 2
         if kind == "ar1":
             gamma = obj.autocovariance(np.arange(n_lags))
-            passages = exact.markov_first_passage(obj, [math.exp(-L) for L in Ls], cells_per_kappa=cells,
+            passages = exact.markov_first_passage(obj, L=Ls, cells_per_kappa=cells,
                                                   progress=progress, max_seconds=MAX_SECONDS)
             ex = [(p.mean, p.var, p.err_mean, p.err_var) for p in passages]
         else:

@@ -468,13 +468,13 @@ def _first_step_passage(gate, eps, L, tol, var_tol):
     return _finish(gate, eps, np.array([0.0]), 0, 0.0, 0.0, "first step (W = 0 up to F(L))", mean_err, var_err)
 
 
-def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_tol=None):
+def exact_first_passage(gate, eps=None, tol=1e-8, strict=False, richardson=True, var_tol=None, *, L=None):
     """Exact distribution and moments of the eps-window W = N - 1 for an iid increment law, with its error.
 
     gate: a forget.Gate with iid increments (moments() and cdf(); an EmpiricalGate's atoms are used directly).
-    eps: float in (0, 1). tol: relative target on E[W] and Var[W] (absolute below 1). The lattice is refined
-    (up to _MAX_LEVEL) until the estimated error meets tol; otherwise AccuracyWarning, or AccuracyError when
-    strict=True, naming the achieved error. richardson=False: no extrapolation (finest lattice, error from
+    eps: float in (0, 1), or L = ln(1/eps) > 0 by keyword (exactly one). tol: relative target on E[W] and
+    Var[W] (absolute below 1). The lattice is refined (up to _MAX_LEVEL) until the estimated error meets tol;
+    otherwise AccuracyWarning, or AccuracyError when strict=True, naming the achieved error. richardson=False: no extrapolation (finest lattice, error from
     the order estimated on three resolutions). var_tol: relative target on Var[W] (None: tol); math.inf when only
     the survival is needed (sum_n |error of P(N > n)| is within mean_err), e.g. for many-atom trace laws, whose
     O(h) bracket bounds E[W] long before Var[W].
@@ -483,7 +483,8 @@ def exact_first_passage(gate, eps, tol=1e-8, strict=False, richardson=True, var_
     Raises ValueError at once, before any work, when the expected window L/kappa exceeds MAX_STEPS steps
     (a constant increment excepted: its window is returned in closed form however long).
     """
-    L = threshold(eps)
+    L = forget.level(eps, L)
+    eps = math.exp(-L) if eps is None else eps               # recorded with the result (0.0 past L = 745)
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (0 < tol < 1):
         raise ValueError(f"tol must be a number in (0, 1); got {tol!r}")
     var_tol = tol if var_tol is None else var_tol
@@ -665,10 +666,12 @@ class MarkovPassage:
     survival: np.ndarray    # P(N > n), n = 0..
 
 
-def markov_first_passage(gate, eps, cells_per_kappa=8, tol=1e-13, nmax=1_000_000, max_seconds=120.0, progress=False):
+def markov_first_passage(gate, eps=None, cells_per_kappa=8, tol=1e-13, nmax=1_000_000, max_seconds=120.0,
+                         progress=False, *, L=None):
     """Exact law of W = N - 1 for AR(1)-logit gates, by the Markov-additive walk (S_n, y_n) (markov.ar1_passage).
 
-    gate: AR1LogitGate. eps: float or sequence of floats in (0, 1) (one walk serves them all).
+    gate: AR1LogitGate. eps: float or sequence of floats in (0, 1) (one walk serves them all); or L: the
+    thresholds ln(1/eps) themselves, by keyword (exactly one of eps and L).
     cells_per_kappa: S-grid cells per mean increment (h = kappa / cells_per_kappa), int >= 2.
     tol: the survival at which the walk stops, in (0, 1e-6] (the rest is bounded in the error).
     The y axis is cut into cells, each cell's increment law continuous (X given y in the cell), and computed on
@@ -678,10 +681,13 @@ def markov_first_passage(gate, eps, cells_per_kappa=8, tol=1e-13, nmax=1_000_000
     Returns a list of MarkovPassage, one per eps (in order).
     """
     from foxwindow import markov
-    eps_list = [eps] if np.ndim(eps) == 0 else list(eps)
-    if len(eps_list) == 0:
-        raise ValueError("eps is empty")
-    Ls = np.array([threshold(e) for e in eps_list])
+    if (eps is None) == (L is None):
+        raise ValueError("give exactly one of eps and L")
+    given = eps if L is None else L
+    given = [given] if np.ndim(given) == 0 else list(given)
+    if len(given) == 0:
+        raise ValueError("eps is empty" if L is None else "L is empty")
+    Ls = np.array([forget.level(e, None) if L is None else forget.level(None, e) for e in given])
     if isinstance(cells_per_kappa, bool) or int(cells_per_kappa) != cells_per_kappa or cells_per_kappa < 2:
         raise ValueError(f"cells_per_kappa must be an integer >= 2; got {cells_per_kappa}")
     if not isinstance(gate, forget.AR1LogitGate):

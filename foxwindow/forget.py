@@ -27,6 +27,19 @@ def threshold(eps):
     return -math.log(eps)
 
 
+def level(eps=None, L=None):
+    """The threshold L from exactly one of eps in (0, 1) (L = ln(1/eps)) or L > 0 itself (finite): the one
+    conversion every routine that takes either goes through. Raises ValueError naming the problem."""
+    if (eps is None) == (L is None):
+        raise ValueError("give exactly one of eps (in (0, 1)) and L = ln(1/eps) (> 0)")
+    if L is None:
+        return threshold(eps)
+    L = float(L)
+    if not (math.isfinite(L) and L > 0):
+        raise ValueError(f"L must be a finite number > 0; got {L}")
+    return L
+
+
 def _as_float_tensor(a, name):
     if isinstance(a, torch.Tensor):
         t = a
@@ -88,8 +101,8 @@ def decay_matrix(log_g):
     return np.where(np.tri(len(x), dtype=bool), np.exp(np.minimum(d, 0.0)), 0.0)
 
 
-def windows(log_g, eps, dim=None):
-    """Per-query eps-windows of log-gate traces: W_i = largest d with D_{i,i-d} >= eps.
+def windows(log_g, eps=None, dim=None, *, L=None):
+    """Per-query eps-windows of log-gate traces: W_i = largest d with D_{i,i-d} >= eps (give eps, or L = ln(1/eps)).
 
     log_g: log-gates <= 0, numpy array or torch tensor with time on `dim`. dim=None (the default) is
            allowed only where the layout is unambiguous: (T,) one trace, or (S, T) S sequences with time
@@ -100,7 +113,7 @@ def windows(log_g, eps, dim=None):
     the window reaches the start of the trace (c_i <= L): the true window is then at least W_i.
     O(T log T) per row, batched with torch.searchsorted.
     """
-    L = threshold(eps)
+    L = level(eps, L)
     is_np = not isinstance(log_g, torch.Tensor)
     x = increments_from_log_gates(log_g)
     t = torch.from_numpy(x) if is_np else x

@@ -252,7 +252,7 @@ def analyse_model(checkpoint=None, Ls=None, n_seq=32, seq_len=2048, mass_L=math.
         if not model.cfg.fixed_gate:            # causal: rows < T see the same attention in the first T tokens
             torch.set_num_threads(1)            # as for the capture
             try:
-                mw = mass_windows(model.blocks[l].attn, inputs[l][:, :T].cpu(), math.exp(-mass_L), rows)  # (S, R, H)
+                mw = mass_windows(model.blocks[l].attn, inputs[l][:, :T].cpu(), mass_L, rows)  # (S, R, H)
             finally:
                 torch.set_num_threads(threads)
         for h in range(H):

@@ -154,7 +154,7 @@ def _add_mass_coverage(model, inputs, heads, L_tols, T, mass_rows):
     rows = torch.arange(0, T, mass_rows)
     for i, L_tol in enumerate(L_tols):
         for li, blk in enumerate(model.blocks):
-            mw = traces.mass_windows(blk.attn, inputs[li], math.exp(-L_tol), rows).numpy()   # (S, R, H)
+            mw = traces.mass_windows(blk.attn, inputs[li], L_tol, rows).numpy()   # (S, R, H)
             for h, hd in enumerate(heads[li]):
                 e = hd["tols"][i]
                 e["mass_window_mean"] = float(mw[:, :, h].mean())

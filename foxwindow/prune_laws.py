@@ -112,9 +112,9 @@ def survival_table(gate, L):
     if isinstance(gate, forget.EmpiricalGate):
         # a trace's step law: its atoms are bracketed to O(h), which bounds the survival (summed error <=
         # mean_err) long before Var[W]; only the survival is used here
-        fp = exact.exact_first_passage(gate, math.exp(-L), tol=SURVIVAL_TOL, var_tol=math.inf)
+        fp = exact.exact_first_passage(gate, L=L, tol=SURVIVAL_TOL, var_tol=math.inf)
     else:
-        fp = exact.exact_first_passage(gate, math.exp(-L))
+        fp = exact.exact_first_passage(gate, L=L)
     return fp.n0, np.clip(fp.survival, 0.0, 1.0)
 
 

@@ -356,9 +356,9 @@ def _mass_window(A, rows, level):
 
 
 @torch.no_grad()
-def mass_windows(attn, x, eps, rows):
+def mass_windows(attn, x, L, rows):
     """Attention-mass window per head of a FoX attention layer `attn` (this package's): smallest d with
-    sum_{j=i-d..i} A_ij >= 1 - eps, for query rows `rows` (R,) of layer inputs x (S, T, d). eps in (0, 1).
+    sum_{j=i-d..i} A_ij >= 1 - e^-L, for query rows `rows` (R,) of layer inputs x (S, T, d). L > 0.
     Returns (S, R, H) int64. Uses the layer's own projections and gates (attention_mass_window does the rest)."""
     S, T, _ = x.shape
     H, D = attn.num_heads, attn.head_dim
@@ -367,14 +367,14 @@ def mass_windows(attn, x, eps, rows):
     c = cum_log_gate(attn.log_fgate(x))                                            # (S, H, T) float64
     logits = fox_logits(q, k, c[:, :, rows], c, attn.scale, q_pos=rows, dtype=torch.float64)
     A = torch.softmax(logits, -1)                                                   # (S, H, R, T)
-    return _mass_window(A, rows, 1 - eps).transpose(1, 2)
+    return attention_mass_window(A, rows, L).transpose(1, 2)
 
 
 def decay_window_summary(lg, L, rows):
     """Mean decay-only window of query `rows` ((R,) ints) of log-gate traces lg (S, T) (numpy or torch)
     at threshold L > 0, and the share of those windows that reach the sequence start (their mean then is
     a lower bound). Returns (mean, censored share) floats."""
-    W, cens = forget.windows(lg, math.exp(-L), dim=1)                              # (S, T)
+    W, cens = forget.windows(lg, L=L, dim=1)                                      # (S, T)
     rows = np.asarray(rows)
     return float(np.asarray(W)[:, rows].mean()), float(np.asarray(cens)[:, rows].mean())
 

@@ -409,7 +409,7 @@ def test_attention_op_mass_windows_match_heads_on_our_model():
         model(tok)
     _, inputs = heads.capture(model, tok)
     for li in range(2):
-        want = heads.mass_windows(model.blocks[li].attn, inputs[li], 1e-2, rows)
+        want = heads.mass_windows(model.blocks[li].attn, inputs[li], math.log(1e2), rows)
         assert torch.equal(win[f"blocks.{li}.attn"][0], want)
 
 

@@ -211,3 +211,18 @@ def test_empirical_gate_moments_are_the_trace_moments():
     r = forget.first_passage_mc(g, 1e-2, 50_000, seed=2)
     z = bonferroni_z(1)
     assert abs(r.mean - ex.mean) <= z * r.se_mean + 0.01           # + lattice error of an atomic law (O(h))
+
+
+def test_thresholds_given_as_L_equal_eps():
+    """L = ln(1/eps) is accepted wherever eps is (forget.level: exactly one of them), with the same result."""
+    lg = np.log(np.random.default_rng(3).beta(8, 1, (3, 200)))
+    eps = 1e-3
+    W1, c1 = forget.windows(lg, eps)
+    W2, c2 = forget.windows(lg, L=math.log(1 / eps))
+    assert np.array_equal(W1, W2) and np.array_equal(c1, c2)
+    g = SEED_GATES[0]
+    a, b = exact.exact_first_passage(g, eps), exact.exact_first_passage(g, L=math.log(1 / eps))
+    assert a.mean == b.mean and a.var == b.var
+    for kw in (dict(eps=0.1, L=2.0), dict(), dict(L=-1.0), dict(L=float("nan"))):
+        with pytest.raises(ValueError):
+            forget.level(**kw)

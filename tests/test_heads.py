@@ -1,5 +1,6 @@
 """The per-head drivers: eps converted once, degenerate heads, capture and the attention-mass window,
 the shipped model, saved traces, seeds."""
+import math
 import os
 
 import numpy as np
@@ -42,7 +43,7 @@ def test_mass_window_matches_brute_force():
     attn, x = model.blocks[0].attn, inputs[0]
     rows = torch.tensor([0, 7, 39])
     eps = 0.05
-    got = heads.mass_windows(attn, x, eps, rows)                # (S, R, H)
+    got = heads.mass_windows(attn, x, math.log(1 / eps), rows)  # (S, R, H): the threshold as L
     with torch.no_grad():                                      # the general function, from probabilities
         S_, T_ = x.shape[:2]
         q = attn.q_proj(x).view(S_, T_, 2, 16).transpose(1, 2)
