@@ -475,7 +475,8 @@ def exact_first_passage(gate, eps=None, tol=1e-8, strict=False, richardson=True,
     eps: float in (0, 1), or L = ln(1/eps) > 0 by keyword (exactly one). tol: relative target on E[W] and
     Var[W] (absolute below 1). The lattice is refined (up to _MAX_LEVEL) until the estimated error meets tol;
     otherwise AccuracyWarning, or AccuracyError when strict=True, naming the achieved error. richardson=False:
-    no extrapolation (finest lattice, error from the order estimated on three resolutions). var_tol: relative target on Var[W] (None: tol); math.inf when only
+    no extrapolation (finest lattice, error from the order estimated on three resolutions). var_tol: relative target
+    on Var[W] (None: tol); math.inf when only
     the survival is needed (sum_n |error of P(N > n)| is within mean_err), e.g. for many-atom trace laws, whose
     O(h) bracket bounds E[W] long before Var[W].
     Closed forms: gamma X (and Beta(a, 1) gates, exponential X); W = floor(L/m) for any law with Var X = 0.
