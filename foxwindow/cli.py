@@ -18,7 +18,7 @@ COMMANDS = {
     "bench-laws": ("bench_laws", "speed of the window numerics"),
     "dependent-errors": ("dependent_errors", "the dependent-increment laws against exact numerics"),
     "lstm-traces": ("lstm", "the textgenrnn character LSTM's forget gates on the held-out text, as a trace file"),
-    "chunks": ("chunks", "per-head chunk sizes that overflow chunked kernels, predicted and measured"),
+    "chunks": ("chunks_report", "per-head chunk sizes that overflow chunked kernels, predicted and measured"),
     "figures": (None, "regenerate the figures (figures/make_figures.py; from a source checkout)"),
 }
 
