@@ -11,7 +11,7 @@ import sys
 # name -> (module, one line for `foxwindow --help`)
 COMMANDS = {
     "forget": ("heads", "per-head windows and verdicts: the shipped model, saved traces, --model, --synthetic"),
-    "renewal": ("exact", "the window laws against exact first-passage numerics"),
+    "renewal": ("lawtable", "the window laws against exact first-passage numerics"),
     "train": ("train", "train the FoX language model (or score a checkpoint)"),
     "prune": ("prune", "ACP block pruning and KV-cache horizons predicted from the gate laws"),
     "reach": ("reach", "how far each attention kind reaches: windows, attribution, passkey retrieval"),
