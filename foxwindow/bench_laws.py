@@ -10,7 +10,7 @@ import time
 import numpy as np
 import torch
 
-from foxwindow import exact, forget, heads, model, outputs
+from foxwindow import exact, forget, heads, lawtable, model, outputs
 
 
 def median_time(fn, repeats):
@@ -47,7 +47,7 @@ def cpu_rows(a, bar):
     t = median_time(lambda: forget.first_passage_mc(forget.SEED_GATES[0], 1e-3, 1_000_000, seed=1),
                     max(1, a.repeats // 2))
     rows.append(("Monte Carlo 1e6 trials, seed gate 1", t, f"{t:.2f} s", "<= 2 s", t <= 2))
-    t = median_time(lambda: exact.synthetic_table(progress=False), 1)
+    t = median_time(lambda: lawtable.synthetic_table(progress=False), 1)
     rows.append(("forget.py --synthetic table", t, f"{t:.1f} s", "< 30 s", t < 30))
     t = median_time(lambda: heads.analyse_model(a.checkpoint, n_seq=16, progress=False), 1)
     rows.append(("capture + per-head analysis, 16 x 2048", t, f"{t:.1f} s", "<= 20 s", t <= 20))

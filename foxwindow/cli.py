@@ -11,14 +11,14 @@ import sys
 # name -> (module, one line for `foxwindow --help`)
 COMMANDS = {
     "forget": ("heads", "per-head windows and verdicts: the shipped model, saved traces, --model, --synthetic"),
-    "renewal": ("exact", "the window laws against exact first-passage numerics"),
+    "renewal": ("lawtable", "the window laws against exact first-passage numerics"),
     "train": ("train", "train the FoX language model (or score a checkpoint)"),
     "prune": ("prune", "ACP block pruning and KV-cache horizons predicted from the gate laws"),
     "reach": ("reach", "how far each attention kind reaches: windows, attribution, passkey retrieval"),
     "bench-laws": ("bench_laws", "speed of the window numerics"),
     "dependent-errors": ("dependent_errors", "the dependent-increment laws against exact numerics"),
     "lstm-traces": ("lstm", "the textgenrnn character LSTM's forget gates on the held-out text, as a trace file"),
-    "chunks": ("chunks", "per-head chunk sizes that overflow chunked kernels, predicted and measured"),
+    "chunks": ("chunks_report", "per-head chunk sizes that overflow chunked kernels, predicted and measured"),
     "figures": (None, "regenerate the figures (figures/make_figures.py; from a source checkout)"),
 }
 

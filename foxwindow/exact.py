@@ -12,13 +12,11 @@ The law of W = N - 1 computed, not approximated, to a stated error (see renewal.
   markov_first_passage   AR(1)-logit gates: the Markov-additive walk (S_n, y_n) on y cells (markov.py: three y
                          grids extrapolated in dy^2, Richardson over (h, h/2); any finite chain there too)
   ar1_long_run           long-run cumulants of an AR(1)-logit gate from its law (LongRun)
-  synthetic_table, scan  Monte Carlo and the laws against these numerics (they compare the two, so they live here)
 
-Derivations: docs/THEORY.md section 5. `python exact.py` (or `python renewal.py`) prints the laws against the
-exact numerics over a scan of eps.
+Derivations: docs/THEORY.md section 5. Monte Carlo and the laws against these numerics (`python renewal.py`,
+`python forget.py --synthetic`) are in lawtable.py.
 """
 import math
-import sys
 import warnings
 from dataclasses import dataclass
 from fractions import Fraction
@@ -26,9 +24,8 @@ from fractions import Fraction
 import numpy as np
 from scipy import fft as sfft
 
-from foxwindow import discrete, forget, outputs
-from foxwindow.forget import threshold
-from foxwindow.renewal import alibi_window, gamma_band, gamma_survival, leading_var, renewal_mean, smith_C, smith_var
+from foxwindow import discrete, forget
+from foxwindow.renewal import alibi_window, gamma_band, gamma_survival
 
 # ----------------------------------------------------------------------------- exact first passage
 #
@@ -696,118 +693,3 @@ def markov_first_passage(gate, eps=None, cells_per_kappa=8, tol=1e-13, nmax=1_00
                         "(markov.markov_chain_first_passage takes any finite chain)")
     res = markov.ar1_passage(gate, Ls, int(cells_per_kappa), tol, nmax, max_seconds, progress)
     return [MarkovPassage(str(gate), r.L, r.mean, r.var, r.mean_err, r.var_err, r.survival) for r in res]
-
-
-# ----------------------------------------------------------------------------- synthetic table
-
-
-def synthetic_table(eps=1e-3, trials=200_000, seed=0, progress=True):
-    """Rows for the seed's gates and ALiBi: Monte Carlo vs laws vs exact numerics."""
-    from tqdm import tqdm
-    gates = list(forget.SEED_GATES) + [forget.ConstantGate(m) for m in forget.ALIBI_SLOPES]
-    rows = []
-    for i, g in enumerate(tqdm(gates, desc="first passage", disable=not progress, file=sys.stderr)):
-        mc = forget.first_passage_mc(g, eps, trials, seed + i)
-        ex = exact_first_passage(g, eps)
-        L = threshold(eps)
-        m = g.moments()
-        rows.append(dict(gate=str(g), eps=eps, trials=trials,
-                         mc_mean_W=mc.mean, se_mean=mc.se_mean, mc_var_W=mc.var, se_var=mc.se_var,
-                         law_mean_W=renewal_mean(m, L) - 1 if not g.lattice else float("nan"),
-                         law_var_leading=leading_var(m, L),
-                         law_var_smith=smith_var(m, L) if not g.lattice else float("nan"),
-                         exact_mean_W=ex.mean, exact_var_W=ex.var,
-                         z_mean=(mc.mean - ex.mean) / mc.se_mean if mc.se_mean > 0 else 0.0,
-                         z_var=(mc.var - ex.var) / mc.se_var if mc.se_var > 0 else 0.0))
-    return rows
-
-
-def print_synthetic(rows):
-    print(f"eps-windows W = N - 1 (largest distance with decay >= eps), eps = {rows[0]['eps']:g}, "
-          f"{rows[0]['trials']} trials; laws: mean L/k + mu2/(2k^2) - 1, variance s^2 L/k^3 (+ Smith C)")
-    hdr = (f"{'gate':30s} {'MC E[W]':>16s} {'law':>8s} {'exact':>8s} {'MC Var[W]':>15s} {'leading':>8s} "
-           f"{'Smith':>8s} {'exact':>8s} {'z(E)':>6s} {'z(V)':>6s}")
-    print(hdr)
-    print("-" * len(hdr))
-    for r in rows:
-        print(f"{r['gate']:30s} {r['mc_mean_W']:9.3f}±{r['se_mean']:<6.3f} {r['law_mean_W']:8.3f} "
-              f"{r['exact_mean_W']:8.3f} "
-              f"{r['mc_var_W']:8.3f}±{r['se_var']:<6.3f} {r['law_var_leading']:8.3f} {r['law_var_smith']:8.3f} "
-              f"{r['exact_var_W']:8.3f} {r['z_mean']:6.2f} {r['z_var']:6.2f}")
-    print("ALiBi rows: the laws do not apply to a lattice increment (nan); exact W = floor(L/m), Var = 0.")
-
-
-
-# ----------------------------------------------------------------------------- command line
-
-# the thresholds scanned by default here and by the per-head verdict (heads.py): 0.5 .. 1e-6
-EPS_SCAN = (0.5, 0.3, 0.1, 0.03, 0.01, 3e-3, 1e-3, 3e-4, 1e-4, 1e-5, 1e-6)
-
-
-def scan(gates, eps_list=EPS_SCAN, progress=True):
-    from tqdm import tqdm
-    rows = []
-    jobs = [(g, e) for g in gates for e in eps_list]
-    for g, eps in tqdm(jobs, desc="exact numerics", disable=not progress, file=sys.stderr):
-        m, L = g.moments(), threshold(eps)
-        ex = exact_first_passage(g, eps)
-        C = smith_C(m)
-        rows.append(dict(gate=str(g), eps=eps, L=L, kappa=m.kappa, sigma2=m.sigma2,
-                         exact_mean_W=ex.mean, exact_var_W=ex.var, exact_mean_err=ex.mean_err,
-                         exact_var_err=ex.var_err,
-                         err_mean=renewal_mean(m, L) - 1 - ex.mean,
-                         err_leading=leading_var(m, L) - ex.var, err_smith=smith_var(m, L) - ex.var,
-                         C=C, lead_term=leading_var(m, L),
-                         # L beyond which the leading law's relative error |C|/Var is below 1e-3
-                         L_rel_1e3=max(0.0, (abs(C) / 1e-3 - C) * m.kappa ** 3 / m.sigma2)))
-    return rows
-
-
-def main(argv=None):
-    p = outputs.parser("Window laws against exact first-passage numerics.")
-    p.add_argument("--eps", type=float, nargs="+", default=list(EPS_SCAN), help="decay thresholds in (0, 1)")
-    p.add_argument("--json", default=None, help="write the rows as JSON to this path")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    outputs.add_common(p)
-    a = p.parse_args(argv)
-    for e in a.eps:
-        outputs.eps_arg("--eps", e)
-    if a.json:
-        a.json = outputs.check_writable(a.json, force=a.force, what="--json")
-    gates = list(forget.SEED_GATES) + [forget.BetaGate(20, 1)]
-    rows = scan(gates, a.eps, progress=not a.no_progress)
-    print("Windows W = N - 1. err = law - exact. 'lead' = sigma^2 L/kappa^3; expansions need lead >~ 0.3. "
-          "'exact err' = the exact numerics' own error estimate (larger of mean, variance).")
-    hdr = (f"{'gate':28s} {'eps':>7s} {'E[W] exact':>11s} {'err mean':>9s} {'Var exact':>10s} "
-           f"{'err lead':>9s} {'C':>8s} {'err Smith':>9s} {'lead':>8s} {'exact err':>9s}")
-    print(hdr)
-    print("-" * len(hdr))
-    for r in rows:
-        flag = "  <- breakdown" if r["lead_term"] < 0.3 else ""
-        print(f"{r['gate']:28s} {r['eps']:7.0e} {r['exact_mean_W']:11.5f} {r['err_mean']:9.1e} "
-              f"{r['exact_var_W']:10.5f} "
-              f"{r['err_leading']:9.2e} {r['C']:8.4f} {r['err_smith']:9.1e} {r['lead_term']:8.3f} "
-              f"{max(r['exact_mean_err'], r['exact_var_err']):9.1e}{flag}")
-    print("\nLeading law relative error below 1e-3 once L exceeds (|C|/1e-3 - C) kappa^3/sigma^2:")
-    for g in gates:
-        r = next(r for r in rows if r["gate"] == str(g))
-        print(f"  {str(g):28s} L > {r['L_rel_1e3']:.1f}  (eps < {math.exp(-r['L_rel_1e3']):.1e})")
-    print("\nNear the lattice limit (gamma increments, mean 0.05, eps = 1e-3): the distribution converges "
-          "to ALiBi's W = floor(L/m) = %d while the expansions break down" % alibi_window(0.05, 1e-3))
-    print(f"{'cv':>6s} {'P(W=138)':>9s} {'E[W]':>9s} {'Var[W]':>9s} {'lead':>8s} {'Smith':>8s}")
-    for cv, pw, mean, var in alibi_limit(0.05, 1e-3):
-        k = 1 / cv ** 2
-        m = forget.GammaIncrement(k, 0.05 / k).moments()
-        L = threshold(1e-3)
-        print(f"{cv:6.2f} {pw:9.4f} {mean:9.3f} {var:9.4f} {leading_var(m, L):8.4f} {smith_var(m, L):8.4f}")
-    if a.json:
-        outputs.write_json(a.json, rows)
-
-
-def run(argv=None):
-    """The `renewal` console command, `python exact.py` and `python renewal.py`: main with one-line errors."""
-    return outputs.cli(main, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(run())

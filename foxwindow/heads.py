@@ -26,7 +26,7 @@ import torch
 from scipy import stats
 from tqdm import tqdm
 
-from foxwindow import data, distributed, exact, forget, hf_models, outputs, verdict
+from foxwindow import data, distributed, forget, hf_models, lawtable, outputs, verdict
 from foxwindow.model import load_model, shipped_checkpoint
 from foxwindow.traces import (  # noqa: F401  (capture, mass_windows: the drivers' names)
     capture,
@@ -40,7 +40,7 @@ from foxwindow.traces import (  # noqa: F401  (capture, mass_windows: the driver
 )
 from foxwindow.verdict import HeadResult  # noqa: F401  (the result type of every driver)
 
-EPS_SCAN = exact.EPS_SCAN
+EPS_SCAN = lawtable.EPS_SCAN
 N_BOOT = verdict.N_BOOT
 REPORT_EPS = (1e-2, 1e-3, 1e-4)              # the eps whose predictions the table prints
 
@@ -444,8 +444,8 @@ def check_args(a):
 
 def run_synthetic(a):
     """`python forget.py --synthetic`: the Monte Carlo table (a: parsed and checked arguments)."""
-    rows = exact.synthetic_table(a.eps, a.trials, 0 if a.seed is None else a.seed, progress=not a.no_progress)
-    exact.print_synthetic(rows)
+    rows = lawtable.synthetic_table(a.eps, a.trials, 0 if a.seed is None else a.seed, progress=not a.no_progress)
+    lawtable.print_synthetic(rows)
     if a.json:
         outputs.write_json(a.json, rows)
 

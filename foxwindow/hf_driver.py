@@ -1,6 +1,6 @@
 """`python forget.py --model DIR`: the per-head window analysis of a Hugging Face style checkpoint.
 
-Loading, tokenising and reading the gates are hf_models.py's (and adapters.py's); the per-head analysis,
+Loading and tokenising are hf_models.py's, reading the gates hf_capture.py's (and adapters.py's); the per-head analysis,
 the table and the JSON are heads.py's, the same as for the shipped model. This module joins the two:
 
     analyse_hf_model(cfg)      ModelRunConfig -> (results [HeadResult], info)
@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from foxwindow import adapters, forget, heads, hf_models, outputs, verdict
+from foxwindow import adapters, forget, heads, hf_capture, hf_models, outputs, verdict
 from foxwindow.traces import query_rows, save_trace
 
 
@@ -33,10 +33,10 @@ def analyse_hf_model(cfg, Ls=None, progress=True, save_traces=None, n_boot=heads
     tok = hf_models.load_tokenizer(cfg.tokenizer or cfg.model)
     ids, spans = hf_models.heldout_ids(tok, cfg.n_seq, cfg.seq_len, cfg.text, getattr(config, "vocab_size", None))
     rows = query_rows(cfg.seq_len)
-    decays, fam, lay, mass = hf_models.capture_batches(model, ids, cfg.batch, cfg.device, cfg.mass_eps, rows,
-                                                       cfg.per_channel, progress=progress)
+    decays, fam, lay, mass = hf_capture.capture_batches(model, ids, cfg.batch, cfg.device, cfg.mass_eps, rows,
+                                                        cfg.per_channel, progress=progress)
     t_capture = time.perf_counter() - t0
-    traces = hf_models.analysis_traces(decays, cfg.per_channel)             # {name: (S, T, H or H*K)}
+    traces = hf_capture.analysis_traces(decays, cfg.per_channel)            # {name: (S, T, H or H*K)}
     families = sorted(set(fam.values()))
     kinds = {f: adapters.get_adapter(f).kind for f in families}
     if save_traces:

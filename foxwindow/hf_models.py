@@ -4,13 +4,13 @@
                      [--n-seq 32] [--seq-len 2048] [--batch 4] [--per-channel] [--adapter MODULE:OBJECT]
 
 Loads the checkpoint (importing the family's package first: `fla` for flash-linear-attention models,
-`forgetting_transformer` for the official FoX code when its model type or config says so),
-tokenises held-out text with the model's own tokenizer (default: the held-out Shakespeare plays that the
-shipped model never saw), reads the log-decays of every gated layer in batches through adapters.py, and hands
-them to heads.py's per-head analysis (hf_driver.py runs the two: the same table and JSON). Softmax families
-(FoX) also get the attention-mass window, read from the q, k the layer hands its attention op; other families
-have no attention matrix and the table says so. On the CPU the FoX attention op is replaced by this project's
-exact PyTorch reference and the other Triton / CUDA-only ops by the defining code's own PyTorch references
+`forgetting_transformer` for the official FoX code when its model type or config says so), tokenises held-out
+text with the model's own tokenizer (default: the held-out Shakespeare plays that the shipped model never
+saw), reads the log-decays of every gated layer in batches through adapters.py (hf_capture.py), and hands them
+to heads.py's per-head analysis (hf_driver.py runs the two: the same table and JSON). Softmax families (FoX)
+also get the attention-mass window, read from the q, k the layer hands its attention op; other families have
+no attention matrix and the table says so. On the CPU the FoX attention op is replaced by this project's exact
+PyTorch reference and the other Triton / CUDA-only ops by the defining code's own PyTorch references
 (cpu_standins.py); the other fla families' kernels are Triton-only and need a GPU (said in one line).
 
 Each checkpoint loads with the classes of the library that wrote it (the official FoX package's for its
@@ -30,11 +30,8 @@ import warnings
 from dataclasses import dataclass
 
 import torch
-from tqdm import tqdm
 
 from foxwindow import adapters, data
-from foxwindow import fox_attention as fa
-from foxwindow.cpu_standins import CPU_STANDINS
 
 
 class ModelError(Exception):
@@ -44,15 +41,9 @@ class ModelError(Exception):
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # fla configs: fused Triton norms / activations / losses, switched off on the CPU (their PyTorch paths agree)
 CPU_CONFIG_OFF = ("fuse_norm", "fuse_swiglu", "fuse_cross_entropy", "fuse_linear_cross_entropy")
-# families whose every op runs on the CPU here (with the attention op and CPU_STANDINS below); besides these,
-# transformers' own layers have PyTorch paths
+# families whose every op runs on the CPU here (with the attention op and CPU_STANDINS of hf_capture.py);
+# besides these, transformers' own layers have PyTorch paths
 CPU_FAMILIES = ("foxwindow", "fla-fox", "fox-official", "mamba2")
-
-
-def _runs_on_cpu(module, adapter):
-    """False for the fla families whose kernels are Triton-only (a user's adapter is taken at its word)."""
-    return adapter.family in CPU_FAMILIES or type(module).__module__.startswith("transformers.") or \
-        "fla" not in adapter.packages
 
 
 @dataclass
@@ -101,7 +92,8 @@ META_KEYS = {"architectures", "model_type", "transformers_version", "_name_or_pa
 ADAPTER_GROUP = "foxwindow.adapters"            # package entry points naming a user's GateAdapter(s)
 
 
-def _first_line(exc):
+def first_line(exc):
+    """The first line of an exception's message (its type's name when it has none)."""
     msg = str(exc).strip()
     return msg.splitlines()[0] if msg else type(exc).__name__
 
@@ -129,7 +121,7 @@ def _adapter_objects(obj, spec, call=True):
         try:
             got = obj()
         except Exception as exc:                      # the user's code: reported in one line
-            raise ModelError(f"--adapter {spec}: calling it failed ({type(exc).__name__}: {_first_line(exc)})") \
+            raise ModelError(f"--adapter {spec}: calling it failed ({type(exc).__name__}: {first_line(exc)})") \
                 from None
         return _adapter_objects(got, spec, call=False)
     return _refuse_adapter(obj, spec)
@@ -163,7 +155,7 @@ def load_adapter(spec):
     except ModelError:
         raise
     except Exception as exc:                          # the user's module: reported in one line
-        raise ModelError(f"--adapter {spec}: cannot import {where} ({type(exc).__name__}: {_first_line(exc)})") \
+        raise ModelError(f"--adapter {spec}: cannot import {where} ({type(exc).__name__}: {first_line(exc)})") \
             from None
     obj = mod
     for part in attr.split("."):
@@ -186,7 +178,7 @@ def load_adapters(specs=()):
             obj = ep.load()
         except Exception as exc:
             raise ModelError(f"entry point {ep.name} = {ep.value} ({ADAPTER_GROUP}) cannot be loaded "
-                             f"({type(exc).__name__}: {_first_line(exc)})") from None
+                             f"({type(exc).__name__}: {first_line(exc)})") from None
         for a in _adapter_objects(obj, f"{ep.value} (entry point {ep.name})"):
             adapters.register_adapter(a, replace=True)
             out.append(a)
@@ -265,7 +257,7 @@ def _import_packages(cfg):
                     from None
             raise ModelError(f"model type '{mt}': {sub} needs {exc.name} (pip install {exc.name})") from None
         except Exception as exc:
-            raise ModelError(f"model type '{mt}': importing {sub} failed ({_first_line(exc)})") from None
+            raise ModelError(f"model type '{mt}': importing {sub} failed ({first_line(exc)})") from None
         return [sub]
     known = _transformers().models.auto.configuration_auto.CONFIG_MAPPING_NAMES
     if mt is not None and mt in known and not _fla_config(cfg):
@@ -427,7 +419,7 @@ def load_model(name, device="cpu", dtype="float32"):
     try:
         config = config_cls.from_pretrained(path)
     except (OSError, ValueError, KeyError) as exc:
-        msg = _first_line(exc)
+        msg = first_line(exc)
         if mt and ("does not recognize this architecture" in msg or "out of date" in msg):
             raise not_supported(mt) from None
         raise ModelError(f"--model {name}: transformers cannot read its config ({msg})") from None
@@ -448,7 +440,7 @@ def load_model(name, device="cpu", dtype="float32"):
             warnings.simplefilter("ignore")
             model, info = model_cls.from_pretrained(path, config=config, dtype=load_dtype, output_loading_info=True)
     except (OSError, ValueError, KeyError, RuntimeError, AttributeError, TypeError) as exc:
-        raise ModelError(f"--model {name}: cannot load the weights ({_first_line(exc)})") from None
+        raise ModelError(f"--model {name}: cannot load the weights ({first_line(exc)})") from None
     # a weight left at its random init would give gates that look real: refuse instead
     missing = sorted(info.get("missing_keys") or [])
     if missing:
@@ -465,7 +457,7 @@ def load_model(name, device="cpu", dtype="float32"):
     try:
         model = model.to(device)
     except (RuntimeError, AssertionError) as exc:
-        raise ModelError(f"--device {device}: {_first_line(exc)}") from None
+        raise ModelError(f"--device {device}: {first_line(exc)}") from None
     return model.eval(), config
 
 
@@ -588,153 +580,6 @@ def heldout_ids(tokenizer, n_seq, seq_len, text=None, vocab_size=None):
     return ids, [{"file": f, "start": s, "end": s + seq_len} for f, s in pick]
 
 
-# ----------------------------------------------------------------------------- attention op
-
-@torch.no_grad()
-def mass_windows_qk(q, k, lg, scale, eps, rows):
-    """Attention-mass window of FoX attention from the op's inputs: for query rows `rows` (R,) int64,
-    the smallest d with sum_{j=i-d..i} A_ij >= 1 - eps, A = softmax_j(q_i.k_j scale + c_i - c_j) causal.
-    q (B, T, H, D), k (B, T, H_kv, D) (GQA: H % H_kv == 0), lg (B, T, H) log gates. Returns (B, R, H) int64.
-    Computed head by head in float64 (memory B * R * T per head)."""
-    B, T, H, _ = q.shape
-    rep = H // k.shape[2]
-    c = fa.cum_log_gate(lg)                                                     # (B, H, T) float64
-    rows = rows.to(q.device)
-    out = []
-    for h in range(H):
-        qh, kh = q[:, rows, h, None].double(), k[:, :, h // rep, None].double()  # (B, R, 1, D), (B, T, 1, D)
-        logits = fa.fox_logits(qh.transpose(1, 2), kh.transpose(1, 2), c[:, h:h + 1, rows], c[:, h:h + 1], scale,
-                               q_pos=rows, dtype=torch.float64)[:, 0]           # (B, R, T), keys after i masked
-        A = torch.softmax(logits, -1)
-        suf = A.flip(-1).cumsum(-1).flip(-1)                                     # mass within distance i - j
-        jstar = (suf >= 1 - eps).sum(-1) - 1                                    # (B, R)
-        out.append(rows[None, :] - jstar)
-    return torch.stack(out, -1).cpu()                                           # (B, R, H)
-
-
-def _fla_reference(q, k, v, g, scale=None, window_size=None, cu_seqlens=None):
-    if window_size is not None or cu_seqlens is not None:
-        raise ModelError("the CPU stand-in of fla's forgetting attention has no window_size / cu_seqlens; use a GPU")
-    return fa.forgetting_attention_reference(q, k, v, g.float(), sm_scale=scale).to(q.dtype)
-
-
-def _official_reference(q, k, v, log_fgate, *, head_first=False, seq_start=None, sm_scale=None,
-                        adaptive_threshold=None):
-    if seq_start is not None:
-        raise ModelError("the CPU stand-in of the official FoX attention has no padding (seq_start); use a GPU")
-    if head_first:                                                              # (B, H, T, D), (B, H, T)
-        q, k, v, log_fgate = (t.transpose(1, 2) for t in (q, k, v, log_fgate))
-    o = fa.forgetting_attention_reference(q, k, v, log_fgate.float(), sm_scale=sm_scale).to(q.dtype)
-    return o.transpose(1, 2) if head_first else o                               # adaptive pruning only skips ~0 terms
-
-
-def _op_inputs(family, args, kw):
-    """(q, k (B, T, H, D), log gates (B, T, H), scale) from an attention op's arguments."""
-    names = ("q", "k", "v", "g" if family == "fla-fox" else "log_fgate")
-    q, k, _, g = list(args[:4]) + [kw.get(n) for n in names[len(args):]]
-    if family == "fla-fox":
-        scale = args[4] if len(args) > 4 else kw.get("scale")
-    else:
-        scale = kw.get("sm_scale")
-        if kw.get("head_first"):                                               # official: (B, H, T, ...)
-            q, k, g = q.transpose(1, 2), k.transpose(1, 2), g.transpose(1, 2)
-    return q, k, g, (q.shape[-1] ** -0.5 if scale is None else scale)
-
-
-@contextlib.contextmanager
-def attention_ops(model, mass_eps=None, rows=None, cpu=True):
-    """While active: every softmax-family layer's attention op records attention-mass windows
-    {layer name: [(B, R, H) int64 per call]} (when mass_eps is given) and, when `cpu`, runs this
-    project's exact PyTorch reference in place of a GPU-only kernel (and CPU_STANDINS replace the
-    other Triton-only ops). Yields the windows dict."""
-    layers = [(n, m, a) for n, m, a in adapters.find_layers(model) if a.kind == "softmax" and a.attention_op]
-    windows, current, handles, patched = {}, [None], [], []
-    ours = {"fla-fox": _fla_reference, "fox-official": _official_reference}
-    try:
-        for n, m, a in layers:
-            # the op is attributed to the layer running it; outside any layer it records nothing
-            handles.append(m.register_forward_pre_hook(lambda mod, args, n=n: current.__setitem__(0, n)))
-            handles.append(m.register_forward_hook(lambda mod, args, out: current.__setitem__(0, None)))
-        for fam in sorted({a.family for _, _, a in layers}):
-            mod_path, sym = adapters.get_adapter(fam).attention_op
-            mod = importlib.import_module(mod_path)
-            orig = getattr(mod, sym)
-            run = ours[fam] if cpu and fam in ours else orig
-
-            def op(*args, _run=run, _fam=fam, **kw):
-                if mass_eps is not None and current[0] is not None:
-                    q, k, g, scale = _op_inputs(_fam, args, kw)
-                    windows.setdefault(current[0], []).append(mass_windows_qk(q, k, g, scale, mass_eps, rows))
-                return _run(*args, **kw)
-
-            patched.append((mod, sym, orig))
-            setattr(mod, sym, op)
-        for mod_path, sym, standin in CPU_STANDINS if cpu else ():
-            mod = sys.modules.get(mod_path)
-            if mod is not None and hasattr(mod, sym):
-                patched.append((mod, sym, getattr(mod, sym)))
-                setattr(mod, sym, standin)
-        yield windows
-    finally:
-        for mod, sym, orig in reversed(patched):
-            setattr(mod, sym, orig)
-        for h in handles:
-            h.remove()
-
-
-# ----------------------------------------------------------------------------- capture + analysis
-
-def capture_batches(model, ids, batch, device, mass_eps=None, rows=None, per_channel=True, progress=False):
-    """Log-decays of every gated layer over ids (S, T), `batch` sequences per forward; per-channel
-    decays are kept (S, T, H, K) when per_channel, else reduced to their channel mean batch by batch
-    (a GLA model's channels would otherwise need S * T * key_dim floats per layer). progress: a bar over
-    the forward passes on stderr. A model with `foxwindow_autocast` set (load_model at --dtype bfloat16 /
-    float16) runs under torch.autocast to that dtype, as its own code runs.
-    Returns (decays {name: (S, T, H) or (S, T, H, K) float32}, family {name}, layer {name},
-    mass {name: (S, R, H) int64} for softmax families). ModelError when a kernel cannot run here."""
-    try:
-        layers = adapters.find_layers(model)
-    except ValueError as exc:
-        raise ModelError(f"{exc}: not supported ({supported()})") from None
-    cpu = not str(device).startswith("cuda")
-    if cpu:
-        slow = sorted({a.family for _, m, a in layers if not _runs_on_cpu(m, a)})
-        if slow:
-            raise ModelError(f"family {', '.join(slow)}: its fused kernels are Triton-only and need a GPU "
-                             f"(--device cuda); on the CPU run FoX (ours, official, fla) and Mamba-2 (fla, "
-                             f"transformers)")
-    amp = getattr(model, "foxwindow_autocast", None)
-    dev_type = "cuda" if not cpu else "cpu"
-    parts, mass_parts, fam, lay = {}, {}, {}, {}
-    starts = range(0, ids.shape[0], batch)
-    bar = tqdm(total=ids.shape[0], desc="forward", unit="seq", disable=not progress or len(starts) < 2,
-               file=sys.stderr)
-    with attention_ops(model, mass_eps, rows, cpu=cpu) as win:
-        for s in starts:
-            x = ids[s:s + batch].to(device)
-            win.clear()
-            try:
-                with torch.autocast(dev_type, dtype=amp) if amp is not None else contextlib.nullcontext():
-                    cap = adapters.capture_log_decays(model, x, use_cache=False)
-            except RuntimeError as exc:
-                if "active drivers" in str(exc) or "CUDA" in str(exc):
-                    raise ModelError(f"a kernel of this model needs a GPU ({_first_line(exc)}); "
-                                     f"run with --device cuda") from None
-                raise
-            for n, lg in cap.decays.items():
-                parts.setdefault(n, []).append(lg if per_channel or lg.dim() == 3 else lg.mean(-1))
-            fam.update(cap.family)
-            lay.update(cap.layer)
-            for n, ws in win.items():
-                for k, w in enumerate(ws):
-                    mass_parts.setdefault(n if k == 0 else f"{n}#{k}", []).append(w)
-            bar.update(x.shape[0])
-    bar.close()
-    decays = {n: torch.cat(p, 0) for n, p in parts.items()}
-    mass = {n: torch.cat(p, 0) for n, p in mass_parts.items() if n in decays}
-    return decays, fam, lay, mass
-
-
 def wants_model(args):
     """True when forget.py should take the --model path: --model given, or --checkpoint naming a directory
     (a Hugging Face style checkpoint; this project's own checkpoints are .pt files), then moved to --model."""
@@ -743,21 +588,6 @@ def wants_model(args):
         args.model, args.checkpoint = ck, None
         args.model_flag = "--checkpoint"                # errors name the flag the user gave
     return args.model is not None
-
-
-def analysis_traces(decays, per_channel=False):
-    """{name: (S, T, H)} traces to analyse from captured decays: scalar-per-head layers as they are;
-    per-channel layers (S, T, H, K) as H*K channel traces (head-major: column h*K + k) when per_channel,
-    else as their per-head channel mean (the log geometric-mean decay)."""
-    out = {}
-    for n, lg in decays.items():
-        if lg.dim() == 4:
-            out[n] = lg.flatten(2) if per_channel else lg.mean(-1)
-        elif lg.dim() == 3:
-            out[n] = lg
-        else:
-            raise ValueError(f"{n}: decays must be (S, T, H) or (S, T, H, K); got {tuple(lg.shape)}")
-    return out
 
 
 def add_arguments(p):

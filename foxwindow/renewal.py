@@ -21,7 +21,7 @@ The exact numerics the laws are checked against (iid lattice, AR(1)-logit Markov
 exact.py, above this file. Derivations and statuses: docs/THEORY.md sections 2 (iid laws) and 4 (dependent
 increments); the reference numbers they are checked against: docs/ANCHORS.md.
 
-`python renewal.py` hands over to exact.py: the laws against the exact numerics over a scan of eps.
+`python renewal.py` hands over to lawtable.py: the laws against the exact numerics over a scan of eps.
 """
 import math
 from dataclasses import dataclass

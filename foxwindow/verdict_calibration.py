@@ -26,7 +26,7 @@ import time
 import numpy as np
 from scipy import signal, special
 
-from foxwindow import dependence, exact, forget, outputs, verdict
+from foxwindow import dependence, forget, lawtable, outputs, verdict
 
 MUS = (0.0, 1.5, 3.0, 4.5)          # logit means of a replicate's heads
 SCALE = 0.7                          # logit = mu + SCALE z, z a unit-variance latent
@@ -106,7 +106,7 @@ def replicate(family, rng, S, T, Ls, n_boot=verdict.N_BOOT):
 def study(families, reps, S, T, seed=0, n_boot=verdict.N_BOOT, progress=False):
     """Per family: runs with any "law false", verdict shares, per-test nominal-0.05 rejection rates.
     Returns {family: dict}."""
-    Ls = np.array([forget.threshold(e) for e in exact.EPS_SCAN])
+    Ls = np.array([forget.threshold(e) for e in lawtable.EPS_SCAN])
     out = {}
     for fi, fam in enumerate(families):
         rng = np.random.default_rng([seed, fi])
@@ -148,7 +148,7 @@ def table(res, S, T):
                      f"{sh['undetermined']:.2f} | {r['tested']} of {r['heads']} | "
                      f"{r['rate05_var']:.2f} / {r['rate05_mean']:.2f} | {r['drift']:.2f} | {r['tau_growing']:.2f} |")
     lines.append(f"\n{len(MUS)} heads per run (logit means {', '.join(map(str, MUS))}, scale {SCALE}), {S} documents x "
-                 f"{T} tokens, eps scan {', '.join(f'{e:g}' for e in exact.EPS_SCAN)}, {verdict.N_BOOT}-draw "
+                 f"{T} tokens, eps scan {', '.join(f'{e:g}' for e in lawtable.EPS_SCAN)}, {verdict.N_BOOT}-draw "
                  f"document bootstrap; shares are of all heads. kappa drift: the positions' t-test at the per-test "
                  f"level "
                  f"{verdict.ALPHA:g}/(2 x {len(MUS)}) (a reason, not a state); tau(n) growing: tau_w(T/2)/tau_w(T/8) > "

@@ -326,7 +326,7 @@ def test_register_a_new_family_and_layout_check():
 
 # ----------------------------------------------------------------------------- --model end to end
 
-from foxwindow import hf_models  # noqa: E402
+from foxwindow import hf_capture, hf_models  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -388,7 +388,7 @@ def test_model_flag_end_to_end(tiny_ckpt, tmp_path, capsys):
 
     h = model.model.layers[1].attn.register_forward_pre_hook(grab, with_kwargs=True)
     try:
-        with hf_models.attention_ops(model):
+        with hf_capture.attention_ops(model):
             model(ids, use_cache=False)
     finally:
         h.remove()
@@ -405,7 +405,7 @@ def test_attention_op_mass_windows_match_heads_on_our_model():
     model = fm.FoXLM(fm.FoXConfig(d_model=32, n_layers=2, n_heads=2)).eval()
     tok = torch.randint(0, 256, (3, 64))
     rows = heads._rows(64)
-    with hf_models.attention_ops(model, mass_eps=1e-2, rows=rows, cpu=False) as win:
+    with hf_capture.attention_ops(model, mass_eps=1e-2, rows=rows, cpu=False) as win:
         model(tok)
     _, inputs = heads.capture(model, tok)
     for li in range(2):
@@ -501,7 +501,7 @@ def test_official_attention_op_cpu_standin_and_mass_windows(monkeypatch):
     net = _Net(layer)
     x = _x(10)
     eps, rows = 1e-2, torch.arange(12, T, 3)
-    with hf_models.attention_ops(net, mass_eps=eps, rows=rows, cpu=True) as win:
+    with hf_capture.attention_ops(net, mass_eps=eps, rows=rows, cpu=True) as win:
         out = layer.attn(x)                                     # not through a layer pre-hook: no window
         assert win == {}
         net(x)
@@ -529,10 +529,10 @@ def test_analysis_traces_per_head_and_per_channel():
     g = torch.Generator().manual_seed(11)
     gla = -torch.rand(3, 10, 2, 4, generator=g)                                   # (S, T, H, K)
     fox = -torch.rand(3, 10, 2, generator=g)
-    per_head = hf_models.analysis_traces({"a": gla, "b": fox})
+    per_head = hf_capture.analysis_traces({"a": gla, "b": fox})
     assert per_head["a"].shape == (3, 10, 2) and torch.equal(per_head["b"], fox)
     torch.testing.assert_close(per_head["a"][:, :, 1], gla[:, :, 1].mean(-1))
-    per_ch = hf_models.analysis_traces({"a": gla}, per_channel=True)["a"]
+    per_ch = hf_capture.analysis_traces({"a": gla}, per_channel=True)["a"]
     assert per_ch.shape == (3, 10, 8) and torch.equal(per_ch[:, :, 1 * 4 + 2], gla[:, :, 1, 2])
 
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from conftest import run_cli
-from foxwindow import bench_laws, exact, forget, heads, model, outputs, reach, renewal, train
+from foxwindow import bench_laws, forget, heads, lawtable, model, outputs, reach, renewal, train
 from foxwindow import fox_attention as fa
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "figures"))
@@ -241,10 +241,10 @@ def test_bench_laws_cli(capsys, bad_files, tmp_path):
 
 
 def test_renewal_cli(capsys, tmp_path):
-    _check_usage(capsys, exact.main, ["--eps", "0"], "--eps")
-    _check_usage(capsys, exact.main, ["--eps", "0.1", "1.5"], "--eps", "1.5")
-    _check_usage(capsys, exact.main, ["--json", str(tmp_path)], "--json", "folder")
-    rc, err = _cli(capsys, exact.main, ["--eps"])
+    _check_usage(capsys, lawtable.main, ["--eps", "0"], "--eps")
+    _check_usage(capsys, lawtable.main, ["--eps", "0.1", "1.5"], "--eps", "1.5")
+    _check_usage(capsys, lawtable.main, ["--json", str(tmp_path)], "--json", "folder")
+    rc, err = _cli(capsys, lawtable.main, ["--eps"])
     assert rc == 2 and "--eps" in err
 
 
@@ -409,7 +409,7 @@ def test_commands_leave_shipped_files_intact(tmp_path):
                   "--text-batch", "2", "--key-batch", "2"],
         "figures": [py, "figures/make_figures.py", "--fast", "--only", "1", "--trials", "200"],
         "bad": [py, "forget.py", "--eps", "2"],
-        "bad_renewal": [py, "renewal.py", "--eps", "2"],         # renewal.py's __main__ hands over to exact.py
+        "bad_renewal": [py, "renewal.py", "--eps", "2"],         # renewal.py's __main__ hands over to lawtable.py
     }
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     cmds = {k: [c[0], str(root / c[1])] + c[2:] for k, c in tiny.items()}

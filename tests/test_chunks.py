@@ -13,7 +13,7 @@ import torch
 
 from conftest import bonferroni_z
 from foxwindow import chunks as ch
-from foxwindow import exact, forget
+from foxwindow import chunks_report, exact, forget
 
 
 def test_exp_limits_derived_match_torch():
@@ -109,7 +109,7 @@ def _z(pred, err, r):
     return 0.0 if var == 0 else (pred - r.p) / math.sqrt(var)
 
 
-_op_rates = ch._op_rates                                          # {C: Rate} of the op's failing chunks
+_op_rates = ch.head_op_rates                                     # {C: Rate} of the op's failing chunks
 
 
 def test_iid_gates_predicted_rate_matches_the_op():
@@ -162,7 +162,7 @@ def test_analyse_and_command(tmp_path, capsys):
     path = tmp_path / "t.npz"
     save_trace(path, {"layer": (-x).astype(np.float32)}, {"heads": 2})
     out = tmp_path / "c.json"
-    assert ch.main(["--traces", str(path), "--chunks", "16", "32", "64", "--json", str(out)]) == 0
+    assert chunks_report.main(["--traces", str(path), "--chunks", "16", "32", "64", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "float32" in text and "Recommendation" in text and "law-based prediction" in text
     import json
@@ -171,8 +171,8 @@ def test_analyse_and_command(tmp_path, capsys):
     assert res["recommendation"]["float16"]["chunk"] is None   # re-centre
     assert len(res["heads"]) == 2 * len(ch.DTYPES)
     from foxwindow import outputs
-    assert outputs.cli(ch.main, ["--traces", str(path), "--json", str(out)]) == 2   # exists, no --force
-    assert outputs.cli(ch.main, ["--traces", str(path), "--chunks", "12"]) == 2
+    assert outputs.cli(chunks_report.main, ["--traces", str(path), "--json", str(out)]) == 2   # exists, no --force
+    assert outputs.cli(chunks_report.main, ["--traces", str(path), "--chunks", "12"]) == 2
     # figure 9 from that JSON
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "figures"))
     import fig9_chunks

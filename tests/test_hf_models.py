@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from foxwindow import adapters, heads, hf_models, outputs
+from foxwindow import adapters, heads, hf_capture, hf_models, outputs
 from foxwindow.traces import load_trace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -132,14 +132,14 @@ def official(bpe, tmp_path_factory):
 
 def _official_gates(monkeypatch, model, ids, amp=None):
     """The log forget gates the official layers hand their attention op (B, T, H per call), and the logits."""
-    seen, ref = [], hf_models._official_reference
+    seen, ref = [], hf_capture._official_reference
 
     def rec(q, k, v, log_fgate, **kw):
         seen.append(log_fgate.transpose(1, 2).float() if kw.get("head_first") else log_fgate.float())
         return ref(q, k, v, log_fgate, **kw)
 
-    monkeypatch.setattr(hf_models, "_official_reference", rec)
-    with hf_models.attention_ops(model, cpu=True), torch.no_grad(), \
+    monkeypatch.setattr(hf_capture, "_official_reference", rec)
+    with hf_capture.attention_ops(model, cpu=True), torch.no_grad(), \
             torch.autocast("cpu", dtype=amp, enabled=amp is not None):
         logits = model(ids, use_cache=False).logits
     monkeypatch.undo()
@@ -152,7 +152,7 @@ def test_official_checkpoints_load_and_match_the_official_gates(official, name, 
     model, config = hf_models.load_model(str(d))
     assert config.model_type == "forgetting_transformer-project_fox"
     ids = torch.randint(0, 300, (2, 40), generator=torch.Generator().manual_seed(1))
-    decays, fam, lay, _ = hf_models.capture_batches(model, ids, 2, "cpu")
+    decays, fam, lay, _ = hf_capture.capture_batches(model, ids, 2, "cpu")
     assert set(fam.values()) == {"fox-official"} and sorted(decays) == ["model.layers.0.attn", "model.layers.1.attn"]
     gates, logits = _official_gates(monkeypatch, model, ids)
     for li in range(2):
@@ -170,10 +170,10 @@ def test_official_bfloat16_runs_under_autocast(official, monkeypatch):
     model, _ = hf_models.load_model(str(d), dtype="bfloat16")
     assert model.foxwindow_autocast == torch.bfloat16 and next(model.parameters()).dtype == torch.float32
     ids = torch.randint(0, 300, (2, 40), generator=torch.Generator().manual_seed(2))
-    decays, _, _, _ = hf_models.capture_batches(model, ids, 2, "cpu")
+    decays, _, _, _ = hf_capture.capture_batches(model, ids, 2, "cpu")
     gates, _ = _official_gates(monkeypatch, model, ids, amp=torch.bfloat16)
     torch.testing.assert_close(decays["model.layers.1.attn"], gates[1], rtol=0, atol=0)
-    f32, _, _, _ = hf_models.capture_batches(hf_models.load_model(str(d))[0], ids, 2, "cpu")
+    f32, _, _, _ = hf_capture.capture_batches(hf_models.load_model(str(d))[0], ids, 2, "cpu")
     err = (decays["model.layers.0.attn"] - f32["model.layers.0.attn"]).abs().max()
     assert 0 < err < 0.05                                            # bfloat16 matmuls, not another network
 
@@ -240,7 +240,7 @@ def test_fla_mamba2_loads_as_fla_and_matches_its_decay(fla_mamba2, monkeypatch):
         return orig(t, pad, chunk)
 
     monkeypatch.setattr(fl, "reshape_into_chunks", spy)
-    decays, fam, _, _ = hf_models.capture_batches(model, ids, 2, "cpu")
+    decays, fam, _, _ = hf_capture.capture_batches(model, ids, 2, "cpu")
     assert set(fam.values()) == {"mamba2"}
     internal = seen[1::4]                                               # hidden, A * dt, B, C per mixer
     for li in range(2):
@@ -249,7 +249,7 @@ def test_fla_mamba2_loads_as_fla_and_matches_its_decay(fla_mamba2, monkeypatch):
     a = model.backbone.layers[0].mixer.A_log.exp()
     assert (-decays["backbone.layers.0.mixer"] <= a * 0.05 + 1e-6).all()
     # the loaded network is the saved one (same logits under the same CPU stand-ins)
-    with hf_models.attention_ops(model, cpu=True), torch.no_grad():
+    with hf_capture.attention_ops(model, cpu=True), torch.no_grad():
         got = model(ids).logits
         want = saved(ids).logits
     torch.testing.assert_close(got, want, rtol=0, atol=0)
@@ -269,7 +269,7 @@ def test_fla_mamba2_bfloat16_runs_as_fla_runs_it(fla_mamba2, monkeypatch):
         return orig(t, pad, chunk)
 
     monkeypatch.setattr(fl, "reshape_into_chunks", spy)
-    decays, _, _, _ = hf_models.capture_batches(model, torch.randint(0, 300, (2, 24)), 2, "cpu")
+    decays, _, _, _ = hf_capture.capture_batches(model, torch.randint(0, 300, (2, 24)), 2, "cpu")
     torch.testing.assert_close(decays["backbone.layers.1.mixer"], seen[5].float(), rtol=1e-6, atol=1e-7)
 
 

@@ -1,0 +1,304 @@
+"""`python chunks.py` (`foxwindow chunks`): the chunk-size safety command, its tables and its gate sources.
+
+The numerics and the per-head analysis are in foxwindow/chunks.py; this module feeds it gates and reports:
+
+    main(argv)                     the command line: --traces FILE, the shipped model, --random-layers,
+                                   --synthetic; the per-head table, the recommendation, --json, --markdown
+    print_table / markdown_table   the per-head table (printed) and the README's Markdown table of a JSON
+    synthetic_check()              the laws and trace predictions against the chunked op on synthetic gates
+    random_layer_traces()          flash-linear-attention layers' decays at their random initialisation
+"""
+import math
+import sys
+import time
+from dataclasses import asdict
+
+import numpy as np
+import torch
+
+from foxwindow import forget, outputs
+from foxwindow.chunks import (
+    BLOCK,
+    CHUNKS,
+    DTYPES,
+    RISK,
+    analyse,
+    dependent_tail,
+    exp_limits,
+    head_op_rates,
+    iid_tail,
+    jackknife,
+    law_tail,
+    markov_tail,
+    op_rates,
+    recommend,
+    recommend_per_trace,
+    z_score,
+)
+
+
+def _short(name):
+    parts = name.split(".")
+    return parts[1] if len(parts) > 2 and parts[0] == "blocks" else name
+
+
+def _fmt(p):
+    return "0" if p == 0 else ("1" if p >= 1 - 1e-12 else f"{p:.1e}")
+
+
+def print_table(heads, risk, file=sys.stdout):
+    chunks = heads[0].chunks
+    print(f"P(chunk overflows) per head: predicted (dependence-aware, all sequences) / measured "
+          f"(failures/chunks); safe = largest chunk with risk <= {risk:g}", file=file)
+    hdr = f"{'head':>10s} {'dtype':>8s} {'kappa':>7s} " + " ".join(f"{'C=' + str(C):>17s}" for C in chunks) + \
+        f" {'safe':>5s}"
+    print(hdr, file=file)
+    for h in heads:
+        cells = [f"{_fmt(p):>7s}/{_fmt(m['p']) if m['failures'] else '<' + _fmt(m['upper']):>9s}"
+                 for p, m in zip(h.dep, h.measured)]
+        print(f"{_short(h.name) + ':' + str(h.head):>10s} {h.dtype:>8s} {h.kappa:7.4f} " + " ".join(cells)
+              + f" {h.safe_dep or 're-c':>5}", file=file)
+
+
+def markdown_table(res, dtypes=("float32", "float16"), lo=1e-6):
+    """A Markdown table of the command's JSON `res`: every head, dtype and chunk size whose predicted or
+    measured rate lies in (lo, 1 - lo): predicted (dependence-aware ± SE; iid), measured (failures / chunks,
+    and the chunked op's count when it ran), and the held-out z of both predictions."""
+    ops = res.get("op") or {}
+    lines = ["| head | dtype | C | predicted (dependence-aware ± SE) | iid law | measured (failures / chunks) "
+             "| chunked op NaN chunks | held-out z dep. | held-out z iid |", "|---|---|---|---|---|---|---|---|---|"]
+    for h in res["heads"]:
+        if h["dtype"] not in dtypes:
+            continue
+        for i, C in enumerate(h["chunks"]):
+            m = h["measured"][i]
+            if not (lo < h["dep"][i] < 1 - lo or lo < h["iid"][i] < 1 - lo or 0 < m["p"] < 1):
+                continue
+            op = ops.get(h["name"], {}).get(f"{h['dtype']}:{C}")
+            opc = str(op[h["head"]]["failures"]) if op else "-"
+            lines.append(f"| {_short(h['name'])}.{h['head']} | {h['dtype']} | {C} | {h['dep'][i]:.2e} ± "
+                         f"{h['dep_se'][i]:.1e} | {h['iid'][i]:.2e} | {m['failures']} / {m['chunks']} "
+                         f"({m['p']:.2e} ± {m['se']:.1e}) | {opc} | {h['z_dep'][i]:+.2f} | {h['z_iid'][i]:+.2f} |")
+    return "\n".join(lines)
+
+
+
+
+def _capture_shipped(n_seq, seq_len, checkpoint=None):
+    """The shipped FoX model's log-gates on n_seq held-out sequences: ({hook name: (S, T, H)}, meta)."""
+    from foxwindow import data
+    from foxwindow.model import load_model, shipped_checkpoint
+    from foxwindow.traces import run_with_cache
+    model, meta = load_model(outputs.repo_path(checkpoint) if checkpoint else shipped_checkpoint(), device="cpu")
+    tokens, spans = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
+    traces = {}
+    for s0 in range(0, n_seq, 4):
+        _, cache = run_with_cache(model, tokens[s0:s0 + 4], names_filter=lambda n: n.endswith("hook_log_fgate"))
+        for n, t in cache.items():
+            traces.setdefault(n, []).append(t.numpy())
+    return {n: np.concatenate(v, 0) for n, v in traces.items()}, {"model": meta.get("name", "fox"), "spans": spans}
+
+
+SYNTHETIC = (                   # (gate, dtype): failures between C = 16 and 128
+    (forget.LogitNormalGate(-1.0, 1.0), "float32"),
+    (forget.LogitNormalGate(-0.5, 1.0), "float32"),
+    (forget.LogitNormalGate(1.5, 1.0), "float16"),
+    (forget.AR1LogitGate(-0.6, 1.0, 0.8), "float32"),
+    (forget.AR1LogitGate(-0.6, 1.0, 0.9), "float32"),
+    (forget.AR1LogitGate(2.0, 1.0, 0.9), "float16"),
+)
+
+
+def synthetic_check(cases=SYNTHETIC, chunks=(16, 32, 64, 128), n_seq=32, seq_len=2048, seed=0):
+    """Predicted against measured on synthetic gates: per case and chunk size, the law's P(S_C > theta)
+    (law_tail for iid gates, markov_tail for AR(1)-logit ones), the chunked op's NaN/inf rate on n_seq
+    sequences drawn from the law, the trace predictions fitted on the even sequences (dependence-aware with
+    its jackknife SE, iid) and the op's rate on the odd ones. Returns a list of dict rows."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for gate, dt in cases:
+        th = exp_limits(dt).overflow
+        if gate.iid:
+            t = law_tail(gate, th, chunks)
+            law, law_err = t.p, (t.hi - t.lo) / 2
+            x = gate.sample(rng, (n_seq, seq_len))
+        else:
+            law, law_err = markov_tail(gate, th, chunks)
+            x = gate.sample_paths(rng, n_seq, seq_len)[0]
+        meas = head_op_rates(x, chunks, dt, seed)
+        fit, chk = x[0::2], x[1::2]
+        held = head_op_rates(chk, chunks, dt, seed + 1)
+        dep, dep_se = jackknife(lambda y: dependent_tail(y, th, chunks, bounds=False).p, fit)
+        iid = iid_tail(fit, th, chunks, bounds=False).p
+        for i, C in enumerate(chunks):
+            rows.append(dict(gate=str(gate), dtype=dt, theta=th, chunk=C, law=float(law[i]), law_err=float(law_err[i]),
+                             measured=asdict(meas[C]), z_law=z_score(law[i], law_err[i], meas[C]),
+                             dep=float(dep[i]), dep_se=float(dep_se[i]), iid=float(iid[i]),
+                             held_out=asdict(held[C]), z_dep=z_score(dep[i], dep_se[i], held[C]),
+                             z_iid=z_score(iid[i], 0.0, held[C])))
+    return rows
+
+
+def print_synthetic(rows, file=sys.stdout):
+    print("Synthetic gates: the law's P(S_C > theta) against the chunked op's NaN/inf rate (32 x 2048 drawn from "
+          "the law); trace predictions fitted on the even sequences against the op on the odd ones", file=file)
+    hdr = (f"{'gate':34s} {'dtype':>8s} {'C':>4s} {'law':>9s} {'op rate ± SE':>19s} {'z':>5s} | "
+           f"{'dep (fit) ± SE':>19s} {'iid (fit)':>9s} {'op (check)':>9s} {'z dep':>6s} {'z iid':>6s}")
+    print(hdr, file=file)
+    for r in rows:
+        m, h = r["measured"], r["held_out"]
+        print(f"{r['gate']:34s} {r['dtype']:>8s} {r['chunk']:4d} {r['law']:9.2e} {m['p']:9.2e} ± {m['se']:7.1e} "
+              f"{r['z_law']:5.1f} | {r['dep']:9.2e} ± {r['dep_se']:7.1e} {r['iid']:9.2e} {h['p']:9.2e} "
+              f"{r['z_dep']:6.1f} {r['z_iid']:6.1f}", file=file)
+
+
+RANDOM_FAMILIES = ("fla-fox", "fla-gla", "fla-gated-deltanet", "mamba2")
+
+
+def random_layer_traces(families=RANDOM_FAMILIES, n_seq=32, seq_len=2048, hidden=256, heads=4, seed=0):
+    """Log-decay traces of flash-linear-attention layers at their own random initialisation, reading a random
+    N(0, 1) embedding of the held-out text's bytes (so the gates follow the text's token statistics).
+
+    The decays come from adapters' log_decay (parameters and inputs only: no Triton kernel runs), (S, T, H)
+    float32 per family. GLA's gates are per key channel: its trace is, per head, the channel whose mean -log
+    g is largest (the channel that overflows first; other channels are not checked). Raises ImportError
+    without fla. Returns ({"<family>": (S, T, H)}, meta)."""
+    import importlib
+
+    from foxwindow import adapters, data
+    torch.manual_seed(seed)
+    tokens, spans = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
+    emb = torch.randn(256, hidden, generator=torch.Generator().manual_seed(seed))
+    x = emb[tokens]                                                       # (S, T, hidden)
+    build = {
+        "fla-fox": ("fla.layers.forgetting_attn", "ForgettingAttention", dict(hidden_size=hidden, num_heads=heads)),
+        "fla-gla": ("fla.layers.gla", "GatedLinearAttention", dict(hidden_size=hidden, num_heads=heads)),
+        "fla-gated-deltanet": ("fla.layers.gated_deltanet", "GatedDeltaNet",
+                               dict(hidden_size=hidden, num_heads=heads, head_dim=hidden // heads,
+                                    use_short_conv=False)),
+        "mamba2": ("fla.layers.mamba2", "Mamba2", dict(hidden_size=hidden, num_heads=heads,
+                                                       head_dim=2 * hidden // heads, state_size=16)),
+    }
+    out = {}
+    for fam in families:
+        if fam not in build:
+            raise ValueError(f"family must be one of {tuple(build)}; got {fam!r}")
+        mod, cls, kw = build[fam]
+        layer = getattr(importlib.import_module(mod), cls)(layer_idx=0, **kw).eval()
+        with torch.no_grad():
+            lg = adapters.get_adapter(fam).log_decay(layer, x, {}).float()
+        if lg.dim() == 4:                                                  # (S, T, H, K): the fastest channel
+            pick = (-lg).mean(dim=(0, 1)).argmax(-1)                       # (H,)
+            lg = torch.gather(lg, 3, pick[None, None, :, None].expand(*lg.shape[:3], 1))[..., 0]
+        out[fam] = lg.clamp(max=0.0).numpy()
+    return out, {"model": "fla layers at random init on held-out text", "families": list(families),
+                 "hidden": hidden, "heads": heads, "seed": seed}
+
+
+def main(argv=None):
+    p = outputs.parser("Chunk-size safety: the probability that a chunk of C tokens overflows a chunked "
+                       "kernel's exp(-cum), per head, predicted from the gates and measured on the trace.")
+    p.add_argument("--traces", default=None, help="trace file (.npz from save_trace; None: capture the shipped "
+                   "FoX model's gates on held-out text)")
+    p.add_argument("--random-layers", action="store_true", help="instead: flash-linear-attention layers (FoX, GLA, "
+                   "Gated DeltaNet, Mamba-2) at their random initialisation reading the held-out text")
+    p.add_argument("--synthetic", action="store_true", help="instead: predicted vs the op's measured rate on "
+                   "synthetic iid and AR(1)-logit gates")
+    p.add_argument("--n-seq", type=int, default=32, help="sequences to capture (shipped model)")
+    p.add_argument("--seq-len", type=int, default=2048, help="tokens per captured sequence (shipped model)")
+    p.add_argument("--chunks", type=int, nargs="+", default=list(CHUNKS), help="chunk sizes (multiples of --block)")
+    p.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES, help="compute dtypes")
+    p.add_argument("--risk", type=float, default=RISK, help="acceptable probability that one chunk overflows")
+    p.add_argument("--block", type=int, default=BLOCK, help="block length of the dependence-aware prediction")
+    p.add_argument("--op", action="store_true", help="also run the chunked reference op on the trace and report "
+                   "its NaN/inf rate beside the predictions (slower)")
+    p.add_argument("--json", default=None, help="write the results as JSON to this path")
+    p.add_argument("--markdown", default=None, help="print the README table of a JSON this command wrote, and stop")
+    outputs.add_common(p)
+    a = p.parse_args(argv)
+    if a.markdown:
+        import json
+        with open(outputs.input_file("--markdown", a.markdown)) as f:
+            res = json.load(f)
+        if "heads" not in res:
+            raise outputs.UsageError(f"--markdown: {a.markdown} holds no per-head results (written by --synthetic?)")
+        print(markdown_table(res))
+        return 0
+    outputs.eps_arg("--risk", a.risk)
+    outputs.positive("--block", a.block)
+    for C in a.chunks:
+        outputs.positive("--chunks", C)
+        if C % a.block:
+            raise outputs.UsageError(f"--chunks: {C} is not a multiple of --block {a.block}")
+    if a.json:
+        a.json = outputs.check_writable(a.json, force=a.force, what="--json")
+    t0 = time.perf_counter()
+    if sum(map(bool, (a.traces, a.random_layers, a.synthetic))) > 1:
+        raise outputs.UsageError("--traces, --random-layers and --synthetic exclude each other")
+    if a.synthetic:
+        t0 = time.perf_counter()
+        rows = synthetic_check()
+        print_synthetic(rows)
+        print(f"time {time.perf_counter() - t0:.1f} s")
+        if a.json:
+            outputs.write_json(a.json, {"info": {"synthetic": True}, "rows": rows})
+        return 0
+    if a.traces:
+        from foxwindow.traces import load_trace
+        traces, meta = load_trace(outputs.input_file("--traces", a.traces))
+    elif a.random_layers:
+        outputs.positive("--n-seq", a.n_seq, 2)
+        traces, meta = random_layer_traces(n_seq=a.n_seq, seq_len=a.seq_len)
+    else:
+        outputs.positive("--n-seq", a.n_seq, 2)
+        traces, meta = _capture_shipped(a.n_seq, a.seq_len)
+    t_load = time.perf_counter() - t0
+    heads = analyse(traces, a.chunks, a.dtypes, a.risk, a.block)
+    t_an = time.perf_counter() - t0 - t_load
+    print_table(heads, a.risk)
+    rec = recommend(heads, a.dtypes)
+    per = recommend_per_trace(heads, a.dtypes)
+    print("\nRecommendation (every head under the risk, dependence-aware prediction + 2 SE):")
+    for dt, r in rec.items():
+        print(f"  {dt:>8s}: {r['advice']}; limiting: {', '.join(r['limiting_heads'][:6])}")
+    if len(per) > 1:
+        print("per trace: " + "; ".join(f"{_short(n)}: " + ", ".join(f"{dt} {r['chunk'] or 're-centre'}"
+                                                                  for dt, r in rs.items()) for n, rs in per.items()))
+    S, T = next(iter(traces.values())).shape[:2]
+    lo_n, hi_n = S * (T // max(a.chunks)), S * (T // min(a.chunks))
+    print(f"\nThe tail: a risk of {a.risk:g} per chunk is below what this trace can measure (a chunk size with no "
+          f"failure among its n chunks of a head bounds the rate only by 3/n: {3 / hi_n:.1e} at C = {min(a.chunks)}, "
+          f"{3 / lo_n:.1e} at C = {max(a.chunks)}): below that the law-based prediction carries the recommendation.")
+    print("Formulation: aligned chunks, cum = inclusive cumulative log-gate inside the chunk, b = -cum; the "
+          "textbook kernel's k exp(-cum) = k exp(b) becomes inf (then NaN) once the chunk's sum S_C passes "
+          "theta: " + ", ".join(f"{dt} theta = {exp_limits(dt).overflow:.4f}" for dt in a.dtypes) +
+          "; q exp(cum) only underflows (to 0 past " +
+          ", ".join(f"{exp_limits(dt).underflow:.2f}" for dt in a.dtypes) + "), never first.")
+    ops = None
+    if a.op:
+        ops = {}
+        for name, lg in traces.items():
+            r = op_rates(lg, a.chunks, a.dtypes)
+            ops[name] = {f"{dt}:{C}": [asdict(x) for x in v] for (dt, C), v in r.items()}
+        agree = all(o["failures"] == m["failures"] for h in heads
+                    for C, m in zip(h.chunks, h.measured)
+                    for o in [ops[h.name].get(f"{h.dtype}:{C}", [None] * (h.head + 1))[h.head]] if o is not None)
+        print(f"chunked op: NaN/inf chunks {'equal' if agree else 'DIFFER from'} the chunks with S_C > theta")
+    z = {k: [v for h in heads for v in getattr(h, k) if math.isfinite(v)] for k in ("z_iid", "z_dep", "z_gauss")}
+    print("held-out check (fit on even sequences, measured on odd): median |z| " +
+          ", ".join(f"{k[2:]} {np.median(np.abs(v)):.2f} (max {np.max(np.abs(v)):.1f})" for k, v in z.items() if v))
+    print(f"time: load/capture {t_load:.1f} s, analysis {t_an:.1f} s")
+    if a.json:
+        outputs.write_json(a.json, {
+            "info": {"traces": a.traces, "meta": {k: v for k, v in meta.items() if k != "spans"}, "risk": a.risk,
+                     "block": a.block, "chunks": a.chunks, "dtypes": a.dtypes,
+                     "limits": {dt: asdict(exp_limits(dt)) for dt in a.dtypes},
+                     "formulation": "aligned chunks, inclusive cumulative log-gate; fails when S_C > overflow",
+                     "seconds_analysis": t_an},
+            "recommendation": rec, "recommendation_per_trace": per, "heads": [asdict(h) for h in heads],
+            "op": ops})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(outputs.cli(main))
