@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from conftest import run_cli
-from foxwindow import cli, data, dependent_errors, distributed, exact, heads, outputs, reach, train
+from foxwindow import cli, data, dependent_errors, distributed, exact, forget, heads, outputs, reach, train
 from foxwindow import prune as prune_mod
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -473,7 +473,7 @@ def test_default_outputs_in_the_working_directory(monkeypatch, tmp_path):
 
 def test_library_functions_refuse_bad_values():
     """Public functions the README names: bad values raise ValueError (UsageError) naming them, at once."""
-    for call in (lambda: exact.threshold(0), lambda: exact.threshold(1.0), lambda: exact.threshold(float("nan")),
+    for call in (lambda: forget.threshold(0), lambda: forget.threshold(1.0), lambda: forget.threshold(float("nan")),
                  lambda: train.TrainConfig(steps=-1), lambda: train.TrainConfig(threads=0),
                  lambda: data.heldout_tokens(n_seq=0), lambda: dependent_errors.estimate_seconds(
                      2.0, 0.5, [0.9999], [10], 10, 4, 4)):
