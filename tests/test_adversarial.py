@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from conftest import run_cli
-from foxwindow import cli, data, dependent_errors, distributed, exact, forget, heads, outputs, reach, train
+from foxwindow import cli, data, dependent_errors, distributed, forget, heads, outputs, reach, train
 from foxwindow import prune as prune_mod
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
