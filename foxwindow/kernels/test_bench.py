@@ -324,3 +324,17 @@ def test_json_saved_per_column(tmp_path, monkeypatch, capsys):
         (r,) = data["runs"][mode]
         assert r["ms"]["ours"] > 0 and "cut" not in r["ms"]
     capsys.readouterr()
+
+
+def test_gpu_scripts_name_files_that_exist():
+    """Every .py path the GPU scripts run or test (a path with a folder, or a script the repository's root holds
+    run as `$PY NAME.py`) exists: a moved file must not cost the one GPU call of a session."""
+    import re
+    for script in ("gpu_check.sh", "prepare_gpu.sh"):
+        text = open(os.path.join(ROOT, "foxwindow", "kernels", script)).read()
+        paths = set(re.findall(r"(?<![\w/.$])((?:foxwindow|tests|figures)/[\w./-]+\.py)", text))
+        paths |= set(re.findall(r"\$PY\s+([\w.-]+\.py)", text))
+        paths |= set(re.findall(r"([\w./-]+\.py)::", text))                     # pytest node ids
+        assert paths, script
+        for path in paths:
+            assert os.path.exists(os.path.join(ROOT, path)), f"{script} names {path}, which does not exist"
