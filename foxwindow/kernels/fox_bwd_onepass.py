@@ -578,10 +578,11 @@ def compile_reading(D, cfg, dtype="bf16", group=1, arch=90, name="onepass", fn=N
     return row
 
 
-def main():
-    import argparse
+def main(argv=None):
     import json
-    ap = argparse.ArgumentParser(description="sm_90 compile readings of the one-pass backward (no GPU)")
+
+    from foxwindow import outputs
+    ap = outputs.add_common(outputs.parser("sm_90 compile readings of the one-pass backward (no GPU)"))
     ap.add_argument("--d", default="64,128", help="comma-separated head dims")
     ap.add_argument("--cfg", action="append", default=[],
                     help="BLOCK_M,BLOCK_N,warps,stages (repeatable); default: the shipped Hopper config")
@@ -592,11 +593,14 @@ def main():
     ap.add_argument("--ordered", action="store_true", help='the dq_mode="ordered" variant')
     ap.add_argument("--acp", action="store_true", help="with adaptive computation pruning compiled in")
     ap.add_argument("--json", default="")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     from . import resources
+    dims = resources.head_dims(args.d)
+    if args.json:
+        args.json = outputs.check_writable(args.json, force=args.force, what="--json")      # before the compiles
     fn = None if args.kernel == "onepass" else resources._KERNELS[args.kernel]
     rows = []
-    for D in (int(d) for d in args.d.split(",")):
+    for D in dims:
         default = _HOPPER.get(D, _SAFE) if fn is None else resources.shipped(args.kernel, D)
         for cfg in [tuple(int(x) for x in c.split(",")) for c in args.cfg] or [default]:
             r = compile_reading(D, cfg, args.dtype, args.group, name=args.kernel, fn=fn,
@@ -605,12 +609,11 @@ def main():
             rows.append(r)
             print(json.dumps({k: r[k] for k in r if k not in ("arch",)}), flush=True)
     if args.json:
-        import os
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(dict(triton=triton.__version__, rows=rows), f, indent=1)
-        os.replace(tmp, args.json)
+        outputs.write_json(args.json, dict(triton=triton.__version__, rows=rows))
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from foxwindow import outputs
+    sys.exit(outputs.cli(main))

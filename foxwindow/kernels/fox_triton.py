@@ -132,15 +132,10 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
         n0 = tl.multiple_of(n0, BLOCK_N)
         cols = n0 + offs_n
         if MASK:  # diagonal blocks: causal mask, which also hides keys past Tk
-            n_ok = cols < Tk
-            k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-            v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-            # the rows' own gate words, loaded here (hoisted out of the loop, they cost the loop
+            # the rows' own gate words are loaded inside (hoisted out of the loop, they cost the loop
             # below the diagonal ~20 instructions an iteration on sm_90: register pressure)
-            hq = tl.load(ch_base + pos_m, mask=pos_m < Tk, other=0.0)
-            lq = tl.load(cl_base + pos_m, mask=pos_m < Tk, other=0.0)
-            s = _dot(q, tl.trans(k), PREC) * qk_scale + _pair_decay(hq, lq, ch_base, cl_base, cols, n_ok)
-            s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
+            s, v = _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, cols, offs_d, Tk,
+                                      qk_scale, PREC)
             m_new = tl.maximum(m_i, tl.max(s, 1))   # m_i is finite: the first block came first
             alpha = tl.math.exp2(m_i - m_new)
             p = tl.math.exp2(s - m_new[:, None])
@@ -166,19 +161,27 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
 
 
 @triton.jit
-def _fwd_first(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, Tk, qk_scale,
-               D: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
-    # the first key block n0 (masked), which starts the online softmax: (acc, m, l) from P V
-    # alone, no rescaling of a zero accumulator; m the row max of the true logits
-    cols = n0 + tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, D)
+def _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, cols, offs_d, Tk, qk_scale,
+                       PREC: tl.constexpr):
+    # a key block that touches the diagonal: its V and the scores (log2 units) with the pair's decay from
+    # the exact gate words of both ends and the causal mask (which also hides keys past Tk)
     n_ok = cols < Tk
     k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
     v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
     hq = tl.load(ch_base + pos_m, mask=pos_m < Tk, other=0.0)
     lq = tl.load(cl_base + pos_m, mask=pos_m < Tk, other=0.0)
     s = _dot(q, tl.trans(k), PREC) * qk_scale + _pair_decay(hq, lq, ch_base, cl_base, cols, n_ok)
-    s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
+    return tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf")), v
+
+
+@triton.jit
+def _fwd_first(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, Tk, qk_scale,
+               D: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
+    # the first key block n0 (masked), which starts the online softmax: (acc, m, l) from P V
+    # alone, no rescaling of a zero accumulator; m the row max of the true logits
+    cols = n0 + tl.arange(0, BLOCK_N)
+    s, v = _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, cols, tl.arange(0, D), Tk,
+                              qk_scale, PREC)
     m = tl.max(s, 1)                # finite: every row (padded rows too) sees key n0 <= its position
     p = tl.math.exp2(s - m[:, None])
     acc = _dot(_cast(p, v.dtype, PREC), v, PREC)

@@ -34,9 +34,12 @@ assumed (not measured: no GPU here). Per Python process START_S: torch, CUDA and
 rounded up to 5 s; the rows that matter (target128, acp128, onepass128) come before any step that
 may be cut.
 """
-import argparse
 import math
+import os
 import sys
+
+if __name__ == "__main__":      # run as a script by gpu_check.sh: the repository root on the path, for foxwindow
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 COMPILE_S = 3.5         # measured median 3.2 s here, rounded up
 CONTENTION = 1.5        # the parallel warm step's compiles share disk and memory bandwidth: assumed
@@ -88,7 +91,9 @@ def limits():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    from foxwindow import outputs
+    ap = outputs.parser(__doc__.split("\n")[0])
+    ap.add_argument("--debug", action="store_true", help="on error, show the full traceback")
     ap.add_argument("--check", type=float, default=None, help="exit 1 when the limits add up to more than this")
     ap.add_argument("--limits", action="store_true", help="print name:limit pairs for gpu_check.sh and stop")
     args = ap.parse_args(argv)
@@ -111,4 +116,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from foxwindow import outputs
+    sys.exit(outputs.cli(main))

@@ -26,9 +26,7 @@ strides divisible by 16, GROUP == 1 a constant); without it the reading is of a 
 runs. These readings come from this machine's Triton, which may differ from the GPU machine's in
 details; the GPU benchmark is the judge, this is the cheap first filter.
 """
-import argparse
 import collections
-import json
 import os
 import re
 import subprocess
@@ -40,6 +38,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from foxwindow import outputs  # noqa: E402
 from foxwindow.kernels import fox_triton as kt  # noqa: E402
 
 SM90 = GPUTarget("cuda", 90, 32)
@@ -289,8 +288,19 @@ def fmt(r):
             f" {'SERIAL' if r['serialized'] else '-':6s} {r['mma']:4d} {r['ldgsts']:6d} {r['loop_ins']:5d}")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def head_dims(text):
+    """--d's comma-separated head dims as ints >= 1; UsageError naming --d otherwise."""
+    try:
+        ds = [int(d) for d in text.split(",")]
+    except ValueError:
+        ds = []
+    if not ds or min(ds) < 1:
+        raise outputs.UsageError(f"--d: comma-separated head dims (ints >= 1); got {text!r}")
+    return ds
+
+
+def main(argv=None):
+    ap = outputs.add_common(outputs.parser(__doc__.split("\n")[0]))
     ap.add_argument("--d", default="32,64,128,256", help="comma-separated head dims")
     ap.add_argument("--kernels", default="fwd,dkdv,dq")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
@@ -308,11 +318,17 @@ def main():
     ap.add_argument("--official", default=None, metavar="PATH",
                     help="with --per-score: the official kernel's loops too (its forgetting_attention.py, or a "
                          "folder holding it; default .official/ when present)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    dims = head_dims(args.d)
+    bad = [k for k in args.kernels.split(",") if k not in CANDIDATES]
+    if bad:
+        raise outputs.UsageError(f"--kernels: unknown {bad}; choose from {','.join(CANDIDATES)}")
+    if args.json:
+        args.json = outputs.check_writable(args.json, force=args.force, what="--json")      # before the compiles
     rows = []
     print("kernel D     dtype G   (BM, BN, W, S)    REG STACK loopLS SMEM fits HGMMA waits C7515  HMMA"
           " LDGSTS loopI")
-    for D in (int(d) for d in args.d.split(",")):
+    for D in dims:
         for name in args.kernels.split(","):
             cfgs = CANDIDATES[name] if args.sweep else [shipped(name, D, args.arch)]
             for cfg in cfgs:
@@ -329,7 +345,7 @@ def main():
             if "error" not in r:
                 print(f"  ours     {r['kernel']:<14} D{r['D']:<4d} {str(tuple(r['cfg'])):18s} "
                       + "  ".join(f"{n} ins = {x:.3f}" for n, x in zip(r["loop_sizes"], r["ins_per_score"])))
-        off = official_rows(args.official, [int(d) for d in args.d.split(",")], args.dtype, args.arch)
+        off = official_rows(args.official, dims, args.dtype, args.arch)
         rows += off
         for r in off:
             if "error" in r:
@@ -337,12 +353,9 @@ def main():
             else:
                 print(f"  official {r['kernel']:<14} D{r['D']:<4d} {str(tuple(r['cfg'])):18s} "
                       + "  ".join(f"{n} ins = {x:.3f}" for n, x in zip(r["loop_sizes"], r["ins_per_score"])))
-    if args.json:     # atomically: a reader never sees half a file
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(dict(triton=triton.__version__, target=f"sm_{args.arch}", rows=rows), f, indent=1)
-        os.replace(tmp, args.json)
+    if args.json:
+        outputs.write_json(args.json, dict(triton=triton.__version__, target=f"sm_{args.arch}", rows=rows))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(outputs.cli(main))
