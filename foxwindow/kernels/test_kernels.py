@@ -269,12 +269,12 @@ def test_hopper_configs_compile_without_loop_spills(tmp_path):
     import subprocess
     import sys
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}   # a real compile
-    out = tmp_path / "res.json"
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     rows = []
     # every kernel and head dim without GQA; dK/dV with GQA (its group loop is what spilled); at
     # D = 128 packed sequences with pruning compiled in, and the one-pass backward with pruning
-    for extra in (["--d", "64,128,256"], ["--d", "128", "--group", "2"], ["--d", "128", "--variants"]):
+    for i, extra in enumerate((["--d", "64,128,256"], ["--d", "128", "--group", "2"], ["--d", "128", "--variants"])):
+        out = tmp_path / f"res{i}.json"                 # one file per run: the write guard keeps earlier ones
         p = subprocess.run([sys.executable, "foxwindow/kernels/resources.py", *extra, "--json", str(out)],
                            cwd=root, env=env, capture_output=True, text=True)
         if "cuobjdump not found" in p.stderr:
