@@ -13,7 +13,9 @@ if not torch.cuda.is_available():
 # for every test folder)
 from scipy import stats  # noqa: E402
 
-from foxwindow import forget  # noqa: E402  (after TRITON_INTERPRET is set)
+from foxwindow.laws import gates  # noqa: E402  (after TRITON_INTERPRET is set)
+
+REPO = os.path.dirname(os.path.abspath(__file__))       # the checkout's root (tests/<part>/ lie below)
 
 
 def bonferroni_z(n_checks, alpha=1e-3):
@@ -21,7 +23,7 @@ def bonferroni_z(n_checks, alpha=1e-3):
     return float(stats.norm.isf(alpha / (2 * n_checks)))
 
 
-class CdfOnly(forget.Gate):
+class CdfOnly(gates.Gate):
     """A law seen only through its moments and CDF (its closed form, sampler and atoms hidden), so the
     lattice numerics are exercised on it."""
 

@@ -10,7 +10,7 @@ The layer's `reset` (a_t = 0 at position 0 of each document) is the start of the
 import torch
 import torch.nn.functional as F
 
-from foxwindow.adapters import GateAdapter
+from foxwindow.models.adapters import GateAdapter
 
 
 def rglru_log_decay(layer, x, kw):

@@ -5,7 +5,7 @@ import numpy as np
 import figstyle  # first: it puts the repository root on sys.path
 
 # isort: split
-from foxwindow import exact, forget
+from foxwindow.laws import exact, gates
 
 EPS = 1e-3
 
@@ -13,8 +13,8 @@ EPS = 1e-3
 def make(ctx):
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
     parts = []
-    for i, (g, col, ax) in enumerate(zip(forget.SEED_GATES, figstyle.GATE_COLORS, axes)):
-        W, _ = forget.first_passage_samples(g, EPS, ctx.trials, seed=ctx.seed + 20 + i)
+    for i, (g, col, ax) in enumerate(zip(gates.SEED_GATES, figstyle.GATE_COLORS, axes)):
+        W, _ = gates.first_passage_samples(g, EPS, ctx.trials, seed=ctx.seed + 20 + i)
         ex = exact.exact_first_passage(g, EPS)
         pmf = ex.pmf
         hist = np.bincount(W, minlength=len(pmf)) / len(W)
@@ -32,7 +32,7 @@ def make(ctx):
         ax.legend(loc="upper right", fontsize=8)
         ax.set_ylim(0, 1.6 * pmf.max())
         parts.append(f"E={ex.mean:.1f} Var={ex.var:.2f}")
-    fig.suptitle(f"Fig. 2  Distribution of the ε-window W at ε = {EPS:g} (L = {forget.threshold(EPS):.2f} nats): "
+    fig.suptitle(f"Fig. 2  Distribution of the ε-window W at ε = {EPS:g} (L = {gates.threshold(EPS):.2f} nats): "
                  "simulation matches the exact first-passage pmf", y=1.02)
     fig.tight_layout()
     return figstyle.save(fig, ctx.out, "fig2_window_pmf"), "MC histogram vs exact pmf of W; " + "; ".join(parts)

@@ -5,7 +5,7 @@ import numpy as np
 import figstyle  # first: it puts the repository root on sys.path
 
 # isort: split
-from foxwindow import exact, forget, renewal
+from foxwindow.laws import exact, gates, renewal
 
 
 def make(ctx):
@@ -14,10 +14,10 @@ def make(ctx):
     fig, (am, av) = plt.subplots(1, 2, figsize=(13, 5.2))
     ins = av.inset_axes([0.09, 0.56, 0.36, 0.32])
     summary = []
-    for i, (g, col) in enumerate(zip(forget.SEED_GATES, figstyle.GATE_COLORS)):
+    for i, (g, col) in enumerate(zip(gates.SEED_GATES, figstyle.GATE_COLORS)):
         m = g.moments()
-        Ls = np.array([forget.threshold(e) for e in eps_list])
-        mc = [forget.first_passage_mc(g, e, ctx.trials, seed=ctx.seed + 300 + 20 * i + j)
+        Ls = np.array([gates.threshold(e) for e in eps_list])
+        mc = [gates.first_passage_mc(g, e, ctx.trials, seed=ctx.seed + 300 + 20 * i + j)
               for j, e in enumerate(eps_list)]
         ex = [exact.exact_first_passage(g, e) for e in eps_list]
         lab = figstyle.gate_label(g)

@@ -7,14 +7,14 @@ import numpy as np
 import figstyle  # first: it puts the repository root on sys.path
 
 # isort: split
-from foxwindow import exact, forget, renewal
+from foxwindow.laws import exact, gates, renewal
 
 EPS, M = 1e-3, 0.05
 CVS = (1.0, 0.3, 0.1, 0.03, 0.01)
 
 
 def make(ctx):
-    L = forget.threshold(EPS)
+    L = gates.threshold(EPS)
     w0 = renewal.alibi_window(M, EPS)
     fig, (ap, az, av) = plt.subplots(1, 3, figsize=(17, 6), gridspec_kw=dict(width_ratios=[1.4, 1, 1]))
     colors = plt.cm.viridis(np.linspace(0, 0.9, len(CVS)))
@@ -22,7 +22,7 @@ def make(ctx):
     rows = []
     for cv, col in zip(CVS, colors):
         k = 1.0 / cv ** 2
-        g = forget.GammaIncrement(k, M / k)
+        g = gates.GammaIncrement(k, M / k)
         fp = exact.exact_first_passage(g, EPS)
         pmf = np.pad(fp.pmf, (0, max(0, w[-1] + 1 - len(fp.pmf))))
         p0 = pmf[w0]

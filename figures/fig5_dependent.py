@@ -5,13 +5,13 @@ import numpy as np
 import figstyle  # first: it puts the repository root on sys.path
 
 # isort: split
-from foxwindow import exact, forget, renewal
+from foxwindow.laws import exact, gates, renewal
 
 EPS, MU, S = 1e-6, 2.0, 0.5
 
 
 def _tau_bartlett(phi, L):
-    g = forget.AR1LogitGate(MU, S, phi)
+    g = gates.AR1LogitGate(MU, S, phi)
     m = g.moments()
     s1, s2 = g.dependence_sums()
     lead = renewal.leading_var(m, L)
@@ -20,19 +20,19 @@ def _tau_bartlett(phi, L):
 
 def _second_order(phi, L):
     """Var[W] of the second-order law (lead + C_dep) divided by the iid law sigma^2 L / kappa^3."""
-    lr = exact.ar1_long_run(forget.AR1LogitGate(MU, S, phi))
+    lr = exact.ar1_long_run(gates.AR1LogitGate(MU, S, phi))
     v = renewal.second_order_var(lr.kappa, lr.sigma2_lr, lr.kappa3_lr, lr.sum_k_gamma_k, L)
     return v.var / (lr.sigma2 * L / lr.kappa ** 3)
 
 
 def make(ctx):
-    L = forget.threshold(EPS)
+    L = gates.threshold(EPS)
     phis = np.array([0, 0.3, 0.6, 0.9]) if ctx.fast else np.round(np.arange(0, 0.91, 0.1), 2)
     fig, (ax, ar) = plt.subplots(1, 2, figsize=(14, 5.5))
     pts = []
     for i, phi in enumerate(phis):
         tau, _, lead = _tau_bartlett(phi, L)
-        r = forget.first_passage_mc(forget.AR1LogitGate(MU, S, phi), EPS, ctx.trials, seed=ctx.seed + 500 + i)
+        r = gates.first_passage_mc(gates.AR1LogitGate(MU, S, phi), EPS, ctx.trials, seed=ctx.seed + 500 + i)
         pts.append((phi, tau, r.var / lead, 2 * r.se_var / lead))
     _, tau, ratio, err = map(np.array, zip(*pts))
     ax.errorbar(tau, ratio, yerr=err, fmt="o", color="k", ms=5, capsize=3, zorder=3,
@@ -69,7 +69,7 @@ def make(ctx):
     figstyle.plain_log(ar, "x")
     ax.set_xlabel("τ = 1 + 2 Σ_k ρ_k  (integrated autocorrelation of X = −log g, dimensionless)")
     ax.set_ylabel("variance inflation Var[W] / (σ²L/κ³)")
-    m = forget.LogitNormalGate(MU, S).moments()
+    m = gates.LogitNormalGate(MU, S).moments()
     fig.suptitle(f"Fig. 5  Dependent gates: AR(1) logits z = {MU:g} + {S:g}·y, φ = 0 … {phis[-1]:g}, "
                  f"ε = {EPS:g}\n(L = {L:.2f} nats, L/κ = {L / m.kappa:.0f} tokens); "
                  "the variance grows with τ, the iid law does not", y=1.02)

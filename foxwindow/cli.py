@@ -6,26 +6,29 @@ Each command's module is imported only when that command runs: `foxwindow renewa
 for torch's model code, and a missing optional dependency fails only the command that needs it.
 """
 import importlib
+import os
 import sys
+
+from foxwindow import outputs
 
 # name -> (module, one line for `foxwindow --help`)
 COMMANDS = {
-    "forget": ("heads", "per-head windows and verdicts: the shipped model, saved traces, --model, --synthetic"),
-    "renewal": ("lawtable", "the window laws against exact first-passage numerics"),
-    "train": ("train", "train the FoX language model (or score a checkpoint)"),
-    "prune": ("prune", "ACP block pruning and KV-cache horizons predicted from the gate laws"),
-    "reach": ("reach", "how far each attention kind reaches: windows, attribution, passkey retrieval"),
-    "bench-laws": ("bench_laws", "speed of the window numerics"),
-    "dependent-errors": ("dependent_errors", "the dependent-increment laws against exact numerics"),
-    "lstm-traces": ("lstm", "the textgenrnn character LSTM's forget gates on the held-out text, as a trace file"),
-    "chunks": ("chunks_report", "per-head chunk sizes that overflow chunked kernels, predicted and measured"),
+    "forget": ("heads.command", "per-head windows and verdicts: the shipped model, saved traces, --model, --synthetic"),
+    "renewal": ("laws.lawtable", "the window laws against exact first-passage numerics"),
+    "train": ("training.train", "train the FoX language model (or score a checkpoint)"),
+    "prune": ("uses.prune", "ACP block pruning and KV-cache horizons predicted from the gate laws"),
+    "reach": ("training.reach", "how far each attention kind reaches: windows, attribution, passkey retrieval"),
+    "bench-laws": ("laws.bench", "speed of the window numerics"),
+    "dependent-errors": ("laws.dependent_errors", "the dependent-increment laws against exact numerics"),
+    "lstm-traces": ("models.lstm",
+                    "the textgenrnn character LSTM's forget gates on the held-out text, as a trace file"),
+    "chunks": ("uses.chunks_report", "per-head chunk sizes that overflow chunked kernels, predicted and measured"),
     "figures": (None, "regenerate the figures (figures/make_figures.py; from a source checkout)"),
 }
 
 
 def command(name, argv=None):
     """Run the command `name` with argv (default sys.argv[1:]). Returns its exit code."""
-    from foxwindow import outputs
     if COMMANDS[name][0] is None:
         return outputs.cli(_figures_main, argv)
     mod = importlib.import_module(f"foxwindow.{COMMANDS[name][0]}")
@@ -34,9 +37,6 @@ def command(name, argv=None):
 
 def _figures_main(argv):
     """`foxwindow figures`: the figure scripts live beside the package in a checkout, not in the package."""
-    import os
-
-    from foxwindow import outputs
     script = os.path.join(outputs.REPO, "figures", "make_figures.py")
     if not os.path.isfile(script):
         raise outputs.MissingPiece("the figure scripts are not installed with the package: run "

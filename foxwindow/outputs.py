@@ -27,11 +27,14 @@ Concurrent runs: check_writable takes a lock file .NAME.foxwindow-lock beside ea
 for the run; a second run naming the same output gets a one-line error before its work. The lock goes when
 the file is written or the process exits; one left by a killed process is taken over.
 """
+import argparse
 import atexit
 import contextlib
+import functools
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -312,8 +315,6 @@ def scope():
 
 def scoped(fn):
     """Decorator: run fn inside scope()."""
-    import functools
-
     @functools.wraps(fn)
     def run(*a, **k):
         with scope():
@@ -529,7 +530,7 @@ def write_json(path, obj, indent=1, hold=False):
 
 def save_npz(path, **arrays):
     """numpy.savez to `path` atomically (no ".npz" appended to the name)."""
-    import numpy as np
+    import numpy as np  # numpy: on use (outputs itself imports the standard library only)
     with atomic(path) as tmp:
         with open(tmp, "wb") as fh:
             np.savez(fh, **arrays)
@@ -538,7 +539,7 @@ def save_npz(path, **arrays):
 
 def save_torch(path, obj):
     """torch.save to `path` atomically."""
-    import torch
+    import torch  # torch: heavy, on use (outputs itself imports the standard library only)
     with atomic(path) as tmp:
         torch.save(obj, tmp)
     return path
@@ -571,7 +572,7 @@ def eps_arg(name, v):
 
 def device_arg(name, v):
     """Parse a torch device string; CUDA only where it is available. Returns the string."""
-    import torch
+    import torch  # torch: heavy, on use (outputs itself imports the standard library only)
     try:
         dev = torch.device(v)
     except (RuntimeError, ValueError):
@@ -611,9 +612,6 @@ NEGATIVE_NUMBER = r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$"
 def parser(description, **kw):
     """An ArgumentParser that shows every default in --help, exits 2 with one line on bad usage and reads
     negative numbers in any notation ("-1e6") as values."""
-    import argparse
-    import re
-
     class OneLine(argparse.ArgumentParser):
         def __init__(self, *a, **k):
             super().__init__(*a, **k)

@@ -21,8 +21,11 @@ import pytest
 import torch
 
 from conftest import run_cli
-from foxwindow import cli, data, dependent_errors, distributed, forget, heads, outputs, reach, train
-from foxwindow import prune as prune_mod
+from foxwindow import cli, outputs
+from foxwindow.heads import driver as heads
+from foxwindow.laws import dependent_errors, gates
+from foxwindow.training import data, distributed, reach, train
+from foxwindow.uses import prune as prune_mod
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
@@ -429,7 +432,7 @@ def test_missing_rank_wait_is_stated_and_bounded(tmp_path):
         port = s.getsockname()[1]
     env = dict(os.environ, PYTHONPATH=REPO, WORLD_SIZE="2", RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     env.pop("TORCHELASTIC_RUN_ID", None)
-    code = "from foxwindow import distributed; distributed.setup('cpu', timeout_s=3)"
+    code = "from foxwindow.training import distributed; distributed.setup('cpu', timeout_s=3)"
     t0 = time.time()
     r = subprocess.run([PY, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "waiting up to 3 s for 1 more rank(s)" in r.stderr, r.stderr[-2000:]
@@ -473,7 +476,7 @@ def test_default_outputs_in_the_working_directory(monkeypatch, tmp_path):
 
 def test_library_functions_refuse_bad_values():
     """Public functions the README names: bad values raise ValueError (UsageError) naming them, at once."""
-    for call in (lambda: forget.threshold(0), lambda: forget.threshold(1.0), lambda: forget.threshold(float("nan")),
+    for call in (lambda: gates.threshold(0), lambda: gates.threshold(1.0), lambda: gates.threshold(float("nan")),
                  lambda: train.TrainConfig(steps=-1), lambda: train.TrainConfig(threads=0),
                  lambda: data.heldout_tokens(n_seq=0), lambda: dependent_errors.estimate_seconds(
                      2.0, 0.5, [0.9999], [10], 10, 4, 4)):

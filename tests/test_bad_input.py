@@ -18,12 +18,18 @@ import pytest
 import torch
 
 from conftest import run_cli
-from foxwindow import bench_laws, forget, heads, lawtable, model, outputs, reach, renewal, train
-from foxwindow import fox_attention as fa
+from foxwindow import outputs
+from foxwindow.heads import command
+from foxwindow.heads import driver as heads
+from foxwindow.laws import bench as bench_laws
+from foxwindow.laws import gates, lawtable, renewal
+from foxwindow.models import attention as fa
+from foxwindow.models import fox as model
+from foxwindow.training import reach, train
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "figures"))
 import make_figures  # noqa: E402
-from foxwindow import traces
+from foxwindow.models import traces
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CUDA = torch.cuda.is_available()
@@ -74,34 +80,34 @@ def bad_files(tmp_path_factory):
     (["--n-seq", "100000"], ["--n-seq", "windows"]),
 ])
 def test_forget_cli_usage(capsys, argv, words):
-    _check_usage(capsys, heads.main, argv, *words)
+    _check_usage(capsys, command.main, argv, *words)
 
 
 def test_forget_cli_files(capsys, bad_files, tmp_path):
     d = bad_files
-    _check_usage(capsys, heads.main, ["--json", str(tmp_path / "nodir" / "x.json")], "--json", "does not exist")
-    _check_usage(capsys, heads.main, ["--json", str(tmp_path)], "--json", "is a folder")
-    _check_usage(capsys, heads.main, ["--json", str(d / "existing.json"), "--synthetic"], "--json", "--force")
-    _check_usage(capsys, heads.main, ["--save-traces", str(d / "existing.json" / "x.npz")],
+    _check_usage(capsys, command.main, ["--json", str(tmp_path / "nodir" / "x.json")], "--json", "does not exist")
+    _check_usage(capsys, command.main, ["--json", str(tmp_path)], "--json", "is a folder")
+    _check_usage(capsys, command.main, ["--json", str(d / "existing.json"), "--synthetic"], "--json", "--force")
+    _check_usage(capsys, command.main, ["--save-traces", str(d / "existing.json" / "x.npz")],
                  "--save-traces", "is a file")
-    _check_usage(capsys, heads.main, ["--traces", str(d / "absent.npz")], "--traces", "not found")
-    _check_usage(capsys, heads.main, ["--traces", str(d / "corrupt.npz")], "corrupt")
-    _check_usage(capsys, heads.main, ["--traces", str(d / "bht.npz")], "(B, H, T)", "512 heads")
-    _check_usage(capsys, heads.main, ["--checkpoint", str(d / "garbage.pt")], "--checkpoint", "corrupt")
-    _check_usage(capsys, heads.main, ["--checkpoint", str(d / "foreign.pt")], "--checkpoint", "not a foxwindow")
+    _check_usage(capsys, command.main, ["--traces", str(d / "absent.npz")], "--traces", "not found")
+    _check_usage(capsys, command.main, ["--traces", str(d / "corrupt.npz")], "corrupt")
+    _check_usage(capsys, command.main, ["--traces", str(d / "bht.npz")], "(B, H, T)", "512 heads")
+    _check_usage(capsys, command.main, ["--checkpoint", str(d / "garbage.pt")], "--checkpoint", "corrupt")
+    _check_usage(capsys, command.main, ["--checkpoint", str(d / "foreign.pt")], "--checkpoint", "not a foxwindow")
     assert (d / "existing.json").read_text() == "keep me"
     if not CUDA:
-        _check_usage(capsys, heads.main, ["--device", "cuda"], "--device", "CUDA")
+        _check_usage(capsys, command.main, ["--device", "cuda"], "--device", "CUDA")
 
 
 def test_forget_eps_needs_a_value(capsys):
-    rc, err = _cli(capsys, heads.main, ["--eps"])
+    rc, err = _cli(capsys, command.main, ["--eps"])
     assert rc == 2 and "--eps" in err and len(err.strip().splitlines()) == 1
 
 
 def test_forget_synthetic_json_is_strict(capsys, tmp_path):
     out = tmp_path / "s.json"
-    rc, _ = _cli(capsys, heads.main, ["--synthetic", "--trials", "500", "--no-progress", "--json", str(out)])
+    rc, _ = _cli(capsys, command.main, ["--synthetic", "--trials", "500", "--no-progress", "--json", str(out)])
     assert rc == 0
 
     def no_nan(c):
@@ -172,14 +178,14 @@ def test_forget_script_and_package_share_one_command_line(capsys, monkeypatch, h
     assert all(f in out for f in ("--synthetic", "--traces", "--model", "--n-boot", "--force"))
 
 
-@pytest.mark.parametrize("module, first", [("fox_attention.py", "Forgetting attention"),
-                                           ("outputs.py", "Safe outputs"), ("model.py", "The model"),
-                                           ("data.py", "The corpus"), ("attention_kinds.py", "Attention kinds")])
+@pytest.mark.parametrize("module, first", [("models/attention.py", "Forgetting attention"),
+                                           ("outputs.py", "Safe outputs"), ("models/fox.py", "The model"),
+                                           ("training/data.py", "The corpus"), ("models/kinds.py", "Attention kinds")])
 def test_library_modules_say_what_they_are(capsys, monkeypatch, module, first):
     import runpy
-    monkeypatch.setattr(sys, "argv", [module, "--help"])
+    monkeypatch.setattr(sys, "argv", [os.path.basename(module), "--help"])
     with pytest.raises(SystemExit) as e:
-        runpy.run_module("foxwindow." + module[:-3], run_name="__main__")
+        runpy.run_module("foxwindow." + module[:-3].replace("/", "."), run_name="__main__")
     assert e.value.code in (0, None) and capsys.readouterr().out.startswith(first)
 
 
@@ -267,19 +273,19 @@ def test_windows_needs_time_dim_for_captures():
     rng = np.random.default_rng(1)
     lg = np.log(rng.beta(5, 1, (2, 40, 3)))                                 # (B, T, H)
     with pytest.raises(ValueError, match="dim"):
-        forget.windows(lg, 1e-2)
+        gates.windows(lg, 1e-2)
     with pytest.raises(ValueError, match="dim"):
-        forget.windows(lg, 1e-2, dim=3)
-    W, c = forget.windows(lg, 1e-2, dim=1)
+        gates.windows(lg, 1e-2, dim=3)
+    W, c = gates.windows(lg, 1e-2, dim=1)
     for b in range(2):
         for h in range(3):
-            w1, c1 = forget.windows(lg[b, :, h], 1e-2)
+            w1, c1 = gates.windows(lg[b, :, h], 1e-2)
             assert np.array_equal(W[b, :, h], w1) and np.array_equal(c[b, :, h], c1)
 
 
 def _head_traces(S=4, T=600, seed=0):
     rng = np.random.default_rng(seed)
-    return -forget.LogitNormalGate(1, 1).sample(rng, (S, T))
+    return -gates.LogitNormalGate(1, 1).sample(rng, (S, T))
 
 
 def test_analyse_head_validates():
@@ -451,6 +457,6 @@ def test_analyse_model_checks_trace_path_first(tmp_path):
 
 def test_checkpoint_folder_errors_name_the_flag_given(capsys, tmp_path):
     """A folder passed as --checkpoint is read as a Hugging Face style checkpoint; its errors name --checkpoint."""
-    rc, err = _cli(capsys, heads.main, ["--checkpoint", str(tmp_path), "--no-progress"])
+    rc, err = _cli(capsys, command.main, ["--checkpoint", str(tmp_path), "--no-progress"])
     assert rc == 2 and err.startswith("forget: error: --checkpoint ") and "--model" not in err
     assert len(err.strip().splitlines()) == 1

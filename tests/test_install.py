@@ -18,8 +18,11 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
-MODULES = sorted(f[:-3] for f in os.listdir(os.path.join(REPO, "foxwindow")) if f.endswith(".py")
-                 and f != "__init__.py") + ["kernels"]
+# every module's bare name and every subpackage's (laws, heads, models, uses, training, kernels)
+MODULES = sorted({f[:-3] for _, _, fs in os.walk(os.path.join(REPO, "foxwindow")) for f in fs
+                  if f.endswith(".py") and f != "__init__.py"}
+                 | {d for d in os.listdir(os.path.join(REPO, "foxwindow"))
+                    if os.path.isfile(os.path.join(REPO, "foxwindow", d, "__init__.py"))})
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +89,8 @@ def test_commands_installed_from_another_folder(installed, tmp_path):
     work.mkdir()
     env = _env(shadow, site)
     script = os.path.join(site, "bin", "foxwindow")
-    probe = ("import json, foxwindow, foxwindow.distributed as d, foxwindow.train, foxwindow.heads\n"
+    probe = ("import json, foxwindow, foxwindow.training.distributed as d, foxwindow.training.train\n"
+             "import foxwindow.heads.driver\n"
              "from foxwindow import outputs\n"
              "print(json.dumps([foxwindow.__file__, d.__file__, outputs.repo_path('checkpoints/fox_shakespeare.pt'),"
              " outputs.runs_root()]))")
@@ -131,7 +135,7 @@ def test_beside_dask_distributed(installed, tmp_path):
     site, _, _ = installed
     if importlib.util.find_spec("distributed") is None:
         pytest.skip("Dask's distributed is not installed here (requirements-test.txt installs it)")
-    code = ("import distributed, foxwindow.distributed as fd, sys\n"
+    code = ("import distributed, foxwindow.training.distributed as fd, sys\n"
             "assert hasattr(distributed, 'Client') and fd.__file__.startswith(sys.argv[1]), (distributed, fd)\n"
             "from foxwindow.cli import main\n"
             "sys.exit(main(['renewal', '--eps', '0.1', '--no-progress', '--json', 'd.json']))")

@@ -17,16 +17,19 @@ most ALPHA of runs), the share of heads per verdict, the per-test rejection rate
 of the heads tested, the share flagged for a drift of kappa along the positions, and the share whose
 tau(n) still grows at T/2.
 
-    python -m foxwindow.verdict_calibration [--reps 20] [--n-seq 32] [--seq-len 2048] [--out results/verdict]
+    python -m foxwindow.heads.calibration [--reps 20] [--n-seq 32] [--seq-len 2048] [--out results/verdict]
 """
 import math
+import os
 import sys
 import time
 
 import numpy as np
 from scipy import signal, special
 
-from foxwindow import dependence, forget, lawtable, outputs, verdict
+from foxwindow import outputs
+from foxwindow.heads import dependence, verdict
+from foxwindow.laws import gates, lawtable
 
 MUS = (0.0, 1.5, 3.0, 4.5)          # logit means of a replicate's heads
 SCALE = 0.7                          # logit = mu + SCALE z, z a unit-variance latent
@@ -106,7 +109,7 @@ def replicate(family, rng, S, T, Ls, n_boot=verdict.N_BOOT):
 def study(families, reps, S, T, seed=0, n_boot=verdict.N_BOOT, progress=False):
     """Per family: runs with any "law false", verdict shares, per-test nominal-0.05 rejection rates.
     Returns {family: dict}."""
-    Ls = np.array([forget.threshold(e) for e in lawtable.EPS_SCAN])
+    Ls = np.array([gates.threshold(e) for e in lawtable.EPS_SCAN])
     out = {}
     for fi, fam in enumerate(families):
         rng = np.random.default_rng([seed, fi])
@@ -172,7 +175,6 @@ def main(argv=None):
     bad = [f for f in a.families if f not in NULLS + POWER]
     if bad:
         raise outputs.UsageError(f"--families: unknown {bad}; known: {', '.join(NULLS + POWER)}")
-    import os
     js = outputs.check_writable(os.path.join(a.out, "calibration.json"), force=a.force, what="--out")
     md = outputs.check_writable(os.path.join(a.out, "calibration.md"), force=a.force, what="--out")
     res = study(a.families, a.reps, a.n_seq, a.seq_len, a.seed, progress=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from foxwindow import renewal
+from foxwindow.laws import renewal
 
 MAX_LAG = 256          # lags of the Geyer diagnostic
 LEVEL_TOL = 0.10       # tau(n) has levelled off at n when |tau(2n)/tau(n) - 1| <= 10% ...

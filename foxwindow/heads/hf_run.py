@@ -1,7 +1,7 @@
 """`python forget.py --model DIR`: the per-head window analysis of a Hugging Face style checkpoint.
 
 Loading and tokenising are hf_models.py's, reading the gates hf_capture.py's (and adapters.py's); the per-head analysis,
-the table and the JSON are heads.py's, the same as for the shipped model. This module joins the two:
+the table and the JSON are heads/table.py's, the same as for the shipped model. This module joins the two:
 
     analyse_hf_model(cfg)      ModelRunConfig -> (results [HeadResult], info)
     main_hf_model(args)        forget.py's --model path: one line on stderr and exit code 2 on a problem
@@ -11,11 +11,15 @@ import time
 
 import torch
 
-from foxwindow import adapters, forget, heads, hf_capture, hf_models, outputs, verdict
-from foxwindow.traces import query_rows, save_trace
+from foxwindow import outputs
+from foxwindow.heads import driver, table, verdict
+from foxwindow.laws import gates
+from foxwindow.models import adapters, hf_capture
+from foxwindow.models import hf_load as hf_models
+from foxwindow.models.traces import query_rows, save_trace
 
 
-def analyse_hf_model(cfg, Ls=None, progress=True, save_traces=None, n_boot=heads.N_BOOT, seed=None):
+def analyse_hf_model(cfg, Ls=None, progress=True, save_traces=None, n_boot=driver.N_BOOT, seed=None):
     """Per-head analysis of a Hugging Face style checkpoint (see hf_models' module docstring).
     Ls: thresholds L > 0 of the verdict and predictions (None: the eps scan's); n_boot, seed: as
     heads.analyse_layers. Returns (results [HeadResult], info dict) as heads.analyse_model does, info adding the
@@ -23,8 +27,8 @@ def analyse_hf_model(cfg, Ls=None, progress=True, save_traces=None, n_boot=heads
     constant: a gated state, no KV cache) and whether attention-mass windows exist. save_traces: .npz path for
     the analysed traces (written atomically; check it with outputs.check_writable first); its metadata holds
     the families and kinds, so that predictions made from the traces later know what they apply to."""
-    Ls = [forget.threshold(e) for e in heads.EPS_SCAN] if Ls is None else list(Ls)
-    mass_L = forget.threshold(cfg.mass_eps)
+    Ls = [gates.threshold(e) for e in driver.EPS_SCAN] if Ls is None else list(Ls)
+    mass_L = gates.threshold(cfg.mass_eps)
     t0 = time.perf_counter()
     if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
         raise hf_models.ModelError(f"--device {cfg.device}: no CUDA device here")
@@ -44,13 +48,13 @@ def analyse_hf_model(cfg, Ls=None, progress=True, save_traces=None, n_boot=heads
                                              family_kinds=kinds, kv_cache=all(k == "softmax" for k in kinds.values()),
                                              spans=spans, L=list(Ls), per_channel=cfg.per_channel))
     # the same verdict and predictions as for the shipped model, with each layer's own index
-    results, seed = heads.analyse_layers(traces, Ls, n_boot=n_boot, seed=seed, progress=progress)
+    results, seed = driver.analyse_layers(traces, Ls, n_boot=n_boot, seed=seed, progress=progress)
     heads_of = [(n, h) for n, tr in traces.items() for h in range(tr.shape[2])]
     for i, (r, (n, h)) in enumerate(zip(results, heads_of)):
         if lay[n] is not None:
             r.layer = lay[n]
         lg = traces[n][:, :, h].double().numpy()                                   # (S, T)
-        heads._decay_window_L(r, lg, mass_L, rows.numpy())
+        driver.decay_window_L(r, lg, mass_L, rows.numpy())
         if n in mass:
             r.mass_window_mean = float(mass[n][:, :, h].double().mean())
     no_mass = [f for f in families if kinds[f] != "softmax"]
@@ -67,7 +71,7 @@ def analyse_hf_model(cfg, Ls=None, progress=True, save_traces=None, n_boot=heads
 
 
 def main_hf_model(args):
-    """`python forget.py --model ...` (args parsed by heads.main). Returns the exit code: 0, or 2 after one
+    """`python forget.py --model ...` (args parsed by heads.command.main). Returns the exit code: 0, or 2 after one
     line on stderr for a problem with the model, tokenizer, text, adapter or options."""
     force = bool(getattr(args, "force", False))
     try:
@@ -79,17 +83,17 @@ def main_hf_model(args):
         for p, what in ((json_path, "--json"), (traces_path, "--save-traces")):
             if p:
                 outputs.check_writable(p, force=force, what=what)                 # before any work
-        eps = sorted(set(heads.EPS_SCAN) | {args.eps}, reverse=True)          # eps -> L, once
-        results, info = analyse_hf_model(cfg, Ls=[forget.threshold(e) for e in eps],
+        eps = sorted(set(driver.EPS_SCAN) | {args.eps}, reverse=True)          # eps -> L, once
+        results, info = analyse_hf_model(cfg, Ls=[gates.threshold(e) for e in eps],
                                          progress=not getattr(args, "no_progress", False), save_traces=traces_path,
                                          n_boot=args.n_boot, seed=args.seed)
-        heads.print_table(results, info)
+        table.print_table(results, info)
         for f in info["families"]:
             state = "attends over a KV cache" if info["kinds"][f] == "softmax" else "a gated state, no KV cache"
             print(f"{f} ({state}): {info['laws'][f]}")
         print(f"W_mass: {info['mass_window']}")
         if json_path:
-            outputs.write_json(json_path, heads.to_json(results, info))
+            outputs.write_json(json_path, table.to_json(results, info))
     except (hf_models.ModelError, ValueError) as exc:
         msg = str(exc)
         if getattr(args, "model_flag", "--model") == "--checkpoint":      # a folder given as --checkpoint

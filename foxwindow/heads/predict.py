@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from foxwindow.heads.dependence import jackknife
+
 BLOCK_FRACTION = 0.25      # block length: a quarter of the trace
 WALKS_PER_DOC = 16         # walks per document of the fitted half or of the whole head
 N_CAP = 1 << 17            # longest walk simulated (tokens); a longer window is reported censored there
@@ -32,7 +34,7 @@ QUANTILES = (0.05, 0.5, 0.95)
 def window_rows(x, Ls, r0):
     """Windows W = N - 1 of rows r0..T-1 of increments x (S, T) float64 at thresholds Ls (n,) float.
     Returns (W (S, R, n) int64, censored (S, R, n) bool), R = T - r0; a censored W is the row's index
-    (the true window is at least that). Same windows as forget.windows."""
+    (the true window is at least that). Same windows as gates.windows."""
     S, T = x.shape
     c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1)
     i = np.arange(r0 + 1, T + 1)[:, None]
@@ -106,7 +108,6 @@ def _pooled_moments(W, cens=None):
         return mean, np.full_like(mean, np.nan), var, np.full_like(var, np.nan)
     ml = (s1.sum(0) - s1) / ((S - 1) * m)
     vl = (s2.sum(0) - s2) / ((S - 1) * m) - ml ** 2
-    from foxwindow.dependence import jackknife
     return mean, jackknife(ml), var, jackknife(vl)
 
 
@@ -203,7 +204,6 @@ def out_of_sample(x, W_rows, cens_rows, Ls, rng, per_doc=2 * WALKS_PER_DOC, bloc
 
         cov = np.array([_coverage(F, Wt[d, :, k], Ct[d, :, k]).mean() for d in range(len(test))])
         out.coverage.append(float(cov.mean()))
-        from foxwindow.dependence import jackknife
         loo = (cov.sum() - cov) / (len(cov) - 1) if len(cov) > 1 else np.array([np.nan])
         out.se_coverage.append(float(jackknife(loo)))
         out.censored.append(float(Ct[:, :, k].mean()))

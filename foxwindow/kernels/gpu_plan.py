@@ -41,6 +41,8 @@ import sys
 if __name__ == "__main__":      # run as a script by gpu_check.sh: the repository root on the path, for foxwindow
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from foxwindow import outputs  # noqa: E402
+
 COMPILE_S = 3.5         # measured median 3.2 s here, rounded up
 CONTENTION = 1.5        # the parallel warm step's compiles share disk and memory bandwidth: assumed
 CELL_S = 1.5            # assumed
@@ -91,7 +93,6 @@ def limits():
 
 
 def main(argv=None):
-    from foxwindow import outputs
     ap = outputs.parser(__doc__.split("\n")[0])
     ap.add_argument("--debug", action="store_true", help="on error, show the full traceback")
     ap.add_argument("--check", type=float, default=None, help="exit 1 when the limits add up to more than this")
@@ -116,5 +117,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from foxwindow import outputs
     sys.exit(outputs.cli(main))

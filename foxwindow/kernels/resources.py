@@ -8,6 +8,7 @@ the matrix instructions, per kernel and launch config.
     python -m foxwindow.kernels.resources --d 128 --variants  # + packed varlen with pruning, one-pass backward
     python -m foxwindow.kernels.resources --d 128 --per-score   # instructions per score of every inner loop
     python -m foxwindow.kernels.resources --d 128 --per-score --official PATH   # and the official kernel's beside them
+    python -m foxwindow.kernels.resources onepass --d 128 [--ordered] [--acp]   # the one-pass backward's readings
 
 Triton compiles ahead of time for any target (here sm_90, the H100/H200) with the ptxas it ships,
 and cuobjdump reads the cubin: REG is registers a thread (255 is the ceiling), STACK > 0 or
@@ -27,6 +28,11 @@ runs. These readings come from this machine's Triton, which may differ from the 
 details; the GPU benchmark is the judge, this is the cheap first filter.
 """
 import collections
+import contextlib
+import glob
+import importlib.util
+import io
+import json
 import os
 import re
 import subprocess
@@ -39,6 +45,7 @@ from triton.compiler import ASTSource
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from foxwindow import outputs  # noqa: E402
+from foxwindow.kernels import fox_bwd_onepass as op  # noqa: E402
 from foxwindow.kernels import fox_triton as kt  # noqa: E402
 
 SM90 = GPUTarget("cuda", 90, 32)
@@ -49,15 +56,15 @@ SMEM_LIMITS = {75: 65536, 80: 166912, 86: 101376, 89: 101376, 90: 232448, 100: 2
 def shipped(name, D, arch=90):
     """The launch config fox_triton._config picks on a GPU of compute capability `arch`."""
     major = arch // 10
-    table = kt._HOPPER if major == 9 else kt._NEWER if major >= 10 else kt._AMPERE if major >= 8 else None
-    return table[D][name] if table is not None and D in table else kt._SAFE[name]
+    table = kt.HOPPER if major == 9 else kt.NEWER if major >= 10 else kt.AMPERE if major >= 8 else None
+    return table[D][name] if table is not None and D in table else kt.SAFE[name]
 # pointer arguments that carry the input dtype; every other pointer is float32 (CU: int32)
 _DATA = {"Q", "K", "V", "O", "ORES", "DO", "DQ", "DK", "DV"}
-_KERNELS = {"fwd": kt._fwd_kernel, "dkdv": kt._bwd_dkdv_kernel, "dq": kt._bwd_dq_kernel}
+_KERNELS = {"fwd": kt.fwd_kernel, "dkdv": kt.bwd_dkdv_kernel, "dq": kt.bwd_dq_kernel}
 
 
 def _bin(tool):
-    import triton.backends.nvidia as nv
+    import triton.backends.nvidia as nv  # triton: the kernels extra
     path = os.path.join(os.path.dirname(nv.__file__), "bin", tool)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{tool} not found at {path} (Triton's NVIDIA backend ships it)")
@@ -67,7 +74,7 @@ def _bin(tool):
 def _ptxas(arch):
     """The ptxas Triton uses for sm_`arch` (3.9 ships two; older versions one)."""
     try:
-        from triton.backends.nvidia.compiler import get_ptxas
+        from triton.backends.nvidia.compiler import get_ptxas  # triton: the kernels extra
         return get_ptxas(arch).path
     except (ImportError, AttributeError):
         return _bin("ptxas")
@@ -204,13 +211,12 @@ CANDIDATES = {
 def variant_rows(D, dtype="bf16", group=1, arch=90):
     """The shipped kernels as a packed batch with pruning compiled in (VARLEN and ACP), and the
     one-pass backward (workspace mode, pruning in), each at the config it runs with."""
-    from foxwindow.kernels import fox_bwd_onepass as op
     rows = []
     for name in ("fwd", "dkdv", "dq"):
         r = compile_sm90(name, D, shipped(name, D, arch), dtype, group, arch=arch, VARLEN=True, ACP=True)
         r["kernel"] = name + "+vl+acp"
         rows.append(r)
-    r = op.compile_reading(D, op._HOPPER.get(D, op._SAFE), dtype, group, arch=arch, acp=True)
+    r = onepass_reading(D, op.HOPPER.get(D, op.SAFE), dtype, group, arch=arch, acp=True)
     r["kernel"] = "onepass+acp"
     r["serialized"] = r.get("serialized", False) or r.get("wgmma_serialized", False)
     rows.append(r)
@@ -220,8 +226,6 @@ def variant_rows(D, dtype="bf16", group=1, arch=90):
 def _official_module(path):
     """The official kernel's module, loaded from PATH (its forgetting_attention.py or a folder
     holding it) or .official/; None when there is none."""
-    import glob
-    import importlib.util
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     path = path or os.path.join(root, ".official")
     if os.path.isdir(path):
@@ -241,7 +245,7 @@ def _official_module(path):
 # the tiles); its arguments typed by name: the four data pointers and their gradients in the
 # input dtype, the start-index tables int32, every other pointer float32, sm_scale float32, the
 # rest int32 (sizes and strides, divisible by 16 as in the benchmark, num_groups 1).
-_OFFICIAL = dict(fwd=("_fwd_kernel", "get_fwd_config"), dkdv=("_bwd_kv_kernel", "get_bwd_kv_config"),
+_OFFICIAL = dict(fwd=("fwd_kernel", "get_fwd_config"), dkdv=("_bwd_kv_kernel", "get_bwd_kv_config"),
                  dq=("_bwd_q_kernel", "get_bwd_q_config"))
 
 
@@ -357,5 +361,103 @@ def main(argv=None):
         outputs.write_json(args.json, dict(triton=triton.__version__, target=f"sm_{args.arch}", rows=rows))
 
 
+# ----------------------------------------------------------------------------------------------
+# the one-pass backward (fox_bwd_onepass): what it compiles to on Hopper, without a GPU
+# ----------------------------------------------------------------------------------------------
+
+def loop_counts(cache_dir):
+    """Instructions per iteration of the longest loop (the span of a backward branch) in the
+    cubin compiled into cache_dir, with its HGMMA, MUFU (exp2), FFMA/FADD/FMUL and STG counts."""
+    cubins = glob.glob(os.path.join(cache_dir, "**", "*.cubin"), recursive=True)
+    if len(cubins) != 1:
+        return {}
+    sass = subprocess.run([_bin("cuobjdump"), "-sass", cubins[0]], capture_output=True,
+                          text=True, check=True).stdout
+    ins = [(int(a, 16), op) for a, op in
+           re.findall(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9]*)", sass, re.M)]
+    spans = [(int(t, 16), a) for a, op, rest in
+             re.findall(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?(BRA)(.*)$", sass, re.M)
+             for t in re.findall(r"0x([0-9a-f]+)", rest)[:1] for a in [int(a, 16)] if int(t, 16) < a]
+    if not spans:
+        return {}
+    lo, hi = max(spans, key=lambda s: s[1] - s[0])
+    ops = collections.Counter(op for a, op in ins if lo <= a <= hi)
+    return dict(loop_ins=sum(ops.values()),
+                loop_ops={k: ops[k] for k in ("HGMMA", "HMMA", "MUFU", "FFMA", "FADD", "FMUL", "STG", "LDG",
+                                               "LDGSTS", "LDS", "STS")})
+
+
+def onepass_reading(D, cfg, dtype="bf16", group=1, arch=90, name="onepass", fn=None, ordered=False, acp=False):
+    """Compile the one-pass kernel for sm_`arch` ahead of time (this module's method: the
+    ptxas and cuobjdump Triton ships, the launch-time specialisation of the benchmark shapes) with
+    cfg = (BLOCK_M, BLOCK_N, num_warps, num_stages); return resources' reading (registers, stack,
+    loop spills, shared memory, HGMMA/HMMA/LDGSTS counts) plus ptxas's warnings and performance
+    notes (C7512 / C7515: "wgmma.mma_async instructions are serialized", with the reason). `name`
+    and `fn` read another kernel the same way (e.g. "dkdv", fox_triton.bwd_dkdv_kernel). Needs a
+    process without TRITON_INTERPRET. acp: with adaptive computation pruning compiled in."""
+    knobs = triton.knobs
+    old = knobs.nvidia.dump_ptxas_log, knobs.cache.dir
+    out = io.StringIO()
+    consts = dict(ACP=acp) if fn is not None else dict(ORDERED=ordered, ASM_WAIT=ordered,
+                                                       ARRIVALS=32 * cfg[2] if ordered else 1, ACP=acp)
+    compile_ = triton.compile
+
+    def compile_i32_sem(src, *a, **kw):      # resources types every other pointer as float32
+        if "SEM" in getattr(src, "signature", {}):
+            src.signature["SEM"] = "*i32"
+        return compile_(src, *a, **kw)
+    with tempfile.TemporaryDirectory() as tmp:
+        knobs.nvidia.dump_ptxas_log, knobs.cache.dir = True, tmp      # a fresh compile: ptxas runs
+        triton.compile = compile_i32_sem
+        try:
+            with contextlib.redirect_stdout(out):
+                row = compile_sm90(name, D, tuple(cfg), dtype, group,
+                                             fn=fn or op.bwd_onepass_kernel, arch=arch, **consts)
+            if "error" not in row:
+                row.update(loop_counts(tmp))
+        finally:
+            knobs.nvidia.dump_ptxas_log, knobs.cache.dir = old
+            triton.compile = compile_
+    log = out.getvalue()
+    row["ptxas_warnings"] = sorted({line.split(":", 1)[-1].strip()[:160] for line in log.splitlines()
+                                    if "warning" in line.lower() or "Performance Loss" in line})
+    row["wgmma_serialized"] = "serialized" in log
+    row["ptxas_log_lines"] = len(log.splitlines())      # 0 would mean ptxas never ran
+    return row
+
+
+def onepass_main(argv=None):
+    """`python -m foxwindow.kernels.resources onepass [...]`: the one-pass backward's sm_90 readings."""
+    ap = outputs.add_common(outputs.parser("sm_90 compile readings of the one-pass backward (no GPU)"))
+    ap.add_argument("--d", default="64,128", help="comma-separated head dims")
+    ap.add_argument("--cfg", action="append", default=[],
+                    help="BLOCK_M,BLOCK_N,warps,stages (repeatable); default: the shipped Hopper config")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--group", type=int, default=1)
+    ap.add_argument("--kernel", default="onepass", choices=["onepass", "fwd", "dkdv", "dq"],
+                    help="read fox_triton's shipped kernels the same way, for comparison")
+    ap.add_argument("--ordered", action="store_true", help='the dq_mode="ordered" variant')
+    ap.add_argument("--acp", action="store_true", help="with adaptive computation pruning compiled in")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args(argv)
+    dims = head_dims(args.d)
+    if args.json:
+        args.json = outputs.check_writable(args.json, force=args.force, what="--json")      # before the compiles
+    fn = None if args.kernel == "onepass" else _KERNELS[args.kernel]
+    rows = []
+    for D in dims:
+        default = op.HOPPER.get(D, op.SAFE) if fn is None else shipped(args.kernel, D)
+        for cfg in [tuple(int(x) for x in c.split(",")) for c in args.cfg] or [default]:
+            r = onepass_reading(D, cfg, args.dtype, args.group, name=args.kernel, fn=fn,
+                                ordered=args.ordered, acp=args.acp)
+            r["ordered"], r["acp"] = args.ordered, args.acp
+            rows.append(r)
+            print(json.dumps({k: r[k] for k in r if k not in ("arch",)}), flush=True)
+    if args.json:
+        outputs.write_json(args.json, dict(triton=triton.__version__, rows=rows))
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["onepass"]:                 # the one-pass backward's readings
+        sys.exit(outputs.cli(onepass_main, sys.argv[2:]))
     sys.exit(outputs.cli(main))

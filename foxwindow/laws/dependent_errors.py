@@ -3,7 +3,7 @@ dependence structures: AR(1) logits, a regime-switching two-state chain, a rotat
 correlations change sign with the lag (markov.markov_chain_first_passage is their exact reference).
 
 For gate z = mu + s y, y a stationary AR(1) with coefficient phi, X = softplus(-z), and each L/kappa in a
-grid, this compares the laws of renewal.py with (a) first-passage Monte Carlo (forget.first_passage_mc,
+grid, this compares the laws of renewal.py with (a) first-passage Monte Carlo (gates.first_passage_mc,
 SEs of mean and variance) and (b) the exact Markov-additive numerics (exact.markov_first_passage).
 Law moments come from the gate's law (Hermite sums, the chain's fundamental matrix), never from samples.
 The laws and their statuses: docs/THEORY.md section 4.
@@ -20,8 +20,10 @@ import sys
 import time
 
 import numpy as np
+from tqdm import tqdm
 
-from foxwindow import exact, forget, outputs, renewal
+from foxwindow import outputs
+from foxwindow.laws import exact, gates, markov, renewal
 
 PHIS = (0.5, 0.9, 0.97)
 RATIOS = (10, 17, 30, 50, 100, 200)
@@ -48,7 +50,7 @@ MAX_Y_NODES = 1500          # phi beyond ~0.9955: the y grid alone (nodes^2 doub
 
 
 def y_nodes(phi):
-    """Nodes of exact._ar1_chain's y grid at AR(1) coefficient phi."""
+    """Nodes of exact.ar1_chain's y grid at AR(1) coefficient phi."""
     a = math.sqrt(1.0 - phi ** 2)
     return 2 * int(math.ceil(8.0 / min(0.25, a / 2))) + 1
 
@@ -66,7 +68,7 @@ def estimate_seconds(mu, s, phis, ratios, trials, cells, scan_cells, scan=True):
         r = max(ratios)
         total += SEC_PER_EXACT_UNIT * r * (r + 60) * cells * M * M
         if scan:
-            tau = exact.ar1_long_run(forget.AR1LogitGate(mu, s, phi)).tau
+            tau = exact.ar1_long_run(gates.AR1LogitGate(mu, s, phi)).tau
             rs = max(TAU_MULTS) * tau
             total += SEC_PER_EXACT_UNIT * rs * (rs + 60) * scan_cells * M * M
         total += SEC_PER_MC_STEP * trials * sum(q + 20 for q in ratios)
@@ -94,11 +96,10 @@ VAR_LAWS = ("lead", "bartlett", "second", "finite_n")
 
 
 def measure(mu, s, phis, ratios, trials, seed, cells, progress=True):
-    from tqdm import tqdm
     rows = []
     bar = tqdm(total=len(phis) * (len(ratios) + 1), desc="dependent laws", disable=not progress, file=sys.stderr)
     for i, phi in enumerate(phis):
-        g = forget.AR1LogitGate(mu, s, phi)
+        g = gates.AR1LogitGate(mu, s, phi)
         lr = exact.ar1_long_run(g)
         Ls = [r * lr.kappa for r in ratios]
         gamma = g.autocovariance(np.arange(int(max(ratios)) + 2))       # (n_lags,) gamma_0 = sigma2
@@ -108,7 +109,7 @@ def measure(mu, s, phis, ratios, trials, seed, cells, progress=True):
         t_exact = time.time() - t0
         bar.update()
         for j, (r, L, ex) in enumerate(zip(ratios, Ls, passages)):
-            mc = forget.first_passage_mc(g, math.exp(-L), trials, seed=seed + 100 * i + j)
+            mc = gates.first_passage_mc(g, math.exp(-L), trials, seed=seed + 100 * i + j)
             row = dict(mu=mu, s=s, phi=phi, tau=lr.tau, L_over_kappa=r, L=L, L_over_kappa_tau=r / lr.tau,
                        kappa=lr.kappa, sigma2_lr=lr.sigma2_lr, kappa3_lr=lr.kappa3_lr,
                        sum_k_gamma_k=lr.sum_k_gamma_k, trials=trials, seed=seed + 100 * i + j,
@@ -141,10 +142,9 @@ def regime_scan(mu, s, phis, mults, cells, progress=True):
     tolerance the smallest m from which on every scanned point is within it. The leading law's own
     thresholds lie beyond the scan; they follow from the O(1) term C_dep, which the second-order law's
     agreement with the exact numerics at the largest m confirms (its error is printed)."""
-    from tqdm import tqdm
     out = []
     for phi in tqdm(phis, desc="regime scan", disable=not progress, file=sys.stderr):
-        g = forget.AR1LogitGate(mu, s, phi)
+        g = gates.AR1LogitGate(mu, s, phi)
         lr = exact.ar1_long_run(g)
         Ls = [m * lr.tau * lr.kappa for m in mults]
         gamma = g.autocovariance(np.arange(int(max(Ls) / lr.kappa) + 2))
@@ -323,19 +323,18 @@ def structures():
     """Three dependence structures, each (name, kind, object): AR(1) logits (positive geometric correlation),
     regime switching (a sticky two-state chain: positive correlation with a large C_dep > 0) and a rotating
     three-state chain (correlations that change sign with the lag)."""
-    ln = forget.LogitNormalGate
+    ln = gates.LogitNormalGate
     regime = (np.array([[0.97, 0.03], [0.05, 0.95]]), [ln(3.0, 0.3), ln(0.5, 0.8)])
     rot = (np.array([[0.05, 0.9, 0.05], [0.05, 0.05, 0.9], [0.9, 0.05, 0.05]]),
            [ln(3.0, 0.3), ln(1.5, 0.5), ln(0.3, 0.8)])
-    return [("AR(1) logits, phi = 0.9", "ar1", forget.AR1LogitGate(2, 0.5, 0.9)),
+    return [("AR(1) logits, phi = 0.9", "ar1", gates.AR1LogitGate(2, 0.5, 0.9)),
             ("regime switching (2 states)", "chain", regime),
             ("rotating chain (3 states, sign-changing rho)", "chain", rot)]
 
 
 def chain_autocovariance(P, laws, n_lags):
     """gamma_k, k = 0..n_lags - 1, of X for a stationary chain with per-state laws (from the law)."""
-    from foxwindow import markov
-    pi = markov._stationary(P)
+    pi = markov.stationary(P)
     mom = [g.moments() for g in laws]
     mj = np.array([m.kappa for m in mom])
     vj = np.array([m.sigma2 for m in mom])
@@ -351,7 +350,6 @@ def chain_autocovariance(P, laws, n_lags):
 def structure_scan(mults=STRUCT_MULTS, cells=8, progress=True):
     """Every law's error against the exact Markov-additive numerics on the three structures at L/kappa =
     m max(tau, 1). Returns rows (dicts)."""
-    from foxwindow import markov
     rows = []
     for name, kind, obj in structures():
         if kind == "ar1":

@@ -26,7 +26,7 @@ from fractions import Fraction
 import numpy as np
 from scipy import stats
 
-from foxwindow import forget
+from foxwindow.laws import gates, lattice
 
 _DELTA = 1e-30                  # survival within this of 1 (below n_lo) or 0 (above n_hi) is not computed
 _PRUNE = 1e-40                  # count states below this probability are dropped, their mass counted as error
@@ -337,28 +337,28 @@ def compound(n0y, sy, EN, VN, dE, dV, q, label):
 # ----------------------------------------------------------------------------- the route from exact.py
 
 
-class AtomGate(forget.EmpiricalGate):
+class AtomGate(gates.EmpiricalGate):
     """Atoms with unequal probabilities (a custom law found discrete by its CDF): values x (k,), probs w (k,)."""
 
     def __init__(self, values, probs, name):
         self.x, self.w, self.name = np.asarray(values, dtype=np.float64), np.asarray(probs, dtype=np.float64), name
 
     def moments(self):
-        return forget.Moments.from_raw(*(float(np.dot(self.w, self.x ** j)) for j in (1, 2, 3)))
+        return gates.Moments.from_raw(*(float(np.dot(self.w, self.x ** j)) for j in (1, 2, 3)))
 
     def cdf(self, x):
         c = np.concatenate([[0.0], np.cumsum(self.w)])
         return c[np.searchsorted(self.x, np.asarray(x, dtype=np.float64), side="right")]
 
 
-class _Positive(forget.Gate):
+class _Positive(gates.Gate):
     """X given X > 0 for a law with an atom q at 0 and a density elsewhere (moments and CDF rescaled)."""
     atomless = True
 
     def __init__(self, gate, q, m):
         self.gate, self.q, self.name = gate, q, f"{gate} given X > 0"
         self.smooth = gate.smooth
-        self.m = forget.Moments.from_raw(m.kappa / (1 - q), m.mu2 / (1 - q), m.mu3 / (1 - q))
+        self.m = gates.Moments.from_raw(m.kappa / (1 - q), m.mu2 / (1 - q), m.mu3 / (1 - q))
 
     def moments(self):
         return self.m
@@ -372,43 +372,44 @@ def atomic_passage(gate, eps, L, m, tol, strict, richardson, var_tol):
     of a gate that does not declare itself atomless. Few values: exact sums (discrete.py); an atom at 0: exact
     geometric compounding over the walk of X given X > 0; many atoms: the bracketed lattice (None is returned
     and the caller goes on). A custom law with atoms at positive values and a continuous part is refused.
-    Called by exact.exact_first_passage with its validated arguments; returns an exact.FirstPassage or None."""
-    from foxwindow import exact
-    if isinstance(gate, forget.EmpiricalGate):
+    Called by exact.exact_first_passage with its validated arguments; returns a lattice.FirstPassage or None."""
+    if isinstance(gate, gates.EmpiricalGate):
         law = (DiscreteLaw.from_atoms(gate.x, gate.w) if isinstance(gate, AtomGate)
                else DiscreteLaw.from_samples(gate.x))
     elif getattr(gate, "atomless", False):
         return None
     else:
-        vals, mass = find_atoms(gate.cdf, exact._support(gate, m)[1])
+        vals, mass = find_atoms(gate.cdf, lattice.cdf_support(gate, m)[1])
         if len(vals) == 0:
             return None
         if mass.sum() >= 1.0 - 1e-9:
             law = DiscreteLaw.from_atoms(vals, mass)
         elif vals[-1] == 0.0:                               # an atom at 0 and a density elsewhere
             q = float(mass[0])
-            fy = exact.exact_first_passage(_Positive(gate, q, m), eps, tol, strict, richardson, var_tol)
+            fy = lattice.lattice_passage(_Positive(gate, q, m), eps, L, _Positive(gate, q, m).moments(), tol, strict,
+                                         richardson, var_tol)
             out = compound(fy.n0, fy.survival, fy.mean + 1, fy.var, fy.mean_err, fy.var_err, q,
                                     fy.method)
             n0, sv, mean, var, me, ve, method = out
-            return exact._finish(gate, eps, sv, n0, mean, var, method, me, ve, fy.h)
+            return lattice.finish(gate, eps, sv, n0, mean, var, method, me, ve, fy.h)
         else:
             raise ValueError(f"{gate}: its CDF has atoms (at x = {vals[:4]}, total mass {mass.sum():.3g}) and a "
                              "continuous part; the exact numerics take a density, a discrete law, or a density "
                              "with an atom at 0 only")
     try:
         n0, s, mean, var, me, ve, method = passage(law, L)
-        me += exact._FLOOR * abs(mean)
-        ve += exact._FLOOR * max(abs(var), 1.0)
-        return exact._finish(gate, eps, s, n0, mean, var, method, me, ve)
+        me += lattice.FLOOR * abs(mean)
+        ve += lattice.FLOOR * max(abs(var), 1.0)
+        return lattice.finish(gate, eps, s, n0, mean, var, method, me, ve)
     except TooLarge:
         pass
     if law.q > 0:                                           # many positive values: bracketed lattice, compounded
-        fy = exact.exact_first_passage(AtomGate(law.values, law.probs, f"{gate} given X > 0"), eps, tol, strict,
-                                 richardson, var_tol)
+        pos = AtomGate(law.values, law.probs, f"{gate} given X > 0")
+        fy = lattice.lattice_passage(pos, eps, L, pos.moments(), tol, strict, richardson, var_tol)
         n0, s, mean, var, me, ve, method = compound(fy.n0, fy.survival, fy.mean + 1, fy.var, fy.mean_err,
                                                             fy.var_err, law.q, fy.method)
-        return exact._finish(gate, eps, s, n0, mean, var, method, me, ve, fy.h)
-    if isinstance(gate, forget.EmpiricalGate):
+        return lattice.finish(gate, eps, s, n0, mean, var, method, me, ve, fy.h)
+    if isinstance(gate, gates.EmpiricalGate):
         return None
-    return exact.exact_first_passage(AtomGate(law.values, law.probs, str(gate)), eps, tol, strict, richardson, var_tol)
+    atoms = AtomGate(law.values, law.probs, str(gate))
+    return lattice.lattice_passage(atoms, eps, L, atoms.moments(), tol, strict, richardson, var_tol)

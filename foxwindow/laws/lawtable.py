@@ -12,18 +12,20 @@ compares them.
 import math
 import sys
 
-from foxwindow import exact, forget, outputs
-from foxwindow.forget import threshold
-from foxwindow.renewal import alibi_window, leading_var, renewal_mean, smith_C, smith_var
+from tqdm import tqdm
+
+from foxwindow import outputs
+from foxwindow.laws import exact, gates
+from foxwindow.laws.gates import threshold
+from foxwindow.laws.renewal import alibi_window, leading_var, renewal_mean, smith_C, smith_var
 
 
 def synthetic_table(eps=1e-3, trials=200_000, seed=0, progress=True):
     """Rows for the seed's gates and ALiBi: Monte Carlo vs laws vs exact numerics."""
-    from tqdm import tqdm
-    gates = list(forget.SEED_GATES) + [forget.ConstantGate(m) for m in forget.ALIBI_SLOPES]
+    seed_gates = list(gates.SEED_GATES) + [gates.ConstantGate(m) for m in gates.ALIBI_SLOPES]
     rows = []
-    for i, g in enumerate(tqdm(gates, desc="first passage", disable=not progress, file=sys.stderr)):
-        mc = forget.first_passage_mc(g, eps, trials, seed + i)
+    for i, g in enumerate(tqdm(seed_gates, desc="first passage", disable=not progress, file=sys.stderr)):
+        mc = gates.first_passage_mc(g, eps, trials, seed + i)
         ex = exact.exact_first_passage(g, eps)
         L = threshold(eps)
         m = g.moments()
@@ -59,10 +61,9 @@ def print_synthetic(rows):
 EPS_SCAN = (0.5, 0.3, 0.1, 0.03, 0.01, 3e-3, 1e-3, 3e-4, 1e-4, 1e-5, 1e-6)
 
 
-def scan(gates, eps_list=EPS_SCAN, progress=True):
-    from tqdm import tqdm
+def scan(gate_list, eps_list=EPS_SCAN, progress=True):
     rows = []
-    jobs = [(g, e) for g in gates for e in eps_list]
+    jobs = [(g, e) for g in gate_list for e in eps_list]
     for g, eps in tqdm(jobs, desc="exact numerics", disable=not progress, file=sys.stderr):
         m, L = g.moments(), threshold(eps)
         ex = exact.exact_first_passage(g, eps)
@@ -89,8 +90,8 @@ def main(argv=None):
         outputs.eps_arg("--eps", e)
     if a.json:
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")
-    gates = list(forget.SEED_GATES) + [forget.BetaGate(20, 1)]
-    rows = scan(gates, a.eps, progress=not a.no_progress)
+    seed_gates = list(gates.SEED_GATES) + [gates.BetaGate(20, 1)]
+    rows = scan(seed_gates, a.eps, progress=not a.no_progress)
     print("Windows W = N - 1. err = law - exact. 'lead' = sigma^2 L/kappa^3; expansions need lead >~ 0.3. "
           "'exact err' = the exact numerics' own error estimate (larger of mean, variance).")
     hdr = (f"{'gate':28s} {'eps':>7s} {'E[W] exact':>11s} {'err mean':>9s} {'Var exact':>10s} "
@@ -104,7 +105,7 @@ def main(argv=None):
               f"{r['err_leading']:9.2e} {r['C']:8.4f} {r['err_smith']:9.1e} {r['lead_term']:8.3f} "
               f"{max(r['exact_mean_err'], r['exact_var_err']):9.1e}{flag}")
     print("\nLeading law relative error below 1e-3 once L exceeds (|C|/1e-3 - C) kappa^3/sigma^2:")
-    for g in gates:
+    for g in seed_gates:
         r = next(r for r in rows if r["gate"] == str(g))
         print(f"  {str(g):28s} L > {r['L_rel_1e3']:.1f}  (eps < {math.exp(-r['L_rel_1e3']):.1e})")
     print("\nNear the lattice limit (gamma increments, mean 0.05, eps = 1e-3): the distribution converges "
@@ -112,7 +113,7 @@ def main(argv=None):
     print(f"{'cv':>6s} {'P(W=138)':>9s} {'E[W]':>9s} {'Var[W]':>9s} {'lead':>8s} {'Smith':>8s}")
     for cv, pw, mean, var in exact.alibi_limit(0.05, 1e-3):
         k = 1 / cv ** 2
-        m = forget.GammaIncrement(k, 0.05 / k).moments()
+        m = gates.GammaIncrement(k, 0.05 / k).moments()
         L = threshold(1e-3)
         print(f"{cv:6.2f} {pw:9.4f} {mean:9.3f} {var:9.4f} {leading_var(m, L):8.4f} {smith_var(m, L):8.4f}")
     if a.json:
@@ -120,7 +121,7 @@ def main(argv=None):
 
 
 def run(argv=None):
-    """The `renewal` console command, `python renewal.py` and `python -m foxwindow.lawtable`: main with one-line
+    """The `renewal` console command, `python renewal.py` and `python -m foxwindow.laws.lawtable`: main with one-line
     errors."""
     return outputs.cli(main, argv)
 

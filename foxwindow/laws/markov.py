@@ -1,5 +1,5 @@
 """Exact (numerical) first passage for Markov-additive walks: a finite-state chain y_t with transition matrix P
-and, given y_t = j, an increment X_t drawn from the state's own law (a forget.Gate). Real heads live at short
+and, given y_t = j, an increment X_t drawn from the state's own law (a gates.Gate). Real heads live at short
 windows (L/kappa of 1-3 correlation times), where the dependent laws fail; this is their oracle.
 
   markov_chain_first_passage   any finite chain with per-state gate laws (the model a user fits to a head)
@@ -14,15 +14,19 @@ y grid. The returned error is the sum of the Richardson step, the change between
 survival past the last step. Time is bounded: the cost is estimated before the work and refused past
 max_seconds, and the walk stops with an error if it runs over.
 """
+import ctypes
+import glob
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import signal, special
+from tqdm import tqdm
 
-from foxwindow import forget
+from foxwindow.laws import discrete, gates, lattice
 
 
 class _OneBlasThread:
@@ -33,9 +37,6 @@ class _OneBlasThread:
     def __enter__(self):
         self.lib, self.prev = None, None
         try:
-            import ctypes
-            import glob
-            import os
             d = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
             for path in glob.glob(os.path.join(d, "*openblas*")):
                 lib = ctypes.CDLL(path)
@@ -99,8 +100,7 @@ def _check_tol(tol):
 
 def _state_pmf(law, h, support):
     """(ka, p): the state's increment split between lattice points k h (mean-preserving), p[i] at ka + i."""
-    from foxwindow import exact
-    if isinstance(law, forget.EmpiricalGate):                 # atoms: split each value between its neighbours
+    if isinstance(law, gates.EmpiricalGate):                 # atoms: split each value between its neighbours
         w = getattr(law, "w", None)
         w = np.full(len(law.x), 1.0 / len(law.x)) if w is None else w
         k = np.floor(law.x / h).astype(np.int64)
@@ -109,11 +109,11 @@ def _state_pmf(law, h, support):
         p = np.bincount(k - ka, weights=w * (1 - th), minlength=int(k.max()) - ka + 2)
         p += np.bincount(k - ka + 1, weights=w * th, minlength=len(p))[: len(p)]
         return ka, p / p.sum()
-    if isinstance(law, forget.ConstantGate):
+    if isinstance(law, gates.ConstantGate):
         k = int(math.floor(law.m / h))
         th = law.m / h - k
         return k, np.array([1 - th, th])
-    ka, p, _ = exact._hat_pmf(law, h, 2 ** 62, support)
+    ka, p, _ = lattice.hat_pmf(law, h, 2 ** 62, support)
     return ka, p
 
 
@@ -145,7 +145,6 @@ def _walk(P, pi0, pmfs, h, Ls, tol, nmax, deadline, progress, what):
     surv = [np.ones(len(Ls))]
     bar = None
     if progress:
-        from tqdm import tqdm
         bar = tqdm(desc=what, unit="step", file=sys.stderr)
     try:
         while surv[-1].max() > tol:
@@ -203,7 +202,7 @@ def _tail_bound(s, tol):
     return t1, t2
 
 
-def _stationary(P):
+def stationary(P):
     w, v = np.linalg.eig(P.T)
     i = int(np.argmin(np.abs(w - 1.0)))
     pi = np.abs(np.real(v[:, i]))
@@ -217,7 +216,7 @@ def _thresholds(eps, L):
         vals = [eps] if np.ndim(eps) == 0 else list(eps)
         if len(vals) == 0:
             raise ValueError("eps is empty")
-        return np.array([forget.threshold(e) for e in vals]), np.ndim(eps) == 0
+        return np.array([gates.threshold(e) for e in vals]), np.ndim(eps) == 0
     vals = [L] if np.ndim(L) == 0 else list(L)
     if len(vals) == 0:
         raise ValueError("L is empty")
@@ -239,20 +238,19 @@ def _check_chain(P, state_laws, pi0):
     if len(state_laws) != P.shape[0]:
         raise ValueError(f"state_laws has {len(state_laws)} laws for {P.shape[0]} states")
     for g in state_laws:
-        if not isinstance(g, forget.Gate) or not g.iid:
-            raise ValueError(f"each state law must be an iid forget.Gate; got {g!r}")
-    pi = _stationary(P) if pi0 is None else np.asarray(pi0, dtype=np.float64)
+        if not isinstance(g, gates.Gate) or not g.iid:
+            raise ValueError(f"each state law must be an iid gates.Gate; got {g!r}")
+    pi = stationary(P) if pi0 is None else np.asarray(pi0, dtype=np.float64)
     if pi.shape != (P.shape[0],) or (pi < 0).any() or not math.isclose(pi.sum(), 1.0, abs_tol=1e-9):
         raise ValueError("pi0 must be a probability vector of length M")
     return P, pi
 
 
 def _has_atoms(g, support):
-    if isinstance(g, (forget.EmpiricalGate, forget.ConstantGate)):
+    if isinstance(g, (gates.EmpiricalGate, gates.ConstantGate)):
         return True
     if getattr(g, "atomless", False):
         return False
-    from foxwindow import discrete
     return len(discrete.find_atoms(g.cdf, support[1])[0]) > 0
 
 
@@ -296,7 +294,7 @@ def _estimate_seconds(M, Ls, kappa, cells, sd_ratio=10.0):
 def markov_chain_first_passage(P, state_laws, eps=None, L=None, cells_per_kappa=8, tol=1e-13, pi0=None,
                                max_seconds=120.0, progress=False, nmax=1_000_000):
     """Law of W = N - 1 for a Markov-additive walk: a chain y with transition matrix P (M, M) (row i -> column
-    j, rows summing to 1) and, given y_t = j, X_t drawn from state_laws[j] (a forget.Gate with iid increments:
+    j, rows summing to 1) and, given y_t = j, X_t drawn from state_laws[j] (a gates.Gate with iid increments:
     any law with a CDF, e.g. LogitNormalGate, BetaGate, an EmpiricalGate of a state's increments).
 
     eps: float or sequence in (0, 1), or L: float or sequence > 0 (exactly one; one walk serves all).
@@ -315,11 +313,10 @@ def markov_chain_first_passage(P, state_laws, eps=None, L=None, cells_per_kappa=
     if isinstance(cells_per_kappa, bool) or int(cells_per_kappa) != cells_per_kappa or cells_per_kappa < 2:
         raise ValueError(f"cells_per_kappa must be an integer >= 2; got {cells_per_kappa}")
     P, pi = _check_chain(P, state_laws, pi0)
-    from foxwindow import exact
     laws = list(state_laws)
-    supports = [(0.0, 0.0) if isinstance(g, (forget.EmpiricalGate, forget.ConstantGate))
-                else exact._support(g, g.moments()) for g in laws]
-    kappa = float(sum(p * g.moments().kappa for p, g in zip(_stationary(P), laws)))
+    supports = [(0.0, 0.0) if isinstance(g, (gates.EmpiricalGate, gates.ConstantGate))
+                else lattice.cdf_support(g, g.moments()) for g in laws]
+    kappa = float(sum(p * g.moments().kappa for p, g in zip(stationary(P), laws)))
     if not (kappa > 0):
         raise ValueError(f"the chain's stationary forget rate kappa = {kappa}: the walk never crosses L")
     if max(Ls) / kappa > nmax:
@@ -342,7 +339,7 @@ def markov_chain_first_passage(P, state_laws, eps=None, L=None, cells_per_kappa=
 # ----------------------------------------------------------------------------- AR(1)-logit gates
 
 
-class _CellLaw(forget.Gate):
+class _CellLaw(gates.Gate):
     """X = softplus(-(mu + s y)) for y in the cell [a, b] with the standard normal density restricted to it:
     a continuous law on [x(b), x(a)] (X decreases in y)."""
     atomless = True
@@ -372,7 +369,7 @@ class _CellLaw(forget.Gate):
         w = np.exp(-0.5 * y * y)
         w /= w.sum()
         x = np.logaddexp(0.0, -(self.mu + self.s * y))
-        return forget.Moments.from_raw(float(w @ x), float(w @ x ** 2), float(w @ x ** 3))
+        return gates.Moments.from_raw(float(w @ x), float(w @ x ** 2), float(w @ x ** 3))
 
 
 def ar1_cell_chain(gate, dy, ymax=8.0):
@@ -387,7 +384,7 @@ def ar1_cell_chain(gate, dy, ymax=8.0):
     C = special.ndtr((edges[None, :] - gate.phi * y[:, None]) / a)      # (M, M + 1)
     P = np.maximum(np.diff(C, axis=1), 0.0)
     P /= P.sum(axis=1, keepdims=True)
-    pi = _stationary(P)
+    pi = stationary(P)
     laws = [_CellLaw(gate.mu, gate.s, max(edges[i], -ymax - step), min(edges[i + 1], ymax + step))
             for i in range(M)]
     return P, pi, laws
@@ -446,15 +443,14 @@ def ar1_passage(gate, Ls, cells_per_kappa=8, tol=1e-13, nmax=1_000_000, max_seco
 
 
 def chain_long_run(P, state_laws, pi=None):
-    """Long-run cumulants of X for a stationary chain with per-state laws: returns exact.LongRun.
+    """Long-run cumulants of X for a stationary chain with per-state laws: returns lattice.LongRun.
 
     With m_j, v_j, c_j the mean, variance and third central moment of state j's law, X_t = m(y_t) + e_t:
     gamma_k = Cov(m(y_0), m(y_k)) for k >= 1, sigma2 = Var m + E v,
     kappa3_LR = kappa3_LR[m(y)] + 3 LRcov(m, v) + E c, sums over k by the fundamental matrix Z = (I - P + 1 pi)^-1.
     """
-    from foxwindow import exact
     P = np.asarray(P, dtype=np.float64)
-    pi = _stationary(P) if pi is None else np.asarray(pi, dtype=np.float64)
+    pi = stationary(P) if pi is None else np.asarray(pi, dtype=np.float64)
     mom = [g.moments() for g in state_laws]
     mj = np.array([mm.kappa for mm in mom])
     vj = np.array([mm.sigma2 for mm in mom])
@@ -480,4 +476,4 @@ def chain_long_run(P, state_laws, pi=None):
            + 6 * pi @ (md * tail(md * tail(md))))
     lrcov = pi @ (md * vd) + pi @ (md * tail(vd)) + pi @ (vd * tail(md))
     k3 = float(k3m + 3 * lrcov + pi @ cj)
-    return exact.LongRun(kappa, sigma2, sigma2 + 2 * s1, (sigma2 + 2 * s1) / sigma2, sk, k3)
+    return lattice.LongRun(kappa, sigma2, sigma2 + 2 * s1, (sigma2 + 2 * s1) / sigma2, sk, k3)

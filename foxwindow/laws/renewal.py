@@ -23,6 +23,7 @@ increments); the reference numbers they are checked against: docs/ANCHORS.md.
 
 `python renewal.py` hands over to lawtable.py: the laws against the exact numerics over a scan of eps.
 """
+import decimal
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -30,7 +31,7 @@ from fractions import Fraction
 import numpy as np
 from scipy import special
 
-from foxwindow.forget import Moments, threshold
+from foxwindow.laws.gates import Moments, threshold
 
 # ----------------------------------------------------------------------------- iid laws
 
@@ -108,7 +109,6 @@ def alibi_window_real(m, eps):
     """floor(ln(1/eps) / m) for the real number ln(1/eps) (not its double rounding) and the float m: decimal
     logarithm with enough digits for the integer part plus 30, so exact unless ln(1/eps)/m is within 1e-30
     relative of an integer (ln of a float eps != 1 is transcendental, never a rational times m)."""
-    import decimal
     w = alibi_window(m, eps)                                # validates; the float answer, within one
     digits = len(str(w)) + 40
     with decimal.localcontext() as ctx:

@@ -19,7 +19,7 @@ What the laws mean per family (also in each adapter's `note`):
     the head's summary trace is the channel mean of log-decays, the log geometric-mean decay, whose
     window lies between the fastest and the slowest channel's and is the window of none of them.
   - constant decays (RetNet): X_t = m is a lattice law; W = floor(L / m) exactly with Var W = 0
-    (forget.ConstantGate(m)); the renewal laws' variance does not apply.
+    (gates.ConstantGate(m)); the renewal laws' variance does not apply.
   - recurrent families (everything but softmax attention) have no attention matrix: the decay window
     bounds how long an input can influence the state, there is no attention-mass window to compare.
 """
@@ -30,6 +30,8 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
+
+from foxwindow.models import lstm_gates
 
 
 @dataclass(frozen=True)
@@ -314,8 +316,16 @@ def _mamba2(layer, x, kw):
 
 
 def _torch_lstm(layer, x, kw):
-    from foxwindow import lstm  # on use: lstm.py imports this module
-    return lstm.registry_log_decay(layer, x, kw)
+    """The "torch-lstm" family: (B, T, num_layers * hidden) float32 log f of a batch_first nn.LSTM, layer l's units
+    at columns [l * hidden, (l + 1) * hidden). The adapter path sees the input and the call's keywords only: the
+    initial state is kw["hx"] or zeros (a positional hx is not visible here; lstm_gates.capture_lstm_gates reads
+    every call exactly, in either layout)."""
+    if not layer.batch_first:
+        raise ValueError("nn.LSTM with batch_first=False: the adapter path reads (B, T, d) inputs; use "
+                         "foxwindow.models.lstm_gates.capture_lstm_gates, which reads either layout")
+    if x.dim() != 3:
+        raise ValueError("unbatched nn.LSTM input: use foxwindow.models.lstm_gates.capture_lstm_gates")
+    return torch.cat(lstm_gates.lstm_log_forget(layer, x, kw.get("hx")), dim=-1)
 
 
 def retnet_log_decays(num_heads):
@@ -331,13 +341,13 @@ def _retnet(layer, x, kw):
 _SCALAR = "scalar gate per head and token: the laws apply to each head's trace as stated"
 
 for _a in (
-    GateAdapter("foxwindow", ("foxwindow.model.ForgettingAttention",), _ours, lambda m: m.num_heads,
+    GateAdapter("foxwindow", ("foxwindow.models.fox.ForgettingAttention",), _ours, lambda m: m.num_heads,
                 kind="softmax", gate_module="f_proj", note=_SCALAR,
-                attention_op=("foxwindow.model", "forgetting_attention")),
+                attention_op=("foxwindow.models.fox", "forgetting_attention")),
     GateAdapter("fox-official", ("modeling_forgetting_transformer.ForgettingAttentionLayer",), _official_fox,
                 lambda m: m.num_heads, kind="softmax", gate_module="fgate_proj",
                 note=_SCALAR + "; fgate_type 'bias_only'/'fixed' are constant per head: a lattice law, "
-                     "W = floor(L/m) exactly (forget.ConstantGate)",
+                     "W = floor(L/m) exactly (gates.ConstantGate)",
                 packages=("forgetting_transformer",), model_types=("forgetting_transformer-project_fox",),
                 attention_op=("forgetting_transformer.model.forgetting_transformer.modeling_forgetting_transformer",
                               "forgetting_attention")),
@@ -363,10 +373,11 @@ for _a in (
     GateAdapter("fla-retnet", ("fla.layers.multiscale_retention.MultiScaleRetention",), _retnet,
                 lambda m: m.num_heads, kind="constant", packages=("fla",), model_types=("retnet",),
                 note="constant decay per head: a lattice law, W = floor(L/m) exactly, Var W = 0 "
-                     "(forget.ConstantGate(m)); the renewal variance law does not apply"),
+                     "(gates.ConstantGate(m)); the renewal variance law does not apply"),
     GateAdapter("torch-lstm", ("torch.nn.modules.rnn.LSTM",), _torch_lstm, lambda m: m.num_layers * m.hidden_size,
                 note="per unit (a head is one LSTM unit, X = -log f); layers side by side along H; batch_first only, "
-                     "initial state by keyword or zeros (foxwindow.lstm.capture_lstm_gates reads every call)"),
+                     "initial state by keyword or zeros "
+                     "(foxwindow.models.lstm_gates.capture_lstm_gates reads every call)"),
 ):
     register_adapter(_a)
 

@@ -196,7 +196,10 @@ def forgetting_attention(q, k, v, log_fgate, *, sm_scale=None, causal=True, chun
     scale = q.shape[-1] ** -0.5 if sm_scale is None else sm_scale
     if _on_cuda(q):
         try:
-            from foxwindow.kernels.fox_triton import fallback_reason, fox_attention_triton
+            from foxwindow.kernels.fox_triton import (  # the fused kernels: triton (the kernels extra)
+                fallback_reason,
+                fox_attention_triton,
+            )
         except Exception as exc:  # no triton, or the kernel module is absent/broken
             if not _warned_no_kernel:
                 warnings.warn(f"fused FoX kernel unavailable ({exc!r}); using the PyTorch reference")

@@ -19,6 +19,7 @@ Sizes have one name each: d_model (width), n_layers, n_heads. The layer keeps th
 specified with (hidden_size = d_model, num_heads = n_heads); FoXConfig.layer_config() is the one mapping.
 Hook names: blocks.{l}.attn.hook_log_fgate.
 """
+import contextlib
 import json
 import math
 import os
@@ -30,7 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from foxwindow import outputs
-from foxwindow.fox_attention import (
+from foxwindow.models.attention import (
     forgetting_attention,
     forgetting_attention_reference,
     forgetting_attention_step,
@@ -204,8 +205,6 @@ def use_attention_op(model, op):
     """Context manager: every ForgettingAttention of `model` attends with `op` (signature of
     forgetting_attention; None: the default op) inside the block, and with its own op again after it.
     The op is the layer's `attention_op` argument, set on the model given and nowhere else."""
-    import contextlib
-
     @contextlib.contextmanager
     def ctx():
         layers = [m for m in model.modules() if isinstance(m, ForgettingAttention)]

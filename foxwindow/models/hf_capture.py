@@ -17,10 +17,10 @@ import sys
 import torch
 from tqdm import tqdm
 
-from foxwindow import adapters
-from foxwindow import fox_attention as fa
-from foxwindow.cpu_standins import CPU_STANDINS
-from foxwindow.hf_models import CPU_FAMILIES, ModelError, first_line, supported
+from foxwindow.models import adapters
+from foxwindow.models import attention as fa
+from foxwindow.models.cpu_standins import CPU_STANDINS
+from foxwindow.models.hf_load import CPU_FAMILIES, ModelError, first_line, supported
 
 
 def _runs_on_cpu(module, adapter):

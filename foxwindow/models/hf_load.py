@@ -28,10 +28,12 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass
+from importlib import metadata
 
 import torch
 
-from foxwindow import adapters, data
+from foxwindow.models import adapters
+from foxwindow.training import data
 
 
 class ModelError(Exception):
@@ -89,7 +91,7 @@ OFFICIAL_PACKAGE = "forgetting_transformer"
 # config.json keys of any model that are bookkeeping, not architecture
 META_KEYS = {"architectures", "model_type", "transformers_version", "_name_or_path", "auto_map", "torch_dtype", "dtype",
              "_commit_hash", "_attn_implementation_autoset", "name_or_path"}
-ADAPTER_GROUP = "foxwindow.adapters"            # package entry points naming a user's GateAdapter(s)
+ADAPTER_GROUP = "foxwindow.models.adapters"            # package entry points naming a user's GateAdapter(s)
 
 
 def first_line(exc):
@@ -171,7 +173,6 @@ def load_adapter(spec):
 def load_adapters(specs=()):
     """Register the GateAdapters of every installed package's `foxwindow.adapters` entry points, then those
     named by `specs` (--adapter; later ones win). Returns the list registered."""
-    from importlib import metadata
     out = []
     for ep in metadata.entry_points(group=ADAPTER_GROUP):
         try:
@@ -365,7 +366,7 @@ def _checkpoint_tensors(path):
     files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
     if not files:
         return None
-    from safetensors import safe_open
+    from safetensors import safe_open  # safetensors: the models extra
     out = {}
     for f in files:
         with safe_open(os.path.join(path, f), framework="pt") as fh:
@@ -381,7 +382,7 @@ def _check_weights(name, path, model):
     index = _checkpoint_tensors(path)
     if index is None:
         return 0
-    from safetensors import safe_open
+    from safetensors import safe_open  # safetensors: the models extra
     state = model.state_dict()
     unused = sorted(k for k in index if k not in state)
     if unused:

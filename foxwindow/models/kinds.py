@@ -41,14 +41,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from foxwindow import outputs
-from foxwindow.fox_attention import (
+from foxwindow.models.attention import (
     cum_log_gate,
     forgetting_attention,
     forgetting_attention_step,
     fox_bias,
     init_kv_cache,
 )
-from foxwindow.model import LM, BitLinear, HookPoint, LMConfig, fgate_bias_init
+from foxwindow.models.fox import LM, BitLinear, HookPoint, LMConfig, fgate_bias_init
 
 # ----------------------------------------------------------------------------- parameter specs
 

@@ -26,9 +26,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from foxwindow import adapters, distributed, forget, outputs
-from foxwindow.fox_attention import cum_log_gate, fox_logits
-from foxwindow.model import HookPoint
+from foxwindow import outputs
+from foxwindow.laws import gates
+from foxwindow.models import adapters
+from foxwindow.models.attention import cum_log_gate, fox_logits
+from foxwindow.models.fox import HookPoint
+from foxwindow.training import distributed
 
 # ----------------------------------------------------------------------------- reading gates
 
@@ -374,7 +377,7 @@ def decay_window_summary(lg, L, rows):
     """Mean decay-only window of query `rows` ((R,) ints) of log-gate traces lg (S, T) (numpy or torch)
     at threshold L > 0, and the share of those windows that reach the sequence start (their mean then is
     a lower bound). Returns (mean, censored share) floats."""
-    W, cens = forget.windows(lg, L=L, dim=1)                                      # (S, T)
+    W, cens = gates.windows(lg, L=L, dim=1)                                      # (S, T)
     rows = np.asarray(rows)
     return float(np.asarray(W)[:, rows].mean()), float(np.asarray(cens)[:, rows].mean())
 

@@ -273,11 +273,11 @@ def wrap(model, mode="ddp", env=None):
         return model
     env = env or setup()
     if mode == "ddp":
-        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.nn.parallel import DistributedDataParallel as DDP  # torch.distributed: only under torchrun
         ids = [env.device.index] if env.device.type == "cuda" else None
         return DDP(model, device_ids=ids)
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.device_mesh import init_device_mesh  # torch.distributed: only under torchrun
+    from torch.distributed.fsdp import fully_shard  # torch.distributed: only under torchrun
     mesh = init_device_mesh(env.device.type, (env.world_size,))
     for blk in getattr(model, "blocks", []):
         fully_shard(blk, mesh=mesh)
@@ -324,7 +324,10 @@ def train_state(model, optimizer):
     """(model state, optimizer state) as full, unsharded CPU tensors keyed by the plain model's
     parameter names, for any wrapping (none, DDP, FSDP2, torch.compile). A collective under
     FSDP2: every rank must call it."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    from torch.distributed.checkpoint.state_dict import (  # torch.distributed: only under torchrun
+        StateDictOptions,
+        get_state_dict,
+    )
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
     return get_state_dict(model, optimizer, options=opts)
 
@@ -333,7 +336,10 @@ def model_state(model):
     """The model's full, unsharded state as CPU tensors keyed by the plain model's parameter names, on
     every rank (no optimizer state: for the final checkpoint and its score). A collective under FSDP2:
     every rank must call it, and each gathers the whole model once."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from torch.distributed.checkpoint.state_dict import (  # torch.distributed: only under torchrun
+        StateDictOptions,
+        get_model_state_dict,
+    )
     # cpu_offload=True would leave the full state on rank 0 alone; every rank scores the model
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
     return {k: v.detach().cpu() for k, v in full.items()}
@@ -368,7 +374,10 @@ def set_rng_states(states):
 def load_train_state(model, optimizer, model_state, optim_state):
     """Load full states (as returned by train_state, read on every rank) into a wrapped or plain
     model and its optimizer; each rank keeps its own shard under FSDP2."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+    from torch.distributed.checkpoint.state_dict import (  # torch.distributed: only under torchrun
+        StateDictOptions,
+        set_state_dict,
+    )
     set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state,
                    options=StateDictOptions(full_state_dict=True))
 

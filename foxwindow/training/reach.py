@@ -37,9 +37,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from foxwindow import attention_kinds as ak
-from foxwindow import data, exact, forget, outputs, renewal, train
-from foxwindow.traces import capture_gates
+from foxwindow import outputs
+from foxwindow.laws import exact, gates, renewal
+from foxwindow.models import kinds as ak
+from foxwindow.models.traces import capture_gates
+from foxwindow.training import data, train
 
 DEFAULT_KINDS = {"softmax": {}, "fox": {}, "alibi": {}, "swa": {"w": 32}, "bswa": {"block": 32, "mem": 1},
                  "fam": {"block": 32, "mem": 1, "fam_len": 8, "state_passing": 0.5}}
@@ -54,15 +56,15 @@ def fox_gate_windows(model, tokens, eps):
     increments with their empirical law) and the median per-query window of the trace itself.
     tokens (S, T) int64. Returns {"law_mean": [[W per head] per layer], "trace_median": [...],
     "censored_frac": [...]}."""
-    gates = capture_gates(model, tokens)
+    captured = capture_gates(model, tokens)
     out = {"law_mean": [], "trace_median": [], "censored_frac": []}
     for li in range(len(model.blocks)):
-        lg = gates[f"blocks.{li}.attn.attention.hook_log_fgate"].double().numpy()     # (S, T, H)
+        lg = captured[f"blocks.{li}.attn.attention.hook_log_fgate"].double().numpy()     # (S, T, H)
         law, med, cens = [], [], []
         for h in range(lg.shape[2]):
-            fp = exact.exact_first_passage(forget.EmpiricalGate(lg[:, :, h]), eps)
+            fp = exact.exact_first_passage(gates.EmpiricalGate(lg[:, :, h]), eps)
             law.append(float(fp.mean))
-            w, c = forget.windows(lg[:, :, h], eps, dim=-1)
+            w, c = gates.windows(lg[:, :, h], eps, dim=-1)
             med.append(float(np.median(w)))
             cens.append(float(c.mean()))
         out["law_mean"].append(law)
@@ -285,9 +287,9 @@ def print_table(results, context):
 
 
 def plot(results, path, context):
-    import matplotlib
+    import matplotlib  # matplotlib: heavy, only when plotting
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: heavy, only when plotting
     fig, ax = plt.subplots(figsize=(8, 4.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     styles = ["o-", "s--", "^-.", "v:", "D-", "P--", "X-."]

@@ -26,8 +26,9 @@ from dataclasses import asdict, dataclass, fields, replace
 import torch
 from tqdm import tqdm
 
-from foxwindow import data, distributed, outputs
-from foxwindow.model import SHIPPED_CHECKPOINT, FoXConfig, FoXLM, load_model, save_model
+from foxwindow import outputs
+from foxwindow.models.fox import SHIPPED_CHECKPOINT, FoXConfig, FoXLM, load_model, save_model
+from foxwindow.training import data, distributed
 
 DEFAULT_CHECKPOINT = SHIPPED_CHECKPOINT
 

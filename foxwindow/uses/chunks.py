@@ -41,7 +41,7 @@ as fla's sub-chunk path does) never overflows.
     recommend(heads)                  per dtype: the largest chunk that keeps every head under the risk
 
 The command line, its tables and its other gate sources (the shipped model, fla layers at random
-initialisation, synthetic gates) are in foxwindow/chunks_report.py: `python chunks.py --traces FILE` (or
+initialisation, synthetic gates) are in foxwindow/uses/chunks_report.py: `python chunks.py --traces FILE` (or
 `foxwindow chunks`) runs it on a trace file; without --traces it captures the shipped FoX model's gates on
 held-out text (--random-layers, --synthetic: see --help).
 The dependence-aware prediction was chosen on held-out evidence (fit on the even sequences, checked on the
@@ -55,7 +55,7 @@ import numpy as np
 import torch
 from scipy import special
 
-from foxwindow import forget
+from foxwindow.laws import gates
 
 DTYPES = ("float32", "bfloat16", "float16")
 CHUNKS = (16, 32, 64, 128, 256, 512)
@@ -139,7 +139,7 @@ def increments(log_g):
     a = log_g.detach().cpu().numpy() if isinstance(log_g, torch.Tensor) else np.asarray(log_g)
     if a.ndim != 3:
         raise ValueError(f"log-gates must be (S, T, H) (sequences, positions, heads); got shape {a.shape}")
-    return np.asarray(forget.increments_from_log_gates(a.astype(np.float64)), dtype=np.float64)
+    return np.asarray(gates.increments_from_log_gates(a.astype(np.float64)), dtype=np.float64)
 
 
 def chunk_sums(x, C):
@@ -285,7 +285,7 @@ def _shape(tail, scalar):
 
 
 def law_tail(gate, theta, chunks=CHUNKS, cells=CELLS):
-    """P(S_C > theta) = P(N(theta) <= C) for an iid gate law (a forget.Gate with a CDF), C in chunks.
+    """P(S_C > theta) = P(N(theta) <= C) for an iid gate law (a gates.Gate with a CDF), C in chunks.
 
     The increment law is put on a lattice of spacing h = theta / (cells - 1) (floor, ceil and nearest
     cells) and convolved with itself by repeated squaring, truncated at theta (X >= 0: mass past theta
@@ -342,12 +342,12 @@ def _ar1_walk(gate, theta, n_max, h, dy):
 
 
 def markov_tail(gate, theta, chunks=CHUNKS, cells_per_kappa=4):
-    """P(S_C > theta) for an forget.AR1LogitGate (dependent gates), from the law: the Markov-additive walk of
+    """P(S_C > theta) for an gates.AR1LogitGate (dependent gates), from the law: the Markov-additive walk of
     (S_n, y_n) on a grid, up to n = max(chunks), with Richardson over the S spacing (h, h/2), h = kappa /
     cells_per_kappa (the same numerics as exact.markov_first_passage, stopped at the largest chunk).
     Returns (p, err) arrays over chunks; err = the Richardson step plus the change when the y grid halves
     (on the coarser S grid)."""
-    if not isinstance(gate, forget.AR1LogitGate):
+    if not isinstance(gate, gates.AR1LogitGate):
         raise TypeError(f"markov_tail needs an AR1LogitGate; got {type(gate).__name__}")
     t, _ = _thetas(theta)
     chunks = _check_chunks(chunks)

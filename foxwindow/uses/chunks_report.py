@@ -1,6 +1,6 @@
 """`python chunks.py` (`foxwindow chunks`): the chunk-size safety command, its tables and its gate sources.
 
-The numerics and the per-head analysis are in foxwindow/chunks.py; this module feeds it gates and reports:
+The numerics and the per-head analysis are in foxwindow/uses/chunks.py; this module feeds it gates and reports:
 
     main(argv)                     the command line: --traces FILE, the shipped model, --random-layers,
                                    --synthetic; the per-head table, the recommendation, --json, --markdown
@@ -8,6 +8,8 @@ The numerics and the per-head analysis are in foxwindow/chunks.py; this module f
     synthetic_check()              the laws and trace predictions against the chunked op on synthetic gates
     random_layer_traces()          flash-linear-attention layers' decays at their random initialisation
 """
+import importlib
+import json
 import math
 import sys
 import time
@@ -16,8 +18,13 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from foxwindow import forget, outputs
-from foxwindow.chunks import (
+from foxwindow import outputs
+from foxwindow.laws import gates
+from foxwindow.models import adapters
+from foxwindow.models.fox import load_model, shipped_checkpoint
+from foxwindow.models.traces import load_trace, run_with_cache
+from foxwindow.training import data
+from foxwindow.uses.chunks import (
     BLOCK,
     CHUNKS,
     DTYPES,
@@ -86,9 +93,6 @@ def markdown_table(res, dtypes=("float32", "float16"), lo=1e-6):
 
 def _capture_shipped(n_seq, seq_len, checkpoint=None):
     """The shipped FoX model's log-gates on n_seq held-out sequences: ({hook name: (S, T, H)}, meta)."""
-    from foxwindow import data
-    from foxwindow.model import load_model, shipped_checkpoint
-    from foxwindow.traces import run_with_cache
     model, meta = load_model(outputs.repo_path(checkpoint) if checkpoint else shipped_checkpoint(), device="cpu")
     tokens, spans = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
     traces = {}
@@ -100,12 +104,12 @@ def _capture_shipped(n_seq, seq_len, checkpoint=None):
 
 
 SYNTHETIC = (                   # (gate, dtype): failures between C = 16 and 128
-    (forget.LogitNormalGate(-1.0, 1.0), "float32"),
-    (forget.LogitNormalGate(-0.5, 1.0), "float32"),
-    (forget.LogitNormalGate(1.5, 1.0), "float16"),
-    (forget.AR1LogitGate(-0.6, 1.0, 0.8), "float32"),
-    (forget.AR1LogitGate(-0.6, 1.0, 0.9), "float32"),
-    (forget.AR1LogitGate(2.0, 1.0, 0.9), "float16"),
+    (gates.LogitNormalGate(-1.0, 1.0), "float32"),
+    (gates.LogitNormalGate(-0.5, 1.0), "float32"),
+    (gates.LogitNormalGate(1.5, 1.0), "float16"),
+    (gates.AR1LogitGate(-0.6, 1.0, 0.8), "float32"),
+    (gates.AR1LogitGate(-0.6, 1.0, 0.9), "float32"),
+    (gates.AR1LogitGate(2.0, 1.0, 0.9), "float16"),
 )
 
 
@@ -163,9 +167,6 @@ def random_layer_traces(families=RANDOM_FAMILIES, n_seq=32, seq_len=2048, hidden
     float32 per family. GLA's gates are per key channel: its trace is, per head, the channel whose mean -log
     g is largest (the channel that overflows first; other channels are not checked). Raises ImportError
     without fla. Returns ({"<family>": (S, T, H)}, meta)."""
-    import importlib
-
-    from foxwindow import adapters, data
     torch.manual_seed(seed)
     tokens, spans = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
     emb = torch.randn(256, hidden, generator=torch.Generator().manual_seed(seed))
@@ -217,7 +218,6 @@ def main(argv=None):
     outputs.add_common(p)
     a = p.parse_args(argv)
     if a.markdown:
-        import json
         with open(outputs.input_file("--markdown", a.markdown)) as f:
             res = json.load(f)
         if "heads" not in res:
@@ -244,7 +244,6 @@ def main(argv=None):
             outputs.write_json(a.json, {"info": {"synthetic": True}, "rows": rows})
         return 0
     if a.traces:
-        from foxwindow.traces import load_trace
         traces, meta = load_trace(outputs.input_file("--traces", a.traces))
     elif a.random_layers:
         outputs.positive("--n-seq", a.n_seq, 2)

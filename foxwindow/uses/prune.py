@@ -11,14 +11,16 @@ the pruned mass of every row against tol, decoding with the KV horizons, the att
 
 `python prune.py --traces FILE [--U X]` does what needs no model for any model's gate traces (forget.py
 --save-traces), laws fitted on the odd sequences and measured on the even ones. What applies depends on the
-kind of model, read from the file (metadata 'kind', else the family through foxwindow.adapters, else the
+kind of model, read from the file (metadata 'kind', else the family through foxwindow.models.adapters, else the
 trace names of this package's FoX model; --kind when neither is known):
   softmax    attention over a KV cache: ACP block pruning (U must be given) and KV horizons;
   recurrent  a gated state (Mamba-2, GLA, HGRN, LSTM, ...): no KV cache and no blocks to prune, so neither is
              reported; the memory horizon of the state is, the steps until an input's contribution decays
              below tol (the p-quantile of W at L = ln(1/tol)).
 """
+import concurrent.futures as cf
 import math
+import multiprocessing as mp
 import os
 import re
 import sys
@@ -27,10 +29,14 @@ from functools import partial
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
-from foxwindow import data, forget, outputs, traces
-from foxwindow import model as fm
-from foxwindow.prune_laws import (
+from foxwindow import outputs
+from foxwindow.laws import gates
+from foxwindow.models import adapters, traces
+from foxwindow.models import fox as fm
+from foxwindow.training import data
+from foxwindow.uses.prune_laws import (
     CONTEXTS,
     HeadLaw,
     acp_level,
@@ -46,8 +52,8 @@ from foxwindow.prune_laws import (
     state_horizon,
     survival_table,
 )
-from foxwindow.prune_measure import bits_per_byte, certified_x_min, decode, run_pruned
-from foxwindow.prune_report import format_report
+from foxwindow.uses.prune_measure import bits_per_byte, certified_x_min, decode, run_pruned
+from foxwindow.uses.prune_report import format_report
 
 DEFAULT_L_TOLS = (4.0, 7.0, 10.0, 13.0)          # ln(1/tol): tol = e^-4 ... e^-13
 DEFAULT_CHECKPOINT = fm.SHIPPED_CHECKPOINT
@@ -94,7 +100,6 @@ def memory_summary(entries):
 
 
 def _bar(total, progress, desc="prune"):
-    from tqdm import tqdm
     return tqdm(total=total, desc=desc, disable=not progress, file=sys.stderr)
 
 
@@ -145,7 +150,7 @@ def _add_horizons(heads, laws, xcert, p, T, ctx):
                 Uh, L_tol = e["U"], -e["log_tol"]           # this head's U (U itself stays the run's choice)
                 e.update(horizon_entry(law, Uh, L_tol, p, T, ctx))
                 e["certified_horizon"] = certified_horizon(xcert[li, h], Uh, L_tol).h if xcert[li, h] > 0 else None
-            hd["p_window_beyond_context_eps1e-3"] = p_beyond(law, forget.threshold(1e-3), ctx)
+            hd["p_window_beyond_context_eps1e-3"] = p_beyond(law, gates.threshold(1e-3), ctx)
 
 
 def _add_mass_coverage(model, inputs, heads, L_tols, T, mass_rows):
@@ -268,7 +273,6 @@ def load_traces(path):
 
 def _family_kinds(meta):
     """Kinds of the families a trace file names (metadata 'family' or 'families'), through adapters."""
-    from foxwindow import adapters
     fam = meta.get("families", meta.get("family"))
     fams = list(fam.values()) if isinstance(fam, dict) else [fam] if isinstance(fam, str) else list(fam or [])
     kinds = set()
@@ -296,7 +300,7 @@ def trace_kind(meta, names, kind=None):
         return mk, "trace metadata 'kind'"
     kinds, fams = _family_kinds(meta)
     if len(kinds) == 1:
-        return kinds.pop(), f"family {', '.join(sorted(set(map(str, fams))))} (foxwindow.adapters)"
+        return kinds.pop(), f"family {', '.join(sorted(set(map(str, fams))))} (foxwindow.models.adapters)"
     if len(kinds) > 1:
         raise ValueError(f"the trace file mixes families of both kinds ({sorted(set(map(str, fams)))}); analyse "
                          "one kind at a time or pass --kind")
@@ -320,7 +324,7 @@ def _check_trace_args(U, L_tols, block, p, report_L_tol):
 
 def _softmax_levels(U, L_tols, T, ctx):
     """The levels _softmax_head asks a law for, in its order (each computed as there)."""
-    out = [forget.threshold(1e-3)]
+    out = [gates.threshold(1e-3)]
     for L_tol in L_tols:
         out.append(acp_level(L_tol, U, T))
         out += [2 * U + L_tol + math.log(t) for t in (T,) + CONTEXTS] + [2 * U + L_tol + math.log(ctx)]
@@ -333,7 +337,7 @@ def _softmax_head(name, li, h, law, meas, U, L_tols, block, p, ctx):
     T = meas.shape[1]
     hd = dict(layer=li, layer_name=name, head=h, kappa=law.kappa, sigma2=law.sigma2, tau=law.tau,
               se_tau=law.se_tau, iid=law.iid, x_min_trace=law.x_min, tols=[],
-              **{"p_window_beyond_context_eps1e-3": p_beyond(law, forget.threshold(1e-3), ctx)})
+              **{"p_window_beyond_context_eps1e-3": p_beyond(law, gates.threshold(1e-3), ctx)})
     for L_tol in L_tols:
         L = acp_level(L_tol, U, T)
         m = measure_block_pruning(meas, L, block)
@@ -369,8 +373,6 @@ def _exact_tables(laws, levels, progress, workers):
             tables[i][key] = survival_table(laws[i].gate, L)
             bar.update()
     else:
-        import concurrent.futures as cf
-        import multiprocessing as mp
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         with cf.ProcessPoolExecutor(workers, mp_context=ctx) as ex:
             futs = {ex.submit(survival_table, laws[i].gate, L): (i, key) for i, key, L in jobs}

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 from scipy import special
 
-from foxwindow import dependence, exact, forget
+from foxwindow.heads import dependence
+from foxwindow.laws import exact, gates
 
 CONTEXTS = (2048, 8192, 32768, 131072, 1048576)     # the contexts KV memory savings are reported at
 EXACT_MAX_STEPS = 4096      # beyond L/kappa steps the lattice numerics get slow; the CLT is accurate there
@@ -106,10 +107,10 @@ EXACT_METHODS = ("iid, closed form", "iid, exact numerics")
 
 
 def survival_table(gate, L):
-    """(n0, s): P(N > n0 + i) = s[i] at level L for an iid forget.Gate, by exact.exact_first_passage. The costly
+    """(n0, s): P(N > n0 + i) = s[i] at level L for an iid gates.Gate, by exact.exact_first_passage. The costly
     step of a law (0.1-2 s for a trace's step law of thousands of atoms); a module-level function so that
     levels can be computed in other processes."""
-    if isinstance(gate, forget.EmpiricalGate):
+    if isinstance(gate, gates.EmpiricalGate):
         # a trace's step law: its atoms are bracketed to O(h), which bounds the survival (summed error <=
         # mean_err) long before Var[W]; only the survival is used here
         fp = exact.exact_first_passage(gate, L=L, tol=SURVIVAL_TOL, var_tol=math.inf)
@@ -124,7 +125,7 @@ class HeadLaw:
 
     kappa, sigma2: mean and variance of X = -log g; rho: autocorrelation rho_0..rho_K (rho_0 = 1,
     zero beyond K; Geyer cut); tau = 1 + 2 sum rho_k; se_tau its standard error (0 when known);
-    gate: a forget.Gate for the iid numerics (None: normal approximation only); iid: use them.
+    gate: a gates.Gate for the iid numerics (None: normal approximation only); iid: use them.
     x_min: the smallest increment the law allows (a certified lower bound where known, else None).
     """
     name: str
@@ -140,7 +141,7 @@ class HeadLaw:
 
     @staticmethod
     def from_gate(gate, max_lag=256):
-        """Law of a synthetic forget.Gate: iid ones use exact numerics; dependent ones (AR(1) logits)
+        """Law of a synthetic gates.Gate: iid ones use exact numerics; dependent ones (AR(1) logits)
         the normal approximation with their exact autocovariance."""
         m = gate.moments()
         rho = np.ones(1)
@@ -148,7 +149,7 @@ class HeadLaw:
             g = gate.autocovariance(np.arange(max_lag + 1))
             rho = g / g[0]
         tau = 1.0 + 2.0 * float(rho[1:].sum())
-        xm = float(gate.m) if isinstance(gate, forget.ConstantGate) else None
+        xm = float(gate.m) if isinstance(gate, gates.ConstantGate) else None
         return HeadLaw(str(gate), m.kappa, m.sigma2, rho, tau, 0.0, bool(gate.iid), gate if gate.iid else None, xm)
 
     @staticmethod
@@ -159,7 +160,7 @@ class HeadLaw:
         initial positive sequence; se_tau by jackknife over sequences. iid when |tau - 1| <= z * se_tau.
         """
         lg = log_g.detach().cpu().numpy() if isinstance(log_g, torch.Tensor) else np.asarray(log_g)
-        x = np.asarray(forget.increments_from_log_gates(lg.astype(np.float64)), dtype=np.float64)
+        x = np.asarray(gates.increments_from_log_gates(lg.astype(np.float64)), dtype=np.float64)
         if x.ndim != 2 or x.shape[0] < 3 or x.shape[1] < 2:
             raise ValueError(f"log_g must be (S, T) with S >= 3 sequences and T >= 2; got shape {x.shape}")
         S, T = x.shape
@@ -171,7 +172,7 @@ class HeadLaw:
         est = dependence.tau_estimate(x, centre="sequence", max_lag=max_lag)     # the one tau estimator
         rho, tau, se_tau = est.rho, est.tau, est.se
         iid = abs(tau - 1.0) <= z * se_tau
-        gate = forget.EmpiricalGate(lg, name=name)
+        gate = gates.EmpiricalGate(lg, name=name)
         return HeadLaw(name, kappa, sigma2, rho, tau, se_tau, bool(iid), gate, float(x.min()))
 
     # -- P(S_n <= L) = P(N > n) = P(W >= n), n = 0, 1, ...
@@ -307,7 +308,7 @@ def pruned_block_mask(log_g, L, block=64):
     lg = log_g.detach().cpu().double().numpy() if isinstance(log_g, torch.Tensor) else np.asarray(log_g, np.float64)
     if lg.ndim == 0 or lg.shape[-1] == 0:
         raise ValueError(f"log_g must have a time axis of length T > 0; got shape {lg.shape}")
-    forget.increments_from_log_gates(lg)                                       # validates: finite, <= 0
+    gates.increments_from_log_gates(lg)                                       # validates: finite, <= 0
     g = BlockGrid.make(lg.shape[-1], block)
     c = np.cumsum(lg, axis=-1)                                                 # (..., T)
     d = c[..., g.i_min][..., :, None] - c[..., g.j_max][..., None, :]          # (..., nI, nJ)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from foxwindow import fox_attention as fa
-from foxwindow import model as fm
-from foxwindow.prune_laws import BlockGrid
+from foxwindow.models import attention as fa
+from foxwindow.models import fox as fm
+from foxwindow.uses.prune_laws import BlockGrid
 
 # ----------------------------------------------------------------------------- the pruned op, measured
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from foxwindow.prune_laws import CONTEXTS
+from foxwindow.uses.prune_laws import CONTEXTS
 
 LAW_SHORT = {"iid, exact numerics": "iid exact", "autocorrelation-adjusted normal": "AR normal"}
 

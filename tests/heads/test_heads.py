@@ -7,17 +7,20 @@ import numpy as np
 import pytest
 import torch
 
-from foxwindow import forget, heads, outputs
-from foxwindow import model as lm
-from foxwindow import traces as traces_mod
-from foxwindow.fox_attention import cum_log_gate, fox_logits
+from foxwindow import outputs
+from foxwindow.heads import command, table
+from foxwindow.heads import driver as heads
+from foxwindow.laws import gates
+from foxwindow.models import fox as lm
+from foxwindow.models import traces as traces_mod
+from foxwindow.models.attention import cum_log_gate, fox_logits
 
 
 def test_analyse_head_converts_eps_once_and_keeps_the_old_z():
     rng = np.random.default_rng(0)
-    lg = -forget.LogitNormalGate(2, 0.5).sample(rng, (8, 512))
+    lg = -gates.LogitNormalGate(2, 0.5).sample(rng, (8, 512))
     a = heads.analyse_head(lg, eps_list=[1e-2, 1e-3], seed=1, n_boot=200)
-    b = heads.analyse_head(lg, L_list=[forget.threshold(1e-2), forget.threshold(1e-3)], seed=1, n_boot=200)
+    b = heads.analyse_head(lg, L_list=[gates.threshold(1e-2), gates.threshold(1e-3)], seed=1, n_boot=200)
     assert a.L_list == b.L_list and a.pred_mean == b.pred_mean and a.eps_list == [1e-2, 1e-3]
     z16 = heads.critical_z(16, 8)                              # a z standing for a 16-head model
     assert heads.analyse_head(lg, z=z16, seed=1, n_boot=200).alpha_test == pytest.approx(0.05 / 32)
@@ -51,7 +54,7 @@ def test_mass_window_matches_brute_force():
         c = cum_log_gate(attn.log_fgate(x))
         A = torch.softmax(fox_logits(q[:, :, rows], k, c[:, :, rows], c, attn.scale, q_pos=rows,
                                      dtype=torch.float64), -1)
-    assert torch.equal(traces_mod.attention_mass_window(A, rows, forget.threshold(eps)).transpose(1, 2), got)
+    assert torch.equal(traces_mod.attention_mass_window(A, rows, gates.threshold(eps)).transpose(1, 2), got)
     with torch.no_grad():
         q = attn.q_proj(x).view(2, 40, 2, 16).double()
         k = attn.k_proj(x).view(2, 40, 2, 16).double()
@@ -68,13 +71,13 @@ def test_mass_window_matches_brute_force():
 
 @pytest.mark.skipif(not os.path.exists(heads.DEFAULT_CHECKPOINT), reason="no shipped checkpoint")
 def test_shipped_model_analysis_runs():
-    Ls = [forget.threshold(e) for e in (1e-2, 1e-3, 1e-4)]
+    Ls = [gates.threshold(e) for e in (1e-2, 1e-3, 1e-4)]
     results, info = heads.analyse_model(Ls=Ls, n_seq=4, seq_len=512, progress=False, n_boot=200, seed=3)
     assert len(results) >= 4 and info["checkpoint"] == "checkpoints/fox_shakespeare.pt" and info["seed"] == 3
     for r in results:
         assert r.verdict in heads.verdict.STATES and len(r.pred_q50) == 3 and r.context == 1024
         assert r.kappa > 0 and np.isfinite(r.decay_window_mean) or r.verdict == "undetermined"
-    js = heads.to_json(results, info)
+    js = table.to_json(results, info)
     assert len(js["heads"]) == len(results) and js["info"]["seed"] == 3
 
 
@@ -94,7 +97,7 @@ def test_saved_traces_give_the_same_verdicts(tmp_path):
 
 
 def test_cli_records_the_seed_and_reproduces_with_it(tmp_path, capsys):
-    lg = -forget.LogitNormalGate(2, 0.5).sample(np.random.default_rng(4), (6, 256, 2))
+    lg = -gates.LogitNormalGate(2, 0.5).sample(np.random.default_rng(4), (6, 256, 2))
     path = tmp_path / "t.npz"
     traces_mod.save_trace(str(path), {"blocks.0.attn.hook_log_fgate": lg.astype(np.float32)}, {"heads": 2})
     outs = []
@@ -102,7 +105,7 @@ def test_cli_records_the_seed_and_reproduces_with_it(tmp_path, capsys):
         js = tmp_path / f"{k}.json"
         if extra:
             extra = extra + [str(outs[0]["info"]["seed"])]
-        assert outputs.cli(heads.main, ["--traces", str(path), "--json", str(js), "--no-progress", "--n-boot", "300"]
+        assert outputs.cli(command.main, ["--traces", str(path), "--json", str(js), "--no-progress", "--n-boot", "300"]
                            + extra) in (0, None)
         import json
         outs.append(json.loads(js.read_text()))

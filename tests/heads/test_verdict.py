@@ -8,11 +8,12 @@ import torch
 from scipy import stats
 
 from conftest import bonferroni_z
-from foxwindow import dependence, forget, predict, renewal, verdict
-from foxwindow import verdict_calibration as cal
+from foxwindow.heads import calibration as cal
+from foxwindow.heads import dependence, predict, verdict
+from foxwindow.laws import gates, renewal
 
 S, T = 32, 2048
-LS = np.array([forget.threshold(e) for e in (0.1, 0.03, 0.01, 3e-3, 1e-3, 3e-4, 1e-4, 1e-5, 1e-6)])
+LS = np.array([gates.threshold(e) for e in (0.1, 0.03, 0.01, 3e-3, 1e-3, 3e-4, 1e-4, 1e-5, 1e-6)])
 
 
 def _head(family, mu=1.5, seed=0, S=S, T=T):
@@ -59,7 +60,7 @@ def test_regime_needs_levelled_tau_small_steps_and_no_censoring():
     iid = _head("iid")
     k, s2 = iid.mean(), iid.var()
     vf = dependence.variance_function(iid)
-    L = forget.threshold(1e-3)
+    L = gates.threshold(1e-3)
     assert dependence.in_regime(L, k, s2, vf, 0.0, dependence.tail_share(iid, L)).ok
     assert not dependence.in_regime(L, k, s2, vf, 0.01).ok                       # censored
     assert "steps" in dependence.in_regime(0.2, k, s2, vf, 0.0).why              # L/kappa < 4
@@ -75,10 +76,10 @@ def test_regime_needs_levelled_tau_small_steps_and_no_censoring():
 
 def test_window_rows_match_forget_windows():
     lg = -_head("ar1", S=4, T=256)
-    Ls = [forget.threshold(e) for e in (0.1, 1e-3, 1e-6)]
+    Ls = [gates.threshold(e) for e in (0.1, 1e-3, 1e-6)]
     W, c = predict.window_rows(-lg, Ls, 128)
     for k, e in enumerate((0.1, 1e-3, 1e-6)):
-        w, cc = forget.windows(torch.from_numpy(lg), e, dim=1)
+        w, cc = gates.windows(torch.from_numpy(lg), e, dim=1)
         assert np.array_equal(W[:, :, k], w[:, 128:].numpy()) and np.array_equal(c[:, :, k], cc[:, 128:].numpy())
 
 
@@ -158,12 +159,12 @@ def test_seeds_fresh_unless_given():
 
 def test_law_curves_are_renewals():
     r = verdict.analyse(_head("iid"), LS, seed=0, predict_=False)
-    m = forget.Moments.from_raw(r.kappa, r.sigma2 + r.kappa ** 2, 0.0)
+    m = gates.Moments.from_raw(r.kappa, r.sigma2 + r.kappa ** 2, 0.0)
     assert r.law_var_iid == pytest.approx([renewal.leading_var(m, L) for L in LS], rel=1e-12)
 
 
 def test_small_calibration_study_has_size_and_power():
-    # a small version of `python -m foxwindow.verdict_calibration` (20 replicates per family, results/verdict)
+    # a small version of `python -m foxwindow.heads.calibration` (20 replicates per family, results/verdict)
     res = cal.study(["arma_sign_changing", "regime_switching", "lattice_in_half"], reps=2, S=S, T=T,
                     seed=1, n_boot=1000)
     for fam in ("arma_sign_changing", "regime_switching"):

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from foxwindow.fox_attention import forgetting_attention_reference
 from foxwindow.kernels import bench
+from foxwindow.models.attention import forgetting_attention_reference
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

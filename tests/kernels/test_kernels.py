@@ -20,8 +20,8 @@ unit roundoff u of the storage type: u = 2^-8 for bf16, 2^-11 for fp16.
 import pytest
 import torch
 
-from foxwindow.fox_attention import forgetting_attention_reference
 from foxwindow.kernels import fox_attention_triton
+from foxwindow.models.attention import forgetting_attention_reference
 
 CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"
@@ -127,8 +127,8 @@ def test_fallback_reason(monkeypatch):
     forgetting_attention then runs the reference with one warning per reason instead of raising."""
     import warnings
 
-    from foxwindow import fox_attention
     from foxwindow.kernels import fox_triton as kt
+    from foxwindow.models import attention as fox_attention
     q, k, v, log_fgate, _ = make(1, 8, 8, 2, 2, 32, torch.float32, MODERATE)
     assert "runs on CUDA" in kt.fallback_reason(q, k, v, log_fgate) or CUDA
     monkeypatch.setattr(kt, "_on_cuda", lambda t: True)
@@ -259,7 +259,7 @@ def test_gpu_varlen_full_size():
 
 # What the shipped Hopper configs compile to (sm_90, ahead of time with the ptxas Triton ships; no
 # GPU needed): they must fit in shared memory, use the warpgroup matrix instructions (the D = 256
-# dK/dV tiles excepted, see fox_triton._HOPPER), keep every spill out of the loops, and keep the
+# dK/dV tiles excepted, see fox_triton.HOPPER), keep every spill out of the loops, and keep the
 # wgmma instructions pipelined: no C7515 advisory from ptxas and fewer waits than HGMMA. Before v4
 # the D = 256 dK/dV config and GQA dK/dV at D = 128 spilled 37 loads/stores an iteration; before
 # v6 every forward was serialised (24 waits for 24 HGMMA at D = 128).
@@ -357,7 +357,7 @@ def test_launch_steps_down_when_out_of_resources():
     try:
         k = Kernel(16 * 16)
         kt._launch("fwd", k, 100, 1, dev, 256, torch.bfloat16, lambda bn: (), {})
-        assert k.tried == [kt._INTERP["fwd"][:2], kt._SAFE["fwd"][:2], kt._TINY["fwd"][:2]]
+        assert k.tried == [kt._INTERP["fwd"][:2], kt.SAFE["fwd"][:2], kt._TINY["fwd"][:2]]
         assert kt._FALLBACK[key] == 2
         k = Kernel(16 * 16)
         kt._launch("fwd", k, 100, 1, dev, 256, torch.bfloat16, (), {})

@@ -12,10 +12,7 @@ import sys
 
 import pytest
 import torch
-
-from foxwindow.kernels import fox_attention_triton
-from foxwindow.kernels import fox_bwd_onepass as op
-from foxwindow.kernels.test_kernels import (
+from test_kernels import (
     CUDA,
     DEV,
     MODERATE,
@@ -27,7 +24,10 @@ from foxwindow.kernels.test_kernels import (
     make,
     reference,
 )
-from foxwindow.kernels.test_kernels import run as run_triton
+from test_kernels import run as run_triton
+
+from foxwindow.kernels import fox_attention_triton
+from foxwindow.kernels import fox_bwd_onepass as op
 
 NAMES = ["out", "dq", "dk", "dv", "dlog_fgate"]
 
@@ -181,8 +181,8 @@ def test_hopper_config_compiles_without_loop_spills():
     import json
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}    # a real compile
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    code = ("import json; from foxwindow.kernels import fox_bwd_onepass as op; "
-            "print(json.dumps([op.compile_reading(128, op._HOPPER[128], ordered=o) for o in (False, True)]))")
+    code = ("import json; from foxwindow.kernels import fox_bwd_onepass as op, resources; "
+            "print(json.dumps([resources.onepass_reading(128, op.HOPPER[128], ordered=o) for o in (False, True)]))")
     p = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True)
     if "not found" in p.stderr and "cuobjdump" in p.stderr:
         pytest.skip("Triton's NVIDIA backend has no cuobjdump here")
@@ -304,9 +304,9 @@ def test_shipped_tiles_fit_the_pruning_granule():
     """On every GPU table the one-pass tiles lie inside the granule the forward's plan uses (the
     largest tile side of fox_triton's three configs), so pruning never meets the guard above."""
     from foxwindow.kernels import fox_triton as kt
-    for tables, ours in ((kt._HOPPER, op._HOPPER), (kt._AMPERE, op._AMPERE), (kt._NEWER, op._AMPERE)):
+    for tables, ours in ((kt.HOPPER, op.HOPPER), (kt.AMPERE, op.AMPERE), (kt.NEWER, op.AMPERE)):
         for D, cfg in tables.items():
             G = max(max(c[:2]) for c in cfg.values())
             assert max(ours[D][:2]) <= G, (D, ours[D], G)
-    assert max(op._SAFE[:2]) <= max(max(c[:2]) for c in kt._SAFE.values())
+    assert max(op.SAFE[:2]) <= max(max(c[:2]) for c in kt.SAFE.values())
     assert max(op._INTERP[:2]) <= max(max(c[:2]) for c in kt._INTERP.values())

@@ -5,7 +5,7 @@ row log-sum-exp added m_i + log2(l_i) + u_i with |u_i| up to BLOCK_M |log g| log
 backward rounded u_i - lse_i at that size, so fp32 dv was off 3.8e-5 at log g -10 and 1.8e-4 at
 -50 on the 128-row tiles (4.6e-5 at -50 even on the interpreter's). Here every (BLOCK_M,
 BLOCK_N) pair that fox_triton._config and fox_bwd_onepass._configs give an sm_90 GPU (the
-Hopper table per head dim, then _SAFE and _TINY after an out-of-resources launch) runs through
+Hopper table per head dim, then SAFE and _TINY after an out-of-resources launch) runs through
 set_config on small shapes (T 200: two 128-tiles, not a multiple of any; D 16: the tiles,
 not the head dim, are under test), at log g 0 exactly, -1, -10 and -50, in fp32, bf16 and fp16,
 against float64.
@@ -21,10 +21,10 @@ dv, o (no cancellation: a = r) and every gradient at moderate gates are held to 
 """
 import pytest
 import torch
+from test_kernels import make, reference, run, tols
 
 from foxwindow.kernels import fox_bwd_onepass as op
 from foxwindow.kernels import fox_triton as kt
-from foxwindow.kernels.test_kernels import make, reference, run, tols
 
 CUDA = torch.cuda.is_available()
 pytestmark = pytest.mark.skipif(CUDA, reason="interpreter runs of the GPU's tiles; a GPU runs them natively")
@@ -34,9 +34,9 @@ NAMES = ["out", "dq", "dk", "dv", "dlog_fgate"]
 
 def hopper_tables():
     """Every distinct (fwd, dkdv, dq) config set an sm_90 GPU can launch: the Hopper table per
-    head dim, and the fallback chains _SAFE and _TINY."""
+    head dim, and the fallback chains SAFE and _TINY."""
     seen = []
-    for t in list(kt._HOPPER.values()) + [kt._SAFE, kt._TINY]:
+    for t in list(kt.HOPPER.values()) + [kt.SAFE, kt._TINY]:
         if t not in seen:
             seen.append(t)
     return seen
@@ -44,7 +44,7 @@ def hopper_tables():
 
 def onepass_tiles():
     seen = []
-    for c in list(op._HOPPER.values()) + [op._SAFE, op._TINY]:
+    for c in list(op.HOPPER.values()) + [op.SAFE, op._TINY]:
         if c not in seen:
             seen.append(c)
     return seen
@@ -124,7 +124,7 @@ def test_hopper_tiles_16bit(table, gate, dtype):
 @pytest.mark.parametrize("tile", onepass_tiles(), ids=lambda c: "{}x{}w{}s{}".format(*c))
 def test_hopper_tiles_onepass_fp32(tile, gate):
     """The one-pass backward at its own Hopper tiles, with the D = 128 forward tiles."""
-    errs = _case(kt._HOPPER[128], torch.float32, gate, backward="one_pass", onepass=tile)
+    errs = _case(kt.HOPPER[128], torch.float32, gate, backward="one_pass", onepass=tile)
     assert errs["dv"][0] <= 2e-5
 
 
@@ -132,7 +132,7 @@ def test_tile_sets_cover_the_tables():
     """Every config the sm_90 tables name is under test (a new table row joins automatically;
     this guards the enumeration itself)."""
     tables = hopper_tables()
-    for D, t in kt._HOPPER.items():
+    for D, t in kt.HOPPER.items():
         assert t in tables, D
-    assert kt._SAFE in tables and kt._TINY in tables
-    assert set(op._HOPPER.values()) <= set(onepass_tiles())
+    assert kt.SAFE in tables and kt._TINY in tables
+    assert set(op.HOPPER.values()) <= set(onepass_tiles())

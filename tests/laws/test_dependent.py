@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from conftest import bonferroni_z
-from foxwindow import dependent_errors, exact, forget, renewal
-from foxwindow.forget import AR1LogitGate, LogitNormalGate, threshold
+from foxwindow.laws import dependent_errors, exact, gates, renewal
+from foxwindow.laws.gates import AR1LogitGate, LogitNormalGate, threshold
 
 
 def _eps(gate, ratio):
@@ -137,7 +137,7 @@ def test_long_run_cumulants_reduce_to_the_marginal_ones_at_phi_0():
 def test_long_run_variance_two_ways(phi):
     # Hermite closed form (the gate) against the chain's fundamental matrix: independent routes
     g = AR1LogitGate(2, 0.5, phi)
-    y, pi, P, x = exact._ar1_chain(g)
+    y, pi, P, x = exact.ar1_chain(g)
     xd = x - pi @ x
     Z = np.linalg.inv(np.eye(len(y)) - P + pi[None, :])
     slr_chain = pi @ (xd * xd) + 2 * pi @ (xd * (Z @ xd - xd))
@@ -176,7 +176,7 @@ def test_markov_numerics_agree_with_monte_carlo():
     g = AR1LogitGate(2, 0.5, 0.9)
     eps = _eps(g, 17)                                              # L/kappa = 0.94 tau, far from the asymptotics
     mp = exact.markov_first_passage(g, eps)[0]
-    mc = forget.first_passage_mc(g, eps, trials=100_000, seed=3)
+    mc = gates.first_passage_mc(g, eps, trials=100_000, seed=3)
     z = bonferroni_z(2)
     assert abs(mc.mean - mp.mean) <= z * mc.se_mean + mp.err_mean
     assert abs(mc.var - mp.var) <= z * mc.se_var + mp.err_var
@@ -191,7 +191,7 @@ def test_leading_law_within_its_stated_error_at_phi_half():
     g = AR1LogitGate(2, 0.5, 0.5)
     lr = exact.ar1_long_run(g)
     L = 100 * lr.kappa
-    mc = forget.first_passage_mc(g, math.exp(-L), trials=100_000, seed=5)
+    mc = gates.first_passage_mc(g, math.exp(-L), trials=100_000, seed=5)
     z = bonferroni_z(2)
     lead = renewal.dependent_var(lr.kappa, lr.sigma2_lr, L)
     second = renewal.second_order_var(lr.kappa, lr.sigma2_lr, lr.kappa3_lr, lr.sum_k_gamma_k, L)
@@ -206,7 +206,7 @@ def test_second_order_law_and_mean_law_in_their_regime():
     g = AR1LogitGate(2, 0.5, 0.9)
     lr = exact.ar1_long_run(g)
     L = 50 * lr.kappa
-    mc = forget.first_passage_mc(g, math.exp(-L), trials=100_000, seed=9)
+    mc = gates.first_passage_mc(g, math.exp(-L), trials=100_000, seed=9)
     z = bonferroni_z(3)
     second = renewal.second_order_var(lr.kappa, lr.sigma2_lr, lr.kappa3_lr, lr.sum_k_gamma_k, L)
     assert abs(second.var - mc.var) <= 0.02 * second.var + z * mc.se_var

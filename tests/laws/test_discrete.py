@@ -11,8 +11,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from foxwindow import discrete, exact, forget
-from foxwindow.forget import EmpiricalGate
+from foxwindow.laws import discrete, exact, gates
+from foxwindow.laws.gates import EmpiricalGate
 
 
 def rational_enumeration(values, probs, L):
@@ -35,7 +35,7 @@ def rational_enumeration(values, probs, L):
     return float(EN - 1), float(E2 - EN * EN)
 
 
-class TwoValues(forget.Gate):
+class TwoValues(gates.Gate):
     """A custom gate whose X takes two values, seen only through its moments and CDF."""
 
     def __init__(self, a, b, pa):
@@ -43,14 +43,14 @@ class TwoValues(forget.Gate):
 
     def moments(self):
         pa, pb = self.pa, 1 - self.pa
-        return forget.Moments.from_raw(*(pa * self.a ** j + pb * self.b ** j for j in (1, 2, 3)))
+        return gates.Moments.from_raw(*(pa * self.a ** j + pb * self.b ** j for j in (1, 2, 3)))
 
     def cdf(self, x):
         x = np.asarray(x, dtype=np.float64)
         return self.pa * (x >= self.a) + (1 - self.pa) * (x >= self.b)
 
 
-class Saturating(forget.Gate):
+class Saturating(gates.Gate):
     """X = 0 with probability q (gate exactly 1), else Exp(rate): a gate that saturates at 1."""
 
     def __init__(self, q, rate):
@@ -58,7 +58,7 @@ class Saturating(forget.Gate):
 
     def moments(self):
         a, r = 1 - self.q, self.rate
-        return forget.Moments.from_raw(a / r, 2 * a / r ** 2, 6 * a / r ** 3)
+        return gates.Moments.from_raw(a / r, 2 * a / r ** 2, 6 * a / r ** 3)
 
     def cdf(self, x):
         x = np.asarray(x, dtype=np.float64)
@@ -102,7 +102,7 @@ def test_custom_discrete_gate_is_detected_from_its_cdf():
     vals, mass = discrete.find_atoms(g.cdf, 2.0)
     assert np.allclose(vals, [0.5, 1.0]) and np.allclose(mass, [0.5, 0.5])
     # a smooth law has none
-    assert len(discrete.find_atoms(forget.LogitNormalGate(2, 0.5).cdf, 3.0)[0]) == 0
+    assert len(discrete.find_atoms(gates.LogitNormalGate(2, 0.5).cdf, 3.0)[0]) == 0
 
 
 def test_two_point_law_at_eps_1e_100_against_exact_integer_sums():
@@ -164,7 +164,7 @@ def test_saturated_empirical_gate_in_closed_form_against_the_negative_binomial()
 
 def test_many_atoms_with_an_atom_at_zero_are_fast_and_honest():
     rng = np.random.default_rng(0)
-    x = forget.LogitNormalGate(2, 0.5).sample(rng, 100_000)
+    x = gates.LogitNormalGate(2, 0.5).sample(rng, 100_000)
     x[:30_000] = 0.0                                              # 30% of the gates saturate at 1
     g = EmpiricalGate(-x)
     for eps in (1e-3, 1e-12):

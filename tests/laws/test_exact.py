@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from conftest import CdfOnly
-from foxwindow import exact, forget, renewal
-from foxwindow.forget import BetaGate, ConstantGate, EmpiricalGate, GammaIncrement, LogitNormalGate
+from foxwindow.laws import exact, gates, lattice, renewal
+from foxwindow.laws.gates import BetaGate, ConstantGate, EmpiricalGate, GammaIncrement, LogitNormalGate
 
 
 def timed(fn):
@@ -162,7 +162,7 @@ def test_survival_is_a_law():
 
 
 def test_unreachable_tolerance_warns_or_raises_with_the_achieved_error(monkeypatch):
-    monkeypatch.setattr(exact, "_MAX_LEVEL", 3)                  # refinement runs out after 4 lattices
+    monkeypatch.setattr(lattice, "_MAX_LEVEL", 3)                  # refinement runs out after 4 lattices
     g = LogitNormalGate(2, 0.5)
     with pytest.warns(exact.AccuracyWarning, match=r"reached \|err E\[W\]\| <= "):
         r = exact.exact_first_passage(g, 1e-3, tol=1e-15)
@@ -197,8 +197,8 @@ def test_alibi_window_is_exact_down_to_the_smallest_eps():
 @pytest.mark.parametrize("call,exc,word", [
     (lambda: EmpiricalGate(np.zeros(10)), ValueError, "kappa = 0"),
     (lambda: exact.exact_first_passage(LogitNormalGate(40, 1), 1e-3), ValueError, "exceeds the cap"),
-    (lambda: forget.first_passage_mc(LogitNormalGate(40, 1), 1e-3, 100), ValueError, "max_steps"),
-    (lambda: forget.first_passage_mc(ConstantGate(1e-9), 1e-3, 100), ValueError, "max_steps"),
+    (lambda: gates.first_passage_mc(LogitNormalGate(40, 1), 1e-3, 100), ValueError, "max_steps"),
+    (lambda: gates.first_passage_mc(ConstantGate(1e-9), 1e-3, 100), ValueError, "max_steps"),
     (lambda: BetaGate(math.inf, 1), ValueError, "finite"),
     (lambda: BetaGate(1, math.nan), ValueError, "finite"),
     (lambda: GammaIncrement(math.inf, 1), ValueError, "finite"),
@@ -206,8 +206,8 @@ def test_alibi_window_is_exact_down_to_the_smallest_eps():
     (lambda: LogitNormalGate(math.nan, 1), ValueError, "finite"),
     (lambda: LogitNormalGate("2", 1), TypeError, "mu"),
     (lambda: ConstantGate(math.inf), ValueError, "slope"),
-    (lambda: forget.first_passage_mc(LogitNormalGate(2, 0.5), 1e-3, trials=1), ValueError, "trials"),
-    (lambda: forget.first_passage_mc(LogitNormalGate(2, 0.5), 1e-3, trials=2.5), ValueError, "trials"),
+    (lambda: gates.first_passage_mc(LogitNormalGate(2, 0.5), 1e-3, trials=1), ValueError, "trials"),
+    (lambda: gates.first_passage_mc(LogitNormalGate(2, 0.5), 1e-3, trials=2.5), ValueError, "trials"),
     (lambda: exact.exact_first_passage(LogitNormalGate(2, 0.5), 1e-3, tol=0), ValueError, "tol"),
     (lambda: renewal.alibi_window(0, 1e-3), ValueError, "slope"),
     (lambda: renewal.alibi_window(math.inf, 1e-3), ValueError, "slope"),
@@ -229,7 +229,7 @@ def test_eps_near_one_answers_at_once_within_its_bound(eps):
         t = time.perf_counter()
         r = exact.exact_first_passage(g, eps)
         assert time.perf_counter() - t < 5
-        q = float(g.cdf(np.array([forget.threshold(eps)]))[0])
+        q = float(g.cdf(np.array([gates.threshold(eps)]))[0])
         assert r.mean == 0.0 and r.mean_err == pytest.approx(q / (1 - q), rel=1e-12) and r.mean_err <= 1e-8
     # where F(L) is not negligible the lattice still answers, within its error of the closed form
     r = exact.exact_first_passage(GammaIncrement(0.5, 0.1), eps)

@@ -1,4 +1,4 @@
-"""Tests of foxwindow.forget: decay matrices, per-query windows, gate laws and their quadrature moments,
+"""Tests of foxwindow.laws.gates: decay matrices, per-query windows, gate laws and their quadrature moments,
 Monte Carlo first-passage times and the checks on bad input.
 
 Statistical checks compare Monte Carlo estimates with moments computed from the distribution (exact
@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from scipy import integrate
 
 from conftest import bonferroni_z
-from foxwindow import exact, forget, renewal
-from foxwindow.forget import (
+from foxwindow.laws import exact, gates, renewal
+from foxwindow.laws.gates import (
     SEED_GATES,
     AR1LogitGate,
     BetaGate,
@@ -39,7 +39,7 @@ log_gate_values = st.one_of(
 @settings(max_examples=60, deadline=None)
 @given(st.lists(log_gate_values, min_size=1, max_size=40))
 def test_decay_is_monotone_in_distance(lg):
-    D = forget.decay_matrix(np.array(lg))
+    D = gates.decay_matrix(np.array(lg))
     T = len(lg)
     assert np.all(np.diag(D) == 1.0)
     assert np.all(D[np.triu_indices(T, 1)] == 0.0)
@@ -67,7 +67,7 @@ def brute_windows(lg, eps):
 @settings(max_examples=80, deadline=None)
 @given(st.lists(log_gate_values, min_size=1, max_size=60), st.floats(1e-9, 0.99))
 def test_windows_match_brute_force(lg, eps):
-    W, cens = forget.windows(np.array(lg), eps)
+    W, cens = gates.windows(np.array(lg), eps)
     Wb, cb = brute_windows(lg, eps)
     np.testing.assert_array_equal(W, Wb)
     np.testing.assert_array_equal(cens, cb)
@@ -76,29 +76,29 @@ def test_windows_match_brute_force(lg, eps):
 
 
 def test_windows_single_position_and_gate_one():
-    W, c = forget.windows(np.array([0.0]), 1e-3)
+    W, c = gates.windows(np.array([0.0]), 1e-3)
     assert W.tolist() == [1] and c.tolist() == [True]
-    W, c = forget.windows(np.array([-10.0]), 1e-3)                  # X > L: nothing beyond the query
+    W, c = gates.windows(np.array([-10.0]), 1e-3)                  # X > L: nothing beyond the query
     assert W.tolist() == [0] and c.tolist() == [False]
-    W, c = forget.windows(np.zeros(50), 0.5)                        # gates equal to 1 never forget
+    W, c = gates.windows(np.zeros(50), 0.5)                        # gates equal to 1 never forget
     assert c.all() and W.tolist() == list(range(1, 51))
 
 
 def test_windows_batched_torch_matches_numpy():
     rng = np.random.default_rng(0)
     lg = np.log(rng.beta(8, 1, size=(2, 300, 3))).astype(np.float32)   # (B, T, H)
-    Wt, ct = forget.windows(torch.from_numpy(lg), 1e-2, dim=1)
+    Wt, ct = gates.windows(torch.from_numpy(lg), 1e-2, dim=1)
     assert Wt.shape == (2, 300, 3) and Wt.dtype == torch.int64
     for b in range(2):
         for h in range(3):
-            Wn, cn = forget.windows(lg[b, :, h], 1e-2)
+            Wn, cn = gates.windows(lg[b, :, h], 1e-2)
             np.testing.assert_array_equal(Wt[b, :, h].numpy(), Wn)
             np.testing.assert_array_equal(ct[b, :, h].numpy(), cn)
 
 
 def test_alibi_trace_windows_are_integer():
     for m, expect in ((0.05, 138), (0.1, 69)):
-        W, c = forget.windows(np.full(1000, -m), 1e-3)
+        W, c = gates.windows(np.full(1000, -m), 1e-3)
         assert renewal.alibi_window(m, 1e-3) == expect
         assert np.all(W[~c] == expect) and np.all(W[expect + 1:] == expect)
 
@@ -133,7 +133,7 @@ def test_monte_carlo_matches_exact_moments_and_wald():
     z = bonferroni_z(3 * len(SEED_GATES))
     for i, gate in enumerate(SEED_GATES):
         eps, n = 1e-3, 200_000
-        W, R = forget.first_passage_samples(gate, eps, n, seed=10 + i)
+        W, R = gates.first_passage_samples(gate, eps, n, seed=10 + i)
         ex = exact.exact_first_passage(gate, eps)
         w = W.astype(float)
         mean, var = w.mean(), w.var(ddof=1)
@@ -149,9 +149,9 @@ def test_monte_carlo_matches_exact_moments_and_wald():
 
 
 def test_monte_carlo_mc_result_and_alibi():
-    r = forget.first_passage_mc(ConstantGate(0.1), 1e-3, trials=1000, seed=0)
+    r = gates.first_passage_mc(ConstantGate(0.1), 1e-3, trials=1000, seed=0)
     assert r.mean == 69 and r.var == 0
-    r = forget.first_passage_mc(BetaGate(10, 1), 1e-2, trials=100_000, seed=3)
+    r = gates.first_passage_mc(BetaGate(10, 1), 1e-2, trials=100_000, seed=3)
     lam = 10 * threshold(1e-2)                                      # Poisson: mean = var = lam
     z = bonferroni_z(2)
     assert abs(r.mean - lam) <= z * r.se_mean and abs(r.var - lam) <= z * r.se_var
@@ -159,10 +159,10 @@ def test_monte_carlo_mc_result_and_alibi():
 
 def test_monte_carlo_is_seeded_and_chunked():
     g = SEED_GATES[1]
-    a, _ = forget.first_passage_samples(g, 1e-3, 5000, seed=7, chunk=2000)
-    b, _ = forget.first_passage_samples(g, 1e-3, 5000, seed=7, chunk=2000)
+    a, _ = gates.first_passage_samples(g, 1e-3, 5000, seed=7, chunk=2000)
+    b, _ = gates.first_passage_samples(g, 1e-3, 5000, seed=7, chunk=2000)
     np.testing.assert_array_equal(a, b)
-    c, _ = forget.first_passage_samples(g, 1e-3, 5000, seed=7, chunk=1 << 20)
+    c, _ = gates.first_passage_samples(g, 1e-3, 5000, seed=7, chunk=1 << 20)
     assert len(c) == 5000 and abs(c.mean() - a.mean()) < 1.0      # same law, different streams
 
 
@@ -170,28 +170,28 @@ def test_monte_carlo_is_seeded_and_chunked():
 
 
 @pytest.mark.parametrize("call,word", [
-    (lambda: forget.increments_from_gates(np.array([0.5, 0.0])), "(0, 1]"),
-    (lambda: forget.increments_from_gates(np.array([0.5, 1.5])), "(0, 1]"),
-    (lambda: forget.increments_from_gates(np.array([0.5, np.nan])), "NaN"),
-    (lambda: forget.increments_from_log_gates(np.array([-0.1, 0.2])), "<= 0"),
-    (lambda: forget.increments_from_log_gates(np.array([-0.1, np.nan])), "NaN"),
-    (lambda: forget.increments_from_log_gates(np.array([-0.1, -np.inf])), "infinite"),
-    (lambda: forget.windows(np.array([]), 1e-3), "empty"),
-    (lambda: forget.windows(np.zeros((3, 0)), 1e-3), "empty"),
-    (lambda: forget.windows(np.array(["a", "b"]), 1e-3), "dtype"),
-    (lambda: forget.windows(torch.zeros(4, dtype=torch.int64), 1e-3), "floating"),
-    (lambda: forget.windows(np.zeros(4), 0.0), "eps"),
-    (lambda: forget.windows(np.zeros(4), 1.0), "eps"),
-    (lambda: forget.windows(np.zeros(4), float("nan")), "eps"),
+    (lambda: gates.increments_from_gates(np.array([0.5, 0.0])), "(0, 1]"),
+    (lambda: gates.increments_from_gates(np.array([0.5, 1.5])), "(0, 1]"),
+    (lambda: gates.increments_from_gates(np.array([0.5, np.nan])), "NaN"),
+    (lambda: gates.increments_from_log_gates(np.array([-0.1, 0.2])), "<= 0"),
+    (lambda: gates.increments_from_log_gates(np.array([-0.1, np.nan])), "NaN"),
+    (lambda: gates.increments_from_log_gates(np.array([-0.1, -np.inf])), "infinite"),
+    (lambda: gates.windows(np.array([]), 1e-3), "empty"),
+    (lambda: gates.windows(np.zeros((3, 0)), 1e-3), "empty"),
+    (lambda: gates.windows(np.array(["a", "b"]), 1e-3), "dtype"),
+    (lambda: gates.windows(torch.zeros(4, dtype=torch.int64), 1e-3), "floating"),
+    (lambda: gates.windows(np.zeros(4), 0.0), "eps"),
+    (lambda: gates.windows(np.zeros(4), 1.0), "eps"),
+    (lambda: gates.windows(np.zeros(4), float("nan")), "eps"),
     (lambda: exact.exact_first_passage(SEED_GATES[0], -1), "eps"),
     (lambda: exact.exact_first_passage(AR1LogitGate(2, 0.5, 0.5), 1e-3), "dependent"),
-    (lambda: forget.first_passage_mc(SEED_GATES[0], 1e-3, trials=0), "trials"),
+    (lambda: gates.first_passage_mc(SEED_GATES[0], 1e-3, trials=0), "trials"),
     (lambda: LogitNormalGate(0, -1), "s > 0"),
     (lambda: BetaGate(0, 1), "a > 0"),
     (lambda: ConstantGate(0), "slope"),
     (lambda: AR1LogitGate(0, 1, 1.0), "phi"),
-    (lambda: forget.EmpiricalGate(np.array([])), "empty"),
-    (lambda: forget.decay_matrix(np.zeros((2, 2))), "(T,)"),
+    (lambda: gates.EmpiricalGate(np.array([])), "empty"),
+    (lambda: gates.decay_matrix(np.zeros((2, 2))), "(T,)"),
     (lambda: renewal.acf(np.ones(10), 3), "constant"),
 ])
 def test_bad_input_raises_clear_errors(call, word):
@@ -203,26 +203,26 @@ def test_bad_input_raises_clear_errors(call, word):
 def test_empirical_gate_moments_are_the_trace_moments():
     rng = np.random.default_rng(1)
     lg = np.log(rng.beta(10, 1, 5000))
-    g = forget.EmpiricalGate(lg)
+    g = gates.EmpiricalGate(lg)
     m = g.moments()
     x = -lg
     assert m.kappa == pytest.approx(x.mean()) and m.sigma2 == pytest.approx(x.var())
     ex = exact.exact_first_passage(g, 1e-2)                       # the empirical law's exact window
-    r = forget.first_passage_mc(g, 1e-2, 50_000, seed=2)
+    r = gates.first_passage_mc(g, 1e-2, 50_000, seed=2)
     z = bonferroni_z(1)
     assert abs(r.mean - ex.mean) <= z * r.se_mean + 0.01           # + lattice error of an atomic law (O(h))
 
 
 def test_thresholds_given_as_L_equal_eps():
-    """L = ln(1/eps) is accepted wherever eps is (forget.level: exactly one of them), with the same result."""
+    """L = ln(1/eps) is accepted wherever eps is (gates.level: exactly one of them), with the same result."""
     lg = np.log(np.random.default_rng(3).beta(8, 1, (3, 200)))
     eps = 1e-3
-    W1, c1 = forget.windows(lg, eps)
-    W2, c2 = forget.windows(lg, L=math.log(1 / eps))
+    W1, c1 = gates.windows(lg, eps)
+    W2, c2 = gates.windows(lg, L=math.log(1 / eps))
     assert np.array_equal(W1, W2) and np.array_equal(c1, c2)
     g = SEED_GATES[0]
     a, b = exact.exact_first_passage(g, eps), exact.exact_first_passage(g, L=math.log(1 / eps))
     assert a.mean == b.mean and a.var == b.var
     for kw in (dict(eps=0.1, L=2.0), dict(), dict(L=-1.0), dict(L=float("nan"))):
         with pytest.raises(ValueError):
-            forget.level(**kw)
+            gates.level(**kw)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from foxwindow import dependent_errors, exact, forget, markov, renewal
-from foxwindow.forget import AR1LogitGate, LogitNormalGate
+from foxwindow.laws import dependent_errors, exact, gates, markov, renewal
+from foxwindow.laws.gates import AR1LogitGate, LogitNormalGate
 
 
 def bonferroni_z(n_checks, alpha=1e-3):
@@ -22,7 +22,7 @@ def bonferroni_z(n_checks, alpha=1e-3):
 def chain_walks(P, laws, L, trials, seed):
     """W = N - 1 of `trials` walks of the chain (stationary start, X_t from the law of y_t), vectorised."""
     rng = np.random.default_rng(seed)
-    pi = markov._stationary(P)
+    pi = markov.stationary(P)
     cum = np.cumsum(P, axis=1)
     y = rng.choice(len(pi), size=trials, p=pi)
     S = np.zeros(trials)
@@ -77,7 +77,7 @@ def test_rotating_chain_long_run_cumulants_against_simulation_of_the_sum():
     assert gam[1] < 0 < gam[3]                                            # the sign changes with the lag
     n, reps = 400, 4000
     rng = np.random.default_rng(7)
-    pi = markov._stationary(P)
+    pi = markov.stationary(P)
     cum = np.cumsum(P, axis=1)
     y = rng.choice(3, size=reps, p=pi)
     S = np.zeros(reps)
@@ -102,7 +102,7 @@ def test_ar1_short_windows_against_monte_carlo(phi, ratio, seed):
     g = AR1LogitGate(2, 0.5, phi)
     eps = math.exp(-ratio * g.moments().kappa)
     r = exact.markov_first_passage(g, eps)[0]
-    mc = forget.first_passage_mc(g, eps, trials=200_000, seed=seed)
+    mc = gates.first_passage_mc(g, eps, trials=200_000, seed=seed)
     z = bonferroni_z(2)
     assert abs(r.mean - mc.mean) <= z * mc.se_mean + r.err_mean
     assert abs(r.var - mc.var) <= z * mc.se_var + r.err_var
@@ -143,8 +143,8 @@ def test_markov_bad_input_is_refused_at_once(call, word):
     lambda: renewal.smith_var(LogitNormalGate(2, 0.5).moments(), float("nan")),
     lambda: renewal.exponential_exact(0.1, float("nan")),
     lambda: renewal.leading_var(LogitNormalGate(2, 0.5).moments(), -1.0),
-    lambda: renewal.renewal_mean(forget.Moments(0.0, 0.0, 0.0, 0.0), 1.0),
-    lambda: renewal.smith_C(forget.Moments(0.0, 0.0, 0.0, 0.0)),
+    lambda: renewal.renewal_mean(gates.Moments(0.0, 0.0, 0.0, 0.0), 1.0),
+    lambda: renewal.smith_C(gates.Moments(0.0, 0.0, 0.0, 0.0)),
     lambda: renewal.exponential_exact(0.0, 1.0),
 ])
 def test_iid_laws_refuse_bad_input(fn):
@@ -153,9 +153,9 @@ def test_iid_laws_refuse_bad_input(fn):
 
 
 def test_smith_var_of_a_constant_gate_is_its_exact_variance():
-    m = forget.ConstantGate(0.05).moments()
+    m = gates.ConstantGate(0.05).moments()
     assert renewal.smith_var(m, renewal.threshold(1e-3)) == 0.0
-    assert exact.exact_first_passage(forget.ConstantGate(0.05), 1e-3).var == 0.0
+    assert exact.exact_first_passage(gates.ConstantGate(0.05), 1e-3).var == 0.0
 
 
 def test_alibi_window_real_against_mpmath_on_boundary_cases():
@@ -175,14 +175,14 @@ def test_alibi_window_real_against_mpmath_on_boundary_cases():
 def test_gamma_closed_form_range_and_the_lattice_beyond_it():
     # Gamma(500, 1e-5) at 1e-300: n k ~ 7e7, where scipy's incomplete gamma is off ~1e-6; the lattice takes it,
     # checked against the renewal laws (exact far beyond 1e-10 at L/kappa = 1.4e5)
-    g, eps = forget.GammaIncrement(500, 1e-5), 1e-300
+    g, eps = gates.GammaIncrement(500, 1e-5), 1e-300
     r = exact.exact_first_passage(g, eps)
     m, L = g.moments(), renewal.threshold(eps)
     assert r.method != "closed form"
     assert abs(r.mean - (renewal.renewal_mean(m, L) - 1)) <= r.mean_err + 1e-12 * r.mean
     assert abs(r.var - renewal.smith_var(m, L)) <= r.var_err
     # inside the range the closed form carries a nonzero error and agrees with mpmath's incomplete gamma
-    g2 = forget.GammaIncrement(2.0, 0.07)
+    g2 = gates.GammaIncrement(2.0, 0.07)
     r2 = exact.exact_first_passage(g2, 1e-3)
     assert r2.method == "closed form" and r2.mean_err > 0 and r2.var_err > 0
     mpmath.mp.dps = 40
@@ -193,12 +193,12 @@ def test_gamma_closed_form_range_and_the_lattice_beyond_it():
 
 
 def test_monte_carlo_runs_are_reproducible_but_not_prefixes():
-    # documented (forget.first_passage_samples): a run is fixed by (seed, trials, chunk); its first n walks are
+    # documented (gates.first_passage_samples): a run is fixed by (seed, trials, chunk); its first n walks are
     # not the walks of a run of n trials (the random stream is drawn in blocks shaped by the batch)
     g = LogitNormalGate(2, 0.5)
-    a, _ = forget.first_passage_samples(g, 1e-2, 500, seed=4)
-    b, _ = forget.first_passage_samples(g, 1e-2, 500, seed=4)
-    c, _ = forget.first_passage_samples(g, 1e-2, 1000, seed=4)
+    a, _ = gates.first_passage_samples(g, 1e-2, 500, seed=4)
+    b, _ = gates.first_passage_samples(g, 1e-2, 500, seed=4)
+    c, _ = gates.first_passage_samples(g, 1e-2, 1000, seed=4)
     assert np.array_equal(a, b)
     assert not np.array_equal(a, c[:500])
 
@@ -228,7 +228,7 @@ def chain_dp(P, pi, vals, L):
 def test_chain_with_atomic_state_laws_against_exact_dynamic_programming(L):
     P = np.array([[0.8, 0.2], [0.3, 0.7]])                     # stationary law (0.6, 0.4)
     vals = [[0.1, 0.3], [0.5, 0.9]]
-    laws = [forget.EmpiricalGate(-np.array(v)) for v in vals]
+    laws = [gates.EmpiricalGate(-np.array(v)) for v in vals]
     mean, var = chain_dp(P, [0.6, 0.4], vals, L)
     r = markov.markov_chain_first_passage(P, laws, L=L)
     assert abs(r.mean - mean) <= r.mean_err and abs(r.var - var) <= r.var_err

@@ -1,4 +1,4 @@
-"""Tests of foxwindow.renewal: the window laws (Wald, renewal mean, leading and Smith variance, closed
+"""Tests of foxwindow.laws.renewal: the window laws (Wald, renewal mean, leading and Smith variance, closed
 forms, the ALiBi limit, the dependent-increment laws) against exact numerics computed from the distribution.
 Fixed seeds; tolerances from standard errors, Bonferroni-corrected within a test."""
 import math
@@ -8,8 +8,8 @@ import pytest
 from scipy import stats
 
 from conftest import CdfOnly, bonferroni_z
-from foxwindow import exact, forget, renewal
-from foxwindow.forget import SEED_GATES, AR1LogitGate, BetaGate, ConstantGate, GammaIncrement, threshold
+from foxwindow.laws import exact, gates, renewal
+from foxwindow.laws.gates import SEED_GATES, AR1LogitGate, BetaGate, ConstantGate, GammaIncrement, threshold
 
 # ----------------------------------------------------------------------------- laws vs exact numerics
 
@@ -107,7 +107,7 @@ def test_dependent_laws_on_ar1_gates(mu, s, phi, eps, resolved):
     s1, sk = g.dependence_sums()
     tau = 1 + 2 * s1 / m.sigma2
     assert L / m.kappa >= 4 * tau                                   # the regime the laws claim
-    r = forget.first_passage_mc(g, eps, trials=100_000, seed=11)
+    r = gates.first_passage_mc(g, eps, trials=100_000, seed=11)
     z = bonferroni_z(4)
     slr = renewal.long_run_variance(m.sigma2, tau)
     # mean law: checked to about 0.1 in this regime (docs/THEORY.md section 4)

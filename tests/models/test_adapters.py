@@ -14,10 +14,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from foxwindow import adapters, data, heads, outputs
-from foxwindow import fox_attention as fa
-from foxwindow import model as fm
-from foxwindow.traces import capture_gates, load_trace, run_with_cache
+from foxwindow import outputs
+from foxwindow.heads import command
+from foxwindow.heads import driver as heads
+from foxwindow.models import adapters
+from foxwindow.models import attention as fa
+from foxwindow.models import fox as fm
+from foxwindow.models.traces import capture_gates, load_trace, run_with_cache
+from foxwindow.training import data
 
 fla = pytest.importorskip("fla", reason="flash-linear-attention not installed (pip install 'foxwindow[models]')")
 with warnings.catch_warnings():
@@ -326,7 +330,8 @@ def test_register_a_new_family_and_layout_check():
 
 # ----------------------------------------------------------------------------- --model end to end
 
-from foxwindow import hf_capture, hf_models  # noqa: E402
+from foxwindow.models import hf_capture  # noqa: E402
+from foxwindow.models import hf_load as hf_models  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -358,7 +363,7 @@ def tiny_ckpt(tmp_path_factory):
 
 def _forget(argv, capsys):
     capsys.readouterr()                                      # drop what the test printed before
-    code = outputs.cli(heads.main, argv)                    # as `python forget.py ARGV` runs it
+    code = outputs.cli(command.main, argv)                    # as `python forget.py ARGV` runs it
     out = capsys.readouterr()
     return code, out.out, out.err
 

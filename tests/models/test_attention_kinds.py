@@ -5,12 +5,12 @@ import pytest
 import torch
 import torch.nn as nn
 
-from foxwindow import attention_kinds as ak
-from foxwindow import reach
-from foxwindow.attention_kinds import AttentionRegistry, Float, Int, Optional, build_model
-from foxwindow.fox_attention import forgetting_attention_reference
-from foxwindow.model import FoXConfig, FoXLM
-from foxwindow.traces import capture_gates
+from foxwindow.models import kinds as ak
+from foxwindow.models.attention import forgetting_attention_reference
+from foxwindow.models.fox import FoXConfig, FoXLM
+from foxwindow.models.kinds import AttentionRegistry, Float, Int, Optional, build_model
+from foxwindow.models.traces import capture_gates
+from foxwindow.training import reach
 
 torch.set_num_threads(1)
 

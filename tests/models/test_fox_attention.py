@@ -7,10 +7,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from foxwindow import fox_attention as fa
-from foxwindow.fox_attention import forgetting_attention, forgetting_attention_naive, forgetting_attention_reference
-from foxwindow.model import FoXConfig, FoXLM
-from foxwindow.traces import capture_gates, load_trace, run_with_cache, save_trace
+from foxwindow.models import attention as fa
+from foxwindow.models.attention import forgetting_attention, forgetting_attention_naive, forgetting_attention_reference
+from foxwindow.models.fox import FoXConfig, FoXLM
+from foxwindow.models.traces import capture_gates, load_trace, run_with_cache, save_trace
 
 
 def naive(q, k, v, lg, scale=None, causal=True):

@@ -10,16 +10,19 @@ import numpy as np
 import pytest
 import torch
 
-from foxwindow import adapters, heads, hf_capture, hf_models, outputs
-from foxwindow.traces import load_trace
+from conftest import REPO
+from foxwindow import outputs
+from foxwindow.heads import command
+from foxwindow.models import adapters, hf_capture
+from foxwindow.models import hf_load as hf_models
+from foxwindow.models.traces import load_trace
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 WORDS = ["the", "king", "is", "dead", "long", "live", "queen", "to", "be", "or", "not", "ay", "there", '"so"', "a\\b"]
 
 
 def _forget(argv, capsys):
     capsys.readouterr()
-    code = outputs.cli(heads.main, argv)
+    code = outputs.cli(command.main, argv)
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -314,7 +317,7 @@ def test_unknown_and_unregistered_model_types_say_not_supported(bpe, tmp_path, c
 # ----------------------------------------------------------------------------- a user's adapter: RG-LRU
 
 def test_rglru_adapter_matches_the_layer(monkeypatch):
-    monkeypatch.syspath_prepend(os.path.join(HERE, "..", "examples"))
+    monkeypatch.syspath_prepend(os.path.join(REPO, "examples"))
     import rglru_adapter
     from transformers import RecurrentGemmaConfig, RecurrentGemmaForCausalLM
     torch.manual_seed(40)
@@ -353,7 +356,7 @@ def test_adapter_flag_runs_a_users_adapter(bpe, tmp_path, capsys):
     code, _, err = _forget(base, capsys)                        # without it: not supported, in one line
     assert code == 2 and "not supported" in err and "--adapter" in err and err.count("\n") == 1, err
     js = tmp_path / "r.json"
-    spec = os.path.join(HERE, "..", "examples", "rglru_adapter.py") + ":RGLRU"
+    spec = os.path.join(REPO, "examples", "rglru_adapter.py") + ":RGLRU"
     try:
         code, out, err = _forget(base + ["--adapter", spec, "--json", str(js)], capsys)
     finally:
@@ -376,7 +379,7 @@ def test_entry_point_group_registers_installed_adapters(tmp_path, monkeypatch):
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-gates\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text(f"[{hf_models.ADAPTER_GROUP}]\nrglru = rglru_adapter:RGLRU\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.syspath_prepend(os.path.join(HERE, "..", "examples"))
+    monkeypatch.syspath_prepend(os.path.join(REPO, "examples"))
     try:
         got = hf_models.load_adapters()
         assert [a.family for a in got] == ["rglru"] and adapters.get_adapter("rglru") is got[0]

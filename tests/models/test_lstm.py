@@ -14,7 +14,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from foxwindow import adapters, heads, lstm, outputs, traces
+from foxwindow import outputs
+from foxwindow.heads import driver as heads
+from foxwindow.models import adapters, lstm, traces
 
 HAVE_H5PY = importlib.util.find_spec("h5py") is not None
 HAVE_TG = importlib.util.find_spec("textgenrnn") is not None

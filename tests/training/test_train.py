@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from foxwindow import data, train
-from foxwindow.model import FoXConfig, FoXLM, load_model
+from foxwindow.models.fox import FoXConfig, FoXLM, load_model
+from foxwindow.training import data, train
 
 
 def test_heldout_tokens_deterministic():

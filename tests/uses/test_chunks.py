@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import bonferroni_z
-from foxwindow import chunks as ch
-from foxwindow import chunks_report, exact, forget
+from conftest import REPO, bonferroni_z
+from foxwindow.laws import exact, gates
+from foxwindow.uses import chunks as ch
+from foxwindow.uses import chunks_report
 
 
 def test_exp_limits_derived_match_torch():
@@ -29,7 +30,7 @@ def test_exp_limits_derived_match_torch():
 
 
 def test_law_tail_brackets_exact_first_passage():
-    gate = forget.LogitNormalGate(-1.0, 1.0)
+    gate = gates.LogitNormalGate(-1.0, 1.0)
     for dt in ("float32", "float16"):
         th = ch.exp_limits(dt).overflow
         t = ch.law_tail(gate, th, (8, 16, 32, 64, 128))
@@ -58,7 +59,7 @@ def _reference(q, k, v, lg):
 def test_op_fails_exactly_when_the_chunk_sum_passes_the_threshold():
     rng = np.random.default_rng(0)
     B, T, H = 4, 256, 3
-    x = np.stack([forget.LogitNormalGate(mu, 1.0).sample(rng, (B, T)) for mu in (-1.0, 0.5, 3.0)], -1)
+    x = np.stack([gates.LogitNormalGate(mu, 1.0).sample(rng, (B, T)) for mu in (-1.0, 0.5, 3.0)], -1)
     lg = torch.tensor(-x, dtype=torch.float32)
     q, k, v = ch.unit_qkv(B, T, H, 4, 3, seed=1)
     seen = []
@@ -115,7 +116,7 @@ _op_rates = ch.head_op_rates                                     # {C: Rate} of 
 def test_iid_gates_predicted_rate_matches_the_op():
     """iid logit-normal gates whose chunks fail between C = 16 and 64 (float32 and float16 thresholds): the
     rate predicted from the law (lattice convolution) against the op's measured NaN rate."""
-    cases = [(forget.LogitNormalGate(-1.0, 1.0), "float32"), (forget.LogitNormalGate(1.5, 1.0), "float16")]
+    cases = [(gates.LogitNormalGate(-1.0, 1.0), "float32"), (gates.LogitNormalGate(1.5, 1.0), "float16")]
     chunks = (16, 32, 64)
     zc = bonferroni_z(len(cases) * len(chunks))
     rng = np.random.default_rng(3)
@@ -135,7 +136,7 @@ def test_ar1_gates_need_the_dependence_aware_prediction():
     """AR(1)-logit gates (phi = 0.8): the exact Markov-additive law matches the op's NaN rate, the iid law of
     the same marginal is far off, and the trace-fitted dependence-aware prediction (fit on half the
     sequences) matches the rate measured on the other half, where the trace's iid prediction does not."""
-    gate = forget.AR1LogitGate(-0.6, 1.0, 0.8)
+    gate = gates.AR1LogitGate(-0.6, 1.0, 0.8)
     dt, chunks = "float32", (16, 32, 64)
     th = ch.exp_limits(dt).overflow
     truth, err = ch.markov_tail(gate, th, chunks)
@@ -155,9 +156,9 @@ def test_ar1_gates_need_the_dependence_aware_prediction():
 
 
 def test_analyse_and_command(tmp_path, capsys):
-    from foxwindow.traces import save_trace
+    from foxwindow.models.traces import save_trace
     rng = np.random.default_rng(5)
-    g1, g2 = forget.LogitNormalGate(-1.0, 1.0), forget.AR1LogitGate(1.0, 1.0, 0.9)
+    g1, g2 = gates.LogitNormalGate(-1.0, 1.0), gates.AR1LogitGate(1.0, 1.0, 0.9)
     x = np.stack([g1.sample(rng, (8, 512)), g2.sample_paths(rng, 8, 512)[0]], -1)
     path = tmp_path / "t.npz"
     save_trace(path, {"layer": (-x).astype(np.float32)}, {"heads": 2})
@@ -174,7 +175,7 @@ def test_analyse_and_command(tmp_path, capsys):
     assert outputs.cli(chunks_report.main, ["--traces", str(path), "--json", str(out)]) == 2   # exists, no --force
     assert outputs.cli(chunks_report.main, ["--traces", str(path), "--chunks", "12"]) == 2
     # figure 9 from that JSON
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "figures"))
+    sys.path.insert(0, os.path.join(REPO, "figures"))
     import fig9_chunks
     import figstyle
     figstyle.apply()

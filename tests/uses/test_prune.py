@@ -12,16 +12,19 @@ import pytest
 import torch
 from scipy import stats
 
-from foxwindow import forget, outputs, prune
-from foxwindow import fox_attention as fa
-from foxwindow import model as fm
-from foxwindow import prune_laws as pl
-from foxwindow import prune_measure as pm
+from conftest import REPO
+from foxwindow import outputs
+from foxwindow.laws import gates
+from foxwindow.models import attention as fa
+from foxwindow.models import fox as fm
+from foxwindow.uses import prune
+from foxwindow.uses import prune_laws as pl
+from foxwindow.uses import prune_measure as pm
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "figures"))
+sys.path.insert(0, os.path.join(REPO, "figures"))
 import fig8_prune  # noqa: E402
 import figstyle  # noqa: E402
-from foxwindow import traces
+from foxwindow.models import traces
 
 
 def _closed_form_pruned(T, BM, BN, m, L):
@@ -43,7 +46,7 @@ def _closed_form_pruned(T, BM, BN, m, L):
 @pytest.mark.parametrize("T,block,m,L", [(500, (32, 48), 0.1, 7.33), (256, (64, 64), 0.05, 3.1),
                                          (97, (8, 8), 0.5, 12.2), (1024, (128, 64), 0.013, 10.0)])
 def test_alibi_prediction_equals_closed_form(T, block, m, L):
-    law = pl.HeadLaw.from_gate(forget.ConstantGate(m))
+    law = pl.HeadLaw.from_gate(gates.ConstantGate(m))
     pr = pl.predict_block_pruning(law, T, L, block)
     n_pruned, n_causal = _closed_form_pruned(T, *block, m, L)
     assert pr.n_causal_blocks == n_causal
@@ -63,7 +66,7 @@ def test_grid_counts_pairs_and_never_prunes_the_diagonal():
     assert (pruned == g.strict).all() and g.causal.sum() > g.strict.sum()
 
 
-@pytest.mark.parametrize("gate,L", [(forget.LogitNormalGate(1, 1), 8.0), (forget.GammaIncrement(2.0, 0.1), 6.0)])
+@pytest.mark.parametrize("gate,L", [(gates.LogitNormalGate(1, 1), 8.0), (gates.GammaIncrement(2.0, 0.1), 6.0)])
 def test_iid_prediction_matches_sampled_traces(gate, L):
     T, block, S = 256, (16, 16), 300
     law = pl.HeadLaw.from_gate(gate)
@@ -76,8 +79,8 @@ def test_iid_prediction_matches_sampled_traces(gate, L):
     assert abs(m["mean_blocks"] - pr.frac_blocks) <= z * m["se_blocks"]
     assert abs(m["mean_flops"] - pr.frac_flops) <= z * m["se_flops"]
     # power: the law of a gate forgetting 10% faster is rejected by the same check
-    fast = pl.HeadLaw.from_gate(forget.GammaIncrement(2.0, 0.11) if isinstance(gate, forget.GammaIncrement)
-                                   else forget.LogitNormalGate(0.85, 1))
+    fast = pl.HeadLaw.from_gate(gates.GammaIncrement(2.0, 0.11) if isinstance(gate, gates.GammaIncrement)
+                                   else gates.LogitNormalGate(0.85, 1))
     wrong = pl.predict_block_pruning(fast, T, L, block)
     assert abs(m["mean_blocks"] - wrong.frac_blocks) > z * m["se_blocks"]
 
@@ -175,17 +178,17 @@ def test_decoding_with_horizons_equals_a_band_mask():
 
 def test_kv_horizon_quantiles_exact():
     # ALiBi: W = floor(L/m) for every p
-    law = pl.HeadLaw.from_gate(forget.ConstantGate(0.1))
+    law = pl.HeadLaw.from_gate(gates.ConstantGate(0.1))
     for p in (0.5, 0.99):
         hz = pl.kv_horizon(law, 1.5, 7.0, p, T=1000)
         assert hz.h == math.floor((3.0 + 7.0 + math.log(1000)) / 0.1)
     # Beta(a, 1) gates: W ~ Poisson(L a) exactly
-    law = pl.HeadLaw.from_gate(forget.BetaGate(20, 1))
+    law = pl.HeadLaw.from_gate(gates.BetaGate(20, 1))
     hz = pl.kv_horizon(law, 0.5, 5.0, 0.99)
     assert hz.h == stats.poisson.ppf(0.99, 6.0 * 20)
     # a recurrent state: the quantile at L = L_tol alone
     assert pl.state_horizon(law, 6.0, 0.99).h == hz.h
-    assert pl.state_horizon(pl.HeadLaw.from_gate(forget.ConstantGate(0.3)), 6.0).h == math.floor(6.0 / 0.3)
+    assert pl.state_horizon(pl.HeadLaw.from_gate(gates.ConstantGate(0.3)), 6.0).h == math.floor(6.0 / 0.3)
 
 
 def test_certified_horizon_bounds_the_decay():
@@ -216,7 +219,7 @@ def test_certified_x_min_holds_for_the_model():
 
 
 def test_bad_input_raises():
-    law = pl.HeadLaw.from_gate(forget.ConstantGate(0.1))
+    law = pl.HeadLaw.from_gate(gates.ConstantGate(0.1))
     for tol in (0.0, 1.0, 1.5, -0.1, float("nan")):
         with pytest.raises(ValueError, match="tol"):
             pl.level_of_tol(tol)
@@ -315,7 +318,7 @@ def test_model_run_end_to_end_small(tmp_path, capsys):
 
 
 def test_var_sum_equals_the_double_sum_of_autocovariances():
-    law = pl.HeadLaw.from_gate(forget.AR1LogitGate(1.0, 1.0, 0.8))
+    law = pl.HeadLaw.from_gate(gates.AR1LogitGate(1.0, 1.0, 0.8))
     gam = law.sigma2 * np.concatenate([law.rho, np.zeros(64)])
     for n in (1, 2, 7, 40):
         i = np.arange(n)
@@ -325,9 +328,9 @@ def test_var_sum_equals_the_double_sum_of_autocovariances():
 
 def test_from_trace_chooses_the_law():
     rng = np.random.default_rng(4)
-    iid = pl.HeadLaw.from_trace(-forget.LogitNormalGate(1, 1).sample(rng, (16, 1024)))
+    iid = pl.HeadLaw.from_trace(-gates.LogitNormalGate(1, 1).sample(rng, (16, 1024)))
     assert iid.iid and iid.method(8.0) == "iid, exact numerics"
-    ar, _ = forget.AR1LogitGate(1, 1, 0.9).sample_paths(rng, 16, 1024)
+    ar, _ = gates.AR1LogitGate(1, 1, 0.9).sample_paths(rng, 16, 1024)
     dep = pl.HeadLaw.from_trace(-ar)
     assert not dep.iid and dep.tau > 3 and dep.method(8.0) == "autocorrelation-adjusted normal"
     const = pl.HeadLaw.from_trace(np.full((4, 50), -0.2))
@@ -341,7 +344,7 @@ def _trace_file(path, S=24, T=256, m=0.3, seed=3, iid=True, meta=None):
     """Layer 'a': (S, T, 2) log gates, head 0 iid logit-normal(1, 1) (iid=False: constant e^-0.05), head 1 the
     constant gate e^-m; layer 'b': (S, T, 1), the constant gate e^-(2m). meta: the file's metadata (default: a
     softmax model). Returns (path, [the two constant heads' float32 log gates])."""
-    x = forget.LogitNormalGate(1, 1).sample(np.random.default_rng(seed), (S, T)) if iid else np.full((S, T), 0.05)
+    x = gates.LogitNormalGate(1, 1).sample(np.random.default_rng(seed), (S, T)) if iid else np.full((S, T), 0.05)
     lg_c = [np.float32(-m), np.float32(-2 * m)]
     a = np.stack([-x, np.full((S, T), lg_c[0])], axis=-1).astype(np.float32)            # (S, T, 2)
     b = np.full((S, T, 1), lg_c[1], dtype=np.float32)                                   # (S, T, 1)
@@ -361,7 +364,7 @@ def test_traces_predicted_and_measured_pruning_agree(tmp_path):
     z = stats.norm.isf(0.001 / 2)
     assert e["se_meas"] > 0 and abs(e["err"]) <= z * e["se_meas"]
     # the law fitted on the odd sequences predicts what the true law predicts (fit error << measurement SE)
-    true = pl.predict_block_pruning(pl.HeadLaw.from_gate(forget.LogitNormalGate(1, 1)), T, L, block)
+    true = pl.predict_block_pruning(pl.HeadLaw.from_gate(gates.LogitNormalGate(1, 1)), T, L, block)
     assert abs(e["pred_frac_blocks"] - true.frac_blocks) <= e["se_meas"]
     # ALiBi: prediction and measurement both equal the closed form, and the horizon is floor(L_T / m)
     for e, lg in zip([res["heads"][1]["tols"][0], res["heads"][2]["tols"][0]], lg_c):
@@ -452,5 +455,5 @@ def test_prune_library_modules_say_what_they_are(capsys, monkeypatch, module, fi
     import runpy
     monkeypatch.setattr(sys, "argv", [module, "--help"])
     with pytest.raises(SystemExit) as e:
-        runpy.run_module("foxwindow." + module, run_name="__main__")
+        runpy.run_module("foxwindow.uses." + module, run_name="__main__")
     assert e.value.code in (0, None) and capsys.readouterr().out.startswith(first)

@@ -1,0 +1,168 @@
+"""`python forget.py` (`foxwindow forget`, `python -m foxwindow forget`): the command line of the per-head
+analysis. The shipped model and saved traces run through heads.driver, --model through heads.hf_run, and
+--synthetic through laws.lawtable; the table and JSON are heads.table's.
+"""
+import os
+import sys
+
+from foxwindow import outputs
+from foxwindow.heads import hf_run
+from foxwindow.heads.driver import DEFAULT_CHECKPOINT, EPS_SCAN, N_BOOT, analyse_model, analyse_traces
+from foxwindow.heads.table import print_table, to_json
+from foxwindow.laws import gates, lawtable
+from foxwindow.models import hf_load as hf_models
+from foxwindow.models.fox import load_model
+from foxwindow.models.traces import load_traces_checked
+from foxwindow.training import data, distributed
+
+
+def check(args):
+    """Check the analysis inputs before any work (ValueError naming the argument): the trace file loads
+    with a usable layout, or the checkpoint loads and the corpus holds the held-out windows."""
+    if args.traces:
+        load_traces_checked(args.traces)
+        return
+    try:
+        load_model(args.checkpoint or DEFAULT_CHECKPOINT)
+    except (FileNotFoundError, ValueError) as exc:
+        raise ValueError(f"--checkpoint: {exc}") from None
+    try:
+        data.heldout_tokens(n_seq=args.n_seq, seq_len=args.seq_len)
+    except ValueError as exc:
+        raise ValueError(f"--n-seq {args.n_seq} x --seq-len {args.seq_len}: {exc}") from None
+
+
+
+def _input(path, what):
+    """An input file: relative to the working directory, else to the repository; UsageError if absent."""
+    p = os.path.abspath(path)
+    if not os.path.exists(p) and not os.path.isabs(path) and os.path.exists(outputs.repo_path(path)):
+        p = outputs.repo_path(path)
+    return outputs.input_file(what, p)
+
+
+def check_args(a):
+    """Every argument checked before any work; outputs.UsageError naming the argument."""
+    outputs.eps_arg("--eps", a.eps)
+    outputs.positive("--trials", a.trials, lo=2)                 # a variance needs two windows
+    outputs.positive("--n-seq", a.n_seq, lo=3)                   # the jackknife needs three sequences
+    outputs.positive("--seq-len", a.seq_len, lo=32)              # windows are read on the second half
+    outputs.device_arg("--device", a.device)
+    if a.synthetic:
+        clash = [f for f, v in (("--traces", a.traces), ("--checkpoint", a.checkpoint),
+                                ("--save-traces", a.save_traces)) if v]
+        if clash:
+            raise outputs.UsageError(f"--synthetic ignores {' and '.join(clash)}: drop one or the other")
+    elif a.traces:
+        clash = [f for f, v in (("--checkpoint", a.checkpoint), ("--save-traces", a.save_traces)) if v]
+        if clash:
+            raise outputs.UsageError(f"--traces analyses saved traces; it cannot be combined with "
+                                     f"{' and '.join(clash)}")
+        a.traces = _input(a.traces, "--traces")
+    if a.checkpoint:
+        a.checkpoint = _input(a.checkpoint, "--checkpoint")
+    if a.json:
+        a.json = outputs.check_writable(a.json, force=a.force, what="--json")
+    if a.save_traces:
+        a.save_traces = outputs.check_writable(a.save_traces, force=a.force, what="--save-traces")
+        if a.json and a.json == a.save_traces:
+            raise outputs.UsageError("--json and --save-traces name the same file")
+
+
+def run_synthetic(a):
+    """`python forget.py --synthetic`: the Monte Carlo table (a: parsed and checked arguments)."""
+    rows = lawtable.synthetic_table(a.eps, a.trials, 0 if a.seed is None else a.seed, progress=not a.no_progress)
+    lawtable.print_synthetic(rows)
+    if a.json:
+        outputs.write_json(a.json, rows)
+
+
+def build_parser():
+    """The command line of the per-head analysis (`python forget.py`): every per-head flag, the --model
+    flags of hf_models and --synthetic (forget's synthetic table)."""
+    p = outputs.parser("Per-head verdict and windows of a gated model (python forget.py)")
+    p.add_argument("--synthetic", action="store_true", help="synthetic gates instead of the shipped model's traces")
+    p.add_argument("--eps", type=float, default=1e-3,
+                   help="decay threshold in (0, 1): added to the scan of the verdict and predictions, and the "
+                        "threshold of the decay and attention-mass windows")
+    p.add_argument("--trials", type=int, default=200_000, help="Monte Carlo trials per gate (--synthetic)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the bootstrap draws (default: fresh, recorded in the JSON; --synthetic: 0)")
+    p.add_argument("--checkpoint", default=None,
+                   help="FoX checkpoint for the per-head analysis (None: the shipped checkpoints/fox_shakespeare.pt)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--n-seq", type=int, default=32, help="held-out sequences for the per-head analysis")
+    p.add_argument("--traces", default=None, help="analyse saved log-gate traces (.npz from save_trace) instead")
+    p.add_argument("--save-traces", default=None, help="write the captured log-gate traces to this .npz")
+    p.add_argument("--seq-len", type=int, default=2048,
+                   help="tokens per sequence; windows longer than half of it are censored")
+    p.add_argument("--max-len", type=int, default=None,
+                   help="analyse only the first MAX_LEN positions of each sequence (rows MAX_LEN/2 .. MAX_LEN-1), "
+                        "e.g. 1024 to stay inside the shipped model's training context")
+    p.add_argument("--n-boot", type=int, default=N_BOOT,
+                   help="document-bootstrap draws per head calibrating the tests (0: no tests, predictions only)")
+    p.add_argument("--json", default=None, help="write the results as JSON to this path (NaN written as null)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    hf_models.add_arguments(p)                     # --model: a gated Hugging Face style checkpoint
+    outputs.add_common(p)
+    return p
+
+
+def main(argv=None):
+    """`python forget.py ARGV` (gates.main hands over here). Returns the exit code (None for 0)."""
+    a = build_parser().parse_args(argv)
+    # the verdict's own options apply to the shipped model and saved traces only: never ignored silently
+    own = [f for f, on in (("--max-len", a.max_len is not None), ("--n-boot", a.n_boot != N_BOOT)) if on]
+    if a.synthetic and own:
+        raise outputs.UsageError(f"{' and '.join(own)} apply to the models and --traces, not to --synthetic")
+    if hf_models.wants_model(a) and a.max_len is not None:
+        raise outputs.UsageError("--max-len applies to the shipped model or --traces; not to --model")
+    single = [f for f, on in (("--model", hf_models.wants_model(a)), ("--traces", a.traces),
+                              ("--synthetic", a.synthetic)) if on]
+    if single and distributed.launched():
+        # only the shipped-model capture is split across ranks; the rest would run once per rank
+        raise outputs.UsageError(f"{single[0]} runs in one process; under torchrun only the shipped model's "
+                                 "capture is split across ranks (run it without torchrun)")
+    outputs.positive("--n-boot", a.n_boot, lo=0)
+    if a.seed is not None:
+        outputs.positive("--seed", a.seed, lo=0)
+    if hf_models.wants_model(a):
+        clash = [f for f, on in (("--traces", a.traces), ("--synthetic", a.synthetic), ("--checkpoint", a.checkpoint))
+                 if on]
+        if clash:
+            raise outputs.UsageError(f"--model analyses that model; {' and '.join(clash)} would be ignored: drop one")
+        return hf_run.main_hf_model(a)             # loading, capture and the same table
+    check_args(a)
+    if a.synthetic:
+        return run_synthetic(a)
+    if a.max_len is not None:
+        outputs.positive("--max-len", a.max_len, lo=32)
+        if not a.traces and a.max_len > a.seq_len:
+            raise outputs.UsageError(f"--max-len {a.max_len} exceeds --seq-len {a.seq_len}")
+    try:
+        check(a)
+    except ValueError as exc:
+        raise outputs.UsageError(str(exc)) from None
+    # eps -> L, once: the scan plus the user's eps
+    eps = sorted(set(EPS_SCAN) | {a.eps}, reverse=True)
+    kw = dict(Ls=[gates.threshold(e) for e in eps], mass_L=gates.threshold(a.eps), n_boot=a.n_boot,
+              max_len=a.max_len, seed=a.seed)
+    if a.traces:
+        results, info = analyse_traces(a.traces, progress=not a.no_progress, **kw)
+    else:
+        results, info = analyse_model(a.checkpoint, n_seq=a.n_seq, seq_len=a.seq_len, device=a.device,
+                                      progress=not a.no_progress, save_traces=a.save_traces, **kw)
+        if results is None:
+            return                              # not rank 0: rank 0 prints and writes
+    print_table(results, info)
+    if a.json:
+        outputs.write_json(a.json, to_json(results, info))
+
+
+def run():
+    """The `forget` console command and `python forget.py` / `python heads.py`: main with one-line errors."""
+    return outputs.cli(main)
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,2 @@
+"""Training the FoX language model: the corpus (data), training (train), torchrun (distributed) and how far each
+attention kind reaches (reach)."""
