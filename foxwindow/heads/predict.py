@@ -26,7 +26,8 @@ import numpy as np
 from foxwindow.heads.dependence import jackknife
 
 BLOCK_FRACTION = 0.25      # block length: a quarter of the trace
-WALKS_PER_DOC = 16         # walks per document of the fitted half or of the whole head
+WALKS_PER_DOC = 64         # walks per document of the fitted half or of the whole head: enough that the
+                           # simulation's share of the SE is small (seed_spread.py; docs/DEPENDENT.md)
 N_CAP = 1 << 17            # longest walk simulated (tokens); a longer window is reported censored there
 QUANTILES = (0.05, 0.5, 0.95)
 
@@ -84,8 +85,11 @@ def block_walks(x, Ls, rng, per_doc=WALKS_PER_DOC, block=None, n_cap=N_CAP, r0=N
 @dataclass
 class Prediction:
     """The predicted window distribution at each L (lists over L). se_*: jackknife over the fitted
-    documents (document sampling and simulation noise together). p_beyond: P(W > context) (NaN when no
-    context is given). censored: share of walks that stayed below L for N_CAP tokens (their W is a bound)."""
+    documents (document sampling and simulation noise together: each document's walks are its own, so the
+    spread of the leave-one-document-out values carries both), never below the simulation part alone.
+    se_mc_*: the simulation part, from the spread of the walks within each document (what reanalysing the
+    same trace with another seed moves the prediction by). p_beyond: P(W > context) (NaN when no context
+    is given). censored: share of walks that stayed below L for N_CAP tokens (their W is a bound)."""
     mean: list = field(default_factory=list)
     se_mean: list = field(default_factory=list)
     var: list = field(default_factory=list)
@@ -95,6 +99,24 @@ class Prediction:
     q95: list = field(default_factory=list)
     p_beyond: list = field(default_factory=list)
     censored: list = field(default_factory=list)
+    se_mc_mean: list = field(default_factory=list)
+    se_mc_var: list = field(default_factory=list)
+
+
+def mc_errors(W):
+    """The simulation part of the errors of the pooled mean and variance of walks W (S, m, n) (m >= 2
+    independent walks per document, given the document): two (n,) arrays. Var_MC(mean) = sum_d s_d^2 / (m S^2),
+    s_d^2 the within-document variance of W; for the variance the same with (W - mean)^2 in place of W (delta
+    method). A lower bound on what the jackknife over documents estimates (which adds document sampling)."""
+    S, m = W.shape[:2]
+    if m < 2:
+        return np.full(W.shape[2], np.nan), np.full(W.shape[2], np.nan)
+    Wf = W.astype(np.float64)
+    mean = Wf.mean((0, 1))
+    d2 = (Wf - mean) ** 2
+    v_m = Wf.var(1, ddof=1).sum(0) / (m * S * S)
+    v_v = d2.var(1, ddof=1).sum(0) / (m * S * S)
+    return np.sqrt(v_m), np.sqrt(v_v)
 
 
 def _pooled_moments(W, cens=None):
@@ -116,11 +138,14 @@ def predict(x, Ls, rng, context=None, per_doc=WALKS_PER_DOC, block=None):
     Prediction from block_walks. context: int tokens for P(W > context), or None."""
     W, cens = block_walks(x, Ls, rng, per_doc, block)
     mean, se_m, var, se_v = _pooled_moments(W)
+    mc_m, mc_v = mc_errors(W)
+    se_m, se_v = np.fmax(se_m, mc_m), np.fmax(se_v, mc_v)            # the jackknife is noisy with few documents
     flat = W.reshape(-1, W.shape[2]).astype(np.float64)
     q = np.quantile(flat, QUANTILES, axis=0, method="inverted_cdf")
     p = (flat > context).mean(0) if context else np.full(len(Ls), np.nan)
     return Prediction(mean.tolist(), se_m.tolist(), var.tolist(), se_v.tolist(), q[0].tolist(), q[1].tolist(),
-                      q[2].tolist(), p.tolist(), cens.reshape(-1, len(Ls)).mean(0).tolist())
+                      q[2].tolist(), p.tolist(), cens.reshape(-1, len(Ls)).mean(0).tolist(), mc_m.tolist(),
+                      mc_v.tolist())
 
 
 # ----------------------------------------------------------------------------- censored windows
