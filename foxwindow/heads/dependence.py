@@ -235,3 +235,113 @@ def in_regime(L, kappa, sigma2, vf, censored_frac, tail=0.0):
     ok = abs(r - 1) + LEVEL_Z * se <= LEVEL_TOL
     why = "" if ok else f"tau(n) still moving at n = {n:.0f} (tau(2n)/tau(n) = {r:.2f} +- {se:.2f})"
     return Regime(bool(ok), why, n, r, se)
+
+
+# ----------------------------------------------------------------------------- the second-order law's inputs
+
+CORR_MULT = renewal.SECOND_ORDER_MULT           # the second-order law claims from L/kappa >= CORR_MULT x ell ...
+CORR_ACCURACY = renewal.SECOND_ORDER_ACCURACY   # ... to within this of Var[W] (second_order_regime.py)
+CORR_Z = 2.0           # ... with the length taken at the upper end of its +- CORR_Z SE band
+EST_MULT = 4.0         # the inputs are read at block lengths n, 2n with n >= EST_MULT x the length found there
+
+
+@dataclass
+class SecondOrderInputs:
+    """The second-order law's inputs estimated from a trace, and its correlation length
+
+        ell = max(|C_dep|, 2 |sum_k k gamma_k| / kappa^2) kappa^2 / sigma_LR^2     (steps)
+
+    the larger of the law's own O(1) term in steps (|C_dep| / lead = ell_C / n at n = L/kappa) and Bartlett's
+    length 2 |sum_k k gamma_k| / sigma_LR^2 (the first moment of the autocovariance, which C_dep's parts can
+    cancel), C_dep = renewal.second_order_constant(kappa, sigma2_lr, kappa3_lr, sum_k_gamma_k).
+    Read from block sums of length n and 2n: sigma_LR^2 = (V(2n) - V(n)) / n, sum_k k gamma_k = (V(2n) - 2 V(n))
+    / 2, kappa3_LR = (K3(2n) - K3(n)) / n (K3 the third central moment of the block sums), each remainder decaying
+    with n past the correlation length. n: the smallest power of 2 from which on every n' (2n' <= T/4) has
+    n' >= EST_MULT ell(n') (converged), else the largest (converged False: the trace is too short to see the
+    length). *_se: jackknife over sequences. centre: "sequence" (each sequence about its own mean, its bias
+    divided out) or "grand"."""
+    kappa: float
+    sigma2: float
+    sigma2_lr: float
+    sum_k_gamma_k: float
+    kappa3_lr: float
+    constant: float
+    ell: float
+    ell_se: float
+    ell_C: float
+    ell_B: float
+    n: int
+    converged: bool
+    centre: str
+
+
+def _block_moments(x, n, centre):
+    """Per-sequence sums over all overlapping n-blocks of (d - n m)^2 and (d - n m)^3, d the block sums, m the
+    sequence's (or grand) mean: two (S,) arrays and the block count."""
+    S, T = x.shape
+    c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1)
+    d = c[:, n:] - c[:, :-n]
+    m = x.mean(1, keepdims=True) if centre == "sequence" else np.full((S, 1), x.mean())
+    e = d - n * m
+    return (e * e).sum(1), (e * e * e).sum(1), T - n + 1
+
+
+def second_order_inputs(x, centre="sequence"):
+    """The second-order law's inputs and correlation length from increments x (S, T) float (S >= 2
+    sequences, T >= 16). Returns SecondOrderInputs (see there); ell is NaN where sigma_LR^2 <= 0."""
+    x = _traces(x)
+    if centre not in ("sequence", "grand"):
+        raise ValueError(f"centre must be 'sequence' or 'grand'; got {centre!r}")
+    S, T = x.shape
+    lw = np.vstack([np.ones((1, S)), loo_weights(S)])                     # row 0: all; then leave-one-out
+    p1, p2 = x.sum(1), (x * x).sum(1)
+    W = lw.sum(1)
+    kap = (lw @ p1) / (W * T)
+    sig2 = (lw @ p2) / (W * T) - kap ** 2
+    cache = {}
+
+    def moments(n):                                                        # V(n), K3(n) under each weight row
+        if n not in cache:
+            q2, q3, cnt = _block_moments(x, n, centre)
+            f2 = 1 - n / T if centre == "sequence" else 1.0
+            f3 = (1 - n / T) * (1 - 2 * n / T) if centre == "sequence" else 1.0
+            cache[n] = ((lw @ q2) / (W * cnt) / f2, (lw @ q3) / (W * cnt) / f3)
+        return cache[n]
+
+    def at(n):
+        (v1, k1), (v2, k2) = moments(n), moments(2 * n)
+        s2lr = (v2 - v1) / n
+        skg = (v2 - 2 * v1) / 2
+        k3 = (k2 - k1) / n
+        with np.errstate(invalid="ignore", divide="ignore"):
+            c = 1 / 12 + 1.25 * (s2lr / kap ** 2) ** 2 - 2 / 3 * k3 / kap ** 3 - 2 * skg / kap ** 2
+            f = np.where(s2lr > 0, kap ** 2 / s2lr, np.nan)
+            ell_c, ell_b = np.abs(c) * f, np.abs(2 * skg / kap ** 2) * f
+        return s2lr, skg, k3, c, np.fmax(ell_c, ell_b) * np.where(np.isnan(f), np.nan, 1.0), ell_c, ell_b
+
+    ns = [2 ** j for j in range(1, 30) if 2 * 2 ** j <= T // 4]
+    if not ns:
+        raise ValueError(f"second_order_inputs: T = {T} is too short (needs T >= 16)")
+    ok = [bool(np.isfinite(at(n)[4][0]) and n >= EST_MULT * at(n)[4][0]) for n in ns]
+    i0 = next((i for i in range(len(ns)) if all(ok[i:])), None)
+    pick, conv = (ns[-1], False) if i0 is None else (ns[i0], True)
+    s2lr, skg, k3, c, ell, ell_c, ell_b = at(pick)
+    ell_se = float(jackknife(ell[1:])) if np.all(np.isfinite(ell[1:])) else float("nan")
+    return SecondOrderInputs(float(kap[0]), float(sig2[0]), float(s2lr[0]), float(skg[0]), float(k3[0]), float(c[0]),
+                             float(ell[0]), ell_se, float(ell_c[0]), float(ell_b[0]), int(pick), bool(conv), centre)
+
+
+def second_order_claim(L, inp):
+    """Whether the second-order law claims at threshold L (float > 0), from the trace's SecondOrderInputs inp,
+    and how accurately. Returns (claimed: bool, accuracy: float or None, why: str). Claimed where the length was
+    measured (inp.converged) and L/kappa >= CORR_MULT (ell + CORR_Z ell_se): there its Var[W] is within
+    CORR_ACCURACY of the exact value on every structure measured (docs/DEPENDENT.md)."""
+    n = L / inp.kappa
+    if not inp.converged:
+        return False, None, (f"correlation length not measurable: ell({inp.n}) = {inp.ell:.3g} steps, more than "
+                             f"n/{EST_MULT:g} at the longest blocks of the trace")
+    up = inp.ell + CORR_Z * (inp.ell_se if math.isfinite(inp.ell_se) else float("inf"))
+    if not n >= CORR_MULT * up:
+        return False, None, (f"L/kappa = {n:.3g} < {CORR_MULT:g} x the correlation length {inp.ell:.3g} "
+                             f"(+- {inp.ell_se:.2g}): the O(1) term is not yet small")
+    return True, CORR_ACCURACY, ""

@@ -57,8 +57,10 @@ def test_no_law_returns_a_negative_or_nan_variance(long_runs):
                 assert math.isfinite(v.var) and v.var > 0
                 assert v.var == pytest.approx(v.leading + v.constant)
                 fraction = abs(v.constant) <= renewal.REGIME_FRACTION * v.leading
-                if which == "second":
-                    assert v.in_regime == fraction
+                if which == "second":                          # 5 correlation lengths: max(|C|, |Bartlett|)
+                    ell = max(abs(v.constant), abs(renewal.bartlett_correction(lr.sum_k_gamma_k, lr.kappa)))
+                    assert v.in_regime == (ell <= v.leading / renewal.SECOND_ORDER_MULT)
+                    assert not v.in_regime or fraction
                 elif which == "bartlett":                     # without kappa3_lr the omitted part is unknown
                     assert not v.in_regime
                 else:
@@ -74,11 +76,11 @@ def test_outside_regime_raises_and_flags():
         renewal.bartlett_var(lr.kappa, lr.sigma2_lr, lr.sum_k_gamma_k, 10 * lr.kappa)
     with pytest.raises(ValueError, match="regime"):          # OutsideRegime is a ValueError
         renewal.second_order_var(lr.kappa, lr.sigma2_lr, lr.kappa3_lr, lr.sum_k_gamma_k, 10 * lr.kappa)
-    # positive but flagged at L/kappa = 50 (0.8 tau), in regime at 200 (3.2 tau)
-    assert not renewal.second_order_var(lr.kappa, lr.sigma2_lr, lr.kappa3_lr, lr.sum_k_gamma_k,
-                                        50 * lr.kappa).in_regime
-    assert renewal.second_order_var(lr.kappa, lr.sigma2_lr, lr.kappa3_lr, lr.sum_k_gamma_k,
-                                    200 * lr.kappa).in_regime
+    # positive but flagged at L/kappa = 50 (0.8 tau) and 200 (4.9 correlation lengths of 40.8 steps), in regime
+    # at 250 (6.1 lengths)
+    for n, ok in ((50, False), (200, False), (250, True)):
+        assert renewal.second_order_var(lr.kappa, lr.sigma2_lr, lr.kappa3_lr, lr.sum_k_gamma_k,
+                                        n * lr.kappa).in_regime == ok
 
 
 @pytest.mark.parametrize("phi", [1.0, -1.0, 1.5, float("nan")])
