@@ -20,6 +20,9 @@ COMMANDS = {
     "reach": ("training.reach", "how far each attention kind reaches: windows, attribution, passkey retrieval"),
     "bench-laws": ("laws.bench", "speed of the window numerics"),
     "dependent-errors": ("laws.dependent_errors", "the dependent-increment laws against exact numerics"),
+    "second-order-regime": ("laws.second_order_regime", "where the second-order dependent law holds: its error in "
+                            "units of each correlation length, on many dependence structures"),
+    "seed-spread": ("heads.seed_spread", "how far another seed moves each head's predicted window, against its SE"),
     "lstm-traces": ("models.lstm",
                     "the textgenrnn character LSTM's forget gates on the held-out text, as a trace file"),
     "chunks": ("uses.chunks_report", "per-head chunk sizes that overflow chunked kernels, predicted and measured"),

@@ -18,7 +18,7 @@ through exact.markov_first_passage), and GARCH(1,1) logits by Monte Carlo (no fi
 estimated from a long simulation with dependence.second_order_inputs, their SE carried into the error). Each has
 a role: "chosen" (the rule's constants are read from these) or "held out" (the rule is checked on them).
 
-    python -m foxwindow.second_order_regime --json results/dependent/regime.json     # a few minutes on 2 cores
+    python -m foxwindow second-order-regime --json results/dependent/regime.json     # a few minutes on 2 cores
 """
 import itertools
 import math
@@ -343,7 +343,7 @@ def main(argv=None):
     print(f"({time.time() - t0:.0f} s)")
     if a.json:
         outputs.write_json(a.json, outputs.json_clean(dict(
-            command=" ".join(["python -m foxwindow.second_order_regime"] + (argv or sys.argv[1:])),
+            command=" ".join(["python -m foxwindow second-order-regime"] + (argv or sys.argv[1:])),
             seconds=time.time() - t0, curves=curves, thresholds=thr, spread=spread)))
     return 0
 

@@ -11,7 +11,7 @@ which is <= 1 (up to its sampling error) when the SE covers the seed-to-seed spr
 (K - 1) r^2 is about chi^2 with K - 1 degrees of freedom. Cells where every walk of every seed gave the same
 W (SE 0 and no spread: W = 0 at eps 0.5 for gates that always close at once) are counted, not divided.
 
-    python -m foxwindow.seed_spread --traces results/lstm/textgenrnn_16units.npz --seeds 8 \\
+    python -m foxwindow seed-spread --traces results/lstm/textgenrnn_16units.npz --seeds 8 \\
         --per-doc 16 64 --json results/seeds/lstm.json
 """
 import math
@@ -161,7 +161,7 @@ def main(argv=None):
     t0 = time.time()
     res = measure(a.traces, range(1000, 1000 + a.seeds), a.per_doc, progress=not a.no_progress)
     res["path"], res["seconds"] = shown, time.time() - t0
-    res["command"] = " ".join(["python -m foxwindow.seed_spread"] + (argv or sys.argv[1:]))
+    res["command"] = " ".join(["python -m foxwindow seed-spread"] + (argv or sys.argv[1:]))
     report(res)
     if a.json:
         outputs.write_json(a.json, outputs.json_clean(res))
