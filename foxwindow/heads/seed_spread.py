@@ -19,8 +19,13 @@ import sys
 import time
 
 import numpy as np
+from scipy import stats
+from tqdm import tqdm
 
-from foxwindow import forget, outputs, predict
+from foxwindow import outputs
+from foxwindow.heads import predict
+from foxwindow.laws import gates, lawtable
+from foxwindow.models import traces as trace_files
 
 
 def spread(x, Ls, seeds, per_doc=predict.WALKS_PER_DOC, context=None):
@@ -58,18 +63,15 @@ def coverage_statistic(sp, what="mean", shrink=1.0, se="se_"):
 def measure(path, seeds, per_docs, eps=None, progress=True):
     """Every head of the trace file at `path` (traces.save_trace) under each seed and each walks-per-document
     count in per_docs. Returns a dict: rows (one per head and per_doc: ratios per eps), summary, seconds."""
-    from tqdm import tqdm
-
-    from foxwindow import heads
-    traces, meta = heads.load_traces_checked(path)
-    eps = list(heads.EPS_SCAN if eps is None else eps)
-    Ls = np.array([forget.threshold(e) for e in eps])
+    traces, meta = trace_files.load_traces_checked(path)
+    eps = list(lawtable.EPS_SCAN if eps is None else eps)
+    Ls = np.array([gates.threshold(e) for e in eps])
     context = meta.get("context") if isinstance(meta.get("context"), int) else None
     units = [(name, h) for name, tr in traces.items() for h in range(tr.shape[2])]
     rows, cpu = [], {}
     bar = tqdm(total=len(units) * len(per_docs), desc="seed spread", disable=not progress, file=sys.stderr)
     for name, h in units:
-        x = forget.increments_from_log_gates(np.asarray(traces[name][:, :, h], dtype=np.float64))
+        x = gates.increments_from_log_gates(np.asarray(traces[name][:, :, h], dtype=np.float64))
         for m in per_docs:
             t0 = time.process_time()
             sp = spread(x, Ls, seeds, m, context)
@@ -127,7 +129,6 @@ def report(res):
 
 
 def _chi2_q(p, df):
-    from scipy import stats
     return float(stats.chi2.ppf(p, df))
 
 
@@ -135,7 +136,7 @@ def _chi2_q(p, df):
 def main(argv=None):
     p = outputs.parser("Reanalyse every head of a trace file with several seeds: how far the predicted window "
                        "moves against its printed SE.")
-    p.add_argument("--traces", required=True, help="trace file (.npz from traces.save_trace, e.g. forget.py "
+    p.add_argument("--traces", required=True, help="trace file (.npz from traces.save_trace, e.g. gates.py "
                    "--save-traces or lstm_traces.py)")
     p.add_argument("--seeds", type=int, default=8, help="seeds per head (>= 3)")
     p.add_argument("--per-doc", type=int, nargs="+", default=[predict.WALKS_PER_DOC],

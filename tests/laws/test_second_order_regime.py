@@ -4,14 +4,15 @@ within its stated accuracy of the exact numerics; where the law is still off, no
 import numpy as np
 import pytest
 
-from foxwindow import dependence, exact, forget, markov, renewal
-from foxwindow import second_order_regime as sor
+from foxwindow.heads import dependence
+from foxwindow.laws import exact, gates, markov, renewal
+from foxwindow.laws import second_order_regime as sor
 
-LN = forget.LogitNormalGate
+LN = gates.LogitNormalGate
 
 # fresh structures: none of them was measured before the rule was set
 FRESH = {
-    "AR(1) logits, phi 0.8, mu 0.5, s 1.2": ("ar1", forget.AR1LogitGate(0.5, 1.2, 0.8)),
+    "AR(1) logits, phi 0.8, mu 0.5, s 1.2": ("ar1", gates.AR1LogitGate(0.5, 1.2, 0.8)),
     "stochastic volatility (4 states, mu 1.5)": ("chain", (sor.birth_death(4, 0.04),
                                                            [LN(1.5, s) for s in (0.3, 0.7, 1.4, 2.8)])),
     "3 telegraph processes (5, 17, 50)": ("chain", sor.telegraph([0.1, 0.03, 0.01], 0.4, 1.0, 0.6)),

@@ -3,20 +3,21 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from foxwindow import forget, predict, seed_spread
+from foxwindow.heads import predict, seed_spread
+from foxwindow.laws import gates
 
 K = 12                       # seeds per head
 HEADS = [(2.0, 0.5, 0.5), (1.0, 1.0, 0.9), (3.0, 0.3, 0.0), (0.5, 1.5, 0.7), (2.5, 0.8, 0.95), (1.5, 0.6, 0.3)]
 
 
 def _trace(mu, s, phi, seed, S=16, T=512):
-    x, _ = forget.AR1LogitGate(mu, s, phi).sample_paths(np.random.default_rng(seed), S, T)
+    x, _ = gates.AR1LogitGate(mu, s, phi).sample_paths(np.random.default_rng(seed), S, T)
     return x
 
 
 @pytest.fixture(scope="module")
 def spreads():
-    L = np.array([forget.threshold(1e-2)])                # one eps per head: the heads' cells are independent
+    L = np.array([gates.threshold(1e-2)])                # one eps per head: the heads' cells are independent
     return [seed_spread.spread(_trace(*h, seed=i), L, range(K)) for i, h in enumerate(HEADS)]
 
 
@@ -39,7 +40,7 @@ def test_printed_se_covers_the_seed_spread(spreads, what):
 
 def test_mc_part_is_below_the_printed_se_and_shrinks_with_walks():
     x = _trace(2.0, 0.5, 0.9, seed=7)
-    L = np.array([forget.threshold(1e-3)])
+    L = np.array([gates.threshold(1e-3)])
     p16 = predict.predict(x, L, np.random.default_rng(0), per_doc=16)
     p64 = predict.predict(x, L, np.random.default_rng(0), per_doc=64)
     for p in (p16, p64):

@@ -27,7 +27,10 @@ import time
 
 import numpy as np
 
-from foxwindow import dependence, exact, forget, markov, outputs, renewal
+from foxwindow import outputs
+from foxwindow.heads import dependence
+from foxwindow.laws import exact, gates, markov, renewal
+from foxwindow.laws.dependent_errors import chain_autocovariance
 
 N_POINTS = 24          # n = L/kappa on a geometric grid from half the shortest length to 12 x the longest
 TOLS = (0.10, 0.05, 0.03, 0.01)
@@ -36,7 +39,7 @@ MAX_SECONDS = 600.0
 
 
 def _ln(mu, s):
-    return forget.LogitNormalGate(mu, s)
+    return gates.LogitNormalGate(mu, s)
 
 
 def birth_death(M, q):
@@ -89,7 +92,7 @@ class Garch:
 def chain_paths(P, laws, rng, n, m):
     """(n, m) float64 increments of n independent stationary paths of the chain P with per-state gate laws."""
     P = np.asarray(P, dtype=np.float64)
-    pi = markov._stationary(P)
+    pi = markov.stationary(P)
     cum = np.cumsum(P, 1)
     cum[:, -1] = 1.0
     y = np.empty((n, m), np.int64)
@@ -123,14 +126,14 @@ def structures():
     reg3 = (np.array([[0.98, 0.015, 0.005], [0.01, 0.97, 0.02], [0.03, 0.01, 0.96]]),
             [_ln(3.0, 0.4), _ln(1.5, 0.6), _ln(0.2, 1.0)])
     return [
-        ("AR(1) logits, phi = 0.9", "chosen", "ar1", forget.AR1LogitGate(2, 0.5, 0.9)),
+        ("AR(1) logits, phi = 0.9", "chosen", "ar1", gates.AR1LogitGate(2, 0.5, 0.9)),
         ("regime switching (2 states)", "chosen", "chain", regime),
         ("rotating chain (3 states, sign-changing rho)", "chosen", "chain", rot),
         ("stochastic volatility (4 states, relaxation 67)", "chosen", "chain", sv),
         ("long memory: 3 telegraph processes (time scales 2.5, 25, 100)", "chosen", "chain",
          telegraph([0.2, 0.02, 0.005], 0.3, 2.0, 0.5)),
         ("GARCH(1,1) logits (alpha 0.08, beta 0.9)", "held out", "garch", Garch(2.0, 0.25, 0.08, 0.9)),
-        ("AR(1) logits, phi = 0.7, mu 1, s 1", "held out", "ar1", forget.AR1LogitGate(1.0, 1.0, 0.7)),
+        ("AR(1) logits, phi = 0.7, mu 1, s 1", "held out", "ar1", gates.AR1LogitGate(1.0, 1.0, 0.7)),
         ("stochastic volatility (3 states, mu 1)", "held out", "chain", sv3),
         ("regime switching (3 states)", "held out", "chain", reg3),
         ("long memory: 2 telegraph processes (time scales 5, 50)", "held out", "chain",
@@ -145,7 +148,6 @@ def lengths(kind, obj, n_lags=20000):
         gamma = obj.autocovariance(np.arange(min(n_lags, int(60 / (1 - abs(obj.phi))) + 2)))
         t_relax = 1 / (1 - abs(obj.phi))
     else:
-        from foxwindow.dependent_errors import chain_autocovariance
         P, laws = obj
         lr = markov.chain_long_run(P, laws)
         ev = np.sort(np.abs(np.linalg.eigvals(P)))[::-1]
