@@ -18,6 +18,15 @@ of the heads tested, the share flagged for a drift of kappa along the positions,
 tau(n) still grows at T/2.
 
     python -m foxwindow.heads.calibration [--reps 20] [--n-seq 32] [--seq-len 2048] [--out results/verdict]
+
+The laws' states (heads/laws.py; --laws): null families as above, power families LAW_POWER where a two-moment
+law is off by more than 1.5x at eps 1e-1..1e-4 while the traces are stationary (long regimes of very
+different rates, near-periodic word-boundary gates, stretches of g = 1 exactly, documents of different
+rates). Every (head, law, eps) cell is labelled by a population run of BIG_S documents: "null" where the law
+is within its own claim there, "off" where its Var ratio is beyond 1.5x. Size: replicate models with any
+"false" on a null cell (at most ALPHA); power: the states of the off cells.
+
+    python -m foxwindow.heads.calibration --laws [--reps 20] [--n-seq 16] [--seq-len 512]
 """
 import math
 import os
@@ -29,6 +38,7 @@ from scipy import signal, special
 
 from foxwindow import outputs
 from foxwindow.heads import dependence, verdict
+from foxwindow.heads import laws as headlaws
 from foxwindow.laws import gates, lawtable
 
 MUS = (0.0, 1.5, 3.0, 4.5)          # logit means of a replicate's heads
@@ -36,6 +46,9 @@ SCALE = 0.7                          # logit = mu + SCALE z, z a unit-variance l
 SHIFT = 0.25                         # the power families' logit shift: trend end to end, change-point jump
 NULLS = ("iid", "ar1", "arma_sign_changing", "regime_switching", "long_memory", "heavy_tails")
 POWER = ("trend", "change_point", "lattice_in_half")
+# the laws' power families: stationary traces on which a two-moment law is off by more than 1.5x at eps 1e-1..1e-4
+LAW_POWER = ("long_regimes", "word_gates", "saturating", "document_rates")
+LAW_NULLS = NULLS
 
 
 def _unit(z, psi):
@@ -80,8 +93,10 @@ def latent(family, rng, S, T):
         nu = 2.5
         e = rng.standard_t(nu, (S, T + 2000)) / math.sqrt(nu / (nu - 2))
         z = signal.lfilter([1.0], [1.0, -0.5], e, axis=1)[:, 2000:] / math.sqrt(1 / (1 - 0.25))
+    elif family in LAW_POWER:
+        z = rng.standard_normal((S, T))
     else:
-        raise ValueError(f"unknown family {family!r}; families: {NULLS + POWER}")
+        raise ValueError(f"unknown family {family!r}; families: {NULLS + POWER + LAW_POWER}")
     if family == "trend":
         shift = np.broadcast_to(SHIFT * (np.arange(T) / T - 0.5), (S, T)).copy()
     elif family == "change_point":
@@ -90,10 +105,53 @@ def latent(family, rng, S, T):
     return z, shift
 
 
+def _markov_states(rng, S, T, mean_len):
+    """Two-state Markov chain (S, T) bool with mean sojourn mean_len tokens, started stationary."""
+    s = np.empty((S, T), bool)
+    s[:, 0] = rng.random(S) < 0.5
+    flips = rng.random((S, T)) < 1.0 / mean_len
+    for t in range(1, T):
+        s[:, t] = s[:, t - 1] ^ flips[:, t]
+    return s
+
+
+def law_power_shift(family, rng, S, T):
+    """The logit shift (S, T) of a law power family, and a mask (S, T) of gates set to exactly 1 (or None).
+
+    long_regimes: two-state regimes of mean length 300 tokens with logit means +-1.5 apart (rates ~4x apart);
+    word_gates: near-periodic word boundaries (words of 3-7 tokens, uniform): the logit drops by 4 at each
+      boundary, rises by 2 inside words; saturating: stretches where g = 1 exactly (X = 0) of mean length 40
+      alternating with ordinary stretches of mean length 40; document_rates: each document its own logit mean
+      (sd 1.0 about mu)."""
+    mask = None
+    if family == "long_regimes":
+        shift = np.where(_markov_states(rng, S, T, 300.0), 1.5, -1.5)
+    elif family == "word_gates":
+        shift = np.full((S, T), 2.0)
+        for s in range(S):
+            t = int(rng.integers(0, 7))
+            while t < T:
+                shift[s, t] = -4.0
+                t += int(rng.integers(3, 8))
+    elif family == "saturating":
+        shift = np.zeros((S, T))
+        mask = _markov_states(rng, S, T, 40.0)
+    elif family == "document_rates":
+        shift = np.broadcast_to(rng.standard_normal((S, 1)), (S, T)).copy()
+    else:
+        raise ValueError(family)
+    return shift, mask
+
+
 def increments(family, mu, rng, S, T):
     """Increments X = -log sigmoid(logit) >= 0 (S, T) float64 of one head of `family` at logit mean mu."""
     z, shift = latent(family, rng, S, T)
+    mask = None
+    if family in LAW_POWER:
+        shift, mask = law_power_shift(family, rng, S, T)
     x = np.logaddexp(0.0, -(mu + SCALE * z + shift))
+    if mask is not None:
+        x[mask] = 0.0
     if family == "lattice_in_half":
         x[:, T // 2:] = x[:, :T // 2].mean()                          # a constant gate at the same rate
     return x
@@ -159,29 +217,145 @@ def table(res, S, T):
     return "\n".join(lines)
 
 
+# ----------------------------------------------------------------------------- the laws' states: size and power
+
+LAW_MUS = (0.0, 1.5, 3.0)           # a replicate model's heads (forget rates 0.69 .. 0.05 nats/token)
+LAW_EPS = (1e-1, 3e-2, 1e-2, 3e-3, 1e-3, 3e-4, 1e-4)
+OFF = 1.5                            # a law is "off" where its population Var ratio is beyond 1.5x either way
+BIG_S = 128                          # documents of the population run that labels each cell
+
+
+def _pop_labels(fam, mu, rng, T, Ls):
+    """Each law's population Var ratio at each L (a BIG_S-document run, fitted on half, scored on half) and
+    its label: 'null' (within its claim, the claim stated at most CLAIM_MAX, by two population SEs), 'off'
+    (beyond OFF by two population SEs) or None (neither, or not measured)."""
+    x = increments(fam, mu, rng, BIG_S, T)
+    at = headlaws.evaluate(x, Ls, rng)["at"]
+    lab = {}
+    for k, rec in enumerate(at):
+        mv = rec["measured"]["var"]
+        for law, d in rec["laws"].items():
+            if mv is None or d["var"] is None or not mv > 0:
+                lab[law, k] = (None, None)
+                continue
+            ratio = d["var"] / mv
+            se = math.hypot((rec["measured"]["var_se"] or 0.0) / mv, (d["var_se"] or 0.0) / d["var"])
+            a, c = abs(math.log(ratio)), d["claim"]
+            if a - 2 * se > math.log(OFF):                          # off beyond 1.5x, by 2 population SEs
+                lab[law, k] = ("off", ratio)
+            elif c is not None and c <= headlaws.CLAIM_MAX and a + 2 * se <= math.log(1 + c):
+                lab[law, k] = ("null", ratio)                       # within its claim, by 2 population SEs
+            else:
+                lab[law, k] = (None, ratio)
+    return lab
+
+
+def law_study(families, reps, S, T, seed=0, progress=False):
+    """Size and power of the laws' states (headlaws.assign_states) on families: per family, a population run
+    per head labels every (law, eps) cell null or off; then `reps` replicate models of len(LAW_MUS) heads, S
+    documents x T tokens, each analysed as `python forget.py` does (fit on even, score on odd documents,
+    Bonferroni over the model). Returns {family: dict}."""
+    Ls = np.array([gates.threshold(e) for e in LAW_EPS])
+    out = {}
+    for fi, fam in enumerate(families):
+        rng = np.random.default_rng([seed, 29, fi])
+        t0 = time.perf_counter()
+        labels = [_pop_labels(fam, mu, rng, T, Ls) for mu in LAW_MUS]
+        runs_false, cnt = 0, {}
+        for _ in range(reps):
+            at = [headlaws.evaluate(increments(fam, mu, rng, S, T), Ls, rng)["at"] for mu in LAW_MUS]
+            headlaws.assign_states(at, df=S // 2 - 1)
+            bad = False
+            for h, recs in enumerate(at):
+                for k, rec in enumerate(recs):
+                    for law, d in rec["laws"].items():
+                        lab = labels[h][law, k][0]
+                        if lab is None:
+                            continue
+                        key = (law, lab)
+                        c = cnt.setdefault(key, {s: 0 for s in headlaws.STATES})
+                        c[d["state"]] += 1
+                        bad |= lab == "null" and d["state"] == "false"
+            runs_false += bad
+        pops = {f"{law}@{LAW_EPS[k]:g}@{LAW_MUS[h]:g}": labels[h][law, k][1] for h in range(len(LAW_MUS))
+                for (law, k) in labels[h]}
+        out[fam] = dict(null=fam in LAW_NULLS, reps=reps, runs_any_false_on_null=runs_false,
+                        cells={f"{law}|{lab}": c for (law, lab), c in cnt.items()}, population_ratio=pops,
+                        seconds=time.perf_counter() - t0)
+        if progress:
+            print(f"{fam}: {runs_false} of {reps} runs with a false on a null cell, "
+                  f"{out[fam]['seconds']:.0f} s", file=sys.stderr)
+    return out
+
+
+def law_tables(res, S, T):
+    """Markdown: the size table (runs with any 'false' where the law is within its claim) and the power table
+    (per family and law: off cells called false / holds / not claimed / undetermined)."""
+    a = headlaws.ALPHA
+    size = ["| family | kind | runs | runs with a 'false' on a cell within its claim (level %g per run) | "
+            "such cells | of them false | holds |" % a, "| --- | --- | --- | --- | --- | --- | --- |"]
+    power = ["| family | law | off cells (population Var ratio beyond 1.5x) | false | holds | not claimed | "
+             "undetermined | false where claimed |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for fam, r in res.items():
+        nulls = {k: c for k, c in r["cells"].items() if k.endswith("|null")}
+        n_null = sum(sum(c.values()) for c in nulls.values())
+        f_null = sum(c["false"] for c in nulls.values())
+        h_null = sum(c["holds"] for c in nulls.values())
+        size.append(f"| {fam} | {'null' if r['null'] else 'power'} | {r['reps']} | {r['runs_any_false_on_null']} | "
+                    f"{n_null} | {f_null / max(n_null, 1):.3f} | {h_null / max(n_null, 1):.2f} |")
+        for key, c in sorted(r["cells"].items()):
+            law, lab = key.split("|")
+            if lab != "off":
+                continue
+            n = sum(c.values())
+            nc = n - c["not claimed"]
+            power.append(f"| {fam} | {law} | {n} | {c['false'] / n:.2f} | {c['holds'] / n:.2f} | "
+                         f"{c['not claimed'] / n:.2f} | {c['undetermined'] / n:.2f} | "
+                         + (f"{c['false'] / nc:.2f} of {nc}" if nc else "-") + " |")
+    note = (f"\n{len(LAW_MUS)} heads per run (logit means {', '.join(map(str, LAW_MUS))}, scale {SCALE}), {S} "
+            f"documents x {T} tokens, eps {', '.join(f'{e:g}' for e in LAW_EPS)}; laws fitted on the even documents "
+            f"and scored on the odd ones; cells labelled by a {BIG_S}-document population run of each head.")
+    return "\n".join(size) + "\n\n" + "\n".join(power) + note
+
+
 def main(argv=None):
-    p = outputs.parser("Size and power of the per-head verdict on null and power gate families")
+    p = outputs.parser("Size and power of the per-head verdict (or, with --laws, of the laws' states) on null "
+                       "and power gate families")
+    p.add_argument("--laws", action="store_true",
+                   help="the laws' states (headlaws): laws_calibration.json/.md, families LAW_NULLS + LAW_POWER, "
+                        "defaults 16 documents x 512 tokens")
     p.add_argument("--reps", type=int, default=20, help="replicates (models) per family")
-    p.add_argument("--n-seq", type=int, default=32, help="documents per head")
-    p.add_argument("--seq-len", type=int, default=2048, help="tokens per document")
+    p.add_argument("--n-seq", type=int, default=None, help="documents per head (default 32; --laws 16)")
+    p.add_argument("--seq-len", type=int, default=None, help="tokens per document (default 2048; --laws 512)")
     p.add_argument("--seed", type=int, default=0, help="seed of the study")
-    p.add_argument("--families", nargs="+", default=list(NULLS + POWER), help="families to run")
-    p.add_argument("--out", default="results/verdict", help="folder for calibration.json and calibration.md")
+    p.add_argument("--families", nargs="+", default=None, help="families to run")
+    p.add_argument("--out", default="results/verdict", help="folder for the .json and .md results")
     p.add_argument("--force", action="store_true", help="overwrite existing outputs")
     a = p.parse_args(argv)
+    known = LAW_NULLS + LAW_POWER if a.laws else NULLS + POWER
+    a.families = a.families or list(known)
+    a.n_seq = a.n_seq or (16 if a.laws else 32)
+    a.seq_len = a.seq_len or (512 if a.laws else 2048)
     outputs.positive("--reps", a.reps)
     outputs.positive("--n-seq", a.n_seq, lo=verdict.MIN_DOCS)
     outputs.positive("--seq-len", a.seq_len, lo=64)
-    bad = [f for f in a.families if f not in NULLS + POWER]
+    bad = [f for f in a.families if f not in known]
     if bad:
-        raise outputs.UsageError(f"--families: unknown {bad}; known: {', '.join(NULLS + POWER)}")
-    js = outputs.check_writable(os.path.join(a.out, "calibration.json"), force=a.force, what="--out")
-    md = outputs.check_writable(os.path.join(a.out, "calibration.md"), force=a.force, what="--out")
-    res = study(a.families, a.reps, a.n_seq, a.seq_len, a.seed, progress=True)
-    text = table(res, a.n_seq, a.seq_len)
+        raise outputs.UsageError(f"--families: unknown {bad}; known: {', '.join(known)}")
+    stem = "laws_calibration" if a.laws else "calibration"
+    js = outputs.check_writable(os.path.join(a.out, stem + ".json"), force=a.force, what="--out")
+    md = outputs.check_writable(os.path.join(a.out, stem + ".md"), force=a.force, what="--out")
+    if a.laws:
+        res = law_study(a.families, a.reps, a.n_seq, a.seq_len, a.seed, progress=True)
+        text = law_tables(res, a.n_seq, a.seq_len)
+        meta = dict(mus=list(LAW_MUS), eps=list(LAW_EPS), off=OFF, big_s=BIG_S, claim_max=headlaws.CLAIM_MAX)
+    else:
+        res = study(a.families, a.reps, a.n_seq, a.seq_len, a.seed, progress=True)
+        text = table(res, a.n_seq, a.seq_len)
+        meta = dict(mus=list(MUS))
     print(text)
     outputs.write_json(js, dict(reps=a.reps, n_seq=a.n_seq, seq_len=a.seq_len, seed=a.seed, alpha=verdict.ALPHA,
-                                mus=list(MUS), scale=SCALE, results=res))
+                                scale=SCALE, results=res, **meta))
     outputs.write_text(md, text + "\n")
 
 

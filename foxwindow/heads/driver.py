@@ -25,6 +25,7 @@ from scipy import stats
 from tqdm import tqdm
 
 from foxwindow import outputs
+from foxwindow.heads import laws as headlaws
 from foxwindow.heads import verdict
 from foxwindow.heads.verdict import HeadResult  # noqa: F401  (the result type of every driver)
 from foxwindow.laws import gates, lawtable
@@ -69,7 +70,7 @@ def _check_Ls(Ls):
 
 
 def analyse_head(lg, eps_list=EPS_SCAN, z=None, layer=0, head=0, n_heads=1, n_boot=N_BOOT, seed=None,
-                 context=None, L_list=None):
+                 context=None, L_list=None, pmf_L=math.log(1e3), laws=True):
     """The verdict and predictions of one head from log-gate traces lg (S, T): S >= 3 sequences of T >= S
     tokens, numpy or torch, any float dtype, values <= 0. Returns verdict.HeadResult.
 
@@ -79,6 +80,8 @@ def analyse_head(lg, eps_list=EPS_SCAN, z=None, layer=0, head=0, n_heads=1, n_bo
     z: for callers of the earlier API, a critical value that stands for a family: the n_heads whose
       critical_z(n_heads, S) is nearest z (a finite number > 0; None: n_heads as given).
     n_boot, seed, context: verdict.analyse (seed None: fresh draws; an int reproduces a run).
+    laws: also every law at every L out of sample (heads/laws.py: evaluate, into r.laws; pmf_L: the L of its
+      pmf block); the states need the whole model: analyse_layers sets them (set_states).
     """
     if isinstance(lg, torch.Tensor):
         lg = lg.detach().cpu().numpy()
@@ -106,8 +109,13 @@ def analyse_head(lg, eps_list=EPS_SCAN, z=None, layer=0, head=0, n_heads=1, n_bo
         n_heads = max(1, int(round(verdict.ALPHA / (4 * stats.t.sf(z, S - 1)))))
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
         raise ValueError(f"n_boot must be an int >= 0; got {n_boot!r}")
-    return verdict.analyse(x, Ls, n_heads=n_heads, n_boot=int(n_boot), seed=seed, context=context, layer=layer,
-                           head=head, eps_list=eps_list)
+    ss = verdict.seed_sequence(seed)
+    r = verdict.analyse(x, Ls, n_heads=n_heads, n_boot=int(n_boot), seed=ss, context=context, layer=layer,
+                        head=head, eps_list=eps_list)
+    if laws and S >= verdict.MIN_DOCS:
+        rng = np.random.default_rng(np.random.SeedSequence(ss.entropy, spawn_key=tuple(ss.spawn_key) + (29,)))
+        r.laws = headlaws.evaluate(x, Ls, rng, r.eps_list, pmf_L)
+    return r
 
 
 def _rows(T):
@@ -156,7 +164,21 @@ def root_seed(seed=None):
     return int(np.random.SeedSequence().entropy) if seed is None else int(seed)
 
 
-def analyse_layers(traces, Ls, n_boot=N_BOOT, seed=None, progress=False, context=None):
+def set_states(results, alpha=verdict.ALPHA):
+    """The laws' states over a model's heads (heads/laws.py: assign_states, Bonferroni over the model's claimed
+    and measured cells) and each head's summary. Returns the family's dict (m, alpha_test, t_crit, df) or None."""
+    done = [r for r in results if r.laws]
+    if not done:
+        return None
+    df = min(r.n_seq for r in done) // 2 - 1
+    fam = headlaws.assign_states([r.laws["at"] for r in done], df, alpha)
+    for r in done:
+        r.summary = headlaws.summary(r.laws["at"])
+        r.laws["family"] = fam
+    return fam
+
+
+def analyse_layers(traces, Ls, n_boot=N_BOOT, seed=None, progress=False, context=None, pmf_L=math.log(1e3)):
     """The verdict for every head of traces {layer name: (S, T, H) array or tensor of log-gates} at thresholds
     Ls (L > 0), the family Bonferroni over all heads. Each head draws from its own child of
     SeedSequence(seed) (seed None: fresh). Returns ([HeadResult], the int seed used)."""
@@ -166,15 +188,18 @@ def analyse_layers(traces, Ls, n_boot=N_BOOT, seed=None, progress=False, context
     children = np.random.SeedSequence(seed).spawn(n_heads)
     results = []
     bar = tqdm(total=n_heads, desc="heads", disable=not progress, file=sys.stderr)
-    for l, tr in enumerate(traces.values()):
+    for l, (name, tr) in enumerate(traces.items()):
         lg = tr.cpu().numpy() if isinstance(tr, torch.Tensor) else np.asarray(tr)          # (S, T, H)
+        name = f"blocks.{name}" if isinstance(name, (int, np.integer)) else str(name)
         for h in range(lg.shape[2]):
             r = analyse_head(lg[:, :, h], L_list=Ls, layer=l, head=h, n_heads=n_heads, n_boot=n_boot,
-                             seed=children[len(results)], context=context)
+                             seed=children[len(results)], context=context, pmf_L=pmf_L)
             r.seed = seed
+            r.layer_name = name
             results.append(r)
             bar.update()
     bar.close()
+    set_states(results)
     return results, seed
 
 
@@ -245,7 +270,7 @@ def analyse_model(checkpoint=None, Ls=None, n_seq=32, seq_len=2048, mass_L=math.
                         heads=model.cfg.n_heads, seq_len=seq_len, context=context))
     traces = _truncate(traces, max_len)
     T = next(iter(traces.values())).shape[1]
-    results, seed = analyse_layers(traces, Ls, n_boot, seed, progress, context)
+    results, seed = analyse_layers(traces, Ls, n_boot, seed, progress, context, mass_L)
     rows = query_rows(T)
     H = model.cfg.n_heads
     for l in traces:
@@ -281,7 +306,7 @@ def analyse_traces(path, Ls=None, mass_L=math.log(1e3), n_boot=N_BOOT, max_len=N
     traces = _truncate(traces, max_len)
     S, T = next(iter(traces.values())).shape[:2]
     context = meta.get("context") if isinstance(meta.get("context"), int) else None
-    results, seed = analyse_layers(traces, Ls, n_boot, seed, progress, context)
+    results, seed = analyse_layers(traces, Ls, n_boot, seed, progress, context, mass_L)
     for r, (l, h) in zip(results, [(l, h) for l, tr in enumerate(traces.values()) for h in range(tr.shape[2])]):
         decay_window_L(r, list(traces.values())[l][:, :, h], mass_L, query_rows(T).numpy())
     info = dict(checkpoint=_shown_path(path), model=meta.get("model", "?"), n_seq=S,

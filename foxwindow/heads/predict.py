@@ -248,3 +248,8 @@ def _z(d, a, b):
     if se == 0:
         return 0.0 if d == 0 else float("inf")
     return float(d / se)
+
+
+# public names for the per-law evaluation (heads/laws.py)
+pooled_moments = _pooled_moments
+coverage = _coverage

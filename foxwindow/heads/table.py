@@ -1,13 +1,16 @@
-"""The per-head report: the printed table (verdicts, then predictions at REPORT_EPS with their out-of-sample
-scores) and the JSON document of the results.
+"""The per-head report: the printed table (within WIDTH columns: per head the measured Var[W] at REPORT_EPS,
+the lead law's and the bootstrap's Var ratios to it with their states, and the head's summary) and the JSON
+document of the results (schema 1, docs/HEADS_JSON.md).
 
     print_table(results, info)    the table on stdout
-    to_json(results, info)        {info, heads} ready for outputs.write_json
+    to_json(results, info)        the schema-1 document, ready for outputs.write_json
 """
 import math
-from dataclasses import asdict
+import textwrap
 
+import foxwindow
 from foxwindow import outputs
+from foxwindow.heads import laws as headlaws
 from foxwindow.laws import gates
 
 REPORT_EPS = (1e-2, 1e-3, 1e-4)              # the eps whose predictions the table prints
@@ -26,74 +29,118 @@ def _at(r, eps):
     return None
 
 
+WIDTH = 120                                  # the printed table's width; what does not fit is in the JSON
+_CODE = {"holds": "H", "false": "F", "not claimed": "-", "undetermined": "?"}
+
+
+SHORT = {"iid": "iid", "marginal": "marg", "dependent": "dep", "second_order": "2nd", "finite_n": "fin",
+         "mixture": "mix", "bootstrap": "boot", "three_cumulant": "3cum"}
+
+
+def _g(v):
+    """A number in at most 6 characters."""
+    if v is None or not math.isfinite(v):
+        return "-"
+    if abs(v) >= 1e4:
+        return f"{v:.1e}".replace("e+0", "e").replace("e+", "e")
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def _rec(r, e):
+    k = _at(r, e)
+    if k is None or not r.laws or k >= len(r.laws["at"]):
+        return None
+    return r.laws["at"][k]
+
+
+def _ratio(r, law, e):
+    """Var_law / Var_measured at eps e with the state's letter, e.g. '0.97H'; '-' when absent."""
+    rec = _rec(r, e)
+    if rec is None:
+        return "-"
+    lw = rec["laws"][law]
+    v = lw.get("var_ratio")
+    return ("" if v is None else f"{v:.2f}" if v < 9.995 else f"{v:.0f}" if v < 1e4 else ">1e4") + _CODE[lw["state"]]
+
+
+def _meas_var(r, e):
+    rec = _rec(r, e)
+    if rec is None:
+        return "-"
+    return _g(rec["measured"]["var"]) if rec["measured"]["var"] is not None else "cens"
+
+
+def _short(name):
+    return SHORT.get(name, name[:4]) if name else "-"
+
+
+def _columns(shown):
+    """The table's columns: (header, width, cell function of a HeadResult); the last takes the rest."""
+    cols = [("L.H", 4, lambda r: f"{r.layer}.{r.head}"), ("kappa", 7, lambda r: _f(r.kappa, ".4f")),
+            ("tau", 5, lambda r: _f(r.tau, ".2f"))]
+    for e in shown:
+        cols.append((f"V{e:.0e}".replace("e-0", "e-"), 6, lambda r, e=e: _meas_var(r, e)))
+    for e in shown:
+        cols.append((f"lead{e:.0e}".replace("e-0", "e-"), 9, lambda r, e=e: _ratio(r, headlaws.LEAD, e)))
+    for e in shown:
+        cols.append((f"boot{e:.0e}".replace("e-0", "e-"), 9, lambda r, e=e: _ratio(r, "bootstrap", e)))
+    cols.append(("mean", 5, lambda r: _short((r.summary or {}).get("mean_law"))))
+    cols.append(("var", 5, lambda r: _short((r.summary or {}).get("var_law"))))
+    cols.append(("false at 1e-2..1e-4", 0, lambda r: ",".join(_short(n) for n in (r.summary or {}).get("false") or [])
+                 or "-"))
+    return cols
+
+
+def _wrap(text):
+    print("\n".join(textwrap.wrap(text, WIDTH)))
+
+
 def print_table(results, info):
-    """The per-head table (verdicts, then predictions at REPORT_EPS with their out-of-sample scores)."""
+    """The per-head table within WIDTH columns: measured Var[W] at REPORT_EPS, the lead law's and the
+    bootstrap's Var ratio to it (out of sample) with their states, and each head's summary."""
     S, T = info["n_seq"], info.get("analysed_len", info["seq_len"])
-    nb = info.get("n_boot", 0)
-    print(f"Per-head window laws: {info['checkpoint']}, {S} held-out sequences x {info['seq_len']} tokens"
+    _wrap(f"Per-head window laws: {info['checkpoint']}, {S} held-out sequences x {info['seq_len']} tokens"
           + (f" (first {T} analysed)" if T != info["seq_len"] else "")
           + f"; windows W = N - 1 of {info.get('rows', 'rows in each sequence second half')}.")
-    if "alpha_test" in info:
-        print(f"Verdict: the dependent (document-mixture, finite-n) law tested only at the L where it claims to hold "
-              f"(uncensored, L/kappa >= 4, tau(n) levelled off at n = L/kappa); slope of Var[W] and of E[W] in L "
-              f"against the law's, {nb}-draw document bootstrap, family-wise level {info.get('alpha', 0.05):g} per "
-              f"model (each test at {info['alpha_test']:.2g}); seed {info.get('seed')}.")
-    hdr = (f"{'L.H':>4s} {'kappa':>7s} {'tau_G':>9s} {'tau(T/2)':>10s} {'L ok':>5s} {'slope [band]':>24s} "
-           f"{'law':>8s} {'iid':>8s} {'p var/mean':>15s} {'W_dec':>6s} {'W_mass':>6s}  verdict")
-    print(hdr)
-    print("-" * (len(hdr) + 30))
+    fam = next((r.laws.get("family") for r in results if r.laws), None)
+    _wrap(f"Every law fitted on the even documents, scored on the odd ones; V: measured Var[W] (held-out half, "
+          f"'cens': censored windows); 'lead' ({headlaws.LEAD}, the lead law) and 'boot' (block "
+          f"bootstrap, the reference): Var_law / Var_measured with its state (H holds, F false, - not claimed, "
+          f"? undetermined); mean, var: the first law that explains the mean / holds for Var[W] at every eps "
+          f"1e-2..1e-4 (" + ", ".join(f"{v} {k}" for k, v in SHORT.items()) + ")"
+          + (f"; family-wise level {headlaws.ALPHA:g} per model over {fam['m']} claimed cells (each at "
+             f"{fam['alpha_test']:.2g}, t = {fam['t_crit']:.2f}); seed {info.get('seed')}" if fam else "")
+          + ". Every law's numbers at every eps: --json (docs/HEADS_JSON.md).")
+    shown = [e for e in REPORT_EPS if results and _at(results[0], e) is not None]
+    cols = _columns(shown)
+    fixed = sum(w + 1 for _, w, _ in cols[:-1])
+    last = WIDTH - fixed
+    print(" ".join(f"{h:>{w}s}" for h, w, _ in cols[:-1]) + " " + cols[-1][0][:last])
+    print("-" * WIDTH)
+    cut = 0
     for r in results:
-        ci = f"{r.slope:8.3g} [{r.slope_ci[0]:.3g},{r.slope_ci[1]:.3g}]" if math.isfinite(r.slope) else "-"
-        wdec = (">" if r.decay_window_censored > 0 else "") + _f(r.decay_window_mean, ".0f")
-        wmass = (">" if r.mass_window_censored > 0 else "") + _f(r.mass_window_mean, ".0f")
-        ps = "/".join(_f(v, ".0e") if math.isfinite(v) and v < 0.01 else _f(v, ".2f") for v in (r.p_var, r.p_mean))
-        v = r.verdict + (f" ({r.law})" if r.law else "")
-        print(f"{r.layer:>2d}.{r.head:<1d} {r.kappa:7.4f} {_f(r.tau, '4.2f')}±{_f(r.se_tau, '<4.2f')} "
-              f"{_f(r.tau_long, '5.2f')}±{_f(r.se_tau_long, '<4.2f')} {sum(r.in_regime):>2d}/{len(r.in_regime):<2d} "
-              f"{ci:>24s} {_f(r.pred_slope_mix, '8.3g')} {_f(r.pred_slope_iid, '8.3g')} {ps:>15s} {wdec:>6s} "
-              f"{wmass:>6s}  {v}" + (f" ({'; '.join(r.reasons)})" if r.reasons else ""))
+        cells = [f"{fn(r):>{w}s}"[:w] for _, w, fn in cols[:-1]]
+        tail = cols[-1][2](r)
+        if len(tail) > last:
+            tail, cut = tail[:last - 1] + "+", cut + 1
+        print(" ".join(cells) + " " + tail)
     counts = {}
     for r in results:
-        counts[r.verdict] = counts.get(r.verdict, 0) + 1
-    print("summary: " + ", ".join(f"{v}: {c}" for v, c in counts.items())
-          + (f"; W_dec / W_mass: mean decay / attention-mass window at eps = {results[0].mass_eps:g}"
-             " ('>': some windows reach the sequence start, a lower bound)" if results else "")
+        for law in (r.summary or {}).get("false", []):
+            counts[law] = counts.get(law, 0) + 1
+    vl = {}
+    for r in results:
+        v = (r.summary or {}).get("var_law") or "no law"
+        vl[v] = vl.get(v, 0) + 1
+    _wrap("summary (eps 1e-2..1e-4): variance explained by " + ", ".join(f"{k}: {c}" for k, c in vl.items())
+          + "; false at some eps: " + (", ".join(f"{k} {c}" for k, c in counts.items()) or "none")
+          + (f"; {cut} rows cut at {WIDTH} columns ('+': the rest is in the JSON)" if cut else "")
           + f"; capture {info['capture_s']:.1f} s, total {info['total_s']:.1f} s")
-    _print_predictions(results, info)
     if info.get("context") and T > info["context"]:
-        print(f"note: rows {T // 2}-{T - 1} lie beyond the model's {info['context']}-token training context; "
+        _wrap(f"note: rows {T // 2}-{T - 1} lie beyond the model's {info['context']}-token training context; "
               f"`--max-len {info['context']}` analyses rows inside it.")
 
 
-def _print_predictions(results, info):
-    shown = [e for e in REPORT_EPS if results and _at(results[0], e) is not None]
-    if not shown:
-        return
-    ctx = info.get("context")
-    print(f"Predicted window W (block bootstrap of each head's own increments) at eps = "
-          f"{', '.join(f'{e:g}' for e in shown)}: mean, median [5%, 95%]"
-          + (f", P(W > {ctx})" if ctx else "") + "; measured mean (Kaplan-Meier where censored, '>' a bound); "
-          "out of sample (fit on even, scored on odd documents): coverage of the 90% interval ('c': most held-out "
-          "windows censored, a check of P(W >= bound) only), z of the mean")
-    for r in results:
-        cells = []
-        for e in shown:
-            k = _at(r, e)
-            if not r.pred_mean:
-                cells.append("-")
-                continue
-            meas = (_f(r.mean_W[k], ".3g") if r.censored_frac[k] == 0 else
-                    ">" + _f(r.km_mean[k], ".3g"))
-            cell = (f"{r.pred_mean[k]:.3g} {r.pred_q50[k]:.0f} [{r.pred_q05[k]:.0f},{r.pred_q95[k]:.0f}]"
-                    + (f" P>{_f(r.pred_p_beyond[k], '.2f')}" if ctx else "") + f" meas {meas}")
-            if r.oos_coverage:
-                cell += (f" cov {_f(r.oos_coverage[k], '.2f')}±{_f(r.oos_se_coverage[k], '.2f')}"
-                         + ("c" if r.oos_censored[k] > 0.5 else "")
-                         + f" z {_f(r.oos_z_mean[k], '.1f')}")
-            cells.append(cell)
-        print(f"{r.layer:>2d}.{r.head:<1d} " + " | ".join(cells))
-
-
 def to_json(results, info):
-    """The results as a JSON-ready dict {info, heads} (NaN as None)."""
-    return outputs.json_clean(dict(info=info, heads=[asdict(r) for r in results]))
+    """The results as the per-head document of schema 1 (docs/HEADS_JSON.md; NaN as None)."""
+    return outputs.json_clean(headlaws.document(results, info, foxwindow.__version__))

@@ -156,6 +156,10 @@ class HeadResult:
     mass_window_mean: float = field(default_factory=_nan)
     mass_window_censored: float = field(default_factory=_nan)
     mass_eps: float = field(default_factory=_nan)
+    # every law at every L, out of sample, with its state (headlaws.evaluate; states set over the model)
+    layer_name: str = ""
+    laws: dict = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------- the laws, reweightable
@@ -436,3 +440,9 @@ def _test(res, docs, vf, idx_L, Ls, U, n_boot, rng, alpha_test):
     res.reasons.append(f"{res.n_tested} L tested; band +-{q[0] / abs(res.pred_slope_mix):.0%}"
                        + ("" if iid_ok else f"; iid law rejected (p = {res.p_iid:.1e})" if res.p_iid < alpha_test
                           else "; iid law not resolved"))
+
+
+# public names of the reweightable law, for the per-law evaluation (heads/laws.py)
+Docs = _Docs
+parts = _parts
+seed_sequence = _seed_sequence

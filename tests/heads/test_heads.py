@@ -109,7 +109,9 @@ def test_cli_records_the_seed_and_reproduces_with_it(tmp_path, capsys):
                            + extra) in (0, None)
         import json
         outs.append(json.loads(js.read_text()))
-    assert "Predicted window" in capsys.readouterr().out
+    assert "lead1e-3" in capsys.readouterr().out
     # a run without --seed draws fresh and records its seed; giving that seed back reproduces it
-    assert outs[1]["heads"][0]["pred_mean"] == outs[0]["heads"][0]["pred_mean"] == outs[2]["heads"][0]["pred_mean"]
+    assert outs[1]["heads"][0]["prediction"]["mean"] == outs[0]["heads"][0]["prediction"]["mean"] == \
+        outs[2]["heads"][0]["prediction"]["mean"]
+    assert outs[1]["heads"][0]["at"] == outs[0]["heads"][0]["at"]
     assert os.path.basename(outs[0]["info"]["checkpoint"]) == "t.npz"

@@ -378,8 +378,8 @@ def test_model_flag_end_to_end(tiny_ckpt, tmp_path, capsys):
     assert "W_mass: attention-mass" in out
     res = json.loads(js.read_text())
     assert res["info"]["families"] == ["fla-fox"] and len(res["heads"]) == 4
-    assert [(h["layer"], h["head"]) for h in res["heads"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert all(h["kappa"] > 0 and h["mass_window_mean"] is not None for h in res["heads"])
+    assert [h["label"] for h in res["heads"]] == ["0.0", "0.1", "1.0", "1.1"]
+    assert all(h["kappa"] > 0 and h["mass"]["mass_window"] is not None for h in res["heads"])
     # the saved traces are the layers' own gates: logsigmoid(f_proj(input of the layer))
     traces, meta = load_trace(str(tr))
     assert sorted(traces) == ["model.layers.0.attn", "model.layers.1.attn"] and meta["families"]
@@ -597,7 +597,7 @@ def test_model_flag_transformers_mamba2_says_no_mass_window(tiny_ckpt, tmp_path,
     assert "W_mass: not available for mamba2" in out and "mamba2 (a gated state, no KV cache): scalar gate" in out
     res = json.loads(js.read_text())
     assert res["info"]["families"] == ["mamba2"] and len(res["heads"]) == 4
-    assert all(h["mass_window_mean"] is None and h["kappa"] > 0 for h in res["heads"])
+    assert all((h["mass"] or {}).get("mass_window") is None and h["kappa"] > 0 for h in res["heads"])
     # a checkpoint missing a weight is refused (the weight would stay at its random init)
     from safetensors.torch import load_file, save_file
     sd = load_file(str(d / "model.safetensors"))
@@ -664,7 +664,7 @@ def test_gpu_families_through_model_flag(family, tiny_ckpt, tmp_path, capsys, mo
     assert code == 0, err
     res = json.loads(js.read_text())
     assert res["info"]["families"] == [family]
-    assert all((h["mass_window_mean"] is not None) == (family == "fla-fox") for h in res["heads"])
+    assert all(((h["mass"] or {}).get("mass_window") is not None) == (family == "fla-fox") for h in res["heads"])
     if not ops:
         return
     # the kernel's own gate input, in a second run of the same model and text

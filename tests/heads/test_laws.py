@@ -1,0 +1,147 @@
+"""heads/laws.py, every law at every eps, out of sample: the marginal law's lattice numerics against the exact
+oracle, the block-sum moments against brute force, the lead law on gates where its shifted-gamma law of S_w is exact,
+the four states, the schema-1 document (against the golden tests/data/heads_small.json) and the table's width."""
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from foxwindow.heads import calibration as verdict_calibration
+from foxwindow.heads import driver as heads
+from foxwindow.heads import laws as headlaws
+from foxwindow.heads import table
+from foxwindow.laws import exact
+from foxwindow.laws import gates as forget
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(os.path.dirname(HERE), "data")
+GOLDEN = os.path.join(DATA, "heads_small.json")
+
+
+def test_marginal_law_matches_the_exact_first_passage_within_its_claim():
+    x = np.random.default_rng(0).gamma(0.7, 0.4, 20000)
+    Ls = np.array([1.0, 4.6, 9.2])
+    mean, var = headlaws.marginal_moments(x, Ls)
+    g = forget.EmpiricalGate(-x)
+    for k, L in enumerate(Ls):
+        with pytest.warns(exact.AccuracyWarning) if False else _nowarn():
+            fp = exact.exact_first_passage(g, L=L, tol=1e-4, var_tol=1e-3)
+        assert mean[k] == pytest.approx(fp.mean, rel=headlaws.MARGINAL_CLAIM / 5, abs=1e-3)
+        assert var[k] == pytest.approx(fp.var, rel=headlaws.MARGINAL_CLAIM)
+
+
+class _nowarn:
+    def __enter__(self):
+        import warnings
+        self.w = warnings.catch_warnings()
+        self.w.__enter__()
+        warnings.simplefilter("ignore")
+
+    def __exit__(self, *a):
+        self.w.__exit__(*a)
+
+
+def test_block_sums_match_brute_force():
+    rng = np.random.default_rng(1)
+    x = rng.gamma(0.5, 1.0, (3, 64)) * (1 + np.arange(3))[:, None]
+    bs = headlaws.BlockSums(x, 32)
+    wts = np.array([[1.0, 1.0, 1.0], [2.0, 0.0, 1.0]])
+    m, v, m3 = bs.moments(wts)
+    c = np.concatenate([np.zeros((3, 1)), np.cumsum(x, 1)], 1)
+    for b, wt in enumerate(wts):
+        S = np.array([[c[s, r + 1] - c[s, r + 1 - w] for s in range(3) for r in range(32, 64) for _ in
+                       range(int(wt[s]))] for w in range(1, 33)])
+        assert np.allclose(m[b], S.mean(1), atol=1e-10)
+        assert np.allclose(v[b], S.var(1), atol=1e-9)
+        assert np.allclose(m3[b], ((S - S.mean(1, keepdims=True)) ** 3).mean(1), atol=1e-8)
+
+
+def test_lead_law_is_right_where_its_law_of_s_w_is_exact():
+    # gamma increments: S_w is gamma, which the shifted-gamma law of three cumulants reproduces exactly
+    rng = np.random.default_rng(2)
+    S, T = 64, 512
+    x = rng.gamma(2.0, 0.25, (S, T))
+    Ls = np.array([forget.threshold(e) for e in (1e-2, 1e-3, 1e-4)])
+    out = headlaws.evaluate(x, Ls, rng)
+    for k, L in enumerate(Ls):
+        fp = exact.exact_first_passage(forget.GammaIncrement(2.0, 0.25), L=L)
+        lw = out["at"][k]["laws"][headlaws.LEAD]
+        assert abs(lw["var"] - fp.var) <= 3 * lw["var_se"] + 0.01 * fp.var
+        assert abs(lw["mean"] - fp.mean) <= 3 * lw["mean_se"] + 0.01
+        # and the iid laws (true here) sit within their claim + 3 SE of the exact variance
+        for law in ("marginal", "iid"):
+            d = out["at"][k]["laws"][law]
+            assert abs(d["var"] / fp.var - 1) <= d["claim"] + 3 * d["var_se"] / d["var"], law
+
+
+def _model(family, rng, H=3, S=16, T=1024):
+    return [verdict_calibration.increments(family, mu, rng, S, T) for mu in (1.0, 2.0, 3.0)[:H]]
+
+
+def test_states_call_the_iid_law_false_on_long_regimes_and_never_on_iid_gates():
+    rng = np.random.default_rng(3)
+    Ls = np.array([forget.threshold(e) for e in (1e-1, 1e-2, 1e-3)])
+    for fam, expect_false in (("iid", False), ("long_regimes", True)):
+        at = [headlaws.evaluate(x, Ls, rng)["at"] for x in _model(fam, rng)]
+        fam_info = headlaws.assign_states(at, df=7)
+        assert fam_info["m"] > 0 and fam_info["alpha_test"] == pytest.approx(0.05 / fam_info["m"])
+        states = [rec["laws"]["iid"]["state"] for recs in at for rec in recs]
+        assert all(s in headlaws.STATES for recs in at for rec in recs for s in
+                   [d["state"] for d in rec["laws"].values()])
+        if expect_false:
+            assert states.count("false") >= len(states) // 2, states
+            assert "holds" not in states
+        else:
+            assert "false" not in states
+
+
+def test_schema_one_document_matches_the_golden_file():
+    sys.path.insert(0, DATA)
+    import make_heads_small
+    doc = json.loads(json.dumps(make_heads_small.small_document()))
+    gold = json.load(open(GOLDEN))
+    for key in ("schema_version", "foxwindow_version", "kind", "source", "lead_law", "alpha", "laws", "heads"):
+        assert key in doc and key in gold
+    assert doc["schema_version"] == 1 and doc["lead_law"] == headlaws.LEAD and list(doc["laws"]) == list(headlaws.LAWS)
+    assert list(doc["laws"])[-1] == "bootstrap"
+    for h, g in zip(doc["heads"], gold["heads"]):
+        assert isinstance(h["layer"], str) and isinstance(h["head"], int) and h["label"] == g["label"]
+        assert set(h) >= {"kappa", "sigma2", "tau", "tau_se", "summary", "dependence", "mass", "at", "pmf"}
+        assert [r["eps"] for r in h["at"]] == [r["eps"] for r in g["at"]]
+        assert all(a["L"] < b["L"] for a, b in zip(h["at"], h["at"][1:]))
+        for r, rg in zip(h["at"], g["at"]):
+            assert set(r["measured"]) >= {"mean", "var", "mean_se", "var_se", "censored_share", "quantiles"}
+            assert list(r["laws"]) == list(headlaws.LAWS)
+            for n, d in r["laws"].items():
+                assert set(d) >= {"mean", "var", "quantiles", "var_ratio", "var_ratio_ci", "state", "claim", "why"}
+                assert d["state"] in headlaws.STATES
+                assert d["state"] == rg["laws"][n]["state"]
+                if d["var"] is not None:
+                    assert d["var"] == pytest.approx(rg["laws"][n]["var"], rel=1e-6)
+        assert h["pmf"]["eps"] == pytest.approx(1e-3) and abs(sum(h["pmf"]["laws"][headlaws.LEAD]["p"]) - 1) < 1e-4
+
+
+def test_table_fits_120_columns(capsys):
+    rng = np.random.default_rng(5)
+    lg = np.stack([-x for x in _model("ar1", rng, H=2, S=8, T=256)], 2)
+    Ls = [forget.threshold(e) for e in sorted(set(heads.EPS_SCAN) | {1e-3}, reverse=True)]
+    results, seed = heads.analyse_layers({"x": lg}, Ls, n_boot=100, seed=1)
+    info = dict(checkpoint="x.npz", n_seq=8, seq_len=256, capture_s=0.0, total_s=0.0, seed=seed)
+    table.print_table(results, info)
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= table.WIDTH
+    assert "lead1e-3" in out and all(r.summary["text"] for r in results)
+    assert math.isfinite(results[0].laws["at"][0]["laws"][headlaws.LEAD]["var"])
+
+
+def test_law_study_runs_small_and_calls_the_iid_law_false_on_regimes():
+    # a small always-on version of `python -m foxwindow.heads.calibration --laws` (the full run: results/verdict)
+    res = verdict_calibration.law_study(["regime_switching"], reps=2, S=16, T=512, seed=0)["regime_switching"]
+    off = res["cells"].get("iid|off")
+    assert off is not None and off["holds"] == 0 and off["false"] >= 0.8 * (sum(off.values()) - off["not claimed"])
+    assert res["runs_any_false_on_null"] <= 1
+    text = verdict_calibration.law_tables({"regime_switching": res}, 16, 512)
+    assert "false where claimed" in text
