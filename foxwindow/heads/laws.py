@@ -648,10 +648,12 @@ def levelled_at(n_list, tau_n, se_tau_n, tol=dependence.LEVEL_TOL, z=dependence.
 
 def _source(info):
     model = str(info.get("model", ""))
-    fam = info.get("family") or ("lstm" if "lstm" in model.lower() else "fox")
+    fams = info.get("families")
+    fam = info.get("family") or (",".join(fams) if fams else None) or ("lstm" if "lstm" in model.lower() else "fox")
     if isinstance(fam, str) and fam.startswith("torch-"):
         fam = fam[len("torch-"):]
-    what = info.get("what") or ("traces" if info.get("layers") is not None and not info.get("capture_s") else
+    what = info.get("what") or ("model" if fams else
+                                "traces" if info.get("layers") is not None and not info.get("capture_s") else
                                 "shipped" if str(info.get("checkpoint", "")).endswith("fox_shakespeare.pt") else
                                 "model")
     unit = info.get("unit") or ("unit" if fam == "lstm" else "head")
