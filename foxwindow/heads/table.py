@@ -8,8 +8,11 @@ document of the results (schema 1, docs/HEADS_JSON.md).
 import math
 import textwrap
 
+import numpy as np
+
 import foxwindow
 from foxwindow import outputs
+from foxwindow.heads import dependence
 from foxwindow.heads import laws as headlaws
 from foxwindow.laws import gates
 
@@ -143,4 +146,88 @@ def print_table(results, info):
 
 def to_json(results, info):
     """The results as the per-head document of schema 1 (docs/HEADS_JSON.md; NaN as None)."""
-    return outputs.json_clean(headlaws.document(results, info, foxwindow.__version__))
+    return outputs.json_clean(document(results, info, foxwindow.__version__))
+
+
+# ----------------------------------------------------------------------------- the per-head JSON (schema 1)
+
+SCHEMA_VERSION = 1
+
+
+def levelled_at(n_list, tau_n, se_tau_n, tol=dependence.LEVEL_TOL, z=dependence.LEVEL_Z):
+    """The smallest block length n of the grid at which tau(n) has levelled off: |tau(2n)/tau(n) - 1| + z SE
+    <= tol, SE the jackknife SE of tau(2n) over tau(n) (the grid's nearest point to 2n). None if nowhere."""
+    ns = np.asarray(n_list, dtype=np.float64)
+    t, se = np.asarray(tau_n, dtype=np.float64), np.asarray(se_tau_n, dtype=np.float64)
+    for i, n in enumerate(ns):
+        if 2 * n > ns[-1]:
+            break
+        j = int(np.argmin(np.abs(np.log(ns) - math.log(2 * n))))
+        if t[i] > 0 and abs(t[j] / t[i] - 1) + z * se[j] / t[i] <= tol:
+            return int(n)
+    return None
+
+
+def _source(info):
+    model = str(info.get("model", ""))
+    fams = info.get("families")
+    fam = info.get("family") or (",".join(fams) if fams else None) or ("lstm" if "lstm" in model.lower() else "fox")
+    if isinstance(fam, str) and fam.startswith("torch-"):
+        fam = fam[len("torch-"):]
+    what = info.get("what") or ("model" if fams else
+                                "traces" if info.get("layers") is not None and not info.get("capture_s") else
+                                "shipped" if str(info.get("checkpoint", "")).endswith("fox_shakespeare.pt") else
+                                "model")
+    unit = info.get("unit") or ("unit" if fam == "lstm" else "head")
+    return dict(what=what, path=info.get("checkpoint"), family=fam, unit=unit, n_seq=info.get("n_seq"),
+                seq_len=info.get("seq_len"), seed=info.get("seed"),
+                split=info.get("split") or ("held-out" if info.get("spans") else "user data"))
+
+
+def _clean_at(recs):
+    out = []
+    for rec in recs:
+        r = dict(rec)
+        r["measured"] = {k: v for k, v in rec["measured"].items()}
+        r["laws"] = {n: {k: v for k, v in d.items()} for n, d in rec["laws"].items()}
+        out.append(r)
+    return out
+
+
+def head_json(r):
+    """One head's record of schema 1 from a verdict.HeadResult r (with r.laws from evaluate)."""
+    def fin(v):
+        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+    mass = None
+    if math.isfinite(r.decay_window_mean) or math.isfinite(r.mass_window_mean):
+        mass = dict(eps=fin(r.mass_eps), decay_window=fin(r.decay_window_mean), mass_window=fin(r.mass_window_mean),
+                    decay_window_censored=fin(r.decay_window_censored),
+                    mass_window_censored=fin(r.mass_window_censored))
+    laws = r.laws or {}
+    summ = r.summary or dict(mean_law=None, var_law=None, false=[], text="no laws evaluated: " +
+                             "; ".join(r.reasons or ["fewer than 4 documents"]))
+    return dict(layer=r.layer_name or str(r.layer), head=int(r.head), label=f"{r.layer}.{r.head}",
+                kappa=fin(r.kappa), sigma2=fin(r.sigma2), tau=fin(r.tau), tau_se=fin(r.se_tau), summary=summ,
+                dependence=dict(n=[int(n) for n in r.n_list], tau_n=[fin(v) for v in r.tau_n],
+                                tau_n_se=[fin(v) for v in r.se_tau_n],
+                                levelled_at=levelled_at(r.n_list, r.tau_n, r.se_tau_n) if r.n_list else None),
+                mass=mass, at=_clean_at(laws.get("at", [])), pmf=laws.get("pmf"),
+                n_fit=(r.n_seq + 1) // 2, n_test=r.n_seq // 2,
+                verdict=dict(state=r.verdict, law=r.law, reasons=list(r.reasons), n_tested=r.n_tested,
+                             p_var=fin(r.p_var), p_mean=fin(r.p_mean)),
+                prediction=dict(model=r.pred_model, mean=r.pred_mean, var=r.pred_var, q05=r.pred_q05,
+                                q50=r.pred_q50, q95=r.pred_q95, p_beyond=r.pred_p_beyond,
+                                oos_coverage=r.oos_coverage, oos_z_mean=r.oos_z_mean, oos_z_var=r.oos_z_var))
+
+
+def document(results, info, version):
+    """The per-head result document of schema 1 (docs/HEADS_JSON.md) from [verdict.HeadResult] and the
+    driver's info dict."""
+    fam = next((r.laws.get("family") for r in results if r.laws), None)
+    return dict(schema_version=SCHEMA_VERSION, foxwindow_version=version, kind="heads", source=_source(info),
+                lead_law=headlaws.LEAD, alpha=headlaws.ALPHA,
+                laws={n: dict(label=a, description=b) for n, (a, b) in headlaws.LAWS.items()},
+                family=None if fam is None else dict(fam, claim_max=headlaws.CLAIM_MAX, hold_se=headlaws.HOLD_SE,
+                                                      mean_tol=headlaws.MEAN_TOL,
+                                                      summary_eps=list(headlaws.SUMMARY_EPS)),
+                heads=[head_json(r) for r in results], info=info)
