@@ -7,6 +7,7 @@ for torch's model code, and a missing optional dependency fails only the command
 """
 import importlib
 import os
+import subprocess
 import sys
 
 from foxwindow import outputs
@@ -26,7 +27,9 @@ COMMANDS = {
     "lstm-traces": ("models.lstm",
                     "the textgenrnn character LSTM's forget gates on the held-out text, as a trace file"),
     "chunks": ("uses.chunks_report", "per-head chunk sizes that overflow chunked kernels, predicted and measured"),
-    "figures": (None, "regenerate the figures (figures/make_figures.py; from a source checkout)"),
+    "report": ("report.command", "a per-head result JSON as a static HTML report with its pictures"),
+    "compare": ("report.compare", "two per-head results compared head by head: windows and states"),
+    "figures": (None, "regenerate the committed figures (a source checkout's figures/make_figures.py)"),
 }
 
 
@@ -38,17 +41,50 @@ def command(name, argv=None):
     return outputs.cli(mod.main, argv)
 
 
+FIGURE_SCRIPT = ("figures", "make_figures.py")
+# what regenerating the committed figures reads beside the scripts: the per-head, pruning and chunk results
+FIGURE_INPUTS = ("figures/heads.json", "results/prune/prune.json", "results/chunks/fox.json")
+
+
+def _is_checkout(d):
+    return os.path.isfile(os.path.join(d, *FIGURE_SCRIPT)) and os.path.isdir(os.path.join(d, "foxwindow"))
+
+
+def find_checkout(start=None):
+    """The source checkout whose figure scripts `foxwindow figures` runs: the package's own folder's parent
+    when the package runs from a checkout (or an editable install), else the working folder or the nearest
+    folder above it holding figures/make_figures.py and foxwindow/. None when there is none."""
+    if _is_checkout(outputs.REPO):
+        return outputs.REPO
+    d = os.path.abspath(start or os.getcwd())
+    while True:
+        if _is_checkout(d):
+            return d
+        up = os.path.dirname(d)
+        if up == d:
+            return None
+        d = up
+
+
 def _figures_main(argv):
-    """`foxwindow figures`: the figure scripts live beside the package in a checkout, not in the package."""
-    script = os.path.join(outputs.REPO, "figures", "make_figures.py")
-    if not os.path.isfile(script):
-        raise outputs.MissingPiece("the figure scripts are not installed with the package: run "
-                                   "`python figures/make_figures.py` in a source checkout of foxwindow")
-    folder = os.path.dirname(script)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    mod = importlib.import_module("make_figures")
-    mod.main(argv)
+    """`foxwindow figures [options]`: the figure scripts and their inputs (FIGURE_INPUTS) are files of a source
+    checkout, not of the package; this runs the checkout's figures/make_figures.py with the checkout's own
+    package (the figures match the code that drew them), or says in one line what is missing."""
+    repo = find_checkout()
+    if repo is None:
+        raise outputs.MissingPiece(
+            f"the figure scripts ({'/'.join(FIGURE_SCRIPT)}) and their inputs ({', '.join(FIGURE_INPUTS)}) are in a "
+            "source checkout of foxwindow, not in the installed package: run `foxwindow figures` inside a checkout")
+    if os.path.realpath(repo) == os.path.realpath(outputs.REPO):
+        folder = os.path.join(repo, FIGURE_SCRIPT[0])
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        mod = importlib.import_module("make_figures")
+        mod.main(argv)
+        return 0
+    path = [repo] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+    return subprocess.call([sys.executable, os.path.join(repo, *FIGURE_SCRIPT), *(argv or [])], env=env)
 
 
 def _usage():

@@ -13,6 +13,7 @@ from foxwindow.laws import gates, lawtable
 from foxwindow.models import hf_load as hf_models
 from foxwindow.models.fox import load_model
 from foxwindow.models.traces import load_traces_checked
+from foxwindow.report import command as report_command
 from foxwindow.training import data, distributed
 
 
@@ -63,6 +64,8 @@ def check_args(a):
         a.checkpoint = _input(a.checkpoint, "--checkpoint")
     if a.json:
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")
+    if a.report:
+        a.report = report_command.check_out_arg(a)
     if a.save_traces:
         a.save_traces = outputs.check_writable(a.save_traces, force=a.force, what="--save-traces")
         if a.json and a.json == a.save_traces:
@@ -102,6 +105,8 @@ def build_parser():
     p.add_argument("--n-boot", type=int, default=N_BOOT,
                    help="document-bootstrap draws per head calibrating the tests (0: no tests, predictions only)")
     p.add_argument("--json", default=None, help="write the results as JSON to this path (NaN written as null)")
+    p.add_argument("--report", default=None,
+                   help="after the analysis, write the HTML report (index.html, a page per layer, PNGs) to this folder")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     hf_models.add_arguments(p)                     # --model: a gated Hugging Face style checkpoint
     outputs.add_common(p)
@@ -157,6 +162,8 @@ def main(argv=None):
     print_table(results, info)
     if a.json:
         outputs.write_json(a.json, to_json(results, info))
+    if a.report:
+        report_command.after_analysis(to_json(results, info), a)
 
 
 def run():

@@ -17,6 +17,7 @@ from foxwindow.laws import gates
 from foxwindow.models import adapters, hf_capture
 from foxwindow.models import hf_load as hf_models
 from foxwindow.models.traces import query_rows, save_trace
+from foxwindow.report import command as report_command
 
 
 def analyse_hf_model(cfg, Ls=None, progress=True, save_traces=None, n_boot=driver.N_BOOT, seed=None):
@@ -83,6 +84,8 @@ def main_hf_model(args):
         for p, what in ((json_path, "--json"), (traces_path, "--save-traces")):
             if p:
                 outputs.check_writable(p, force=force, what=what)                 # before any work
+        if getattr(args, "report", None):
+            args.report = report_command.check_out_arg(args)
         eps = sorted(set(driver.EPS_SCAN) | {args.eps}, reverse=True)          # eps -> L, once
         results, info = analyse_hf_model(cfg, Ls=[gates.threshold(e) for e in eps],
                                          progress=not getattr(args, "no_progress", False), save_traces=traces_path,
@@ -94,6 +97,8 @@ def main_hf_model(args):
         print(f"W_mass: {info['mass_window']}")
         if json_path:
             outputs.write_json(json_path, table.to_json(results, info))
+        if getattr(args, "report", None):
+            report_command.after_analysis(table.to_json(results, info), args)
     except (hf_models.ModelError, ValueError) as exc:
         msg = str(exc)
         if getattr(args, "model_flag", "--model") == "--checkpoint":      # a folder given as --checkpoint
