@@ -5,10 +5,11 @@ figures/ (it replaces them). --fast writes to a fresh scratch folder runs/figure
 is refused over figures/; any other --out whose figure files exist needs --force.
 
 Figures 1-5 are computed from the gate laws (Monte Carlo + exact renewal numerics); figure 6 reads the
-per-head JSON of the trained model, figure 7 the kernel benchmark JSON (written on a GPU) and figure 8 the
-pruning JSON. A figure asked for by --only whose input JSON is absent or unusable is an error before any
-work; the default run (all figures) leaves such a figure out, says so before and after the work, and lists
-it as "not made" in the summary. Output: <out>/figN_*.png and .pdf.
+per-head JSON of the trained model, figure 7 the kernel benchmark JSON (written on a GPU), figure 8 the
+pruning JSON, figure 9 the chunk JSON and figure 10 (the report's model overview) the per-head JSON again.
+A figure asked for by --only whose input JSON is absent or unusable is an error before any work; the default
+run (all figures) leaves such a figure out, says so before and after the work, and lists it as "not made"
+in the summary. Output: <out>/figN_*.png and .pdf.
 """
 import json
 import os
@@ -31,19 +32,21 @@ import fig6_heads  # noqa: E402
 import fig7_kernels  # noqa: E402
 import fig8_prune  # noqa: E402
 import fig9_chunks  # noqa: E402
+import fig10_overview  # noqa: E402
 import figstyle  # noqa: E402  (also puts the repository root on sys.path)
 from foxwindow import outputs  # noqa: E402
 
 FIGURES = {1: fig1_decay, 2: fig2_window_pmf, 3: fig3_moments_vs_L, 4: fig4_alibi_limit,
            5: fig5_dependent, 6: fig6_heads, 7: fig7_kernels, 8: fig8_prune,
-           9: fig9_chunks}
+           9: fig9_chunks, 10: fig10_overview}
 
 
 NAMES = {n: m.__name__ for n, m in FIGURES.items()}
 
 
 # figures drawn from a JSON input: number -> (flag, attribute of the arguments)
-INPUTS = {6: ("--heads-json", "heads_json"), 7: ("--bench-json", "bench_json"), 8: ("--prune-json", "prune_json")}
+INPUTS = {6: ("--heads-json", "heads_json"), 7: ("--bench-json", "bench_json"), 8: ("--prune-json", "prune_json"),
+          10: ("--heads-json", "heads_json")}
 
 
 def _check_json_input(path, what):
@@ -105,7 +108,7 @@ def main(argv=None):
                    help="Monte Carlo trials per point (default 200000, or 4000 with --fast)")
     p.add_argument("--only", type=int, nargs="+", choices=sorted(FIGURES), help="figure numbers to make (default all)")
     p.add_argument("--json", default=None, help="also write the run summary as JSON to this path")
-    p.add_argument("--heads-json", default=os.path.join(HERE, "heads.json"), help="per-head JSON for figure 6")
+    p.add_argument("--heads-json", default=os.path.join(HERE, "heads.json"), help="per-head JSON for figures 6 and 10")
     p.add_argument("--bench-json", default=os.path.join(HERE, "kernel_bench.json"),
                    help="kernel benchmark JSON for figure 7")
     p.add_argument("--prune-json", default=fig8_prune.DEFAULT_JSON, help="pruning JSON (prune.py) for figure 8")

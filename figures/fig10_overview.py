@@ -1,0 +1,28 @@
+"""Figure 10: the per-head report's model overview (foxwindow.report.plots.plot_overview) of the per-head JSON
+that figure 6 reads (figures/heads.json, `python forget.py --json figures/heads.json`): the mean window per
+layer x head at eps = 1e-3 on a log colour scale, the decay against the attention-mass window, and each
+law's state per head. The same picture opens the HTML report of `python forget.py --report DIR`."""
+import os
+
+import figstyle
+from figstyle import Skip
+
+
+def make(ctx):
+    from foxwindow.report import plots, schema
+    path = ctx.heads_json
+    if not os.path.exists(path):
+        rel = os.path.relpath(path)
+        raise Skip(f"{rel} not found (write it with `python forget.py --json {rel}`)")
+    try:
+        res = schema.read(path)
+    except ValueError as exc:
+        raise Skip(str(exc)) from None
+    if not res.heads:
+        raise Skip(f"{path} has no heads")
+    fig = plots.plot_overview(res, eps=1e-3, dpi=110)
+    states = {s: sum(h.state(res.lead_law) == s for h in res.heads) for s in schema.STATES} \
+        if res.lead_law in res.laws else {}
+    told = ", ".join(f"{s}: {c}" for s, c in states.items() if c)
+    return (figstyle.save(fig, ctx.out, "fig10_overview"),
+            f"{len(res.heads)} {res.unit}s from {os.path.basename(path)}; lead law {res.lead_law} {told}")
