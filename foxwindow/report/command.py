@@ -13,7 +13,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from foxwindow import outputs
-from foxwindow.report import html, plots, schema
+from foxwindow.report import pages, plots, schema
 
 FIRST_FILES = ("index.html", "overview.png")        # checked before an analysis, when the heads are not known
 
@@ -81,7 +81,7 @@ def write_report(result, out, force=False, eps=1e-3, progress=False, dpi=80, job
     res = schema.read(result)
     if not res.heads:
         raise outputs.UsageError("the result has no heads: nothing to report")
-    names = html.Names(res)
+    names = pages.Names(res)
     files = names.files(res)
     out = check_out(out, force)
     for f in files:
@@ -94,9 +94,9 @@ def write_report(result, out, force=False, eps=1e-3, progress=False, dpi=80, job
     for (name, _), png in zip(todo, _pictures(res, [j for _, j in todo], n_jobs, progress)):
         outputs.write_bytes(os.path.join(out, name), png)
     for lay in names.layers:
-        outputs.write_text(os.path.join(out, names.layer_page(lay)), html.layer_page(res, names, lay, eps))
+        outputs.write_text(os.path.join(out, names.layer_page(lay)), pages.layer_page(res, names, lay, eps))
     index = os.path.join(out, "index.html")
-    outputs.write_text(index, html.index_page(res, names, eps))
+    outputs.write_text(index, pages.index_page(res, names, eps))
     return index, time.perf_counter() - t0
 
 

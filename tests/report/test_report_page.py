@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from foxwindow import cli, outputs
-from foxwindow.report import command, html, plots, schema, screenshot
+from foxwindow.report import command, pages, plots, schema, screenshot
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "data", "heads_schema1.json")
@@ -221,7 +221,7 @@ def test_chromium_screenshot_of_the_report(report_dir, tmp_path):
 
 def test_names_come_from_positions(golden):
     res = schema.read(golden)
-    n = html.Names(res)
+    n = pages.Names(res)
     assert n.files(res)[0] == "overview.png" and n.files(res)[-1] == "index.html"
     assert n.head_png(res.heads[3]) == "head-01-01.png"
 
