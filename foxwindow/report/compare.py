@@ -4,7 +4,8 @@ checkpoints, two steps of one run, in-context against beyond-context rows).
 For every head both results hold (matched by label "layer.head") and every eps both scanned (matched on
 L): the measured E[W] and Var[W] of each, their difference B - A and its standard error from the two
 standard errors, sqrt(SE_A^2 + SE_B^2) (the two results drawn from independent data; for overlapping data
-it overstates the error), and z = difference / SE; and each law's state in A and in B. Printed as a table
+it overstates the error), and z = difference / SE (none where a mean is censored: a lower bound); and each
+law's state in A and in B. Printed as a table
 of 120 columns at three eps (the JSON holds every eps), drawn as one picture, written to DIR as
 compare.txt, compare.json and compare.png. Two files of different schemas, or with no head in common,
 are refused in one line.
@@ -59,7 +60,9 @@ def compare(a, b, names=("A", "B")):
             except ValueError:
                 continue
             mx, my = x.measured, y.measured
-            dm, sm, zm = _diff(mx.mean, my.mean, mx.mean_se, my.mean_se)
+            # a censored mean is a lower bound: no difference of two bounds is a measurement
+            dm, sm, zm = (None, None, None) if mx.bound or my.bound else _diff(mx.mean, my.mean, mx.mean_se,
+                                                                                my.mean_se)
             dv, sv, zv = _diff(mx.var, my.var, mx.var_se, my.var_se)
             at.append(dict(eps=x.eps, L=x.L, mean=[mx.mean, my.mean], mean_se=[mx.mean_se, my.mean_se],
                            censored=[mx.censored_share, my.censored_share], bound=[mx.bound, my.bound],
@@ -106,8 +109,9 @@ def table(c):
             if not any(abs(a["eps"] - e) <= 1e-9 * e for e in shown):
                 continue
             mA, mB = ((">" if bd else "") + _g(m) for m, bd in zip(a["mean"], a["bound"]))
+            dm = "bounds only" if any(a["bound"]) else _pmse(a["d_mean"], a["d_mean_se"])
             out.append(f"{r['label']:>7.7s} {a['eps']:>7g} {mA:>9.9s} {mB:>9.9s} "
-                       f"{_pmse(a['d_mean'], a['d_mean_se']):>16.16s} {_g(a['z_mean'], '.1f'):>6s} "
+                       f"{dm:>16.16s} {_g(a['z_mean'], '.1f'):>6s} "
                        f"{_g(a['var'][0]):>9.9s} {_g(a['var'][1]):>9.9s} "
                        f"{_pmse(a['d_var'], a['d_var_se']):>16.16s} {_g(a['z_var'], '.1f'):>6s}")
     changed = [r for r in c["heads"] if r["changed"]]
