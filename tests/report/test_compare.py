@@ -93,3 +93,12 @@ def test_legacy_files_compare_with_each_other(tmp_path, capsys):
     assert cli.main(["compare", str(tmp_path / "x.json"), str(tmp_path / "y.json"), "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert max(map(len, out.splitlines()[:-1])) <= 120 and "0.0" in out
+
+
+def test_a_censored_mean_gives_no_difference(pair):
+    _, a, b = pair
+    b = copy.deepcopy(b)
+    b["heads"][0]["at"][3]["measured"]["mean_is_bound"] = True
+    r = compare.compare(a, b)["heads"][0]["at"][3]
+    assert r["bound"] == [False, True] and r["d_mean"] is None and r["z_mean"] is None
+    assert any("bounds only" in line for line in compare.table(compare.compare(a, b)))
