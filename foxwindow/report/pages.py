@@ -144,7 +144,8 @@ def _oos_cell(o):
     if o is None:
         return "<td>–</td>"
     cov = pm(o.coverage, o.coverage_se, ".2f") + ("c" if (o.censored_share or 0) > 0.5 else "")
-    off = o.coverage is not None and o.coverage_se is not None and abs(o.coverage - 0.9) > 3 * o.coverage_se
+    off = (o.coverage is not None and o.coverage_se is not None and o.coverage_se > 0
+           and abs(o.coverage - 0.9) > 3 * o.coverage_se)
     z = "" if o.z_mean is None and o.z_var is None else f" · z {num(o.z_mean, '.1f')} / {num(o.z_var, '.1f')}"
     return f'<td class="{"bad" if off else ""}">{cov}{z}</td>'
 
