@@ -24,6 +24,7 @@ from foxwindow.report import schema
 STATE_COLORS = {"holds": "#2ca02c", "false": "#d62728", "undetermined": "#ff9f1c", "not claimed": "#d9d9d9"}
 STATE_MARKS = {"holds": "✓", "false": "✗", "undetermined": "?", "not claimed": "·"}
 MEASURED = "black"
+PMF_BINS = 80                   # a distribution wider than this many windows is drawn in this many bins
 LAW_PALETTE = ("#1f77b4", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#ff7f0e", "#7f7f7f")
 
 
@@ -109,14 +110,32 @@ def _pmf_panel(ax, res, h, eps, cols):
     pmf = h.pmf
     if pmf is not None and (eps is None or abs(pmf.L - math.log(1 / eps)) <= 1e-6 * pmf.L):
         m = pmf.measured
-        x = np.array(m.support())
-        ax.bar(x, m.p, width=1.0, color="0.8", edgecolor="0.55", lw=0.5, label="measured")
+        dists = ([m] if m is not None else []) + list(pmf.laws.values())
+        lo = min(d.offset for d in dists) if dists else 0
+        hi = max(d.offset + len(d.p) - 1 for d in dists) if dists else 0
+        # a wide support is drawn in PMF_BINS bins (the mean P(W = w) over each bin): token by token, a
+        # resampled distribution of a thousand windows is a comb
+        edges = np.linspace(lo - 0.5, hi + 0.5, PMF_BINS + 1) if hi - lo + 1 > PMF_BINS else None
+
+        def shown(d):
+            if edges is None:
+                return np.array(d.support()), np.asarray(d.p, dtype=float)
+            w, _ = np.histogram(d.support(), bins=edges, weights=d.p)
+            return 0.5 * (edges[1:] + edges[:-1]), w / np.diff(edges)
+        if m is not None:
+            x, y = shown(m)
+            ax.bar(x, y, width=1.0 if edges is None else np.diff(edges), color="0.8", edgecolor="0.55", lw=0.5,
+                   label="measured")
+        else:
+            ax.text(0.5, 0.02, "no measured distribution (windows censored at this ε)", transform=ax.transAxes,
+                    ha="center", va="bottom", fontsize=7.5, color="0.35")
         for name, d in pmf.laws.items():
             lead = name == res.lead_law
-            ax.plot(d.support(), d.p, "-", color=cols.get(name, "0.3"), lw=2 if lead else 1.1,
-                    marker="." if len(d.p) < 60 else None, ms=3, label=_t(name) + (" (lead)" if lead else ""))
+            x, y = shown(d)
+            ax.plot(x, y, "-", color=cols.get(name, "0.3"), lw=2 if lead else 1.1,
+                    marker="." if len(x) < 60 else None, ms=3, label=_t(name) + (" (lead)" if lead else ""))
         ax.set_xlabel("window W (tokens back)")
-        ax.set_ylabel("P(W = w)")
+        ax.set_ylabel("P(W = w)" if edges is None else f"P(W = w), mean over bins of {np.diff(edges)[0]:.3g} tokens")
         ax.set_title(f"(c) window distribution at ε = {pmf.eps:g}")
         return
     # no pmf at this eps: the quantiles the record holds (measured 5/50/95 %, each law's)

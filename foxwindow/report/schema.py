@@ -105,7 +105,7 @@ class Dist:
 class Pmf:
     eps: float
     L: float
-    measured: Dist
+    measured: Dist | None                               # None: no measured distribution (censored windows)
     laws: dict                                          # law name -> Dist
 
 
@@ -261,6 +261,9 @@ class _Reader:
 
 
 def _dist(r):
+    """A distribution {offset, p}, or None where the result holds none (e.g. every window censored)."""
+    if r is None:
+        return None
     off = r.get("offset")
     if isinstance(off, bool) or not isinstance(off, int):
         raise ValueError(f"{r._name('offset')}: expected an integer window; got {off!r}")
@@ -335,8 +338,9 @@ def _head(r):
                                                     mass_window=mass.num("mass_window", None)),
                 at=at,
                 pmf=None if pmf is None else Pmf(
-                    eps=pmf.num("eps"), L=pmf.num("L"), measured=_dist(pmf.sub("measured")),
-                    laws={n: _dist(pmf.sub("laws").sub(n)) for n in (pmf.sub("laws", {}) or _Reader({}, "")).d}))
+                    eps=pmf.num("eps"), L=pmf.num("L"), measured=_dist(pmf.sub("measured", None)),
+                    laws={n: d for n, d in ((n, _dist(pmf.sub("laws").sub(n, None)))
+                                            for n in (pmf.sub("laws", {}) or _Reader({}, "")).d) if d is not None}))
 
 
 def from_dict(d):

@@ -142,6 +142,12 @@ def test_figures_from_python(golden):
     d = copy.deepcopy(golden)                              # '$' in a string of the result: text, not mathematics
     d["heads"][0]["summary"]["text"], d["heads"][0]["label"] = "costs $5 and $x^{2", "$0"
     plots.plot_head(d, head="$0").savefig(__import__("io").BytesIO(), format="png")
+    # every window censored at the pmf's eps (no measured distribution), a law without one, a wide support
+    pmf = d["heads"][1]["pmf"]
+    pmf["measured"], pmf["laws"]["iid"] = None, None
+    pmf["laws"]["bootstrap"] = {"offset": 100, "p": [1 / 3000] * 3000}
+    fig = plots.plot_head(d, head="0.1")
+    assert "bins" in fig.axes[2].get_ylabel() and "no measured distribution" in fig.axes[2].texts[0].get_text()
     with pytest.raises(ValueError, match="no head '9.9'.*0.0, 0.1"):
         plots.plot_head(golden, head="9.9")
     with pytest.raises(ValueError, match="expected a per-head result"):
