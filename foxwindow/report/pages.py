@@ -126,7 +126,7 @@ def _heads_table(res, heads, names, eps, link_page):
     for h in heads:
         try:
             a = h.at_eps(eps)
-            mw = ((">" if a.measured.bound else "") + pm(a.measured.mean, a.measured.mean_se))
+            mw = (">" + num(a.measured.mean)) if a.measured.bound else pm(a.measured.mean, a.measured.mean_se)
         except ValueError:
             mw = "–"
         href = (names.layer_page(h.layer) if link_page else "") + "#" + names.anchor(h)
@@ -195,6 +195,7 @@ def _at_table(res, h):
     for a in h.at:
         m = a.measured
         c = ">" if m.bound else ""
+        mean = num(m.mean) if m.bound else pm(m.mean, m.mean_se)
         cells = []
         for n in laws:
             la = a.laws.get(n)
@@ -204,7 +205,7 @@ def _at_table(res, h):
             st = "" if n == schema.REFERENCE_LAW and la.state == "not claimed" else chip(la.state, la.why)
             tip = f"E[W] {num(la.mean)}, Var[W] {num(la.var)}" + (f": {la.why}" if la.why else "")
             cells.append(f'<td title="{esc(tip)}">{num(la.var)} {st}</td>')
-        rows.append(f"<tr><td>{num(a.eps, 'g')}</td><td>{num(a.L, '.3f')}</td><td>{c}{pm(m.mean, m.mean_se)}</td>"
+        rows.append(f"<tr><td>{num(a.eps, 'g')}</td><td>{num(a.L, '.3f')}</td><td>{c}{mean}</td>"
                     f"<td>{pm(m.var, m.var_se)}</td><td>{num(m.censored_share, '.2f')}</td>{''.join(cells)}</tr>")
     return (f'<div class="scroll"><table><tr><th>ε</th><th>L</th><th>E[W] measured</th><th>Var[W] measured</th>'
             f"<th>censored</th>{hdr}</tr>" + "".join(rows) + '</table></div><p class="note">Each law: its Var[W] and '
