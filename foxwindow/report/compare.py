@@ -12,6 +12,7 @@ are refused in one line.
 """
 import math
 import os
+import textwrap
 
 import numpy as np
 from matplotlib import colors as mcolors
@@ -95,7 +96,7 @@ def _pmse(d, se):
 
 def table(c):
     """The comparison as lines of at most WIDTH characters: windows at TABLE_EPS (those in common), then the
-    state changes."""
+    state changes (each head's wrapped onto as many lines as it needs)."""
     eps_all = sorted({a["eps"] for r in c["heads"] for a in r["at"]}, reverse=True)
     shown = [e for e in eps_all if any(abs(e - t) <= 1e-9 * t for t in TABLE_EPS)] or eps_all[:3]
     u = c["unit"]
@@ -125,8 +126,8 @@ def table(c):
                 for e, s, t in r["moved"][n]:
                     groups.setdefault((s, t), []).append(format(e, "g"))
                 parts += [f"{n} {s} -> {t} at {','.join(es)}" for (s, t), es in groups.items()]
-            line = f"{r['label']:>7.7s}  " + "; ".join(parts)
-            out.append(line if len(line) <= WIDTH else line[:WIDTH - 3] + "...")
+            out += textwrap.wrap("; ".join(parts), WIDTH, initial_indent=f"{r['label']:>7.7s}  ",
+                                 subsequent_indent=" " * 11, break_on_hyphens=False)
     else:
         out.append(f"every law's state is the same in both, on all {len(c['heads'])} {u}s")
     if c["only_in"][0] or c["only_in"][1]:
