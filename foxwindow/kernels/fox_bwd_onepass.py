@@ -54,6 +54,7 @@ from . import fox_triton as kt
 from .fox_triton import (
     LOG2E,
     bwd_delta,
+    bwd_direct_end,
     bwd_key_anchor,
     bwd_key_block,
     bwd_kv_tile,
@@ -130,10 +131,12 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, q_base, do_base, ch_
     # klo_base[m0] (the query block's first kept key, a multiple of BLOCK_N) skip query block m0,
     # so the first kept key block, not key block 0, finishes it.
     offs_d = tl.arange(0, D)
+    hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)     # the keys' gate words (MASK tiles)
+    lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
         # P^T, dS^T and dK, dV as in the two-pass dK/dV loop; ds16: dS^T rounded once, for dK and dQ
-        dk, dv, dsT, ds16, rows, m_ok = bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base,
+        dk, dv, dsT, ds16, rows, m_ok = bwd_kv_tile(dk, dv, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base,
                                                      do_base, ch_base, cl_base, lse_base, z_base, delta_base,
                                                      s_qt, m0, Tq, off, qk_scale, BLOCK_M, MASK, PREC)
         # dQ's partial transposed, K^T dS: (D, BLOCK_M), so that the product's M dimension is D
@@ -232,7 +235,7 @@ def bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, WQ, WR, S
     # query blocks from the first that sees key n0; those before m_full touch the diagonal. The
     # reducer relies on exactly this range: key block n writes rows [m_lo, m_end) of its slice.
     m_lo = (tl.maximum(n0 - off, 0) // BLOCK_M) * BLOCK_M
-    m_full = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - off, 0), BLOCK_M) * BLOCK_M
+    m_full = bwd_direct_end(n0, off, BLOCK_M, BLOCK_N)     # then the anchored scores (fox_triton)
     if ACP:     # the first query row that prunes this key block
         m_end = tl.minimum(tl.load(QEND + c_off + n0), Tq)
     else:
@@ -470,6 +473,11 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
         except triton.runtime.errors.OutOfResources:
             if i == len(chain) - 1:
                 raise
+        except Exception as e:
+            hint = kt.interpreter_hint(e)
+            if hint is None:
+                raise
+            raise hint from e
     del wq, wr
     dc[..., Tk - Tq:] += dr                         # query i sits at key position Tk - Tq + i
     dk, dv = dkdv_sum(dk, dv, k, v)

@@ -35,7 +35,10 @@ sums to a rounding residual delta_i instead of 0; the colsum-only form adds all 
 sum_{i >= t} delta_i, into dlog_fgate_t, while the true dlog_fgate_t = sum_{i >= t > j} dS_ij is
 small under strong forgetting. So the dQ pass also writes rowsum(dS) (one row reduction per tile)
 and dc keeps both terms: dlog_fgate_t is then (up to float32 rounding) the sum of the kernel's own dS over
-{i >= t > j}, and the residuals enter only weighted by the attention mass on keys before t.
+{i >= t > j}, and the residuals enter only weighted by the attention mass on keys before t. In float32
+neither sum holds the pair t = t (it cancels exactly; its two passes' roundings need not), and the
+dK/dV pass's anchored tiles start where their row granule no longer precedes the key block
+(bwd_direct_end): fp32 at log g ~ -10 the gate gradient is then ~4e-7 relative on every tile set.
 Measured in bf16 (T = 200, log g ~ -3 U(0, 1)): relative error 7.1e-2 with colsum only, 2.1e-3
 with both terms; no change for gates near 1.
 
@@ -60,6 +63,20 @@ def interpreting():
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def interpreter_hint(err):
+    """A RuntimeError that says what to change when the CPU interpreter failed for a known reason of
+    the installed versions, else None. Triton 3.6's interpreter takes a loop bound held in a
+    one-element array with int(array), which numpy >= 2.4 refuses ("only 0-dimensional arrays can
+    be converted to Python scalars"; Triton 3.9's squeezes the array first): every kernel here
+    loops to bounds computed in the kernel. The GPU compile is not affected."""
+    if interpreting() and "only 0-dimensional arrays can be converted" in str(err):
+        import numpy
+        return RuntimeError(f"the Triton {triton.__version__} interpreter cannot run these kernels with numpy "
+                            f"{numpy.__version__} (its loop bounds go through int() of a one-element array, "
+                            f"which numpy >= 2.4 refuses): install numpy<2.4 or a newer Triton (3.9 works)")
+    return None
+
+
 # ----------------------------------------------------------------------------------------------
 # kernels
 # ----------------------------------------------------------------------------------------------
@@ -71,8 +88,17 @@ def tile_dot(a, b, PREC: tl.constexpr):
     # 16-bit inputs), or "upcast": the CPU interpreter gets bf16 dots wrong (Triton 3.9), so there
     # the 16-bit operands go in as float32, which is exact (a product of two bf16 fits in float32)
     # and so computes what a bf16 MMA with float32 accumulation computes.
+    # "exact" (float32 inputs in the interpreter): the products summed in float64 and rounded once.
+    # The interpreter's float32 matmul (numpy's) sums the same D products in an order that depends on
+    # the tile's shape, so two passes with different tiles got one q.k two ways (seen: 887 of the
+    # 1024 entries of a 32 x 32 tile differ from the same entries of a 64 x 32 one); a GPU's float32
+    # dot adds a pair's D products in one chain whatever the tile. Rounded once, every shape gives
+    # the same word, as on the GPU, and the gate gradient's row and column sums (two passes) are
+    # tested for what the kernel does, not for numpy's blocking.
     if PREC == "upcast":
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    elif PREC == "exact":
+        return tl.dot(a.to(tl.float64), b.to(tl.float64)).to(tl.float32)
     else:
         return tl.dot(a, b, input_precision=PREC)
 
@@ -309,6 +335,27 @@ def bwd_key_block(K, V, kv_off, s_kt, n0, Tk, D: tl.constexpr, BLOCK_N: tl.const
 
 
 @triton.jit
+def bwd_direct_end(n0, off, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # The first query row from which a key-block pass may use the anchored scores of bwd_kv_tile
+    # for key block n0; the query tiles before it take c_i - c_j from the words of both ends
+    # (MASK). Anchored, a pair's logit is (c_L - c_j) + (c_g - c_L) + (c_i - c_g) with L the block's
+    # last key and g the first row of the query tile's granule (row_terms), and each term stays
+    # within the pair's own decay only if j <= L <= g <= i: the granule must not start before L.
+    # That also puts every row after every key (no causal mask needed). Only "every row after L"
+    # (the condition before) let a key block narrower than the granule (BLOCK_N < ROW_GRANULE: the
+    # D 256 table, SAFE, _TINY, the interpreter's) meet the query tiles of its own granule with
+    # |c_i - c_g| up to ROW_GRANULE |log g|: a relative error of 2^-24 ROW_GRANULE log2(e) |log g|
+    # in weights e^-|log g| small. Harmless for o, dq, dk, dv (2e-6 of a unit weight), but the gate
+    # gradient is a sum of exactly such weights (fp32, log g -10, T100 D128 on the D 256 table:
+    # 8.6e-5 relative, against 5.9e-7 on the D 128 table). n0: a key position of the sequence;
+    # returns a query row, a multiple of ROW_GRANULE and so of BLOCK_M (queries: the last Tq of
+    # Tk positions, off = Tk - Tq). Wide key blocks (BLOCK_N a multiple of ROW_GRANULE, Tq == Tk)
+    # get the first tile below the diagonal, as before.
+    last = tl.maximum(n0 + BLOCK_N - 1 - off, 0)        # L as a query row
+    return tl.cdiv(last, ROW_GRANULE) * ROW_GRANULE
+
+
+@triton.jit
 def bwd_key_anchor(ch_base, cl_base, n0, cols, n_ok):
     # anchor a = the last key of the block: w_j = c_a - c_j here, u_i = c_i - c_a per query block,
     # for the query blocks wholly below the diagonal, where every row follows every key
@@ -327,13 +374,14 @@ def bwd_key_anchor(ch_base, cl_base, n0, cols, n_ok):
 
 
 @triton.jit
-def bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base, ch_base, cl_base, lse_base,
+def bwd_kv_tile(dk, dv, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_base, ch_base, cl_base, lse_base,
                  z_base, delta_base, s_qt, m0, Tq, off, qk_scale, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
-                 PREC: tl.constexpr):
+                 PREC: tl.constexpr, FULL: tl.constexpr = False):
     # One key block against query block m0, the part both backwards share (this one's dK/dV pass
     # and fox_bwd_onepass's single pass): P^T and dS^T as (BLOCK_N, BLOCK_M) tiles, added into dv
     # and dk. k, v: (BLOCK_N, D) in the input dtype; dk, dv: (BLOCK_N, D) float32; w: (BLOCK_N,)
-    # float32, c_a - c_j against the key block's anchor a (hi + lo words ha, la); cols: (BLOCK_N,)
+    # float32, c_a - c_j against the key block's anchor a (hi + lo words ha, la); hj, lj: (BLOCK_N,)
+    # the keys' own gate words (0 past Tk), for the tiles on the diagonal; cols: (BLOCK_N,)
     # key positions, n_ok: which are < Tk; offs_d: (D,) arange(0, D), made by the caller outside
     # its query loop. MASK (a tile touching the diagonal) takes c_i - c_j from the words of both
     # ends instead (_pair_decay): there w_j + u_i would add two terms of up to a tile's width of
@@ -343,30 +391,45 @@ def bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base, ch
     # log-sum-exp against the row's granule (row_terms): below the diagonal a row then costs one
     # add, z_i + (c_g - c_a), instead of four ((hi_i - ha) + (lo_i - la) - lse_i; at BLOCK_M = 32
     # and 8 warps a thread holds 8 of the tile's query columns, so each row op is 8 instructions).
+    # FULL (not MASK): the caller knows every row of the tile is < Tq, so no load is masked (on
+    # Triton 3.6 the masked loads of a pipelined loop cost a predicate per row chunk each iteration:
+    # sm_90, D 128, the loop below the diagonal 452 -> ... instructions).
     # Returns dk, dv, dS^T (BLOCK_N, BLOCK_M) float32 and its one rounding to q's dtype (shared by
     # dK and, in the one-pass kernel, dQ), the query rows (BLOCK_M,) and their mask rows < Tq.
     rows = m0 + tl.arange(0, BLOCK_M)
     m_ok = rows < Tq
     pos_m = rows + off
-    q = tl.load(q_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
-    do = tl.load(do_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
-    # rows past Tq get lse = +inf (z = -inf), hence P = 0: they add nothing to dk, dv, dc (nor to dq)
-    delta = tl.load(delta_base + rows, mask=m_ok, other=0.0)
+    if FULL:
+        q = tl.load(q_base + rows[:, None] * s_qt + offs_d[None, :])
+        do = tl.load(do_base + rows[:, None] * s_qt + offs_d[None, :])
+        delta = tl.load(delta_base + rows)
+    else:
+        q = tl.load(q_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
+        do = tl.load(do_base + rows[:, None] * s_qt + offs_d[None, :], mask=m_ok[:, None], other=0.0)
+        # rows past Tq get lse = +inf (z = -inf), hence P = 0: they add nothing to dk, dv, dc (nor dq)
+        delta = tl.load(delta_base + rows, mask=m_ok, other=0.0)
     if MASK:
-        lse = tl.load(lse_base + rows, mask=m_ok, other=float("inf"))
-        hq = tl.load(ch_base + pos_m, mask=m_ok, other=0.0)
-        lq = tl.load(cl_base + pos_m, mask=m_ok, other=0.0)
-        hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)          # _pair_decay, transposed
-        lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
-        dT = (hq[None, :] - hj[:, None]) + (lq[None, :] - lj[:, None])   # (BLOCK_N, BLOCK_M) c_i - c_j
-        sT = (tile_dot(k, tl.trans(q), PREC) * qk_scale + dT) - lse[None, :]
+        if FULL:
+            lse = tl.load(lse_base + rows)
+            hq = tl.load(ch_base + pos_m)
+            lq = tl.load(cl_base + pos_m)
+        else:
+            lse = tl.load(lse_base + rows, mask=m_ok, other=float("inf"))
+            hq = tl.load(ch_base + pos_m, mask=m_ok, other=0.0)
+            lq = tl.load(cl_base + pos_m, mask=m_ok, other=0.0)
+        rq = lq - lse       # the row's lo word less lse_i: as the dQ pass forms its diagonal tiles
+        sT = tile_dot(k, tl.trans(q), PREC) * qk_scale + ((hq[None, :] - hj[:, None]) + (rq[None, :] - lj[:, None]))
         sT = tl.where(pos_m[None, :] >= cols[:, None], sT, float("-inf"))
     else:
         # z_i = (c_i - c_g) - lse_i, g the first row of the row's granule (ROW_GRANULE rows, which
-        # hold whole query tiles); sg = c_g - c_a one scalar for the tile. |c_i - c_g| is at most
-        # ROW_GRANULE |log g| and every pair here has i > j (decay >= |log g|): the rounding costs a
-        # weight at most 2^-24 ROW_GRANULE log2(e) |log g| e^-|log g| <= 2.0e-6 of itself.
-        z = tl.load(z_base + rows, mask=m_ok, other=float("-inf"))
+        # hold whole query tiles); sg = c_g - c_a one scalar for the tile. The caller starts these
+        # tiles where the granule begins at or after the key block's anchor a (bwd_direct_end):
+        # j <= a <= g <= i, so w_j, sg and c_i - c_g are each at most the pair's own decay and
+        # their roundings are relative to it.
+        if FULL:
+            z = tl.load(z_base + rows)
+        else:
+            z = tl.load(z_base + rows, mask=m_ok, other=float("-inf"))
         g = off + (m0 // ROW_GRANULE) * ROW_GRANULE
         sg = (tl.load(ch_base + g) - ha) + (tl.load(cl_base + g) - la)
         sT = tile_dot(k, tl.trans(q), PREC) * qk_scale + w[:, None] + (z + sg)[None, :]
@@ -380,18 +443,31 @@ def bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base, ch
 
 
 @triton.jit
-def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, q_base, do_base, ch_base, cl_base,
+def _bwd_dkdv_step(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_base, ch_base, cl_base,
+                   lse_base, z_base, delta_base, s_qt, m0, Tq, off, qk_scale,
+                   BLOCK_M: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr):
+    # one key block against query block m0: dk, dv and dc_j -= colsum_j(dS)
+    dk, dv, dsT, _, rows, _ = bwd_kv_tile(dk, dv, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_base,
+                                           ch_base, cl_base, lse_base, z_base, delta_base, s_qt, m0, Tq,
+                                           off, qk_scale, BLOCK_M, MASK, PREC, FULL)
+    if MASK and (PREC == "ieee" or PREC == "exact"):    # float32: the pair i = j enters neither
+        dsT = tl.where(rows[None, :] + off > cols[:, None], dsT, 0.0)     # sum of dc (_bwd_dq_tile)
+    return dk, dv, dc - tl.sum(dsT, 1)
+
+
+@triton.jit
+def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, q_base, do_base, ch_base, cl_base,
                     lse_base, z_base, delta_base, s_qt, lo, hi, Tq, off, qk_scale,
                     D: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
-                    PREC: tl.constexpr):
-    # P^T and dS^T for one key block against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles
+                    PREC: tl.constexpr, FULL: tl.constexpr):
+    # P^T and dS^T for one key block against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles;
+    # FULL: every row of [lo, hi) is < Tq (bwd_kv_tile)
     offs_d = tl.arange(0, D)
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
-        dk, dv, dsT, _, _, _ = bwd_kv_tile(dk, dv, k, v, w, ha, la, cols, n_ok, offs_d, q_base, do_base,
-                                            ch_base, cl_base, lse_base, z_base, delta_base, s_qt, m0, Tq, off,
-                                            qk_scale, BLOCK_M, MASK, PREC)
-        dc -= tl.sum(dsT, 1)                          # d c_j = -colsum_j(dS)
+        dk, dv, dc = _bwd_dkdv_step(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_base,
+                                    ch_base, cl_base, lse_base, z_base, delta_base, s_qt, m0, Tq, off,
+                                    qk_scale, BLOCK_M, MASK, PREC, FULL)
     return dk, dv, dc
 
 
@@ -409,15 +485,31 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
     q_off = b64 * s_qb + t64 * s_qt + h * s_qh
     l_off = b64 * s_lb + h * s_lh + bos
     ha, la, w = bwd_key_anchor(CH + c_off, CL + c_off, n0, cols, n_ok)
+    hj = tl.load(CH + c_off + cols, mask=n_ok, other=0.0)      # the diagonal tiles' key words
+    lj = tl.load(CL + c_off + cols, mask=n_ok, other=0.0)
     dc = tl.zeros_like(w)
-    dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, Q + q_off, DO + q_off,
+    # Whole query tiles (every row < Tq) run without row masks, on the diagonal and below it; the
+    # one tile holding rows past Tq, if any (it starts at m_even), runs last as straight code with
+    # them (on Triton 3.6 the masked loads of the pipelined loop cost sm_90, D 128, 452 -> 326
+    # instructions an iteration below the diagonal and 631 -> ... on it).
+    m_even = (Tq // BLOCK_M) * BLOCK_M
+    dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, Q + q_off, DO + q_off,
                                  CH + c_off, CL + c_off, LSE + l_off, Z + l_off, DELTA + l_off, s_qt,
-                                 m_lo, tl.minimum(m_full, m_end), Tq, off, qk_scale,
-                                 D, BLOCK_M, True, PREC)
-    dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, Q + q_off, DO + q_off,
+                                 m_lo, tl.minimum(tl.minimum(m_full, m_end), m_even), Tq, off, qk_scale,
+                                 D, BLOCK_M, True, PREC, True)
+    dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, Q + q_off, DO + q_off,
                                  CH + c_off, CL + c_off, LSE + l_off, Z + l_off, DELTA + l_off, s_qt,
-                                 m_full, m_end, Tq, off, qk_scale,
-                                 D, BLOCK_M, False, PREC)
+                                 m_full, tl.minimum(m_end, m_even), Tq, off, qk_scale,
+                                 D, BLOCK_M, False, PREC, True)
+    if m_even < m_end:      # straight code, not a loop
+        if m_even < m_full:
+            dk, dv, dc = _bwd_dkdv_step(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, tl.arange(0, D),
+                                        Q + q_off, DO + q_off, CH + c_off, CL + c_off, LSE + l_off, Z + l_off,
+                                        DELTA + l_off, s_qt, m_even, Tq, off, qk_scale, BLOCK_M, True, PREC, False)
+        else:
+            dk, dv, dc = _bwd_dkdv_step(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, tl.arange(0, D),
+                                        Q + q_off, DO + q_off, CH + c_off, CL + c_off, LSE + l_off, Z + l_off,
+                                        DELTA + l_off, s_qt, m_even, Tq, off, qk_scale, BLOCK_M, False, PREC, False)
     tl.store(DC + c_off + cols, dc, mask=n_ok)
     return dk, dv
 
@@ -453,9 +545,9 @@ def bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, KLO, QEND, C
     dk = tl.zeros([BLOCK_N, D], tl.float32)
     dv = tl.zeros([BLOCK_N, D], tl.float32)
 
-    # query blocks from the first that sees key n0; those before m_full touch the diagonal
+    # query blocks from the first that sees key n0; those before m_full take the direct decay
     m_lo = (tl.maximum(n0 - off, 0) // BLOCK_M) * BLOCK_M
-    m_full = tl.cdiv(tl.maximum(n0 + BLOCK_N - 1 - off, 0), BLOCK_M) * BLOCK_M
+    m_full = bwd_direct_end(n0, off, BLOCK_M, BLOCK_N)
     if SPLIT:
         dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, ho, b64, bos, t64,
                                 Q, DO, CH, CL, LSE, Z, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch,
@@ -472,34 +564,47 @@ def bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, KLO, QEND, C
 
 
 @triton.jit
-def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl_base, e_base, lse_base,
-                 s_kt, n0, Tk, qk_scale, D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
-                 PREC: tl.constexpr):
+def _bwd_dq_tile(q, do, ha, la, lse_u, hq, rq, delta, pos_m, k_base, v_base, ch_base, cl_base, e_base,
+                 lse_base, s_kt, n0, Tk, qk_scale, D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
+                 PREC: tl.constexpr, FULL: tl.constexpr = False, HOIST: tl.constexpr = True):
     # one key block's dq term dS K and rowsum(dS): (BLOCK_M, D), (BLOCK_M,). Below the diagonal
     # P = exp2(q.k scale + w_j - lse_u_i), w_j = c_a - c_j and lse_u_i = lse_i - (c_i - c_a) with
     # a the block's first row: every key precedes a (j <= a <= i), so both terms are at most the
-    # pair's decay. The diagonal tiles (MASK) take c_i - c_j from the words of both ends
-    # (_pair_decay) and subtract lse_i (reloaded from lse_base, by row) after it.
+    # pair's decay. The diagonal tiles (MASK) take c_i - c_j from the words of both ends: hq (the
+    # rows' hi words) and rq = lo_i - lse_i (their lo words less lse_i, one rounding relative to
+    # lse_i, as the subtraction of lse_i after the pair's logit made), both per row from the caller,
+    # so a pair costs (hq_i - hj_j) + (rq_i - lj_j): one add fewer than the decay's three and lse_i's
+    # one. FULL (with MASK): every key of the block is < Tk, no key mask. Without HOIST (the layout
+    # Triton >= 3.7 compiles better, DQ_SPLIT): the rows' words and lse_i (lse_base, by position)
+    # are loaded in the tile and lse_i is subtracted after the pair's logit, as before.
     cols = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
     if MASK:
-        n_ok = cols < Tk
-        k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-        v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-        hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)
-        lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
+        if FULL:
+            k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :])
+            v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :])
+            hj = tl.load(ch_base + cols)
+            lj = tl.load(cl_base + cols)
+        else:
+            n_ok = cols < Tk
+            k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+            v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
+            hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)
+            lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
+        if HOIST:
+            s = tile_dot(q, tl.trans(k), PREC) * qk_scale + ((hq[:, None] - hj[None, :]) + (rq[:, None] - lj[None, :]))
+            p = tl.math.exp2(tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf")))
+        else:
+            r_ok = pos_m < Tk
+            hr = tl.load(ch_base + pos_m, mask=r_ok, other=0.0)
+            lr = tl.load(cl_base + pos_m, mask=r_ok, other=0.0)
+            lse = tl.load(lse_base + pos_m, mask=r_ok, other=float("inf"))
+            rr = lr - lse
+            s = tile_dot(q, tl.trans(k), PREC) * qk_scale + ((hr[:, None] - hj[None, :]) + (rr[:, None] - lj[None, :]))
+            p = tl.math.exp2(tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf")))
     else:
         k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :])
         v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :])
-    if MASK:
-        r_ok = pos_m < Tk
-        hq = tl.load(ch_base + pos_m, mask=r_ok, other=0.0)
-        lq = tl.load(cl_base + pos_m, mask=r_ok, other=0.0)
-        lse = tl.load(lse_base + pos_m, mask=r_ok, other=float("inf"))
-        s = tile_dot(q, tl.trans(k), PREC) * qk_scale + ((hq[:, None] - hj[None, :]) + (lq[:, None] - lj[None, :]))
-        s = tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf"))
-        p = tl.math.exp2(s - lse[:, None])
-    else:
         # as the forward: e_j = c_L - c_j from the key tile's last key L (one word a key), and
         # sh = c_a - c_L one scalar a tile from the exact words, on the row term (a row op costs
         # 2 instructions a thread here, a key op 16: BLOCK_N / 4 keys a thread)
@@ -509,17 +614,30 @@ def _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl
         p = tl.math.exp2(s - (lse_u - sh)[:, None])
     dp = tile_dot(do, tl.trans(v), PREC)
     ds = p * (dp - delta[:, None])
-    return tile_dot(tile_cast(ds, k.dtype, PREC), k, PREC), tl.sum(ds, 1)
+    dq_j = tile_dot(tile_cast(ds, k.dtype, PREC), k, PREC)
+    if MASK and (PREC == "ieee" or PREC == "exact"):
+        # dc_t = rowsum_t(dS) - colsum_t(dS) holds dS_tt in both sums, and this pass and the dK/dV
+        # pass each compute it: under strong forgetting its rounding (that of dP_tt - Delta_t, ~u |dP|)
+        # is the largest of either sum's, while dlog_fgate is a sum of weights e^-|log g| small; the
+        # two roundings cancel only if both passes' dots give dS_tt bit for bit (another tile shape
+        # may sum the products in another order). In exact arithmetic dS_tt cancels, so in float32
+        # neither pass adds it: strict row and column sums, by construction whatever the dots do.
+        # 16-bit inputs keep it (their bound, 1.3 u, is far above that rounding) and the diagonal
+        # loops' 35 (dK/dV) and 67 (dQ) instructions a tile that the select costs on sm_90 at D 128.
+        ds = tl.where(pos_m[:, None] > cols[None, :], ds, 0.0)
+    return dq_j, tl.sum(ds, 1)
 
 
 @triton.jit
-def _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base, cl_base,
+def _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, hq, rq, delta, pos_m, k_base, v_base, ch_base, cl_base,
                   e_base, lse_base, s_kt, lo, hi, Tk, qk_scale,
-                  D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
+                  D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr,
+                  FULL: tl.constexpr = False, HOIST: tl.constexpr = True):
     for n0 in range(lo, hi, BLOCK_N):
         n0 = tl.multiple_of(n0, BLOCK_N)
-        dq_j, dr_j = _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, k_base, v_base, ch_base,
-                                  cl_base, e_base, lse_base, s_kt, n0, Tk, qk_scale, D, BLOCK_N, MASK, PREC)
+        dq_j, dr_j = _bwd_dq_tile(q, do, ha, la, lse_u, hq, rq, delta, pos_m, k_base, v_base, ch_base,
+                                  cl_base, e_base, lse_base, s_kt, n0, Tk, qk_scale, D, BLOCK_N, MASK, PREC,
+                                  FULL, HOIST)
         dq += dq_j
         dr += dr_j
     return dq, dr
@@ -557,9 +675,11 @@ def bwd_dq_kernel(Q, K, V, DO, CH, CL, E, LSE, DELTA, DQ, DR, KLO, CU,
     a = off + m0
     ha = tl.load(CH + c_off + a)
     la = tl.load(CL + c_off + a)
-    u = (tl.load(CH + c_off + pos_m, mask=m_ok, other=0.0) - ha) \
-        + (tl.load(CL + c_off + pos_m, mask=m_ok, other=0.0) - la)
+    hq = tl.load(CH + c_off + pos_m, mask=m_ok, other=0.0)
+    lq = tl.load(CL + c_off + pos_m, mask=m_ok, other=0.0)
+    u = (hq - ha) + (lq - la)
     lse_u = lse - u             # P_ij = exp2(s_ij + w_j - lse_u_i): one FMA and one add a score
+    rq = lq - lse               # the diagonal tiles' row term (_bwd_dq_tile); -inf past Tq
     if ACP:     # the forward's pruned prefix of key blocks
         n_lo = tl.load(KLO + l_off + m0)
     else:
@@ -569,20 +689,38 @@ def bwd_dq_kernel(Q, K, V, DO, CH, CL, E, LSE, DELTA, DQ, DR, KLO, CU,
         # result (zeroed, it was serialised by ptxas on Triton 3.6 at D = 64: 24 waits for 24
         # HGMMA). Wider heads are not serialised either way, and there the peel costs 16-128
         # bytes of stack (readings in foxwindow/kernels/NOTES.md, v6), so they keep the zeroed start.
-        dq, dr = _bwd_dq_tile(q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
+        dq, dr = _bwd_dq_tile(q, do, ha, la, lse_u, hq, rq, delta, pos_m, K + kv_off, V + kv_off,
                               CH + c_off, CL + c_off, E + c_off, LSE + l_off - off, s_kt, n_lo, Tk, qk_scale,
-                              D, BLOCK_N, True, PREC)
+                              D, BLOCK_N, True, PREC, False, DQ_SPLIT)
         n_lo += BLOCK_N
     else:
         dq = tl.zeros([BLOCK_M, D], tl.float32)
         dr = tl.zeros([BLOCK_M], tl.float32)
     n_full = ((a + 1) // BLOCK_N) * BLOCK_N
-    dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
+    dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, hq, rq, delta, pos_m, K + kv_off, V + kv_off,
                            CH + c_off, CL + c_off, E + c_off, LSE + l_off - off, s_kt, n_lo, n_full, Tk, qk_scale,
                            D, BLOCK_N, False, PREC)
-    dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, delta, pos_m, K + kv_off, V + kv_off,
-                           CH + c_off, CL + c_off, E + c_off, LSE + l_off - off, s_kt, tl.maximum(n_full, n_lo),
-                           tl.minimum(a + BLOCK_M, Tk), Tk, qk_scale, D, BLOCK_N, True, PREC)
+    d_lo = tl.maximum(n_full, n_lo)
+    d_hi = tl.minimum(a + BLOCK_M, Tk)
+    if DQ_SPLIT:
+        # the diagonal tiles with every key < Tk without key masks, then the one past Tk, if any, as
+        # straight code (Triton 3.6, sm_90, D 128: the diagonal loop 710 -> 616 instructions)
+        n_even = (Tk // BLOCK_N) * BLOCK_N
+        dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, hq, rq, delta, pos_m, K + kv_off, V + kv_off,
+                               CH + c_off, CL + c_off, E + c_off, LSE + l_off - off, s_kt, d_lo,
+                               tl.minimum(d_hi, n_even), Tk, qk_scale, D, BLOCK_N, True, PREC, True)
+        n_t = tl.maximum(d_lo, n_even)
+        if n_t < d_hi:
+            dq_j, dr_j = _bwd_dq_tile(q, do, ha, la, lse_u, hq, rq, delta, pos_m, K + kv_off, V + kv_off,
+                                      CH + c_off, CL + c_off, E + c_off, LSE + l_off - off, s_kt, n_t, Tk,
+                                      qk_scale, D, BLOCK_N, True, PREC)
+            dq += dq_j
+            dr += dr_j
+    else:
+        # Triton 3.9 compiles that form to more (616 -> 695): there one masked loop, as before
+        dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, hq, rq, delta, pos_m, K + kv_off, V + kv_off,
+                               CH + c_off, CL + c_off, E + c_off, LSE + l_off - off, s_kt, d_lo, d_hi, Tk,
+                               qk_scale, D, BLOCK_N, True, PREC, False, False)
     tl.store(DQ + q_ptr, tile_cast(dq * sm_scale, DQ.dtype.element_ty, PREC), mask=m_ok[:, None])
     tl.store(DR + l_off + offs_m, dr, mask=m_ok)
 
@@ -700,6 +838,11 @@ def _launch(name, kernel, n_rows, n_prog, device, D, dtype, args, consts, granul
             if i == len(chain) - 1:
                 raise
             _FALLBACK[key] = _FALLBACK.get(key, 0) + 1
+        except Exception as e:
+            hint = interpreter_hint(e)
+            if hint is None:
+                raise
+            raise hint from e
 
 
 # ----------------------------------------------------------------------------------------------
@@ -760,6 +903,11 @@ def suffix_sum(dc, cu_seqlens):
         suf = suf - after[..., seq]
     return suf.to(torch.float32).transpose(1, 2).contiguous()
 
+
+# The dQ pass's diagonal tiles in the form each Triton version compiles to fewer instructions on sm_90
+# (bwd_dq_kernel): key-mask-free whole tiles with the rows' words hoisted on 3.6 (the GPU machine's),
+# the one masked loop on 3.7 and later (measured on 3.9). Both forms compute the same P to rounding.
+DQ_SPLIT = tl.constexpr(tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 7))
 
 ROW_GRANULE = tl.constexpr(64)     # rows per granule of row_terms; every backward query tile fits in one
 
@@ -1010,7 +1158,7 @@ def backward_mode(backward=None):
 
 def precision_of(dtype):
     if dtype == torch.float32:
-        return "ieee"
+        return "exact" if interpreting() else "ieee"
     return "upcast" if interpreting() else "tf32"
 
 

@@ -281,6 +281,35 @@ def official_rows(path, dims, dtype="bf16", arch=90, B=2, T=8192, H=16):
     return rows
 
 
+# which of a kernel's loops (in code order) runs below the diagonal and which on it
+LOOP_ROLES = dict(fwd=("below", "diagonal"), dkdv=("diagonal", "below"), dq=("below", "diagonal"))
+DIAG_SHARE = 0.03       # the diagonal loops' share of iterations at B2 T8192 (2-4 of ~66-132 a program)
+
+
+def predict(rows, D, diag_share=DIAG_SHARE):
+    """The predicted speed of ours over the official kernel at head dim D if both are limited by
+    instruction issue (the MMA work per score is the same): per kernel, instructions per score with
+    our diagonal loop weighted by its share of iterations against the official single loop; forward
+    alone and forward + backward (fwd + dK/dV + dQ). rows: compile_sm90 / official_rows readings.
+    Returns {"fwd": ratio, "fwd+bwd": ratio, "ours": {...}, "official": {...}} or None when a reading
+    is missing (an error, or a loop count other than the two / one expected)."""
+    ours, off = {}, {}
+    for r in rows:
+        if r.get("D") != D or "error" in r or r["kernel"] not in LOOP_ROLES:
+            continue
+        x = r["ins_per_score"]
+        if r.get("impl") == "official":
+            if len(x) == 1:
+                off[r["kernel"]] = x[0]
+        elif len(x) == 2:
+            roles = dict(zip(LOOP_ROLES[r["kernel"]], x))
+            ours[r["kernel"]] = (1 - diag_share) * roles["below"] + diag_share * roles["diagonal"]
+    if set(ours) != set(LOOP_ROLES) or set(off) != set(LOOP_ROLES):
+        return None
+    return {"fwd": off["fwd"] / ours["fwd"], "fwd+bwd": sum(off.values()) / sum(ours.values()),
+            "ours": ours, "official": off}
+
+
 def fmt(r):
     head = (f"{r['kernel']:6s} D{r['D']:<4d} {r['dtype']:5s} G{r['group']:<2d} "
             f"{str(tuple(r['cfg'])):18s}")
@@ -357,6 +386,11 @@ def main(argv=None):
             else:
                 print(f"  official {r['kernel']:<14} D{r['D']:<4d} {str(tuple(r['cfg'])):18s} "
                       + "  ".join(f"{n} ins = {x:.3f}" for n, x in zip(r["loop_sizes"], r["ins_per_score"])))
+        for D in dims:
+            pr = predict(rows, D)
+            if pr:
+                print(f"  predicted, D{D}, if issue-bound (diagonal loops {DIAG_SHARE:.0%} of iterations): "
+                      f"forward {pr['fwd']:.2f}x the official kernel, forward + backward {pr['fwd+bwd']:.2f}x")
     if args.json:
         outputs.write_json(args.json, dict(triton=triton.__version__, target=f"sm_{args.arch}", rows=rows))
 

@@ -520,3 +520,16 @@ def test_pruning_plan_needs_no_sync_and_no_copies(monkeypatch):
         acp_plan(q, k, log_fgate, adaptive_threshold="auto", granule=32)
     biggest = max(e.cpu_memory_usage for e in prof.key_averages())
     assert biggest < q.numel() * 2, f"an op allocated {biggest} bytes: a copy of q ({q.numel() * 2} bytes in bf16)?"
+
+
+def test_interpreter_hint():
+    """Triton 3.6's interpreter with numpy >= 2.4 fails on the kernels' loop bounds; the error says
+    what to install instead of numpy's message alone. Other errors pass through (None)."""
+    from foxwindow.kernels import fox_triton as kt
+    err = TypeError("only 0-dimensional arrays can be converted to Python scalars")
+    hint = kt.interpreter_hint(err)
+    if kt.interpreting():
+        assert isinstance(hint, RuntimeError) and "numpy<2.4" in str(hint)
+    else:
+        assert hint is None
+    assert kt.interpreter_hint(ValueError("something else")) is None
