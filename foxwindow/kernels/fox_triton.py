@@ -52,11 +52,13 @@ import dataclasses
 import math
 import os
 
+import numpy
 import torch
 import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634
+TRITON_VERSION = tuple(int(x) for x in triton.__version__.split(".")[:2])     # (major, minor)
 
 
 def interpreting():
@@ -70,7 +72,6 @@ def interpreter_hint(err):
     be converted to Python scalars"; Triton 3.9's squeezes the array first): every kernel here
     loops to bounds computed in the kernel. The GPU compile is not affected."""
     if interpreting() and "only 0-dimensional arrays can be converted" in str(err):
-        import numpy
         return RuntimeError(f"the Triton {triton.__version__} interpreter cannot run these kernels with numpy "
                             f"{numpy.__version__} (its loop bounds go through int() of a one-element array, "
                             f"which numpy >= 2.4 refuses): install numpy<2.4 or a newer Triton (3.9 works)")
@@ -504,12 +505,14 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
     if m_even < m_end:      # straight code, not a loop
         if m_even < m_full:
             dk, dv, dc = _bwd_dkdv_step(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, tl.arange(0, D),
-                                        Q + q_off, DO + q_off, CH + c_off, CL + c_off, LSE + l_off, Z + l_off,
-                                        DELTA + l_off, s_qt, m_even, Tq, off, qk_scale, BLOCK_M, True, PREC, False)
+                                        Q + q_off, DO + q_off, CH + c_off, CL + c_off, LSE + l_off,
+                                        Z + l_off, DELTA + l_off, s_qt, m_even, Tq, off, qk_scale, BLOCK_M,
+                                        True, PREC, False)
         else:
             dk, dv, dc = _bwd_dkdv_step(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, tl.arange(0, D),
-                                        Q + q_off, DO + q_off, CH + c_off, CL + c_off, LSE + l_off, Z + l_off,
-                                        DELTA + l_off, s_qt, m_even, Tq, off, qk_scale, BLOCK_M, False, PREC, False)
+                                        Q + q_off, DO + q_off, CH + c_off, CL + c_off, LSE + l_off,
+                                        Z + l_off, DELTA + l_off, s_qt, m_even, Tq, off, qk_scale, BLOCK_M,
+                                        False, PREC, False)
     tl.store(DC + c_off + cols, dc, mask=n_ok)
     return dk, dv
 
@@ -742,6 +745,11 @@ HOPPER = {
     128: dict(fwd=(128, 64, 8, 3), dkdv=(32, 128, 8, 3), dq=(128, 64, 8, 2)),
     256: dict(fwd=(64, 64, 8, 2), dkdv=(32, 32, 8, 2), dq=(64, 32, 8, 2)),
 }
+if TRITON_VERSION < (3, 7):
+    # Triton 3.6 (the GPU machine's) pipelines the D 256 forward at 2 stages with 10 spill loads/stores
+    # an iteration in its diagonal loop (192 bytes of stack); at 1 stage none, and fewer instructions in
+    # both loops (492 / 816 against 498 / 864). Triton 3.9 goes the other way (1 stage: 15 spills a loop).
+    HOPPER[256] = dict(HOPPER[256], fwd=(64, 64, 8, 1))
 # Ampere, Ada and newer (100 KB of shared memory or more): the tutorial's safe middle.
 AMPERE = {
     32: dict(fwd=(128, 64, 4, 3), dkdv=(32, 64, 4, 3), dq=(64, 32, 4, 3)),
@@ -907,7 +915,7 @@ def suffix_sum(dc, cu_seqlens):
 # The dQ pass's diagonal tiles in the form each Triton version compiles to fewer instructions on sm_90
 # (bwd_dq_kernel): key-mask-free whole tiles with the rows' words hoisted on 3.6 (the GPU machine's),
 # the one masked loop on 3.7 and later (measured on 3.9). Both forms compute the same P to rounding.
-DQ_SPLIT = tl.constexpr(tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 7))
+DQ_SPLIT = tl.constexpr(TRITON_VERSION < (3, 7))
 
 ROW_GRANULE = tl.constexpr(64)     # rows per granule of row_terms; every backward query tile fits in one
 

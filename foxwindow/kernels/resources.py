@@ -245,7 +245,7 @@ def _official_module(path):
 # the tiles); its arguments typed by name: the four data pointers and their gradients in the
 # input dtype, the start-index tables int32, every other pointer float32, sm_scale float32, the
 # rest int32 (sizes and strides, divisible by 16 as in the benchmark, num_groups 1).
-_OFFICIAL = dict(fwd=("fwd_kernel", "get_fwd_config"), dkdv=("_bwd_kv_kernel", "get_bwd_kv_config"),
+_OFFICIAL = dict(fwd=("_fwd_kernel", "get_fwd_config"), dkdv=("_bwd_kv_kernel", "get_bwd_kv_config"),
                  dq=("_bwd_q_kernel", "get_bwd_q_config"))
 
 
