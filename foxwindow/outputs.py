@@ -23,9 +23,12 @@ of the repository: paths are compared resolved and by device and inode); only ge
 (checkpoints/, results/, figures' images and JSON), which is how the shipped outputs are regenerated on
 purpose. Nothing is ever written inside a .git folder, the installed package, /proc, /sys or /dev.
 
-Concurrent runs: check_writable takes a lock file .NAME.foxwindow-lock beside each output (O_CREAT|O_EXCL)
-for the run; a second run naming the same output gets a one-line error before its work. The lock goes when
-the file is written or the process exits; one left by a killed process is taken over.
+Concurrent runs: check_writable takes a lock file .NAME.foxwindow-lock beside each output (created whole,
+exclusively) for the run; a second run naming the same output gets a one-line error before its work, naming
+the way out (--break-lock, or the file to remove). The lock goes when the file is written or the process exits
+(SIGTERM and SIGHUP included); a stale one (empty, its process gone, no heartbeat) is taken over, and the
+temporary files a killed run left beside the output are removed (safety.py). No output may be an input of the
+same command (note_input; input_file notes its file).
 """
 import argparse
 import atexit
@@ -35,12 +38,12 @@ import json
 import math
 import os
 import re
-import socket
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import time
+
+from foxwindow import safety
 
 # the folder above the package: the repository in a source checkout, site-packages (or --target) when installed
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -185,6 +188,7 @@ def check_writable(path, force=False, what="output", claim=True, force_flag="--f
     p = os.path.abspath(os.fspath(path))
     real = resolve(p)
     _refuse_protected(p, real, what, force, force_flag)        # first: whatever else is wrong with the path
+    _refuse_input(p, what)
     if os.path.isdir(p):
         raise UsageError(f"{what}: {p} is a folder; expected a file path")
     parent = os.path.dirname(p)
@@ -221,27 +225,11 @@ _CLAIMS = {}
 
 
 def _lock_path(real):
-    return os.path.join(os.path.dirname(real), f".{os.path.basename(real)}.foxwindow-lock")
+    return safety.lock_path(real)
 
 
-def _holder(lock):
-    """(pid, host) written in a lock file, or None when unreadable."""
-    try:
-        with open(lock) as fh:
-            pid, host = fh.read().split("\n")[:2]
-        return int(pid), host
-    except (OSError, ValueError):
-        return None
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
+# --break-lock on the command line (set by cli for the run): a lock that looks live is removed, said on stderr
+BREAK_LOCK = False
 
 
 def _same_arg(a, b):
@@ -250,7 +238,9 @@ def _same_arg(a, b):
 
 def _claim(real, what, replace, shared=False):
     """Take the lock of output `real` for this process (see check_writable). The same output claimed again
-    under another argument's name is one command writing one file twice: UsageError naming both."""
+    under another argument's name is one command writing one file twice: UsageError naming both.
+    A stale lock (empty, unreadable, its process gone, no heartbeat for safety.STALE_S) is taken over; a live
+    one is refused with the way out (--break-lock, or the lock file to remove). See safety.py."""
     if real in _CLAIMS:
         lock, was, other = _CLAIMS[real]
         if other is None or shared:         # a folder's default file, named again by an argument: one output
@@ -262,42 +252,40 @@ def _claim(real, what, replace, shared=False):
                              "choose distinct paths")
         return
     lock = _lock_path(real)
-    me = f"{os.getpid()}\n{socket.gethostname()}\n"
-    for _ in range(3):
+    for _ in range(5):
         try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            h = _holder(lock)
-            if h is None:               # being written this instant, or not ours: look again shortly
-                time.sleep(0.05)
-                h = _holder(lock)
-            if h is not None and h[1] == socket.gethostname() and not _alive(h[0]):
-                with contextlib.suppress(OSError):          # left by a process that died: take it over
-                    os.remove(lock)
-                continue
-            who = f"process {h[0]} on {h[1]}" if h else "another process"
-            raise UsageError(f"{what}: another run ({who}) is writing {real} now (lock {lock}); wait for it "
-                             "or choose another path") from None
+            taken = safety.write_lock(lock, real)
         except OSError as exc:
-            raise UsageError(f"{what}: cannot create files in {os.path.dirname(real)}: "
+            raise UsageError(f"{what}: cannot create the lock file {lock} in {os.path.dirname(real)}: "
                              f"{exc.strerror or exc}") from None
-        try:
-            os.write(fd, me.encode())
-        except OSError as exc:
-            raise UsageError(f"{what}: cannot write in {os.path.dirname(real)}: {exc.strerror or exc}") from None
-        finally:
-            os.close(fd)
-        _CLAIMS[real] = (lock, replace, None if shared else what)
-        return
-    raise UsageError(f"{what}: cannot take the lock {lock} of {real}")
+        if taken:
+            _CLAIMS[real] = (lock, replace, None if shared else what)
+            safety.hold(lock)
+            safety.stale_temps(real)            # temporary files of a killed run on this output
+            return
+        rec, ident = safety.read_lock(lock)
+        if ident is None:
+            continue                            # gone meanwhile: try again
+        why = safety.judge_lock(rec, ident)
+        if why is None and BREAK_LOCK:
+            why = "--break-lock"
+            print(f"{what}: removing the lock {lock} of {safety.describe_holder(rec, ident)} (--break-lock)",
+                  file=sys.stderr)
+        if why is not None:
+            safety.take_over(lock, ident)
+            continue
+        raise UsageError(f"{what}: another run ({safety.describe_holder(rec, ident)}) is writing {real} now; "
+                         f"wait for it, or if no such run is going: rerun with --break-lock (or remove {lock})"
+                         ) from None
+    raise UsageError(f"{what}: cannot take the lock {lock} of {real} (other runs keep taking it); rerun with "
+                     f"--break-lock or remove {lock}")
 
 
 def release(path):
     """Give up this process's lock on output `path` (done by atomic once the file is written)."""
     c = _CLAIMS.pop(resolve(path), None)
     if c is not None:
-        with contextlib.suppress(OSError):
-            os.remove(c[0])
+        safety.drop(c[0])
 
 
 @contextlib.contextmanager
@@ -305,12 +293,14 @@ def scope():
     """Release, on leaving, the output locks taken inside (those of outputs not written, after an error or
     an output the run did not need in the end). cli runs every command in one; scoped(main) for a main
     called directly."""
-    held = set(_CLAIMS)
+    held, read = set(_CLAIMS), set(_INPUTS)
     try:
         yield
     finally:
         for real in set(_CLAIMS) - held:
             release(real)
+        for ident in set(_INPUTS) - read:
+            _INPUTS.pop(ident, None)
 
 
 def scoped(fn):
@@ -443,9 +433,13 @@ def atomic(path, suffix=None, hold=False):
     write, for a file written again later in the run; it goes at the end of the command or process.
     """
     p = os.path.abspath(os.fspath(path))
-    d = os.path.dirname(p)
     sfx = os.path.splitext(p)[1] if suffix is None else suffix
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(p)}.", suffix=".tmp" + sfx, dir=d)
+    tmp = safety.temp_name(p, sfx)
+    try:
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except OSError as exc:
+        raise (safety.space_error(exc, p) or UsageError(f"cannot create a file beside {p}: {exc.strerror or exc}")) \
+            from None
     os.close(fd)
     try:
         yield tmp
@@ -464,9 +458,12 @@ def atomic(path, suffix=None, hold=False):
             os.replace(tmp, p)
         if claim is not None and hold:
             _CLAIMS[resolve(p)] = (claim[0], True, claim[2])      # written now: the next write replaces it
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.remove(tmp)
+        full = safety.space_error(exc, p) if isinstance(exc, Exception) else None
+        if full is not None:
+            raise full from None
         raise
     if not hold:
         release(p)
@@ -587,14 +584,62 @@ def device_arg(name, v):
     return v
 
 
-def input_file(name, path):
-    """Raise UsageError unless `path` is an existing file. Returns the absolute path."""
+def input_file(name, path, note=True):
+    """Raise UsageError unless `path` is an existing file. Returns the absolute path, noted as an input of
+    the command (note_input: no output of the command may be this file; note=False for a file the command
+    updates in place on purpose, such as train --compare's FOX_CKPT)."""
     p = os.path.abspath(os.path.expanduser(path))
     if not os.path.exists(p):
         raise UsageError(f"{name}: {path} not found")
     if not os.path.isfile(p):
         raise UsageError(f"{name}: {path} is not a file")
-    return p
+    return note_input(p, name) if note else p
+
+
+def text_file(name, path, limit=1 << 20):
+    """Raise UsageError unless `path` (an existing file) holds UTF-8 text without NUL bytes, of at most
+    `limit` bytes. Returns the text."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(limit + 1)
+    except OSError as exc:
+        raise UsageError(f"{name}: {path} is not readable ({exc.strerror or exc})") from None
+    if len(raw) > limit:
+        raise UsageError(f"{name}: {path} is over {limit // 2 ** 20} MiB; expected a short text file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{name}: {path} is not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r}); "
+                         "expected a text file") from None
+    if "\0" in text:
+        raise UsageError(f"{name}: {path} holds NUL bytes (a binary file); expected a text file")
+    return text
+
+
+# the inputs of the running command: (st_dev, st_ino) -> (argument, path)
+_INPUTS = {}
+
+
+def note_input(path, what="the input"):
+    """Record `path` as an input of the command: an output that is the same file (by device and inode, whatever
+    the spelling) is refused, with or without --force, whichever of the two is checked first. Returns path."""
+    ident = _identity(path)
+    if ident is None:
+        return path
+    for real, (_, _, other) in _CLAIMS.items():
+        if _identity(real) == ident:
+            raise UsageError(f"{other or 'an output'}: {real} is also {what}, an input of this command; a command "
+                             "never overwrites its own input (not even with --force): choose another output path")
+    _INPUTS.setdefault(ident, (what, path))
+    return path
+
+
+def _refuse_input(p, what):
+    ident = _identity(p)
+    if ident is not None and ident in _INPUTS:
+        arg, src = _INPUTS[ident]
+        raise UsageError(f"{what}: {p} is also {arg} ({src}), an input of this command; a command never "
+                         "overwrites its own input (not even with --force): choose another output path")
 
 
 def add_common(parser):
@@ -602,6 +647,9 @@ def add_common(parser):
     parser.add_argument("--force", action="store_true",
                         help="replace existing output files (never tracked source files of the repository)")
     parser.add_argument("--debug", action="store_true", help="on error, show the full traceback")
+    parser.add_argument("--break-lock", action="store_true",
+                        help="remove the lock of an output that another run seems to hold (when no such run is "
+                             "going: a lock left by a run on another host or a frozen process); see docs/SAFETY.md")
     return parser
 
 
@@ -632,13 +680,20 @@ def cli(main, argv=None):
     error (a numerical overflow, an unreadable file, out of memory) -> one line with its kind, exit 1.
     With --debug in argv the traceback is shown instead.
     """
+    global BREAK_LOCK
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
     prog = os.path.basename(sys.argv[0]) or "foxwindow"
     if prog in ("__main__.py", "-c", ""):
         prog = "foxwindow"
-    with scope():                       # the command's output locks end with it
-        return _run(main, argv, debug, prog)
+    saved, BREAK_LOCK = BREAK_LOCK, "--break-lock" in argv
+    try:
+        # the command's output locks and inputs end with it; SIGTERM / SIGHUP unwind like Ctrl-C; text read from
+        # files reaches the terminal with its control characters escaped
+        with safety.terminal_guard(), safety.signals(), scope():
+            return _run(main, argv, debug, prog)
+    finally:
+        BREAK_LOCK = saved
 
 
 def _run(main, argv, debug, prog):
@@ -652,6 +707,12 @@ def _run(main, argv, debug, prog):
         print(f"{prog}: interrupted; outputs not yet written were not written, earlier files are intact",
               file=sys.stderr)
         return 130
+    except safety.Stopped as exc:
+        if debug:
+            raise
+        print(f"{prog}: stopped by {exc.name}; its lock and temporary files are removed, outputs not yet written "
+              "were not written, earlier files are intact", file=sys.stderr)
+        return 128 + exc.signum
     except BrokenPipeError:
         # the reader of stdout went away (`foxwindow forget | head`): nothing more to say to anyone
         with contextlib.suppress(OSError):
@@ -676,13 +737,17 @@ def _run(main, argv, debug, prog):
     except Exception as exc:            # noqa: BLE001  (the promise: no traceback without --debug)
         if debug:
             raise
+        full = safety.space_error(exc)
+        if full is not None:
+            print(f"{prog}: error: {_one_line(full)}", file=sys.stderr)
+            return 2
         print(f"{prog}: error: {type(exc).__name__}: {_one_line(exc)} (unexpected; --debug for the traceback)",
               file=sys.stderr)
         return 1
 
 
 def _one_line(exc, limit=600):
-    msg = " ".join((str(exc).strip() or type(exc).__name__).split())
+    msg = safety.shown(" ".join((str(exc).strip() or type(exc).__name__).split()))
     return msg if len(msg) <= limit else msg[:limit - 3] + "..."
 
 

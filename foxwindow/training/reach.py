@@ -425,6 +425,7 @@ def check_out(a):
     a.kept_notes = ""
     if a.notes:
         a.notes = outputs.input_file("--notes", a.notes)
+        outputs.text_file("--notes", a.notes)                # before the training: a README takes text
     else:       # a README being replaced keeps its hand-written notes (the text between the table and "Figure:")
         a.kept_notes = readme_notes(os.path.join(a.out, "README.md"))
 
@@ -471,7 +472,7 @@ def main(argv=None):
     outputs.add_common(p)
     args = p.parse_args(argv)
     if args.replot:
-        src = outputs.input_file("--replot", args.replot)
+        src = outputs.input_file("--replot", args.replot, note=False)        # rebuilt in place on purpose
         try:
             with open(src) as fh:
                 info = json.load(fh)
@@ -494,7 +495,7 @@ def main(argv=None):
     t0 = time.time()
     results = [run_kind(k, prm, args, text_stream, val_text) for k, prm in kinds]
     wall = time.time() - t0
-    info = {"args": {k: v for k, v in vars(args).items() if k not in ("force", "debug")},
+    info = {"args": {k: v for k, v in vars(args).items() if k not in ("force", "debug", "break_lock")},
             "argv": " ".join(argv if argv is not None else sys.argv[1:]), "wall_s": round(wall, 1),
             "device": f"CPU ({platform.processor() or platform.machine()}, {args.threads} threads)",
             "torch": torch.__version__, "results": results}

@@ -465,7 +465,7 @@ def main(argv=None):
         raise outputs.UsageError("--compare rewrites FOX_CKPT and the README beside it; it takes neither --out "
                                  "nor --eval-only")
     if args.compare:
-        fox, base = (find_input(c, "--compare") for c in args.compare)
+        fox, base = (find_input(c, "--compare", note=False) for c in args.compare)     # FOX_CKPT: updated in place
         if outputs.resolve(fox) == outputs.resolve(base) or os.path.samefile(fox, base):
             raise outputs.UsageError(f"--compare names the same checkpoint twice ({fox}); give the FoX model and the "
                                      "fixed-gate one")
@@ -506,12 +506,13 @@ def main(argv=None):
     train(model_cfg, cfg, out, parallel=args.parallel, stop_at=args.stop_at, resume=resume)
 
 
-def find_input(path, what):
-    """An input file: as given (relative to the working directory), else relative to the repository."""
+def find_input(path, what, note=True):
+    """An input file: as given (relative to the working directory), else relative to the repository (note: see
+    outputs.input_file)."""
     p = os.path.abspath(os.path.expanduser(path))
     if not os.path.exists(p) and not os.path.isabs(path) and os.path.exists(outputs.repo_path(path)):
         p = outputs.repo_path(path)
-    return outputs.input_file(what, p)
+    return outputs.input_file(what, p, note=note)
 
 
 if __name__ == "__main__":
