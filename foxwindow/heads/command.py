@@ -120,6 +120,8 @@ def main(argv=None):
     own = [f for f, on in (("--max-len", a.max_len is not None), ("--n-boot", a.n_boot != N_BOOT)) if on]
     if a.synthetic and own:
         raise outputs.UsageError(f"{' and '.join(own)} apply to the models and --traces, not to --synthetic")
+    hf_models.wants_model(a)
+    hf_models.refuse_model_flags(a)                # --adapter and the other --model flags never ignored
     if hf_models.wants_model(a) and a.max_len is not None:
         raise outputs.UsageError("--max-len applies to the shipped model or --traces; not to --model")
     single = [f for f, on in (("--model", hf_models.wants_model(a)), ("--traces", a.traces),

@@ -32,6 +32,7 @@ from importlib import metadata
 
 import torch
 
+from foxwindow import safety
 from foxwindow.models import adapters
 from foxwindow.training import data
 
@@ -82,6 +83,10 @@ class ModelRunConfig:
             raise ModelError(f"--text {self.text}: no such file")
         if not (0 < self.mass_eps < 1):
             raise ModelError(f"eps must lie in (0, 1); got {self.mass_eps!r}")
+        # before anything is imported or loaded: no folder that asks to run its own code
+        safety.no_remote_code(self.model, "--model")
+        if self.tokenizer:
+            safety.no_remote_code(self.tokenizer, "--tokenizer")
 
 
 # official FoX repository (zhixuan-lin/forgetting-transformer): its configs' model types end in this suffix and
@@ -172,7 +177,8 @@ def load_adapter(spec):
 
 def load_adapters(specs=()):
     """Register the GateAdapters of every installed package's `foxwindow.adapters` entry points, then those
-    named by `specs` (--adapter; later ones win). Returns the list registered."""
+    named by `specs` (--adapter; later ones win). Returns the list registered. Both are code run by design:
+    each one loaded is said on stderr (what ran, and the families it registered)."""
     out = []
     for ep in metadata.entry_points(group=ADAPTER_GROUP):
         try:
@@ -180,12 +186,21 @@ def load_adapters(specs=()):
         except Exception as exc:
             raise ModelError(f"entry point {ep.name} = {ep.value} ({ADAPTER_GROUP}) cannot be loaded "
                              f"({type(exc).__name__}: {first_line(exc)})") from None
-        for a in _adapter_objects(obj, f"{ep.value} (entry point {ep.name})"):
+        got = _adapter_objects(obj, f"{ep.value} (entry point {ep.name})")
+        for a in got:
             adapters.register_adapter(a, replace=True)
             out.append(a)
+        _said(f"entry point {ep.name} = {ep.value} ({ADAPTER_GROUP})", got)
     for spec in specs or ():
-        out += load_adapter(spec)
+        got = load_adapter(spec)
+        _said(f"--adapter {spec}", got)
+        out += got
     return out
+
+
+def _said(what, got):
+    fams = ", ".join(safety.shown(a.family) for a in got)
+    print(f"loaded code: {safety.shown(what)} (gate adapter{'s' * (len(got) > 1)} {fams})", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------- loading
@@ -401,6 +416,49 @@ def _check_weights(name, path, model):
     return n
 
 
+def check_before_loading(name, cfg_json, device="cpu"):
+    """What config.json and the files' headers tell before any package is imported or weight read: a family
+    whose kernels are Triton-only (GLA, HGRN, Gated DeltaNet, RetNet of fla) refused on the CPU; a truncated
+    or corrupt safetensors file refused. ModelError naming the model type or the file."""
+    mt = (cfg_json or {}).get("model_type")
+    fams = adapters.family_for_model_type(mt) if mt else []
+    if fams and not str(device).startswith("cuda"):
+        tf_own = mt in _transformers().models.auto.configuration_auto.CONFIG_MAPPING_NAMES and not _fla_config(cfg_json)
+        if not tf_own and not any(a.family in CPU_FAMILIES or "fla" not in a.packages for a in fams):
+            raise ModelError(f"--model {safety.shown(name)}: model type '{safety.shown(mt)}' (family "
+                             f"{', '.join(a.family for a in fams)}) runs on fused kernels that are Triton-only and "
+                             f"need a GPU (--device cuda); on the CPU run FoX (ours, official, fla) and Mamba-2 "
+                             f"(fla, transformers)")
+    path = os.path.expanduser(name)
+    if os.path.isdir(path):
+        for f in sorted(os.listdir(path)):
+            if f.endswith(".safetensors"):
+                _check_safetensors(name, os.path.join(path, f))
+
+
+def _check_safetensors(name, path):
+    """A safetensors file's header read and its size checked against the tensors it lists (8-byte header
+    length, JSON header, data): a truncated download or a file of another format is one line."""
+    import struct
+    f = os.path.basename(path)
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            n = struct.unpack("<Q", head)[0] if len(head) == 8 else None
+            if n is None or n > min(size - 8, 100 << 20):
+                raise ModelError(f"--model {safety.shown(name)}: {f} is not a safetensors file (or is truncated): "
+                                 f"its header length reads {n} of a {size}-byte file")
+            header = json.loads(fh.read(n))
+        ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise ModelError(f"--model {safety.shown(name)}: {f} has an unreadable safetensors header ({exc})") from None
+    need = 8 + n + max(ends, default=0)
+    if size < need:
+        raise ModelError(f"--model {safety.shown(name)}: {f} is truncated: its header lists {need} bytes, the file "
+                         f"holds {size} (download it again)")
+
+
 def load_model(name, device="cpu", dtype="float32"):
     """Load a causal LM with the classes of the library that defines it. Returns (model in eval mode on
     `device`, its config). Checks that the loaded network is the saved one: every config.json field is read
@@ -411,14 +469,16 @@ def load_model(name, device="cpu", dtype="float32"):
     (fla's Mamba-2 mixes float32 norms with bfloat16 projections); the official FoX code's weights stay float32.
     Raises ModelError (one line) for a missing path, a directory that is not a model, a missing package,
     a model type no adapter reads, or a checkpoint that does not load as saved."""
+    safety.no_remote_code(name, "--model")
     _transformers()
     cfg_json = _local_config(name)
+    check_before_loading(name, cfg_json, device)
     _import_packages(cfg_json)
     path = os.path.expanduser(name)
     config_cls, model_cls, _ = _classes(cfg_json)
     mt = (cfg_json or {}).get("model_type")
     try:
-        config = config_cls.from_pretrained(path)
+        config = config_cls.from_pretrained(path, trust_remote_code=False)
     except (OSError, ValueError, KeyError) as exc:
         msg = first_line(exc)
         if mt and ("does not recognize this architecture" in msg or "out of date" in msg):
@@ -439,7 +499,8 @@ def load_model(name, device="cpu", dtype="float32"):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model, info = model_cls.from_pretrained(path, config=config, dtype=load_dtype, output_loading_info=True)
+            model, info = model_cls.from_pretrained(path, config=config, dtype=load_dtype, output_loading_info=True,
+                                                    trust_remote_code=False)
     except (OSError, ValueError, KeyError, RuntimeError, AttributeError, TypeError) as exc:
         raise ModelError(f"--model {name}: cannot load the weights ({first_line(exc)})") from None
     # a weight left at its random init would give gates that look real: refuse instead
@@ -523,6 +584,7 @@ class JSONEscaped:
 def load_tokenizer(name):
     """The tokenizer of checkpoint (or tokenizer directory / hub name) `name`, with the text escaping its own
     class applies (the official FoX JSONGPT2Tokenizer: JSONEscaped); ModelError (one line) if absent."""
+    safety.no_remote_code(name, "--tokenizer")
     tf = _transformers()
     path = os.path.expanduser(name)
     tcfg = os.path.join(path, "tokenizer_config.json")
@@ -540,8 +602,8 @@ def load_tokenizer(name):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if cls == "JSONGPT2Tokenizer":
-                return JSONEscaped(tf.GPT2Tokenizer.from_pretrained(path))
-            return tf.AutoTokenizer.from_pretrained(path)
+                return JSONEscaped(tf.GPT2Tokenizer.from_pretrained(path, trust_remote_code=False))
+            return tf.AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         msg = " ".join(str(exc).split()) or type(exc).__name__           # the whole message, on one line
         raise ModelError(f"no tokenizer at {name} ({msg}); pass --tokenizer DIR_OR_NAME") from None
@@ -589,6 +651,21 @@ def wants_model(args):
         args.model, args.checkpoint = ck, None
         args.model_flag = "--checkpoint"                # errors name the flag the user gave
     return args.model is not None
+
+
+def refuse_model_flags(args):
+    """The --model flags given without --model (with --traces, --synthetic or the shipped model) would be
+    ignored: UsageError naming them. An --adapter is code: it is never loaded when nothing would use it."""
+    g = vars(args).get
+    on = [f for f, v in (("--adapter", g("adapter")), ("--tokenizer", g("tokenizer")), ("--text", g("text")),
+                         ("--per-channel", g("per_channel")), ("--dtype", g("dtype", "float32") != "float32"),
+                         ("--batch", g("batch", 4) != 4)) if v]
+    if on and getattr(args, "model", None) is None:
+        mode = "--traces" if getattr(args, "traces", None) else "--synthetic" if getattr(args, "synthetic", False) \
+            else "the shipped model"
+        from foxwindow.outputs import UsageError
+        raise UsageError(f"{' and '.join(on)} appl{'y' if len(on) > 1 else 'ies'} to --model only; {mode} would "
+                         "ignore it: drop it or pass --model")
 
 
 def add_arguments(p):

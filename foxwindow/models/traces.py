@@ -205,6 +205,9 @@ def _check_trace(name, a, where):
         raise ValueError(f"{where}: trace '{name}' must be floating point; got {a.dtype}")
     if not np.isfinite(a).all():
         raise ValueError(f"{where}: trace '{name}' has NaN or infinite values")
+    if a.dtype.itemsize > 4 and np.abs(a).max() > np.finfo(np.float32).max:
+        raise ValueError(f"{where}: trace '{name}' holds values beyond float32's range (min {a.min():.3g}; log gates "
+                         f"are stored as float32, whose lowest value is {-np.finfo(np.float32).max:.3g})")
     if (a > 0).any():
         raise ValueError(f"{where}: trace '{name}' has positive log gates (max {a.max():.4g})")
 
@@ -258,6 +261,17 @@ def load_trace(path):
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"trace file not found: {path}")
+    outputs.note_input(path, "the trace file")             # no output of the command may replace it
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+    except OSError as exc:
+        raise ValueError(f"{path}: not readable ({exc.strerror or exc})") from None
+    if magic == b"\x93NUMPY":
+        raise ValueError(f"{path}: a single .npy array, not an .npz trace file (save_trace writes one: a zip of the "
+                         "traces and their metadata)")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path}: not an .npz trace file (not a zip archive; corrupt, truncated or another format)")
     try:
         with np.load(path, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
@@ -275,6 +289,14 @@ def load_trace(path):
         if not isinstance(meta.get(key), list):
             raise ValueError(f"{path}: metadata lacks '{key}'")
     names, shapes = meta["names"], meta["shapes"]
+    bad = [n for n in names if not isinstance(n, str) or not n]
+    if bad:
+        raise ValueError(f"{path}: metadata 'names' holds {bad[0]!r} ({type(bad[0]).__name__}); every trace name must "
+                         "be a non-empty string")
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"{path}: metadata 'names' lists {dup[0]!r} {names.count(dup[0])} times; every layer needs "
+                         "its own name (none is dropped)")
     if len(names) != len(shapes) or set(data) != {f"trace_{i}" for i in range(len(names))}:
         raise ValueError(f"{path}: metadata lists {len(names)} traces, file holds {len(data)}")
     traces = {}

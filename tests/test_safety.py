@@ -1,0 +1,217 @@
+"""Untrusted inputs and hard stops (docs/SAFETY.md): no code from a model folder, no terminal injection, no input
+overwritten, no lock that strands a user, Ctrl-C / SIGTERM / a full disk in one line, checks before the work.
+
+Every hostile fixture is made here, in tmp_path. Cases run in-process through outputs.cli where they can; the
+prompts, signals and killed writers need real processes.
+"""
+import errno
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+from foxwindow import cli, outputs, safety, traces
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+ENV = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS="1")
+ESC = "\x1b]0;owned\x07\x1b[2J\x1b[31m"
+
+
+def _cmd(name):
+    return lambda argv: cli.command(name, argv)
+
+
+def _one_line(capsys, main, argv, *words, rc=2):
+    got, err = run_cli(capsys, main, argv)
+    lines = [li for li in err.strip().splitlines() if li.strip()]
+    assert got == rc and len(lines) == 1 and "Traceback" not in err, (argv, got, err)
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+def _raw_trace(path, arrays, names, meta=None):
+    """An .npz trace written by hand (save_trace refuses what these tests need to build)."""
+    m = dict(meta or {}, format=traces.TRACE_FORMAT, names=names, shapes=[list(a.shape) for a in arrays])
+    with open(path, "wb") as fh:
+        np.savez(fh, meta_json=np.frombuffer(json.dumps(m).encode(), dtype=np.uint8),
+                 **{f"trace_{i}": a for i, a in enumerate(arrays)})
+    return str(path)
+
+
+def _gates(S=6, T=64, H=2, seed=0, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    return (-rng.uniform(0.01, 0.3, size=(S, T, H))).astype(dtype)
+
+
+# ----------------------------------------------------------------------------- 1. no code from a model folder
+
+MARKER_CODE = """
+import pathlib
+pathlib.Path({marker!r}).write_text("ran")
+from transformers import PretrainedConfig
+class EvilConfig(PretrainedConfig):
+    model_type = "evil"
+"""
+
+
+def _evil_folder(tmp_path, where):
+    """A model folder whose `where` JSON has an auto_map naming evil.py, which writes a marker when imported."""
+    d = tmp_path / f"model_{where.split('.')[0]}"
+    d.mkdir()
+    marker = tmp_path / f"marker_{where}"
+    (d / "evil.py").write_text(MARKER_CODE.format(marker=str(marker)))
+    cfg = {"model_type": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 2, "vocab_size": 64}
+    tok = {"tokenizer_class": "GPT2Tokenizer"}
+    auto = {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilConfig",
+            "AutoTokenizer": ["evil.EvilConfig", None]}
+    if where == "config.json":
+        cfg.update(model_type="evil", auto_map=auto)
+    elif where == "tokenizer_config.json":
+        tok["auto_map"] = auto
+    else:
+        (d / where).write_text(json.dumps({"auto_map": auto}))
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "tokenizer_config.json").write_text(json.dumps(tok))
+    return d, marker
+
+
+@pytest.mark.parametrize("where", ["config.json", "tokenizer_config.json", "generation_config.json"])
+def test_model_folder_code_never_runs(tmp_path, where):
+    """forget --model DIR, with no terminal and stdin closed: refused in one line naming the file and auto_map,
+    before anything is loaded; no prompt, no marker."""
+    d, marker = _evil_folder(tmp_path, where)
+    r = subprocess.run([PY, "forget.py", "--model", str(d), "--n-seq", "3", "--seq-len", "32", "--no-progress"],
+                       cwd=REPO, env=ENV, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert where in r.stderr and "auto_map" in r.stderr and "[y/N]" not in r.stdout + r.stderr
+    assert not marker.exists()
+
+
+def test_tokenizer_folder_and_library_calls_refuse_code(capsys, tmp_path):
+    d, marker = _evil_folder(tmp_path, "tokenizer_config.json")
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    _one_line(capsys, _cmd("forget"), ["--model", str(good), "--tokenizer", str(d), "--n-seq", "3"],
+              "--tokenizer", "tokenizer_config.json", "auto_map")
+    from foxwindow import hf_models
+    for call in (lambda: hf_models.load_tokenizer(str(d)), lambda: hf_models.load_model(str(d))):
+        with pytest.raises(outputs.UsageError, match="auto_map"):
+            call()
+    assert not marker.exists()
+
+
+def test_every_transformers_load_passes_trust_remote_code_false():
+    """Source check: every from_pretrained call of the package says trust_remote_code=False."""
+    import re
+    for root, _, files in os.walk(os.path.join(REPO, "foxwindow")):
+        for f in files:
+            if not f.endswith(".py"):
+                continue
+            src = open(os.path.join(root, f)).read()
+            for m in re.finditer(r"\.from_pretrained\(", src):
+                depth, i = 1, m.end()
+                while depth:
+                    depth += {"(": 1, ")": -1}.get(src[i], 0)
+                    i += 1
+                assert "trust_remote_code=False" in src[m.end():i], (f, src[m.start():i])
+
+
+def test_adapter_code_is_announced(capsys, tmp_path):
+    from foxwindow import hf_models
+    f = tmp_path / "my_gates.py"
+    f.write_text(textwrap.dedent("""
+        from foxwindow import adapters
+        A = adapters.GateAdapter("my-family", ("nowhere.Layer",), lambda m, x, c: None, lambda m: 1)
+    """))
+    capsys.readouterr()
+    got = hf_models.load_adapters([f"{f}:A"])
+    err = capsys.readouterr().err
+    assert [a.family for a in got][-1] == "my-family"
+    assert "loaded code: --adapter" in err and "my_gates.py:A" in err and "my-family" in err
+
+
+# ----------------------------------------------------------------------------- 2. text from files is data
+
+
+def test_shown_escapes_every_control_character():
+    assert safety.shown("a\x1b[2Jb\x07\r\n\t\x9b\u202e") == "a\\x1b[2Jb\\x07\\r\\n\\t\\x9b\\u202e"
+    assert safety.shown("plain ± é") == "plain ± é"
+    import io
+    buf = io.StringIO()
+    safety.TerminalText(buf).write("bar\r50%\n\x1b[31mred")
+    assert buf.getvalue() == "bar\r50%\n\\x1b[31mred"
+
+
+@pytest.fixture
+def esc_trace(tmp_path):
+    """Two layers whose names carry escape sequences (title, clear screen, colour)."""
+    return _raw_trace(tmp_path / "esc.npz", [_gates(seed=1), _gates(seed=2)],
+                      [f"blocks.0.{ESC}attn", f"layer{ESC}1"], meta={"model": f"m{ESC}", "family": "fox"})
+
+
+@pytest.mark.parametrize("name,argv", [
+    ("forget", ["--n-boot", "0", "--no-progress"]),
+    ("chunks", ["--chunks", "16", "32"]),
+    ("prune", ["--U", "1", "--kind", "softmax", "--no-progress"]),
+])
+def test_escape_codes_in_layer_names_are_shown_escaped(capsys, tmp_path, esc_trace, name, argv):
+    extra = ["--out", str(tmp_path / "P")] if name == "prune" else []
+    capsys.readouterr()
+    rc = outputs.cli(_cmd(name), ["--traces", esc_trace, *argv, *extra])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "\x1b" not in out + err and "\x07" not in out + err
+    if name != "forget":                         # forget's table shows layer indices; the others names
+        assert "\\x1b" in out
+
+
+# ----------------------------------------------------------------------------- 3. no output is an input
+
+
+@pytest.mark.parametrize("name,argv", [
+    ("forget", ["--n-boot", "0", "--no-progress", "--json"]),
+    ("chunks", ["--chunks", "16", "--json"]),
+    ("prune", ["--U", "1", "--kind", "softmax", "--no-progress", "--json"]),
+])
+def test_traces_never_overwritten_by_the_report(capsys, tmp_path, name, argv):
+    t = _raw_trace(tmp_path / "t.npz", [_gates(seed=3)], ["L0"], meta={"family": "fox"})
+    before = open(t, "rb").read()
+    alias = tmp_path / "alias.npz"
+    os.link(t, alias)                            # another name of the same file: caught by device and inode
+    extra = ["--out", str(tmp_path / "P")] if name == "prune" else []
+    for target in (t, str(alias)):
+        for force in ([], ["--force"]):
+            line = _one_line(capsys, _cmd(name), ["--traces", t, *argv, target, *force, *extra])
+            assert "exists" in line or "input" in line
+        _one_line(capsys, _cmd(name), ["--traces", t, *argv, target, "--force", *extra], "input of this command")
+    assert open(t, "rb").read() == before
+
+
+def test_two_layers_with_one_name_are_refused(capsys, tmp_path):
+    t = _raw_trace(tmp_path / "dup.npz", [_gates(seed=4), _gates(seed=5)], ["L0", "L0"])
+    prune = ["--U", "1", "--kind", "softmax", "--out", str(tmp_path / "P")]
+    for name, argv in (("forget", ["--n-boot", "0"]), ("chunks", []), ("prune", prune)):
+        _one_line(capsys, _cmd(name), ["--traces", t, *argv], "'L0'", "2 times")
+
+
+def test_model_flags_without_a_model_are_refused(capsys, tmp_path):
+    t = _raw_trace(tmp_path / "t.npz", [_gates(seed=6)], ["L0"])
+    f = tmp_path / "gates.py"
+    f.write_text("import pathlib; pathlib.Path(__file__).with_suffix('.ran').write_text('x')\nA = 1\n")
+    for argv in (["--traces", t], ["--synthetic"], []):
+        _one_line(capsys, _cmd("forget"), argv + ["--adapter", f"{f}:A"], "--adapter", "--model only")
+    _one_line(capsys, _cmd("forget"), ["--traces", t, "--tokenizer", "gpt2", "--per-channel"], "--tokenizer",
+              "--per-channel")
+    assert not f.with_suffix(".ran").exists()
