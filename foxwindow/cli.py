@@ -37,8 +37,10 @@ def command(name, argv=None):
     """Run the command `name` with argv (default sys.argv[1:]). Returns its exit code."""
     if COMMANDS[name][0] is None:
         return outputs.cli(_figures_main, argv)
-    mod = importlib.import_module(f"foxwindow.{COMMANDS[name][0]}")
-    return outputs.cli(mod.main, argv)
+
+    def run(a):                 # the module is imported inside the wrapper: Ctrl-C during start-up is one line
+        return importlib.import_module(f"foxwindow.{COMMANDS[name][0]}").main(a)
+    return outputs.cli(run, argv)
 
 
 FIGURE_SCRIPT = ("figures", "make_figures.py")

@@ -163,7 +163,7 @@ def _refuse_protected(p, real, what, force, force_flag="--force"):
                          f"(not even with {force_flag})")
 
 
-def check_writable(path, force=False, what="output", claim=True, force_flag="--force"):
+def check_writable(path, force=False, what="output", claim=True, force_flag="--force", size=None):
     """Check before any work that `path` can be written as a file, and claim it. Returns the absolute path.
 
     path: str, the output file. force: replace an existing file (never a tracked source file of the
@@ -171,7 +171,8 @@ def check_writable(path, force=False, what="output", claim=True, force_flag="--f
     for the message (e.g. "--json"). Raises UsageError naming it when the path is a folder, on /proc, /sys
     or /dev, inside a .git folder or the installed package, its folder is missing, a file, not writable or
     full, the file exists and force is False, or another run is writing it now. force_flag: the flag that
-    sets force, named in the message.
+    sets force, named in the message. size: the output's size in bytes when known before the work (a
+    checkpoint, a trace file): its folder must have that much free (safety.need_space).
 
     claim: take the output's lock, a file .NAME.foxwindow-lock beside it made with O_CREAT|O_EXCL (which
     also proves the folder takes new files): a second run that checks the same output while this one works
@@ -214,6 +215,8 @@ def check_writable(path, force=False, what="output", claim=True, force_flag="--f
     if free is not None and free < MIN_FREE_BYTES:
         raise UsageError(f"{what}: the filesystem of {parent} has {free / 2 ** 20:.1f} MiB free; "
                          f"at least {MIN_FREE_BYTES // 2 ** 20} MiB needed")
+    if size:
+        safety.need_space(p, size, what)
     if claim and os.environ.get("RANK", "0") in ("", "0"):     # under torchrun rank 0 writes: it holds the lock
         _claim(real, what, replace=exists, shared=claim == "shared")
     return p

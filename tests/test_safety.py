@@ -215,3 +215,192 @@ def test_model_flags_without_a_model_are_refused(capsys, tmp_path):
     _one_line(capsys, _cmd("forget"), ["--traces", t, "--tokenizer", "gpt2", "--per-channel"], "--tokenizer",
               "--per-channel")
     assert not f.with_suffix(".ran").exists()
+
+
+# ----------------------------------------------------------------------------- 4. locks that cannot strand anyone
+
+
+def _lock_of(out):
+    return safety.lock_path(outputs.resolve(str(out)))
+
+
+def _dead_pid():
+    return int(subprocess.run([PY, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout)
+
+
+def _write(out, text="ok"):
+    outputs.check_writable(str(out), what="--json")
+    outputs.write_text(str(out), text)
+    return out.read_text()
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\xff garbage", b"{not json", None])
+def test_stale_locks_are_taken_over(tmp_path, content):
+    """Empty, unreadable, a dead process's (both formats), a reused pid, a silent heartbeat, another host's
+    silent one: the next run takes the lock over and writes."""
+    host = socket.gethostname()
+    dead = _dead_pid()
+    if content is not None:
+        cases = [content]
+    else:
+        cases = [f"{dead}\n{host}\n".encode(),
+                 json.dumps(dict(pid=dead, host=host, started=time.time())).encode(),
+                 json.dumps(dict(pid=os.getppid(), host=host, proc_start=1)).encode(),      # pid now someone else's
+                 json.dumps(dict(pid=os.getppid(), host=host)).encode(),                     # no heartbeat
+                 json.dumps(dict(pid=1, host="elsewhere.example")).encode()]                  # idem, another host
+    for i, raw in enumerate(cases):
+        out = tmp_path / f"o{i}.json"
+        lock = _lock_of(out)
+        with open(lock, "wb") as fh:
+            fh.write(raw)
+        if i >= 3:
+            old = time.time() - safety.STALE_S - 60
+            os.utime(lock, (old, old))
+        assert _write(out) == "ok" and not os.path.exists(lock), raw
+    assert sorted(os.listdir(tmp_path)) == sorted(f"o{i}.json" for i in range(len(cases)))
+
+
+def test_live_locks_name_the_way_out(capsys, tmp_path):
+    """A fresh lock of a live process on this host, or of another host: refused, naming --break-lock and the
+    lock file; --break-lock on the command line takes it."""
+    for i, rec in enumerate([f"{os.getppid()}\n{socket.gethostname()}\n",
+                             json.dumps(dict(pid=4242, host="elsewhere.example", started=time.time()))]):
+        out = tmp_path / f"r{i}.json"
+        lock = _lock_of(out)
+        open(lock, "w").write(rec)
+        line = _one_line(capsys, _cmd("renewal"), ["--eps", "0.1", "--json", str(out)], "--break-lock", lock,
+                         "another run")
+        assert "elsewhere.example" in line if i else "process" in line
+        rc, err = run_cli(capsys, _cmd("renewal"), ["--eps", "0.1", "--json", str(out), "--break-lock"])
+        assert rc == 0 and "removing the lock" in err and out.exists() and not os.path.exists(lock)
+
+
+def test_failed_lock_write_leaves_nothing(tmp_path, monkeypatch):
+    real_write = os.write
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(safety.os, "write", full)
+    with pytest.raises(outputs.UsageError, match="No space left"):
+        outputs.check_writable(str(tmp_path / "x.json"), what="--json")
+    monkeypatch.setattr(safety.os, "write", real_write)
+    assert os.listdir(tmp_path) == []
+    assert _write(tmp_path / "x.json") == "ok"
+
+
+def test_a_250_character_output_name(capsys, tmp_path):
+    name = "r" * 245 + ".json"
+    out = tmp_path / name
+    assert len(name) == 250
+    rc, err = run_cli(capsys, _cmd("renewal"), ["--eps", "0.1", "--no-progress", "--json", str(out)])
+    assert rc == 0, err
+    assert os.listdir(tmp_path) == [name] and isinstance(json.loads(out.read_text()), list)
+    assert len(os.path.basename(_lock_of(out)).encode()) <= 255
+    assert len(os.path.basename(safety.temp_name(str(out), ".json")).encode()) <= 255
+
+
+SLOW_WRITER = """
+import os, sys, time
+from foxwindow import outputs, safety
+safety.HEARTBEAT_S = float(os.environ.get("BEAT", "30"))
+out = sys.argv[1]
+def main(argv):
+    outputs.check_writable(out, what="--json")
+    with outputs.atomic(out) as tmp:
+        with open(tmp, "wb") as fh:
+            fh.write(b"x" * (4 << 20))
+            fh.flush()
+        print("writing", flush=True)
+        time.sleep(120)
+sys.exit(outputs.cli(main, []))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_leave_no_lock_and_no_temporary_file(tmp_path, sig):
+    out = tmp_path / "o.json"
+    p = subprocess.Popen([PY, "-c", SLOW_WRITER, str(out)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert p.stdout.readline().strip() == "writing"
+    assert len(os.listdir(tmp_path)) == 2                       # the lock and the 4 MiB temporary file
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + sig and err.count("\n") == 1 and signal.Signals(sig).name in err, err
+    assert os.listdir(tmp_path) == []
+
+
+def test_what_sigkill_leaves_is_cleared_by_the_next_run(tmp_path):
+    out = tmp_path / "o.json"
+    p = subprocess.Popen([PY, "-c", SLOW_WRITER, str(out)], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert p.stdout.readline().strip() == "writing"
+    p.kill()
+    p.communicate(timeout=60)
+    left = sorted(os.listdir(tmp_path))
+    assert len(left) == 2 and any(n.endswith(safety.LOCK_SUFFIX) for n in left) and \
+        any(f".{p.pid}-" in n for n in left), left
+    assert _write(out) == "ok" and os.listdir(tmp_path) == ["o.json"]
+
+
+def test_the_heartbeat_keeps_a_live_lock_fresh(tmp_path):
+    out = tmp_path / "o.json"
+    p = subprocess.Popen([PY, "-c", SLOW_WRITER, str(out)], env=dict(ENV, BEAT="0.2"), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "writing"
+        lock = _lock_of(out)
+        rec = json.loads(open(lock).read())
+        assert rec["pid"] == p.pid and rec["host"] == socket.gethostname() and rec["output"] == str(out)
+        old = time.time() - 3600
+        os.utime(lock, (old, old))
+        time.sleep(1.5)
+        assert time.time() - os.stat(lock).st_mtime < 60
+        with pytest.raises(outputs.UsageError, match="another run"):
+            outputs.check_writable(str(out), what="--json", force=True)
+    finally:
+        p.terminate()
+        p.communicate(timeout=60)
+    assert os.listdir(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- 5. hard stops
+
+TINY = ["--steps", "1", "--context", "32", "--batch", "1", "--d-model", "16", "--n-layers", "1", "--n-heads", "2",
+        "--eval-seqs", "1", "--warmup", "0", "--log-every", "0", "--device", "cpu", "--threads", "1"]
+
+
+def test_ctrl_c_during_start_up_is_one_line(capsys, monkeypatch):
+    def interrupted(name, *a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli.importlib, "import_module", interrupted)
+    for name in ("forget", "train", "chunks", "prune"):
+        _one_line(capsys, _cmd(name), [], "interrupted", rc=130)
+
+
+def test_a_full_disk_is_one_line_naming_the_file(capsys, tmp_path, monkeypatch):
+    out = tmp_path / "r.json"
+    out.write_text("earlier")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(outputs.os, "fsync", full)
+    _one_line(capsys, _cmd("renewal"), ["--eps", "0.1", "--no-progress", "--json", str(out), "--force"],
+              "no space left", str(out))
+    assert out.read_text() == "earlier" and os.listdir(tmp_path) == ["r.json"]
+
+
+def test_train_full_disk_and_free_space_before_the_work(capsys, tmp_path, monkeypatch):
+    import torch
+    out = tmp_path / "m.pt"
+
+    def torch_full(*a, **k):
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 8256 vs 8144")
+    monkeypatch.setattr(torch, "save", torch_full)
+    rc, err = run_cli(capsys, _cmd("train"), TINY + ["--out", str(out)])
+    last = err.strip().splitlines()[-1]                    # after the training's progress bar
+    assert rc == 2 and "Traceback" not in err and "no space left" in last and str(out) in last, err
+    assert os.listdir(tmp_path) == []
+    monkeypatch.setattr(safety, "_free", lambda folder: 1000)
+    t0 = time.perf_counter()
+    _one_line(capsys, _cmd("train"), TINY + ["--out", str(out)], "--out", "MiB free")
+    assert time.perf_counter() - t0 < 30 and os.listdir(tmp_path) == []

@@ -497,13 +497,23 @@ def main(argv=None):
 
     def place():
         out = args.out if args.out is not None else os.path.join(outputs.run_dir("train"), name)
-        out = outputs.check_writable(out, force=args.force, what="--out")
-        if args.stop_at is not None:
-            outputs.check_writable(out + ".state", force=args.force, what="--stop-at (writes OUT.state)")
+        nbytes = checkpoint_bytes(model_cfg)         # free space checked before the training, not after it
+        out = outputs.check_writable(out, force=args.force, what="--out", size=nbytes)
+        if args.stop_at is not None:                  # model and the optimiser's two moments, float32
+            outputs.check_writable(out + ".state", force=args.force, what="--stop-at (writes OUT.state)",
+                                   size=nbytes + 3 * nbytes)
         return out
     distributed.setup(cfg.device)
     out = distributed.main_only(place)       # under torchrun rank 0 names the run folder, every rank gets it
     train(model_cfg, cfg, out, parallel=args.parallel, stop_at=args.stop_at, resume=resume)
+
+
+def checkpoint_bytes(model_cfg):
+    """About the size of a checkpoint of FoXLM(model_cfg): its float32 parameters and buffers (built on the meta
+    device: no memory taken)."""
+    with torch.device("meta"):
+        m = FoXLM(model_cfg)
+    return 4 * sum(t.numel() for t in list(m.parameters()) + list(m.buffers())) + (1 << 16)
 
 
 def find_input(path, what, note=True):
