@@ -34,7 +34,7 @@ import fig8_prune  # noqa: E402
 import fig9_chunks  # noqa: E402
 import fig10_overview  # noqa: E402
 import figstyle  # noqa: E402  (also puts the repository root on sys.path)
-from foxwindow import outputs  # noqa: E402
+from foxwindow import outputs, safety  # noqa: E402
 
 FIGURES = {1: fig1_decay, 2: fig2_window_pmf, 3: fig3_moments_vs_L, 4: fig4_alibi_limit,
            5: fig5_dependent, 6: fig6_heads, 7: fig7_kernels, 8: fig8_prune,
@@ -57,10 +57,36 @@ def _check_json_input(path, what):
         raise outputs.UsageError(f"{what}: {path} is not a file")
     try:
         with open(path) as f:
-            json.load(f)
+            doc = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise outputs.UsageError(f"{what}: {path} is not valid JSON ({exc})") from None
+    if what in ("--heads-json", "--prune-json") and not isinstance(doc, dict):
+        raise outputs.UsageError(f"{what}: {path} holds a JSON {type(doc).__name__}; expected the object that "
+                                 f"{'forget.py --json' if what == '--heads-json' else 'prune.py --json'} writes")
+    if what == "--heads-json":
+        _check_heads(doc.get("heads"), path, what)
     return True
+
+
+def _check_heads(heads, path, what):
+    """The per-head entries figure 6 reads: a list of objects with int layer and head >= 0 and a number kappa,
+    each (layer, head) once. UsageError naming the first entry that is not."""
+    if heads is None:
+        return                                          # figure 6 says it has no entries
+    if not isinstance(heads, list):
+        raise outputs.UsageError(f"{what}: {path}: 'heads' is a {type(heads).__name__}; expected a list")
+    seen = set()
+    for i, h in enumerate(heads):
+        ok = isinstance(h, dict) and all(isinstance(h.get(k), int) and not isinstance(h.get(k), bool)
+                                         and h.get(k) >= 0 for k in ("layer", "head")) \
+            and isinstance(h.get("kappa"), (int, float))
+        if not ok:
+            raise outputs.UsageError(f"{what}: {path}: heads[{i}] = {safety.shown(str(h)[:80])} needs 'layer' and "
+                                     "'head' (integers >= 0) and 'kappa' (a number)")
+        if (h["layer"], h["head"]) in seen:
+            raise outputs.UsageError(f"{what}: {path}: head {h['layer']}.{h['head']} is listed twice (heads[{i}]); "
+                                     "each head once")
+        seen.add((h["layer"], h["head"]))
 
 
 def check_inputs(a, only, asked):

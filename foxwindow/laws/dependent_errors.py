@@ -55,6 +55,9 @@ def y_nodes(phi):
     return 2 * int(math.ceil(8.0 / min(0.25, a / 2))) + 1
 
 
+MIN_TRIALS = 100                                            # Monte Carlo walks per cell, at least
+
+
 def estimate_seconds(mu, s, phis, ratios, trials, cells, scan_cells, scan=True):
     """Seconds a run would take on 2 cores (within a factor ~3), from the work it does: per phi, the exact
     Markov-additive walk to the largest L/kappa (and to 8 tau for the regime scan) and the Monte Carlo walks.
@@ -95,6 +98,38 @@ def laws(lr: exact.LongRun, gamma, L):
 VAR_LAWS = ("lead", "bartlett", "second", "finite_n")
 
 
+def _z(diff, se):
+    """diff / se; NaN (null in the JSON) when the Monte Carlo saw no spread (se = 0)."""
+    return diff / se if se > 0 else float("nan")
+
+
+def check_gate(mu, s, phis, ratios):
+    """Before the work: every (phi, L/kappa) cell has a threshold L = ratio * kappa whose eps = e^-L is a float
+    in (0, 1), and increments that vary (the variance of W is what is measured). UsageError naming the value."""
+    for phi in phis:
+        try:
+            lr = exact.ar1_long_run(forget.AR1LogitGate(mu, s, phi))
+        except (ZeroDivisionError, FloatingPointError):         # sigma2 = 0: increments that do not vary
+            raise outputs.UsageError(f"--mu {mu:g} --s {s:g} --phi {phi:g}: the increments -log g do not vary "
+                                     "(variance 0 in float64): every window has the same length and Var[W], what "
+                                     "this command measures, is 0; allowed: sd / mean >= 1e-4 (e.g. s >= 0.01)") \
+                from None
+        if not (math.isfinite(lr.kappa) and lr.kappa > 0):
+            raise outputs.UsageError(f"--mu {mu:g} --s {s:g}: the mean increment kappa = E[-log g] is {lr.kappa:g}; "
+                                     "allowed: gates whose kappa is a positive number (e.g. |mu| <= 10, s <= 20)")
+        for r in ratios:
+            L = r * lr.kappa
+            if not 1e-6 <= L <= 700:
+                raise outputs.UsageError(f"--mu {mu:g} --s {s:g} --ratios {r:g}: the threshold L = L/kappa * kappa = "
+                                         f"{L:.3g} (eps = e^-L = {math.exp(-L):.3g}); allowed: L in [1e-6, 700], so "
+                                         "that eps is a number in (0, 1) (e.g. |mu| <= 10, s <= 20)")
+        cv = math.sqrt(max(lr.sigma2_lr, 0.0)) / lr.kappa
+        if not cv >= 1e-4:
+            raise outputs.UsageError(f"--mu {mu:g} --s {s:g} --phi {phi:g}: the increments -log g hardly vary "
+                                     f"(long-run sd / mean = {cv:.2g}): every window has the same length and Var[W], "
+                                     "what this command measures, is 0; allowed: sd / mean >= 1e-4 (e.g. s >= 0.01)")
+
+
 def measure(mu, s, phis, ratios, trials, seed, cells, progress=True):
     rows = []
     bar = tqdm(total=len(phis) * (len(ratios) + 1), desc="dependent laws", disable=not progress, file=sys.stderr)
@@ -116,8 +151,8 @@ def measure(mu, s, phis, ratios, trials, seed, cells, progress=True):
                        mc_mean=mc.mean, mc_se_mean=mc.se_mean, mc_var=mc.var, mc_se_var=mc.se_var,
                        exact_mean=ex.mean, exact_var=ex.var, exact_err_mean=ex.err_mean, exact_err_var=ex.err_var,
                        exact_seconds_all_L=t_exact,
-                       z_mean_mc_vs_exact=(mc.mean - ex.mean) / mc.se_mean,
-                       z_var_mc_vs_exact=(mc.var - ex.var) / mc.se_var)
+                       z_mean_mc_vs_exact=_z(mc.mean - ex.mean, mc.se_mean),
+                       z_var_mc_vs_exact=_z(mc.var - ex.var, mc.se_var))
             lw = laws(lr, gamma, L)
             row["law_mean"] = lw["mean"]
             row["mean_err_vs_mc"] = lw["mean"] - mc.mean                         # tokens, SE = mc_se_mean
@@ -280,12 +315,16 @@ def main(argv=None):
             raise outputs.UsageError(f"--phi values must lie in (-1, 1); got {a.phi}")
         if any(not (r > 0 and math.isfinite(r)) for r in a.ratios):
             raise outputs.UsageError(f"--ratios must be positive; got {a.ratios}")
-        if a.trials < 2:
-            raise outputs.UsageError(f"--trials must be >= 2; got {a.trials}")
+        if a.trials < MIN_TRIALS:
+            raise outputs.UsageError(f"--trials must be >= {MIN_TRIALS} (the Monte Carlo variance of W and its "
+                                     f"standard error need many walks); got {a.trials}")
+        if a.seed < 0:
+            raise outputs.UsageError(f"--seed must be an integer >= 0; got {a.seed}")
         if a.cells < 2 or a.scan_cells < 2:
             raise outputs.UsageError(f"--cells and --scan-cells must be >= 2; got {a.cells}, {a.scan_cells}")
         if not math.isfinite(a.max_minutes) or a.max_minutes <= 0:
             raise outputs.UsageError(f"--max-minutes must be a positive number; got {a.max_minutes}")
+        check_gate(a.mu, a.s, a.phi, a.ratios)
         est = estimate_seconds(a.mu, a.s, a.phi, a.ratios, a.trials, a.cells, a.scan_cells, scan=not a.no_scan)
         est += STRUCTURES_S if a.structures else 0.0       # the three structures: a fixed amount of work
         if est > 60 * a.max_minutes:
