@@ -59,8 +59,7 @@ GENERATED_PREFIXES = ("checkpoints/", "results/")
 GENERATED_SUFFIXES = (".png", ".pdf", ".json", ".npz", ".pt")
 
 
-class UsageError(ValueError):
-    """A bad argument or output location: reported as one line, exit code 2."""
+UsageError = safety.UsageError          # a bad argument or output location: one line, exit code 2
 
 
 class MissingPiece(RuntimeError):

@@ -36,6 +36,12 @@ import sys
 import threading
 import time
 
+
+class UsageError(ValueError):
+    """A bad argument, input or output location: reported as one line, exit code 2 (outputs.UsageError: the
+    same class)."""
+
+
 HEARTBEAT_S = 30            # a running command refreshes the mtime of its locks this often
 STALE_S = 600               # a lock whose heartbeat (mtime) is older than this is taken over
 LOCK_SUFFIX = ".foxwindow-lock"
@@ -103,7 +109,6 @@ def no_remote_code(folder, flag="--model"):
     loading it would run Python files of the folder. UsageError naming the file and the key; a folder
     that is not there (a hub name) is left to transformers, which is always called with
     trust_remote_code=False."""
-    from foxwindow.outputs import UsageError
     path = os.path.expanduser(folder) if isinstance(folder, str) else None
     if not path or not os.path.isdir(path):
         return
@@ -427,7 +432,6 @@ def _free(folder):
 def space_error(exc, path=None):
     """The UsageError for a write that failed for space (OSError ENOSPC / EDQUOT / EFBIG, or torch's and other
     libraries' messages of the same), naming the file; None for any other exception."""
-    from foxwindow.outputs import UsageError
     err = exc if isinstance(exc, OSError) else None
     hit = err is not None and err.errno in SPACE_ERRNOS
     if not hit and isinstance(exc, (OSError, RuntimeError)):
@@ -444,7 +448,6 @@ def space_error(exc, path=None):
 
 def need_space(path, nbytes, what):
     """Before the work: refuse an output of about nbytes when its folder has less free (with a 10% margin)."""
-    from foxwindow.outputs import UsageError
     folder = os.path.dirname(os.path.abspath(path))
     free = _free(folder)
     if free is not None and nbytes and free < 1.1 * nbytes:

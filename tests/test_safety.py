@@ -404,3 +404,87 @@ def test_train_full_disk_and_free_space_before_the_work(capsys, tmp_path, monkey
     t0 = time.perf_counter()
     _one_line(capsys, _cmd("train"), TINY + ["--out", str(out)], "--out", "MiB free")
     assert time.perf_counter() - t0 < 30 and os.listdir(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- 6. checks before the work
+
+
+@pytest.mark.parametrize("mt", ["gla", "hgrn", "gated_deltanet"])
+def test_triton_only_families_refused_from_config_json(capsys, tmp_path, mt):
+    """No weights, no tokenizer, no text: the refusal comes from config.json alone, before fla is imported."""
+    d = tmp_path / mt
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": mt, "hidden_size": 8, "num_hidden_layers": 1}))
+    t0 = time.perf_counter()
+    _one_line(capsys, _cmd("forget"), ["--model", str(d), "--device", "cpu", "--n-seq", "3", "--seq-len", "32"],
+              f"'{mt}'", "Triton-only", "--device cuda")
+    assert time.perf_counter() - t0 < 30
+
+
+def _safetensors(path, n_floats, cut=0):
+    header = json.dumps({"w": {"dtype": "F32", "shape": [n_floats], "data_offsets": [0, 4 * n_floats]}}).encode()
+    blob = struct.pack("<Q", len(header)) + header + b"\0" * (4 * n_floats)
+    path.write_bytes(blob[:len(blob) - cut])
+
+
+def test_truncated_and_foreign_safetensors_named(capsys, tmp_path):
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "mamba2"}))
+    f = d / "model.safetensors"
+    for make, words in ((lambda: _safetensors(f, 1000, cut=100), ("model.safetensors", "truncated")),
+                        (lambda: f.write_bytes(b"PK\x03\x04 not a safetensors file at all"), ("model.safetensors",)),
+                        (lambda: f.write_bytes(b"\x05"), ("model.safetensors",))):
+        make()
+        _one_line(capsys, _cmd("forget"), ["--model", str(d), "--n-seq", "3", "--seq-len", "32"], *words)
+
+
+def test_dependent_errors_values_refused_before_the_work(capsys):
+    from foxwindow import dependent_errors
+    for argv, words in ((["--trials", "2"], ("--trials", ">= 100")), (["--seed", "-1"], ("--seed", ">= 0")),
+                        (["--mu", "-40"], ("--mu -40", "L in [1e-6, 700]")),
+                        (["--mu", "40"], ("--mu 40", "L in [1e-6, 700]")),
+                        (["--s", "1e-8"], ("--s 1e-08", "do not vary")),
+                        (["--s", "1e6"], ("--s 1e+06", "L in [1e-6, 700]"))):
+        t0 = time.perf_counter()
+        _one_line(capsys, dependent_errors.main, argv + ["--no-progress"], *words)
+        assert time.perf_counter() - t0 < 20, argv
+    assert dependent_errors._z(1.0, 0.0) != dependent_errors._z(1.0, 0.0)           # NaN, not ZeroDivisionError
+
+
+def test_figures_heads_json_shapes(capsys, tmp_path):
+    fig = lambda argv: cli.command("figures", argv)                                  # noqa: E731
+    bad = tmp_path / "h.json"
+    for doc, words in (([1, 2], ("--heads-json", "list")),
+                       ({"heads": {"a": 1}}, ("'heads' is a dict",)),
+                       ({"heads": [{"layer": "x", "head": 0, "kappa": 1.0}]}, ("heads[0]",)),
+                       ({"heads": [{"layer": 0, "head": 0, "kappa": 1.0}] * 2}, ("0.0", "twice"))):
+        bad.write_text(json.dumps(doc))
+        _one_line(capsys, fig, ["--only", "6", "--fast", "--heads-json", str(bad), "--out", str(tmp_path / "F")],
+                  *words)
+
+
+def test_reach_notes_must_be_text_before_the_training(capsys, tmp_path):
+    from foxwindow import reach
+    notes = tmp_path / "notes.bin"
+    notes.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    t0 = time.perf_counter()
+    _one_line(capsys, reach.main, ["--kinds", "fox", "--steps", "1", "--notes", str(notes), "--out",
+                                   str(tmp_path / "R")], "--notes", "text")
+    assert time.perf_counter() - t0 < 30 and not (tmp_path / "R" / "reach.json").exists()
+
+
+def test_bad_trace_files_named(capsys, tmp_path):
+    good = _gates(seed=7)
+    npy = tmp_path / "arr.npz"
+    with open(npy, "wb") as fh:
+        np.save(fh, good)
+    cases = [(npy, ("arr.npz", ".npy")),
+             (_raw_trace(tmp_path / "int.npz", [good], [3]), ("int.npz", "3", "string")),
+             (_raw_trace(tmp_path / "huge.npz", [np.full((6, 64, 2), -1e300)], ["L0"]), ("huge.npz", "float32")),
+             (_raw_trace(tmp_path / "esc.npz", [good * 0 + 1.0], [f"x{ESC}"]), ("esc.npz", "\\x1b"))]
+    for path, words in cases:
+        for name, argv in (("forget", ["--n-boot", "0"]), ("chunks", []),
+                           ("prune", ["--U", "1", "--kind", "softmax", "--out", str(tmp_path / "P")])):
+            line = _one_line(capsys, _cmd(name), ["--traces", str(path), *argv], *words)
+            assert "\x1b" not in line

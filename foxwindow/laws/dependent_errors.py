@@ -107,6 +107,8 @@ def check_gate(mu, s, phis, ratios):
     """Before the work: every (phi, L/kappa) cell has a threshold L = ratio * kappa whose eps = e^-L is a float
     in (0, 1), and increments that vary (the variance of W is what is measured). UsageError naming the value."""
     for phi in phis:
+        if y_nodes(phi) > MAX_Y_NODES:
+            continue                                    # estimate_seconds names this --phi
         try:
             lr = exact.ar1_long_run(forget.AR1LogitGate(mu, s, phi))
         except (ZeroDivisionError, FloatingPointError):         # sigma2 = 0: increments that do not vary
@@ -324,7 +326,7 @@ def main(argv=None):
             raise outputs.UsageError(f"--cells and --scan-cells must be >= 2; got {a.cells}, {a.scan_cells}")
         if not math.isfinite(a.max_minutes) or a.max_minutes <= 0:
             raise outputs.UsageError(f"--max-minutes must be a positive number; got {a.max_minutes}")
-        check_gate(a.mu, a.s, a.phi, a.ratios)
+        check_gate(a.mu, a.s, a.phi, a.ratios)                # eps of every cell a float in (0, 1), Var[W] > 0
         est = estimate_seconds(a.mu, a.s, a.phi, a.ratios, a.trials, a.cells, a.scan_cells, scan=not a.no_scan)
         est += STRUCTURES_S if a.structures else 0.0       # the three structures: a fixed amount of work
         if est > 60 * a.max_minutes:

@@ -25,6 +25,7 @@ import importlib.util
 import inspect
 import json
 import os
+import struct
 import sys
 import warnings
 from dataclasses import dataclass
@@ -439,7 +440,6 @@ def check_before_loading(name, cfg_json, device="cpu"):
 def _check_safetensors(name, path):
     """A safetensors file's header read and its size checked against the tensors it lists (8-byte header
     length, JSON header, data): a truncated download or a file of another format is one line."""
-    import struct
     f = os.path.basename(path)
     try:
         size = os.path.getsize(path)
@@ -663,8 +663,7 @@ def refuse_model_flags(args):
     if on and getattr(args, "model", None) is None:
         mode = "--traces" if getattr(args, "traces", None) else "--synthetic" if getattr(args, "synthetic", False) \
             else "the shipped model"
-        from foxwindow.outputs import UsageError
-        raise UsageError(f"{' and '.join(on)} appl{'y' if len(on) > 1 else 'ies'} to --model only; {mode} would "
+        raise safety.UsageError(f"{' and '.join(on)} appl{'y' if len(on) > 1 else 'ies'} to --model only; {mode} would "
                          "ignore it: drop it or pass --model")
 
 
