@@ -19,7 +19,11 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
-from foxwindow import cli, outputs, safety, traces
+from foxwindow import cli, outputs, safety
+from foxwindow.laws import dependent_errors
+from foxwindow.models import hf_load as hf_models
+from foxwindow.models import traces
+from foxwindow.training import reach
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = sys.executable
@@ -105,7 +109,6 @@ def test_tokenizer_folder_and_library_calls_refuse_code(capsys, tmp_path):
     (good / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     _one_line(capsys, _cmd("forget"), ["--model", str(good), "--tokenizer", str(d), "--n-seq", "3"],
               "--tokenizer", "tokenizer_config.json", "auto_map")
-    from foxwindow import hf_models
     for call in (lambda: hf_models.load_tokenizer(str(d)), lambda: hf_models.load_model(str(d))):
         with pytest.raises(outputs.UsageError, match="auto_map"):
             call()
@@ -129,10 +132,9 @@ def test_every_transformers_load_passes_trust_remote_code_false():
 
 
 def test_adapter_code_is_announced(capsys, tmp_path):
-    from foxwindow import hf_models
     f = tmp_path / "my_gates.py"
     f.write_text(textwrap.dedent("""
-        from foxwindow import adapters
+        from foxwindow.models import adapters
         A = adapters.GateAdapter("my-family", ("nowhere.Layer",), lambda m, x, c: None, lambda m: 1)
     """))
     capsys.readouterr()
@@ -440,7 +442,6 @@ def test_truncated_and_foreign_safetensors_named(capsys, tmp_path):
 
 
 def test_dependent_errors_values_refused_before_the_work(capsys):
-    from foxwindow import dependent_errors
     for argv, words in ((["--trials", "2"], ("--trials", ">= 100")), (["--seed", "-1"], ("--seed", ">= 0")),
                         (["--mu", "-40"], ("--mu -40", "L in [1e-6, 700]")),
                         (["--mu", "40"], ("--mu 40", "L in [1e-6, 700]")),
@@ -465,7 +466,6 @@ def test_figures_heads_json_shapes(capsys, tmp_path):
 
 
 def test_reach_notes_must_be_text_before_the_training(capsys, tmp_path):
-    from foxwindow import reach
     notes = tmp_path / "notes.bin"
     notes.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
     t0 = time.perf_counter()

@@ -110,7 +110,7 @@ def check_gate(mu, s, phis, ratios):
         if y_nodes(phi) > MAX_Y_NODES:
             continue                                    # estimate_seconds names this --phi
         try:
-            lr = exact.ar1_long_run(forget.AR1LogitGate(mu, s, phi))
+            lr = exact.ar1_long_run(gates.AR1LogitGate(mu, s, phi))
         except (ZeroDivisionError, FloatingPointError):         # sigma2 = 0: increments that do not vary
             raise outputs.UsageError(f"--mu {mu:g} --s {s:g} --phi {phi:g}: the increments -log g do not vary "
                                      "(variance 0 in float64): every window has the same length and Var[W], what "
