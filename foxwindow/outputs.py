@@ -328,6 +328,11 @@ def guard_output(path, force=False, what="--json", force_flag="--force"):
     return check_writable(path, force=force, what=what, force_flag=force_flag)
 
 
+def need_space(path, nbytes, what):
+    """Before the work: UsageError naming `what` when the folder of `path` has less than about nbytes free."""
+    safety.need_space(path, nbytes, what)
+
+
 def distinct(*named):
     """Refuse, before any work, outputs of one command that are the same file.
 

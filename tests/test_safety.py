@@ -488,3 +488,11 @@ def test_bad_trace_files_named(capsys, tmp_path):
                            ("prune", ["--U", "1", "--kind", "softmax", "--out", str(tmp_path / "P")])):
             line = _one_line(capsys, _cmd(name), ["--traces", str(path), *argv], *words)
             assert "\x1b" not in line
+
+
+def test_forget_save_traces_needs_its_room_before_the_capture(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(safety, "_free", lambda folder: 1000)
+    t0 = time.perf_counter()
+    _one_line(capsys, _cmd("forget"), ["--save-traces", str(tmp_path / "t.npz"), "--n-seq", "3", "--seq-len", "64",
+                                       "--no-progress"], "--save-traces", "MiB free")
+    assert time.perf_counter() - t0 < 60 and os.listdir(tmp_path) == []

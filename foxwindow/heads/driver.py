@@ -234,6 +234,9 @@ def analyse_model(checkpoint=None, Ls=None, n_seq=32, seq_len=2048, mass_L=math.
     env = distributed.setup(device)             # under torchrun each rank captures a block of the sequences
     device = str(env.device) if distributed.launched() else device
     model, meta = load_model(path, device=device)
+    if save_traces and distributed.is_main():   # float32 (S, T, H) per layer: its room checked before the capture
+        outputs.need_space(save_traces, 4 * n_seq * seq_len * sum(b.attn.num_heads for b in model.blocks),
+                           "--save-traces")
     tokens, spans = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
     # capture a few sequences at a time (rows are independent in eval mode): same traces, a progress bar
     # on the longest step, and less peak memory
