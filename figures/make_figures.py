@@ -68,8 +68,12 @@ def _check_json_input(path, what):
     return True
 
 
+def _index(v):
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
 def _check_heads(heads, path, what):
-    """The per-head entries figure 6 reads: a list of objects with int layer and head >= 0 and a number kappa,
+    """The per-head entries figure 6 reads: a list of objects with a layer (index or name), an int head >= 0 and a number kappa,
     each (layer, head) once. UsageError naming the first entry that is not."""
     if heads is None:
         return                                          # figure 6 says it has no entries
@@ -77,12 +81,13 @@ def _check_heads(heads, path, what):
         raise outputs.UsageError(f"{what}: {path}: 'heads' is a {type(heads).__name__}; expected a list")
     seen = set()
     for i, h in enumerate(heads):
-        ok = isinstance(h, dict) and all(isinstance(h.get(k), int) and not isinstance(h.get(k), bool)
-                                         and h.get(k) >= 0 for k in ("layer", "head")) \
-            and isinstance(h.get("kappa"), (int, float))
+        # schema 1 names a layer by a string, the earlier shape by its index
+        ok = isinstance(h, dict) and _index(h.get("head")) \
+            and (_index(h.get("layer")) or (isinstance(h.get("layer"), str) and h.get("layer") != "")) \
+            and isinstance(h.get("kappa"), (int, float)) and not isinstance(h.get("kappa"), bool)
         if not ok:
-            raise outputs.UsageError(f"{what}: {path}: heads[{i}] = {safety.shown(str(h)[:80])} needs 'layer' and "
-                                     "'head' (integers >= 0) and 'kappa' (a number)")
+            raise outputs.UsageError(f"{what}: {path}: heads[{i}] = {safety.shown(str(h)[:80])} needs 'layer' (an "
+                                     "integer >= 0 or a name), 'head' (an integer >= 0) and 'kappa' (a number)")
         if (h["layer"], h["head"]) in seen:
             raise outputs.UsageError(f"{what}: {path}: head {h['layer']}.{h['head']} is listed twice (heads[{i}]); "
                                      "each head once")
