@@ -45,6 +45,6 @@ def make(ctx):
                  "the ε-window is the distance where D crosses ε (3 sample paths per gate)")
     ax.legend(loc="upper right", framealpha=0.95)
     paths = figstyle.save(fig, ctx.out, "fig1_decay")
-    means = [exact.exact_first_passage(g, EPS).mean for g in gates.SEED_GATES]
+    means = [exact.exact_first_passage(g, eps=EPS).mean for g in gates.SEED_GATES]
     return paths, ("decay vs distance, 3 seed gates + ALiBi; E[W] at eps=1e-3: "
                    + ", ".join(f"{m:.1f}" for m in means) + "; ALiBi W = 138, 69")

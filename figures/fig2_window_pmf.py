@@ -14,8 +14,8 @@ def make(ctx):
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
     parts = []
     for i, (g, col, ax) in enumerate(zip(gates.SEED_GATES, figstyle.GATE_COLORS, axes)):
-        W, _ = gates.first_passage_samples(g, EPS, ctx.trials, seed=ctx.seed + 20 + i)
-        ex = exact.exact_first_passage(g, EPS)
+        W, _ = gates.first_passage_samples(g, eps=EPS, trials=ctx.trials, seed=ctx.seed + 20 + i)
+        ex = exact.exact_first_passage(g, eps=EPS)
         pmf = ex.pmf
         hist = np.bincount(W, minlength=len(pmf)) / len(W)
         lo, hi = int(ex.mean - 4.5 * ex.var ** 0.5), int(ex.mean + 4.5 * ex.var ** 0.5) + 1

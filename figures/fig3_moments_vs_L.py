@@ -17,9 +17,9 @@ def make(ctx):
     for i, (g, col) in enumerate(zip(gates.SEED_GATES, figstyle.GATE_COLORS)):
         m = g.moments()
         Ls = np.array([gates.threshold(e) for e in eps_list])
-        mc = [gates.first_passage_mc(g, e, ctx.trials, seed=ctx.seed + 300 + 20 * i + j)
+        mc = [gates.first_passage_mc(g, eps=e, trials=ctx.trials, seed=ctx.seed + 300 + 20 * i + j)
               for j, e in enumerate(eps_list)]
-        ex = [exact.exact_first_passage(g, e) for e in eps_list]
+        ex = [exact.exact_first_passage(g, eps=e) for e in eps_list]
         lab = figstyle.gate_label(g)
         # mean: renewal expansion E[W] = L/k + mu2/(2k^2) - 1 and the exact numerics coincide to < 1e-8
         am.errorbar(Ls, [r.mean for r in mc], yerr=[2 * r.se_mean for r in mc], fmt="o", color=col, ms=4,

@@ -23,7 +23,7 @@ def make(ctx):
     for cv, col in zip(CVS, colors):
         k = 1.0 / cv ** 2
         g = gates.GammaIncrement(k, M / k)
-        fp = exact.exact_first_passage(g, EPS)
+        fp = exact.exact_first_passage(g, eps=EPS)
         pmf = np.pad(fp.pmf, (0, max(0, w[-1] + 1 - len(fp.pmf))))
         p0 = pmf[w0]
         ap.plot(w, pmf[w], ".-", color=col, lw=1, ms=3.5,

@@ -32,7 +32,7 @@ def make(ctx):
     pts = []
     for i, phi in enumerate(phis):
         tau, _, lead = _tau_bartlett(phi, L)
-        r = gates.first_passage_mc(gates.AR1LogitGate(MU, S, phi), EPS, ctx.trials, seed=ctx.seed + 500 + i)
+        r = gates.first_passage_mc(gates.AR1LogitGate(MU, S, phi), eps=EPS, trials=ctx.trials, seed=ctx.seed + 500 + i)
         pts.append((phi, tau, r.var / lead, 2 * r.se_var / lead))
     _, tau, ratio, err = map(np.array, zip(*pts))
     ax.errorbar(tau, ratio, yerr=err, fmt="o", color="k", ms=5, capsize=3, zorder=3,

@@ -273,13 +273,13 @@ def test_windows_needs_time_dim_for_captures():
     rng = np.random.default_rng(1)
     lg = np.log(rng.beta(5, 1, (2, 40, 3)))                                 # (B, T, H)
     with pytest.raises(ValueError, match="dim"):
-        gates.windows(lg, 1e-2)
+        gates.windows(lg, eps=1e-2)
     with pytest.raises(ValueError, match="dim"):
-        gates.windows(lg, 1e-2, dim=3)
-    W, c = gates.windows(lg, 1e-2, dim=1)
+        gates.windows(lg, eps=1e-2, dim=3)
+    W, c = gates.windows(lg, eps=1e-2, dim=1)
     for b in range(2):
         for h in range(3):
-            w1, c1 = gates.windows(lg[b, :, h], 1e-2)
+            w1, c1 = gates.windows(lg[b, :, h], eps=1e-2)
             assert np.array_equal(W[b, :, h], w1) and np.array_equal(c[b, :, h], c1)
 
 
@@ -295,10 +295,10 @@ def test_analyse_head_validates():
     for z in (-1, 0, float("nan"), float("inf"), "3"):
         with pytest.raises(ValueError, match="z must"):
             heads.analyse_head(lg, z=z)
-    with pytest.raises(ValueError, match="eps_list is empty"):
-        heads.analyse_head(lg, eps_list=[])
+    with pytest.raises(ValueError, match="eps is empty"):
+        heads.analyse_head(lg, eps=[])
     with pytest.raises(ValueError, match="eps"):
-        heads.analyse_head(lg, eps_list=[0.1, 2.0])
+        heads.analyse_head(lg, eps=[0.1, 2.0])
     with pytest.raises(ValueError, match="n_heads"):
         heads.analyse_head(lg, n_heads=0)
 

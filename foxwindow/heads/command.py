@@ -152,7 +152,7 @@ def main(argv=None):
         raise outputs.UsageError(str(exc)) from None
     # eps -> L, once: the scan plus the user's eps
     eps = sorted(set(EPS_SCAN) | {a.eps}, reverse=True)
-    kw = dict(Ls=[gates.threshold(e) for e in eps], mass_L=gates.threshold(a.eps), n_boot=a.n_boot,
+    kw = dict(L=[gates.threshold(e) for e in eps], mass_L=gates.threshold(a.eps), n_boot=a.n_boot,
               max_len=a.max_len, seed=a.seed)
     if a.traces:
         results, info = analyse_traces(a.traces, progress=not a.no_progress, **kw)

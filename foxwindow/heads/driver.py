@@ -5,11 +5,11 @@ Geyer's tau) and predict.py (the window at any L from the head's own gates, Kapl
 out-of-sample score); capture and the attention-mass window in models/traces.py; the report in table.py and
 the `python forget.py` command line in command.py. Here:
 
-  analyse_layers(traces, Ls)      every head of {layer: (S, T, H) log gates}: verdict.analyse per head, with
+  analyse_layers(traces, eps=)   every head of {layer: (S, T, H) log gates}: verdict.analyse per head, with
                                   independent bootstrap draws per head (spawned from one recorded seed)
-  analyse_model(checkpoint, Ls)   the shipped FoX model (or any of this package's checkpoints): capture the
+  analyse_model(checkpoint, eps=) the shipped FoX model (or any of this package's checkpoints): capture the
                                   gates on held-out text, analyse, and compare decay and attention-mass windows
-  analyse_traces(path, Ls)        the same from saved traces (traces.save_trace), any model's gates
+  analyse_traces(path, eps=)     the same from saved traces (traces.save_trace), any model's gates
 
 Thresholds here are L = ln(1/eps) only (the user's eps are converted once in the command).
 Verdict states and their calibration: verdict.py's docstring and docs/VERDICT.md.
@@ -57,25 +57,13 @@ def critical_z(n_heads, n_seq):
     return float(stats.t.isf(verdict.ALPHA / (4 * n_heads), n_seq - 1))
 
 
-def _check_Ls(Ls):
-    if isinstance(Ls, (str, bytes)) or not hasattr(Ls, "__iter__"):
-        raise ValueError(f"thresholds must be a sequence of L > 0; got {Ls!r}")
-    Ls = [float(L) for L in Ls]
-    if not Ls:
-        raise ValueError("no thresholds: give at least one L = ln(1/eps) > 0")
-    bad = [L for L in Ls if not (L > 0 and math.isfinite(L))]
-    if bad:
-        raise ValueError(f"thresholds L = ln(1/eps) must be finite and > 0; got {bad}")
-    return Ls
-
-
-def analyse_head(lg, eps_list=EPS_SCAN, z=None, layer=0, head=0, n_heads=1, n_boot=N_BOOT, seed=None,
-                 context=None, L_list=None, pmf_L=math.log(1e3), laws=True):
+def analyse_head(lg, *, eps=None, L=None, z=None, layer=0, head=0, n_heads=1, n_boot=N_BOOT, seed=None,
+                 context=None, pmf_L=math.log(1e3), laws=True):
     """The verdict and predictions of one head from log-gate traces lg (S, T): S >= 3 sequences of T >= S
     tokens, numpy or torch, any float dtype, values <= 0. Returns verdict.HeadResult.
 
-    eps_list: non-empty sequence of thresholds in (0, 1) (converted here to L = ln 1/eps), or L_list: the
-      thresholds L > 0 themselves (then eps_list is ignored).
+    eps=: thresholds in (0, 1) (a number or a non-empty sequence; converted here to L = ln 1/eps), or L=: the
+      thresholds L > 0 themselves (keywords, at most one of the two; neither: the eps scan EPS_SCAN).
     n_heads: heads in the model (int >= 1): the family of tests is 2 n_heads (verdict.py).
     z: for callers of the earlier API, a critical value that stands for a family: the n_heads whose
       critical_z(n_heads, S) is nearest z (a finite number > 0; None: n_heads as given).
@@ -92,16 +80,10 @@ def analyse_head(lg, eps_list=EPS_SCAN, z=None, layer=0, head=0, n_heads=1, n_bo
     if S > T:
         raise ValueError(f"lg: shape {x.shape} reads as {S} sequences x {T} tokens; expected (S sequences, "
                          "T tokens) with T >= S: is the array transposed (T, S)?")
-    if L_list is None:
-        if isinstance(eps_list, (str, bytes)) or not hasattr(eps_list, "__iter__"):
-            raise ValueError(f"eps_list must be a sequence of thresholds in (0, 1); got {eps_list!r}")
-        eps_list = [float(e) for e in eps_list]
-        if not eps_list:
-            raise ValueError("eps_list is empty; give at least one threshold in (0, 1)")
-        L_list = [gates.threshold(e) for e in eps_list]
-    else:
-        eps_list = None
-    Ls = _check_Ls(L_list)
+    eps_list = None if eps is None else [float(e) for e in np.ravel(np.asarray(eps, dtype=object))]
+    Ls = gates.levels(eps, L, default=EPS_SCAN)
+    if L is None and eps is None:
+        eps_list = list(EPS_SCAN)
     critical_z(n_heads, S)                                                          # validates n_heads
     if z is not None:
         if isinstance(z, bool) or not isinstance(z, (int, float, np.floating)) or not (math.isfinite(z) and z > 0):
@@ -178,11 +160,13 @@ def set_states(results, alpha=verdict.ALPHA):
     return fam
 
 
-def analyse_layers(traces, Ls, n_boot=N_BOOT, seed=None, progress=False, context=None, pmf_L=math.log(1e3)):
+def analyse_layers(traces, *, eps=None, L=None, n_boot=N_BOOT, seed=None, progress=False, context=None,
+                   pmf_L=math.log(1e3)):
     """The verdict for every head of traces {layer name: (S, T, H) array or tensor of log-gates} at thresholds
-    Ls (L > 0), the family Bonferroni over all heads. Each head draws from its own child of
-    SeedSequence(seed) (seed None: fresh). Returns ([HeadResult], the int seed used)."""
-    Ls = _check_Ls(Ls)
+    eps= (in (0, 1)) or L= (L = ln(1/eps) > 0), keywords, at most one (neither: the eps scan EPS_SCAN), the family
+    Bonferroni over all heads. Each head draws from its own child of SeedSequence(seed) (seed None: fresh).
+    Returns ([HeadResult], the int seed used)."""
+    Ls = gates.levels(eps, L, default=EPS_SCAN)
     seed = root_seed(seed)
     n_heads = sum(t.shape[2] for t in traces.values())
     children = np.random.SeedSequence(seed).spawn(n_heads)
@@ -192,7 +176,7 @@ def analyse_layers(traces, Ls, n_boot=N_BOOT, seed=None, progress=False, context
         lg = tr.cpu().numpy() if isinstance(tr, torch.Tensor) else np.asarray(tr)          # (S, T, H)
         name = f"blocks.{name}" if isinstance(name, (int, np.integer)) else str(name)
         for h in range(lg.shape[2]):
-            r = analyse_head(lg[:, :, h], L_list=Ls, layer=l, head=h, n_heads=n_heads, n_boot=n_boot,
+            r = analyse_head(lg[:, :, h], L=Ls, layer=l, head=h, n_heads=n_heads, n_boot=n_boot,
                              seed=children[len(results)], context=context, pmf_L=pmf_L)
             r.seed = seed
             r.layer_name = name
@@ -201,6 +185,11 @@ def analyse_layers(traces, Ls, n_boot=N_BOOT, seed=None, progress=False, context
     bar.close()
     set_states(results)
     return results, seed
+
+
+def _mass_level(mass_eps, mass_L):
+    """The L of the decay and attention-mass windows: mass_eps= or mass_L= (at most one; neither: eps = 1e-3)."""
+    return gates.level(1e-3, None) if mass_eps is None and mass_L is None else gates.level(mass_eps, mass_L)
 
 
 def _rows_note(T, context):
@@ -217,17 +206,19 @@ def _shown_path(path):
     return os.path.relpath(p, root) if p.startswith(root + os.sep) else path
 
 
-def analyse_model(checkpoint=None, Ls=None, n_seq=32, seq_len=2048, mass_L=math.log(1e3), device="cpu",
-                  progress=True, save_traces=None, n_boot=N_BOOT, max_len=None, seed=None):
+def analyse_model(checkpoint=None, *, eps=None, L=None, n_seq=32, seq_len=2048, mass_eps=None, mass_L=None,
+                  device="cpu", progress=True, save_traces=None, n_boot=N_BOOT, max_len=None, seed=None):
     """Run the per-head analysis on a checkpoint's held-out text. Returns (results, info).
-    Ls: thresholds L > 0 (None: the eps scan's). mass_L: the L of the decay and attention-mass windows.
+    eps= or L=: the thresholds (keywords, at most one; neither: the eps scan's). mass_eps= or mass_L=: the threshold
+    of the decay and attention-mass windows (at most one; neither: eps = 1e-3).
     save_traces: optional .npz path for the captured log-gate traces and their metadata (whole sequences).
     n_boot, seed: analyse_layers. max_len: analyse only each sequence's first max_len positions (rows
     max_len/2 .. max_len - 1), e.g. the model's training context.
     Under torchrun each rank captures a contiguous block of the sequences and rank 0 gathers them, analyses
     and writes; the other ranks return (None, None)."""
     t0 = time.perf_counter()
-    Ls = _check_Ls([gates.threshold(e) for e in EPS_SCAN] if Ls is None else Ls)
+    Ls = gates.levels(eps, L, default=EPS_SCAN)
+    mass_L = _mass_level(mass_eps, mass_L)
     path = checkpoint or DEFAULT_CHECKPOINT
     if save_traces:                             # before the capture, not after it
         outputs.check_writable(save_traces, force=True, what="save_traces")
@@ -273,7 +264,8 @@ def analyse_model(checkpoint=None, Ls=None, n_seq=32, seq_len=2048, mass_L=math.
                         heads=model.cfg.n_heads, seq_len=seq_len, context=context))
     traces = _truncate(traces, max_len)
     T = next(iter(traces.values())).shape[1]
-    results, seed = analyse_layers(traces, Ls, n_boot, seed, progress, context, mass_L)
+    results, seed = analyse_layers(traces, L=Ls, n_boot=n_boot, seed=seed, progress=progress, context=context,
+                                   pmf_L=mass_L)
     rows = query_rows(T)
     H = model.cfg.n_heads
     for l in traces:
@@ -299,17 +291,20 @@ def analyse_model(checkpoint=None, Ls=None, n_seq=32, seq_len=2048, mass_L=math.
     return results, info
 
 
-def analyse_traces(path, Ls=None, mass_L=math.log(1e3), n_boot=N_BOOT, max_len=None, seed=None, progress=False):
+def analyse_traces(path, *, eps=None, L=None, mass_eps=None, mass_L=None, n_boot=N_BOOT, max_len=None, seed=None,
+                   progress=False):
     """Per-head analysis of traces saved with traces.save_trace (any model's gates): each (S, T, H) entry is
-    one layer. Ls, n_boot, seed: analyse_model. No attention-mass windows (they need the model); P(W > context)
-    where the metadata records the model's context. Returns (results, info)."""
+    one layer. eps= / L=, mass_eps= / mass_L=, n_boot, seed: analyse_model. No attention-mass windows (they need
+    the model); P(W > context) where the metadata records the model's context. Returns (results, info)."""
     t0 = time.perf_counter()
-    Ls = _check_Ls([gates.threshold(e) for e in EPS_SCAN] if Ls is None else Ls)
+    Ls = gates.levels(eps, L, default=EPS_SCAN)
+    mass_L = _mass_level(mass_eps, mass_L)
     traces, meta = load_traces_checked(path)
     traces = _truncate(traces, max_len)
     S, T = next(iter(traces.values())).shape[:2]
     context = meta.get("context") if isinstance(meta.get("context"), int) else None
-    results, seed = analyse_layers(traces, Ls, n_boot, seed, progress, context, mass_L)
+    results, seed = analyse_layers(traces, L=Ls, n_boot=n_boot, seed=seed, progress=progress, context=context,
+                                   pmf_L=mass_L)
     for r, (l, h) in zip(results, [(l, h) for l, tr in enumerate(traces.values()) for h in range(tr.shape[2])]):
         decay_window_L(r, list(traces.values())[l][:, :, h], mass_L, query_rows(T).numpy())
     info = dict(checkpoint=_shown_path(path), model=meta.get("model", "?"), n_seq=S,

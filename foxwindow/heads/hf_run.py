@@ -20,15 +20,15 @@ from foxwindow.models.traces import query_rows, save_trace
 from foxwindow.report import command as report_command
 
 
-def analyse_hf_model(cfg, Ls=None, progress=True, save_traces=None, n_boot=driver.N_BOOT, seed=None):
+def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, n_boot=driver.N_BOOT, seed=None):
     """Per-head analysis of a Hugging Face style checkpoint (see hf_models' module docstring).
-    Ls: thresholds L > 0 of the verdict and predictions (None: the eps scan's); n_boot, seed: as
+    eps= or L=: thresholds of the verdict and predictions (at most one; neither: the eps scan's); n_boot, seed: as
     heads.analyse_layers. Returns (results [HeadResult], info dict) as heads.analyse_model does, info adding the
     families, what the laws mean for each, each family's kind (softmax: attends over a KV cache; recurrent /
     constant: a gated state, no KV cache) and whether attention-mass windows exist. save_traces: .npz path for
     the analysed traces (written atomically; check it with outputs.check_writable first); its metadata holds
     the families and kinds, so that predictions made from the traces later know what they apply to."""
-    Ls = [gates.threshold(e) for e in driver.EPS_SCAN] if Ls is None else list(Ls)
+    Ls = gates.levels(eps, L, default=driver.EPS_SCAN)
     mass_L = gates.threshold(cfg.mass_eps)
     t0 = time.perf_counter()
     if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
@@ -49,7 +49,7 @@ def analyse_hf_model(cfg, Ls=None, progress=True, save_traces=None, n_boot=drive
                                              family_kinds=kinds, kv_cache=all(k == "softmax" for k in kinds.values()),
                                              spans=spans, L=list(Ls), per_channel=cfg.per_channel))
     # the same verdict and predictions as for the shipped model, with each layer's own index
-    results, seed = driver.analyse_layers(traces, Ls, n_boot=n_boot, seed=seed, progress=progress)
+    results, seed = driver.analyse_layers(traces, L=Ls, n_boot=n_boot, seed=seed, progress=progress)
     heads_of = [(n, h) for n, tr in traces.items() for h in range(tr.shape[2])]
     for i, (r, (n, h)) in enumerate(zip(results, heads_of)):
         if lay[n] is not None:
@@ -87,7 +87,7 @@ def main_hf_model(args):
         if getattr(args, "report", None):
             args.report = report_command.check_out_arg(args)
         eps = sorted(set(driver.EPS_SCAN) | {args.eps}, reverse=True)          # eps -> L, once
-        results, info = analyse_hf_model(cfg, Ls=[gates.threshold(e) for e in eps],
+        results, info = analyse_hf_model(cfg, L=[gates.threshold(e) for e in eps],
                                          progress=not getattr(args, "no_progress", False), save_traces=traces_path,
                                          n_boot=args.n_boot, seed=args.seed)
         table.print_table(results, info)

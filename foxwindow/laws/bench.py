@@ -31,24 +31,24 @@ def cpu_rows(a, bar):
     rng = np.random.default_rng(0)
     rows = _Rows(bar)
     lg = np.log(rng.beta(20, 1, 10_000_000))                                       # one trace, T = 1e7
-    t = median_time(lambda: gates.windows(lg, 1e-3), a.repeats)
+    t = median_time(lambda: gates.windows(lg, eps=1e-3), a.repeats)
     rows.append(("per-query windows, numpy (T = 1e7)", t, f"{1e7 / t:.2e} rows/s", ">= 1e7 rows/s", 1e7 / t >= 1e7))
     lgt = torch.from_numpy(np.log(rng.beta(20, 1, (16, 2048, 64))).astype(np.float32))   # (B, T, H)
-    t = median_time(lambda: gates.windows(lgt, 1e-3, dim=1), a.repeats)
+    t = median_time(lambda: gates.windows(lgt, eps=1e-3, dim=1), a.repeats)
     n = lgt.numel()
     rows.append(("per-query windows, torch (16, 2048, 64)", t, f"{n / t:.2e} rows/s", ">= 1e7 rows/s", n / t >= 1e7))
     for g in gates.SEED_GATES:
-        t = median_time(lambda: exact.exact_first_passage(g, 1e-3), a.repeats)
+        t = median_time(lambda: exact.exact_first_passage(g, eps=1e-3), a.repeats)
         rows.append((f"exact moments {g}", t, f"{t * 1e3:.0f} ms", "< 100 ms", t < 0.1))
     # far windows: time, and the returned error estimate against the 1e-8 relative target
     for g, eps in ((gates.LogitNormalGate(6, 0.1), 1e-12), (gates.LogitNormalGate(2, 0.5), 1e-300),
                    (gates.LogitNormalGate(12, 0.5), 1e-3)):
-        t = median_time(lambda: exact.exact_first_passage(g, eps), a.repeats)
-        r = exact.exact_first_passage(g, eps)
+        t = median_time(lambda: exact.exact_first_passage(g, eps=eps), a.repeats)
+        r = exact.exact_first_passage(g, eps=eps)
         rel = max(r.mean_err / r.mean, r.var_err / r.var)
         rows.append((f"exact moments {g}, eps {eps:g} (E[W] {r.mean:.3g})", t, f"{t:.2f} s, err {rel:.0e}",
                      "< 3 s, <= 1e-8", t < 3 and rel <= 1e-8))
-    t = median_time(lambda: gates.first_passage_mc(gates.SEED_GATES[0], 1e-3, 1_000_000, seed=1),
+    t = median_time(lambda: gates.first_passage_mc(gates.SEED_GATES[0], eps=1e-3, trials=1_000_000, seed=1),
                     max(1, a.repeats // 2))
     rows.append(("Monte Carlo 1e6 trials, seed gate 1", t, f"{t:.2f} s", "<= 2 s", t <= 2))
     t = median_time(lambda: lawtable.synthetic_table(progress=False), 1)
@@ -79,7 +79,7 @@ def gpu_rows(a):
     lgc = torch.log(torch.rand(64, 8192, 64, device="cuda", dtype=torch.float32) * 0.05 + 0.95)   # (B, T, H)
 
     def run_cuda():
-        gates.windows(lgc, 1e-3, dim=1)
+        gates.windows(lgc, eps=1e-3, dim=1)
         torch.cuda.synchronize()
     run_cuda()
     t = median_time(run_cuda, a.repeats)

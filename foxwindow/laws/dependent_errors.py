@@ -146,7 +146,7 @@ def measure(mu, s, phis, ratios, trials, seed, cells, progress=True):
         t_exact = time.time() - t0
         bar.update()
         for j, (r, L, ex) in enumerate(zip(ratios, Ls, passages)):
-            mc = gates.first_passage_mc(g, math.exp(-L), trials, seed=seed + 100 * i + j)
+            mc = gates.first_passage_mc(g, eps=math.exp(-L), trials=trials, seed=seed + 100 * i + j)
             row = dict(mu=mu, s=s, phi=phi, tau=lr.tau, L_over_kappa=r, L=L, L_over_kappa_tau=r / lr.tau,
                        kappa=lr.kappa, sigma2_lr=lr.sigma2_lr, kappa3_lr=lr.kappa3_lr,
                        sum_k_gamma_k=lr.sum_k_gamma_k, trials=trials, seed=seed + 100 * i + j,

@@ -51,11 +51,11 @@ def closed_form_survival(gate, L):
     return None if kt is None else gamma_survival(*kt, L)
 
 
-def exact_first_passage(gate, eps=None, tol=1e-8, strict=False, richardson=True, var_tol=None, *, L=None):
+def exact_first_passage(gate, *, eps=None, L=None, tol=1e-8, strict=False, richardson=True, var_tol=None):
     """Exact distribution and moments of the eps-window W = N - 1 for an iid increment law, with its error.
 
     gate: a gates.Gate with iid increments (moments() and cdf(); an EmpiricalGate's atoms are used directly).
-    eps: float in (0, 1), or L = ln(1/eps) > 0 by keyword (exactly one). tol: relative target on E[W] and
+    eps=: float in (0, 1), or L= ln(1/eps) > 0 (keywords, exactly one). tol: relative target on E[W] and
     Var[W] (absolute below 1). The lattice is refined (up to _MAX_LEVEL) until the estimated error meets tol;
     otherwise AccuracyWarning, or AccuracyError when strict=True, naming the achieved error. richardson=False:
     no extrapolation (finest lattice, error from the order estimated on three resolutions). var_tol: relative target
@@ -97,7 +97,7 @@ def alibi_limit(m, eps, cvs=(1.0, 0.3, 0.1, 0.03, 0.01)):
     out = []
     for cv in cvs:
         k = 1.0 / cv ** 2
-        fp = exact_first_passage(gates.GammaIncrement(k, m / k), eps)
+        fp = exact_first_passage(gates.GammaIncrement(k, m / k), eps=eps)
         pmf, i = fp.pmf, w - fp.n0
         out.append((cv, float(pmf[i]) if 0 <= i < len(pmf) else 0.0, fp.mean, fp.var))
     return out
@@ -163,8 +163,8 @@ class MarkovPassage:
     survival: np.ndarray    # P(N > n), n = 0..
 
 
-def markov_first_passage(gate, eps=None, cells_per_kappa=8, tol=1e-13, nmax=1_000_000, max_seconds=120.0,
-                         progress=False, *, L=None):
+def markov_first_passage(gate, *, eps=None, L=None, cells_per_kappa=8, tol=1e-13, nmax=1_000_000, max_seconds=120.0,
+                         progress=False):
     """Exact law of W = N - 1 for AR(1)-logit gates, by the Markov-additive walk (S_n, y_n) (markov.ar1_passage).
 
     gate: AR1LogitGate. eps: float or sequence of floats in (0, 1) (one walk serves them all); or L: the
@@ -179,11 +179,7 @@ def markov_first_passage(gate, eps=None, cells_per_kappa=8, tol=1e-13, nmax=1_00
     """
     if (eps is None) == (L is None):
         raise ValueError("give exactly one of eps and L")
-    given = eps if L is None else L
-    given = [given] if np.ndim(given) == 0 else list(given)
-    if len(given) == 0:
-        raise ValueError("eps is empty" if L is None else "L is empty")
-    Ls = np.array([gates.level(e, None) if L is None else gates.level(None, e) for e in given])
+    Ls = np.array(gates.levels(eps, L))
     if isinstance(cells_per_kappa, bool) or int(cells_per_kappa) != cells_per_kappa or cells_per_kappa < 2:
         raise ValueError(f"cells_per_kappa must be an integer >= 2; got {cells_per_kappa}")
     if not isinstance(gate, gates.AR1LogitGate):

@@ -10,6 +10,7 @@ is the first-passage index of the walk. Throughout, windows are reported as W (a
 `python forget.py --synthetic` prints Monte Carlo windows beside the laws for synthetic gates.
 """
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,17 +28,55 @@ def threshold(eps):
     return -math.log(eps)
 
 
+L_LOOKS_LIKE_EPS = 0.01    # an L below this is eps > 0.99 (a window of about nothing): warned, as an eps given as L
+
+
+class ThresholdWarning(UserWarning):
+    """An L = ln(1/eps) small enough to be an eps given by mistake (L < L_LOOKS_LIKE_EPS)."""
+
+
+def _checked_L(L):
+    L = float(L)
+    if not (math.isfinite(L) and L > 0):
+        raise ValueError(f"L must be a finite number > 0; got {L}")
+    if L < L_LOOKS_LIKE_EPS:
+        warnings.warn(f"L = {L:g} is the threshold of eps = {math.exp(-L):.6g}, where windows are about 0 tokens "
+                      f"long; for eps = {L:g} pass eps={L:g} (L = ln(1/eps) = {threshold(L):.4g})",
+                      ThresholdWarning, stacklevel=4)
+    return L
+
+
 def level(eps=None, L=None):
     """The threshold L from exactly one of eps in (0, 1) (L = ln(1/eps)) or L > 0 itself (finite): the one
-    conversion every routine that takes either goes through. Raises ValueError naming the problem."""
+    conversion every routine that takes either goes through. Raises ValueError naming the problem; an L below
+    L_LOOKS_LIKE_EPS (an eps given as L, most likely) gives a ThresholdWarning."""
     if (eps is None) == (L is None):
         raise ValueError("give exactly one of eps (in (0, 1)) and L = ln(1/eps) (> 0)")
     if L is None:
         return threshold(eps)
-    L = float(L)
-    if not (math.isfinite(L) and L > 0):
-        raise ValueError(f"L must be a finite number > 0; got {L}")
-    return L
+    return _checked_L(L)
+
+
+def levels(eps=None, L=None, default=None):
+    """Thresholds L from eps= or L= (at most one of them; each a number or a sequence of numbers), as a list;
+    neither: the eps of `default` (a sequence of eps; None: ValueError). For the routines that scan several
+    thresholds at once; level() is the one-threshold form."""
+    if eps is not None and L is not None:
+        raise ValueError("give eps (in (0, 1)) or L = ln(1/eps) (> 0), not both")
+    if eps is None and L is None:
+        if default is None:
+            raise ValueError("give eps (in (0, 1)) or L = ln(1/eps) (> 0)")
+        eps = default
+    given, what = (eps, "eps") if L is None else (L, "L")
+    if isinstance(given, (str, bytes)):
+        raise ValueError(f"{what} must be a number or a sequence of numbers; got {given!r}")
+    given = [given] if np.ndim(given) == 0 else list(np.asarray(given, dtype=object).ravel())
+    if not given:
+        raise ValueError(f"{what} is empty: give at least one threshold")
+    try:
+        return [threshold(e) for e in given] if L is None else [_checked_L(x) for x in given]
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what}: {exc}") from None
 
 
 def _as_float_tensor(a, name):
@@ -101,7 +140,7 @@ def decay_matrix(log_g):
     return np.where(np.tri(len(x), dtype=bool), np.exp(np.minimum(d, 0.0)), 0.0)
 
 
-def windows(log_g, eps=None, dim=None, *, L=None):
+def windows(log_g, *, eps=None, L=None, dim=None):
     """Per-query eps-windows of log-gate traces: W_i = largest d with D_{i,i-d} >= eps (give eps, or L = ln(1/eps)).
 
     log_g: log-gates <= 0, numpy array or torch tensor with time on `dim`. dim=None (the default) is
@@ -414,15 +453,17 @@ class MCResult:
     mean_overshoot: float      # E[S_N - L], for the Wald identity
 
 
-def first_passage_samples(gate, eps, trials, seed=0, chunk=None, max_steps=10_000_000):
-    """Simulate `trials` first passages of sum X_t over L = ln(1/eps); returns (W, overshoot) arrays.
+def first_passage_samples(gate, *, trials, eps=None, L=None, seed=0, chunk=None, max_steps=10_000_000):
+    """Simulate `trials` first passages of sum X_t over L = ln(1/eps) (give eps= or L=); returns (W, overshoot)
+    arrays.
 
     Vectorised over trials, chunked so that memory stays near `chunk` increments (default 2**22)
     however many trials are asked for; seeded and reproducible for a given (seed, trials, chunk) (docs/THEORY.md
     section 5, Monte Carlo). Not prefix-consistent: the first n walks of a run of m > n trials differ from a run
     of n trials with the same seed (the stream is drawn in blocks shaped by the batch).
     """
-    L = threshold(eps)
+    L = level(eps, L)
+    eps = math.exp(-L) if eps is None else eps
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
         raise ValueError(f"trials must be an integer >= 1; got {trials!r}")
     rng = np.random.default_rng(seed)
@@ -464,8 +505,8 @@ def first_passage_samples(gate, eps, trials, seed=0, chunk=None, max_steps=10_00
     return W, R
 
 
-def first_passage_mc(gate, eps, trials=200_000, seed=0, chunk=None):
-    """Mean and variance of the eps-window W = N - 1 by Monte Carlo, with standard errors
+def first_passage_mc(gate, *, eps=None, L=None, trials=200_000, seed=0, chunk=None):
+    """Mean and variance of the eps-window W = N - 1 by Monte Carlo (give eps= or L=), with standard errors
     SE_mean = s/sqrt(n) and SE_var = sqrt((m4 - s^4)/n).
 
     SE_var is a large-sample (delta-method) error: the sample variance is skewed, so `var +- z SE_var` undercovers
@@ -475,7 +516,9 @@ def first_passage_mc(gate, eps, trials=200_000, seed=0, chunk=None):
     for a given (seed, trials, chunk) but is not a prefix of a longer run (see first_passage_samples)."""
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 2:
         raise ValueError(f"trials must be an integer >= 2 (a variance needs two windows); got {trials!r}")
-    W, R = first_passage_samples(gate, eps, trials, seed, chunk)
+    L = level(eps, L)
+    eps = math.exp(-L) if eps is None else eps
+    W, R = first_passage_samples(gate, L=L, trials=trials, seed=seed, chunk=chunk)
     w = W.astype(np.float64)
     mean, var = w.mean(), w.var(ddof=1)
     m4 = np.mean((w - mean) ** 4)

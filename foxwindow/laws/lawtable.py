@@ -25,8 +25,8 @@ def synthetic_table(eps=1e-3, trials=200_000, seed=0, progress=True):
     seed_gates = list(gates.SEED_GATES) + [gates.ConstantGate(m) for m in gates.ALIBI_SLOPES]
     rows = []
     for i, g in enumerate(tqdm(seed_gates, desc="first passage", disable=not progress, file=sys.stderr)):
-        mc = gates.first_passage_mc(g, eps, trials, seed + i)
-        ex = exact.exact_first_passage(g, eps)
+        mc = gates.first_passage_mc(g, eps=eps, trials=trials, seed=seed + i)
+        ex = exact.exact_first_passage(g, eps=eps)
         L = threshold(eps)
         m = g.moments()
         rows.append(dict(gate=str(g), eps=eps, trials=trials,
@@ -66,7 +66,7 @@ def scan(gate_list, eps_list=EPS_SCAN, progress=True):
     jobs = [(g, e) for g in gate_list for e in eps_list]
     for g, eps in tqdm(jobs, desc="exact numerics", disable=not progress, file=sys.stderr):
         m, L = g.moments(), threshold(eps)
-        ex = exact.exact_first_passage(g, eps)
+        ex = exact.exact_first_passage(g, eps=eps)
         C = smith_C(m)
         rows.append(dict(gate=str(g), eps=eps, L=L, kappa=m.kappa, sigma2=m.sigma2,
                          exact_mean_W=ex.mean, exact_var_W=ex.var, exact_mean_err=ex.mean_err,

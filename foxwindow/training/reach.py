@@ -62,9 +62,9 @@ def fox_gate_windows(model, tokens, eps):
         lg = captured[f"blocks.{li}.attn.attention.hook_log_fgate"].double().numpy()     # (S, T, H)
         law, med, cens = [], [], []
         for h in range(lg.shape[2]):
-            fp = exact.exact_first_passage(gates.EmpiricalGate(lg[:, :, h]), eps)
+            fp = exact.exact_first_passage(gates.EmpiricalGate(lg[:, :, h]), eps=eps)
             law.append(float(fp.mean))
-            w, c = gates.windows(lg[:, :, h], eps, dim=-1)
+            w, c = gates.windows(lg[:, :, h], eps=eps, dim=-1)
             med.append(float(np.median(w)))
             cens.append(float(c.mean()))
         out["law_mean"].append(law)

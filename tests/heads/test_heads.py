@@ -19,8 +19,8 @@ from foxwindow.models.attention import cum_log_gate, fox_logits
 def test_analyse_head_converts_eps_once_and_keeps_the_old_z():
     rng = np.random.default_rng(0)
     lg = -gates.LogitNormalGate(2, 0.5).sample(rng, (8, 512))
-    a = heads.analyse_head(lg, eps_list=[1e-2, 1e-3], seed=1, n_boot=200)
-    b = heads.analyse_head(lg, L_list=[gates.threshold(1e-2), gates.threshold(1e-3)], seed=1, n_boot=200)
+    a = heads.analyse_head(lg, eps=[1e-2, 1e-3], seed=1, n_boot=200)
+    b = heads.analyse_head(lg, L=[gates.threshold(1e-2), gates.threshold(1e-3)], seed=1, n_boot=200)
     assert a.L_list == b.L_list and a.pred_mean == b.pred_mean and a.eps_list == [1e-2, 1e-3]
     z16 = heads.critical_z(16, 8)                              # a z standing for a 16-head model
     assert heads.analyse_head(lg, z=z16, seed=1, n_boot=200).alpha_test == pytest.approx(0.05 / 32)
@@ -72,7 +72,7 @@ def test_mass_window_matches_brute_force():
 @pytest.mark.skipif(not os.path.exists(heads.DEFAULT_CHECKPOINT), reason="no shipped checkpoint")
 def test_shipped_model_analysis_runs():
     Ls = [gates.threshold(e) for e in (1e-2, 1e-3, 1e-4)]
-    results, info = heads.analyse_model(Ls=Ls, n_seq=4, seq_len=512, progress=False, n_boot=200, seed=3)
+    results, info = heads.analyse_model(L=Ls, n_seq=4, seq_len=512, progress=False, n_boot=200, seed=3)
     assert len(results) >= 4 and info["checkpoint"] == "checkpoints/fox_shakespeare.pt" and info["seed"] == 3
     for r in results:
         assert r.verdict in heads.verdict.STATES and len(r.pred_q50) == 3 and r.context == 1024

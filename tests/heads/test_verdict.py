@@ -79,7 +79,7 @@ def test_window_rows_match_forget_windows():
     Ls = [gates.threshold(e) for e in (0.1, 1e-3, 1e-6)]
     W, c = predict.window_rows(-lg, Ls, 128)
     for k, e in enumerate((0.1, 1e-3, 1e-6)):
-        w, cc = gates.windows(torch.from_numpy(lg), e, dim=1)
+        w, cc = gates.windows(torch.from_numpy(lg), eps=e, dim=1)
         assert np.array_equal(W[:, :, k], w[:, 128:].numpy()) and np.array_equal(c[:, :, k], cc[:, 128:].numpy())
 
 

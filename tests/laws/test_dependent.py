@@ -107,9 +107,9 @@ def test_phi_outside_unit_interval_is_rejected(phi):
     (lambda: renewal.finite_n_var(0.1, [1.0], -1.0), "L"),
     (lambda: renewal.finite_n_var(0.1, [[1.0]], 1.0), "gamma"),
     (lambda: renewal.finite_n_var(0.1, [1.0, -0.9, 0.0], 1.0), "autocovariance"),   # Var(S_2) < 0
-    (lambda: exact.markov_first_passage(AR1LogitGate(2, 0.5, 0.5), 1.5), "eps"),
-    (lambda: exact.markov_first_passage(AR1LogitGate(2, 0.5, 0.5), 1e-3, cells_per_kappa=1), "cells_per_kappa"),
-    (lambda: exact.markov_first_passage(AR1LogitGate(2, 0.5, 0.5), []), "eps"),
+    (lambda: exact.markov_first_passage(AR1LogitGate(2, 0.5, 0.5), eps=1.5), "eps"),
+    (lambda: exact.markov_first_passage(AR1LogitGate(2, 0.5, 0.5), eps=1e-3, cells_per_kappa=1), "cells_per_kappa"),
+    (lambda: exact.markov_first_passage(AR1LogitGate(2, 0.5, 0.5), eps=[]), "eps"),
 ])
 def test_bad_input_names_the_argument(fn, arg):
     with pytest.raises(ValueError, match=arg):
@@ -118,7 +118,7 @@ def test_bad_input_names_the_argument(fn, arg):
 
 def test_markov_numerics_need_an_ar1_gate():
     with pytest.raises(TypeError, match="AR1LogitGate"):
-        exact.markov_first_passage(LogitNormalGate(2, 0.5), 1e-3)
+        exact.markov_first_passage(LogitNormalGate(2, 0.5), eps=1e-3)
 
 
 # ----------------------------------------------------------------------------- the laws' ingredients
@@ -165,8 +165,8 @@ def test_finite_n_law_is_the_variance_of_the_sum():
 def test_markov_numerics_reduce_to_iid_numerics_at_phi_0():
     g0, iid = AR1LogitGate(2, 0.5, 0.0), LogitNormalGate(2, 0.5)
     eps = [_eps(iid, 8), _eps(iid, 20)]
-    for mp, e in zip(exact.markov_first_passage(g0, eps), eps):
-        ex = exact.exact_first_passage(iid, e)
+    for mp, e in zip(exact.markov_first_passage(g0, eps=eps), eps):
+        ex = exact.exact_first_passage(iid, eps=e)
         assert mp.L == pytest.approx(threshold(e))
         assert abs(mp.mean - ex.mean) <= max(mp.err_mean, 1e-6)
         assert abs(mp.var - ex.var) <= max(mp.err_var, 1e-6)
@@ -177,8 +177,8 @@ def test_markov_numerics_reduce_to_iid_numerics_at_phi_0():
 def test_markov_numerics_agree_with_monte_carlo():
     g = AR1LogitGate(2, 0.5, 0.9)
     eps = _eps(g, 17)                                              # L/kappa = 0.94 tau, far from the asymptotics
-    mp = exact.markov_first_passage(g, eps)[0]
-    mc = gates.first_passage_mc(g, eps, trials=100_000, seed=3)
+    mp = exact.markov_first_passage(g, eps=eps)[0]
+    mc = gates.first_passage_mc(g, eps=eps, trials=100_000, seed=3)
     z = bonferroni_z(2)
     assert abs(mc.mean - mp.mean) <= z * mc.se_mean + mp.err_mean
     assert abs(mc.var - mp.var) <= z * mc.se_var + mp.err_var
@@ -193,7 +193,7 @@ def test_leading_law_within_its_stated_error_at_phi_half():
     g = AR1LogitGate(2, 0.5, 0.5)
     lr = exact.ar1_long_run(g)
     L = 100 * lr.kappa
-    mc = gates.first_passage_mc(g, math.exp(-L), trials=100_000, seed=5)
+    mc = gates.first_passage_mc(g, eps=math.exp(-L), trials=100_000, seed=5)
     z = bonferroni_z(2)
     lead = renewal.dependent_var(lr.kappa, lr.sigma2_lr, L)
     second = renewal.second_order_var(lr.kappa, lr.sigma2_lr, lr.kappa3_lr, lr.sum_k_gamma_k, L)
@@ -208,7 +208,7 @@ def test_second_order_law_and_mean_law_in_their_regime():
     g = AR1LogitGate(2, 0.5, 0.9)
     lr = exact.ar1_long_run(g)
     L = 50 * lr.kappa
-    mc = gates.first_passage_mc(g, math.exp(-L), trials=100_000, seed=9)
+    mc = gates.first_passage_mc(g, eps=math.exp(-L), trials=100_000, seed=9)
     z = bonferroni_z(3)
     second = renewal.second_order_var(lr.kappa, lr.sigma2_lr, lr.kappa3_lr, lr.sum_k_gamma_k, L)
     assert abs(second.var - mc.var) <= 0.02 * second.var + z * mc.se_var

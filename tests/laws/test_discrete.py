@@ -88,7 +88,7 @@ def within(r, mean, var):
 def test_few_atoms_exact_against_rational_enumeration(values, probs, L):
     mean, var = rational_enumeration(values, probs, L)
     r = exact.exact_first_passage(TwoValues(*values[:2], probs[0]) if len(values) == 2 and probs[0] == 0.5 else
-                                  discrete.AtomGate(np.array(values), np.array(probs), "atoms"), math.exp(-L))
+                                  discrete.AtomGate(np.array(values), np.array(probs), "atoms"), eps=math.exp(-L))
     assert "exact" in r.method or "closed form" in r.method
     within(r, mean, var)
     assert r.mean_err < 1e-9 * max(mean, 1) and r.var_err < 1e-9 * max(var, 1)
@@ -96,9 +96,9 @@ def test_few_atoms_exact_against_rational_enumeration(values, probs, L):
 
 def test_custom_discrete_gate_is_detected_from_its_cdf():
     g, L = TwoValues(0.5, 1.0, 0.5), 3.3
-    r = exact.exact_first_passage(g, math.exp(-L))
+    r = exact.exact_first_passage(g, eps=math.exp(-L))
     assert r.method == "exact binomial sums" and r.mean == pytest.approx(3.890625, abs=1e-12)
-    assert exact.exact_first_passage(g, math.exp(-L), richardson=False).mean == pytest.approx(3.890625, abs=1e-12)
+    assert exact.exact_first_passage(g, eps=math.exp(-L), richardson=False).mean == pytest.approx(3.890625, abs=1e-12)
     vals, mass = discrete.find_atoms(g.cdf, 2.0)
     assert np.allclose(vals, [0.5, 1.0]) and np.allclose(mass, [0.5, 0.5])
     # a smooth law has none
@@ -123,7 +123,7 @@ def test_two_point_law_at_eps_1e_100_against_exact_integer_sums():
     EN = sum(s)
     mean, var = float(EN - 1), float(sum((2 * i + 1) * x for i, x in enumerate(s)) - EN * EN)
     t = time.perf_counter()
-    r = exact.exact_first_passage(EmpiricalGate(np.log([math.exp(-0.5), math.exp(-1.0)])), eps)
+    r = exact.exact_first_passage(EmpiricalGate(np.log([math.exp(-0.5), math.exp(-1.0)])), eps=eps)
     assert time.perf_counter() - t < 1
     # the gates exp(-0.5), exp(-1) round-trip through log to the same floats 0.5, 1.0
     within(r, mean, var)
@@ -137,7 +137,7 @@ def test_saturating_custom_gate_against_the_compounded_poisson_law():
     a = 1 - q
     mean = EY / a - 1
     var = VY / a ** 2 + q * EY / a ** 2
-    r = exact.exact_first_passage(Saturating(q, rate), eps)
+    r = exact.exact_first_passage(Saturating(q, rate), eps=eps)
     assert "compounded" in r.method
     within(r, mean, var)
     assert r.mean_err < 1e-8 * mean and r.var_err < 1e-8 * var
@@ -151,7 +151,7 @@ def test_saturated_empirical_gate_in_closed_form_against_the_negative_binomial()
         L = -math.log(eps)
         ny = int(Fraction(L) // Fraction(math.log(2.0))) + 1
         t = time.perf_counter()
-        r = exact.exact_first_passage(EmpiricalGate(-x), eps)
+        r = exact.exact_first_passage(EmpiricalGate(-x), eps=eps)
         assert time.perf_counter() - t < 1
         within(r, ny / 1e-3 - 1, ny * 0.999 / 1e-6)
         # the survival at the mean against an mpmath binomial sum: P(N > n) = P(Bin(n, 0.001) < N_Y)
@@ -171,14 +171,14 @@ def test_many_atoms_with_an_atom_at_zero_are_fast_and_honest():
         t = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", exact.AccuracyWarning)
-            r = exact.exact_first_passage(g, eps, tol=1e-3)
+            r = exact.exact_first_passage(g, eps=eps, tol=1e-3)
         assert time.perf_counter() - t < 4                        # about 1 s of refinement, on a loaded machine
         # the compounding identity against the empirical law's own Wald mean: E[N] = E[N_Y] / (1 - q)
-        ry = exact.exact_first_passage(EmpiricalGate(-x[x > 0]), eps, tol=1e-3)
+        ry = exact.exact_first_passage(EmpiricalGate(-x[x > 0]), eps=eps, tol=1e-3)
         assert abs((r.mean + 1) - (ry.mean + 1) / 0.7) <= r.mean_err + ry.mean_err / 0.7
         assert r.mean_err < 1e-2 * r.mean
 
 
 def test_mixed_law_is_refused():
     with pytest.raises(ValueError, match="atoms"):
-        exact.exact_first_passage(Mixed(0.2, 5.0), 1e-3)
+        exact.exact_first_passage(Mixed(0.2, 5.0), eps=1e-3)

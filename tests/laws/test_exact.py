@@ -40,7 +40,7 @@ def test_closed_form_survival_dispatch():
     assert len(s) == w + 2 and s[:w + 1].min() == 1.0 and s[-1] == 0.0
     # gamma X: the full survival gives the moments of the closed-form branch of the exact numerics
     g = GammaIncrement(2.0, 0.07)
-    s, ex = exact.closed_form_survival(g, L), exact.exact_first_passage(g, 1e-3)
+    s, ex = exact.closed_form_survival(g, L), exact.exact_first_passage(g, eps=1e-3)
     pmf = -np.diff(np.concatenate([s, [0.0]]))                               # P(W = w) = s_w - s_{w+1}
     mean = float(np.dot(np.arange(len(pmf)), pmf))
     assert abs(mean - ex.mean) <= 1e-10 * ex.mean and ex.method == "closed form"
@@ -54,8 +54,8 @@ def test_narrow_gamma_far_from_zero_matches_closed_form(k, kappa, eps):
     # L/kappa >= 1e4 and cv = 0.2: the regime where the old lattice (spacing from L) failed
     L = renewal.threshold(eps)
     assert L / kappa >= 1e4
-    closed = exact.exact_first_passage(GammaIncrement(k, kappa / k), eps)
-    lat, dt = timed(lambda: exact.exact_first_passage(CdfOnly(GammaIncrement(k, kappa / k)), eps))
+    closed = exact.exact_first_passage(GammaIncrement(k, kappa / k), eps=eps)
+    lat, dt = timed(lambda: exact.exact_first_passage(CdfOnly(GammaIncrement(k, kappa / k)), eps=eps))
     assert "Richardson" in lat.method and closed.method == "closed form"
     for got, want, err in ((lat.mean, closed.mean, lat.mean_err), (lat.var, closed.var, lat.var_err)):
         assert abs(got - want) <= err + 4e-15 * abs(want)           # + rounding of the closed form's own sum
@@ -68,7 +68,7 @@ def test_exponential_through_the_lattice_matches_poisson():
     # Beta(20, 1) gives X ~ Exp(20): N - 1 ~ Poisson(20 L); the old lattice was off by 1.3e-4 here, in 14 s
     eps = 1e-12
     lam = 20 * renewal.threshold(eps)
-    r, dt = timed(lambda: exact.exact_first_passage(CdfOnly(BetaGate(20, 1)), eps))
+    r, dt = timed(lambda: exact.exact_first_passage(CdfOnly(BetaGate(20, 1)), eps=eps))
     assert abs(r.mean - lam) <= max(r.mean_err, 1e-12 * lam) and abs(r.mean - lam) <= 1e-8 * lam
     assert abs(r.var - lam) <= max(r.var_err, 1e-12 * lam) and abs(r.var - lam) <= 1e-8 * lam
     assert dt < 5
@@ -78,10 +78,10 @@ def test_exponential_through_the_lattice_matches_poisson():
 def test_singular_density_within_an_honest_error_estimate(k):
     # gamma k < 1: density x^(k-1) unbounded at 0. The estimate must cover the true error and not exceed it 10x.
     eps, tol = 1e-3, 1e-5
-    closed = exact.exact_first_passage(GammaIncrement(k, 0.2), eps)
+    closed = exact.exact_first_passage(GammaIncrement(k, 0.2), eps=eps)
     with warnings.catch_warnings():
         warnings.simplefilter("error", exact.AccuracyWarning)      # tol must be met, not warned about
-        r = exact.exact_first_passage(CdfOnly(GammaIncrement(k, 0.2)), eps, tol=tol)
+        r = exact.exact_first_passage(CdfOnly(GammaIncrement(k, 0.2)), eps=eps, tol=tol)
     for got, want, err in ((r.mean, closed.mean, r.mean_err), (r.var, closed.var, r.var_err)):
         true = abs(got - want)
         assert true <= err <= 10 * true, (k, got, want, err)
@@ -95,7 +95,7 @@ def test_logit_normal_far_windows_match_high_precision_references():
     # (mu, s, eps, E[W], Var[W], decimals quoted)
     refs = [(6, 0.1, 1e-12, 11105.00616, 111.41253, 5), (2, 0.5, 1e-300, 4922.186296, 1137.139197, 6)]
     for mu, s, eps, mean, var, dec in refs:
-        r, dt = timed(lambda: exact.exact_first_passage(LogitNormalGate(mu, s), eps))
+        r, dt = timed(lambda: exact.exact_first_passage(LogitNormalGate(mu, s), eps=eps))
         half = 0.5 * 10.0 ** -dec
         assert abs(r.mean - mean) <= 1e-8 * mean + half, (mu, s, r.mean)
         assert abs(r.var - var) <= 1e-8 * var + half, (mu, s, r.var)
@@ -107,7 +107,7 @@ def test_million_step_window_agrees_with_the_renewal_laws():
     # E[W] ~ 1e6 steps: the old lattice ran > 15 minutes. Here the renewal expansions (mean, Smith variance)
     # are exact to far below 1e-8 relative (L/kappa = 1e6), an independent check of both.
     g, eps = LogitNormalGate(12, 0.5), 1e-3
-    r, dt = timed(lambda: exact.exact_first_passage(g, eps))
+    r, dt = timed(lambda: exact.exact_first_passage(g, eps=eps))
     m, L = g.moments(), renewal.threshold(eps)
     assert r.mean > 9e5
     assert abs(renewal.renewal_mean(m, L) - 1 - r.mean) <= r.mean_err + 1e-9 * r.mean
@@ -140,7 +140,7 @@ def test_atomic_law_matches_brute_force_enumeration():
     x = np.array([0.1307, 0.2931, 0.2931, 1.0719])
     L = 1.2 + 1 / 7
     mean, var = _brute_force(x, L)
-    r, dt = timed(lambda: exact.exact_first_passage(EmpiricalGate(-x), math.exp(-L), tol=1e-9))
+    r, dt = timed(lambda: exact.exact_first_passage(EmpiricalGate(-x), eps=math.exp(-L), tol=1e-9))
     assert "exact sums" in r.method                          # three values: exact sums over counts
     # exact once the bracket closes; the remaining error is rounding of the inversion (1e-11 allowed on top)
     assert abs(r.mean - mean) <= r.mean_err + 1e-11
@@ -150,7 +150,7 @@ def test_atomic_law_matches_brute_force_enumeration():
 
 def test_survival_is_a_law():
     for g, eps in ((LogitNormalGate(1, 1), 1e-2), (CdfOnly(GammaIncrement(2.0, 0.07)), 1e-4)):
-        r = exact.exact_first_passage(g, eps)
+        r = exact.exact_first_passage(g, eps=eps)
         s = r.survival
         assert s[0] == 1.0 and s[-1] == 0.0
         assert np.all(np.diff(s) <= 1e-12)
@@ -165,23 +165,23 @@ def test_unreachable_tolerance_warns_or_raises_with_the_achieved_error(monkeypat
     monkeypatch.setattr(lattice, "_MAX_LEVEL", 3)                  # refinement runs out after 4 lattices
     g = LogitNormalGate(2, 0.5)
     with pytest.warns(exact.AccuracyWarning, match=r"reached \|err E\[W\]\| <= "):
-        r = exact.exact_first_passage(g, 1e-3, tol=1e-15)
+        r = exact.exact_first_passage(g, eps=1e-3, tol=1e-15)
     assert r.mean_err > 0 and r.var_err > 0
     with pytest.raises(exact.AccuracyError, match="tol 1e-15"):
-        exact.exact_first_passage(g, 1e-3, tol=1e-15, strict=True)
+        exact.exact_first_passage(g, eps=1e-3, tol=1e-15, strict=True)
 
 
 # ----------------------------------------------------------------------------- long and lattice windows
 
 
 def test_constant_gate_windows_without_allocation():
-    r = exact.exact_first_passage(ConstantGate(1e-9), 1e-3)
+    r = exact.exact_first_passage(ConstantGate(1e-9), eps=1e-3)
     assert r.mean == math.floor(renewal.threshold(1e-3) / 1e-9) and r.var == 0
     assert len(r.survival) == 2 and r.n0 == int(r.mean)
-    r = exact.exact_first_passage(ConstantGate(1e-300), 1e-3)
+    r = exact.exact_first_passage(ConstantGate(1e-300), eps=1e-3)
     assert r.n0 > 10 ** 300 and r.var == 0
     # an empirical law with a single value is a constant increment
-    r = exact.exact_first_passage(EmpiricalGate(np.full(5, -0.05)), 1e-3)
+    r = exact.exact_first_passage(EmpiricalGate(np.full(5, -0.05)), eps=1e-3)
     assert r.mean == 138 and r.var == 0
 
 
@@ -196,9 +196,9 @@ def test_alibi_window_is_exact_down_to_the_smallest_eps():
 
 @pytest.mark.parametrize("call,exc,word", [
     (lambda: EmpiricalGate(np.zeros(10)), ValueError, "kappa = 0"),
-    (lambda: exact.exact_first_passage(LogitNormalGate(40, 1), 1e-3), ValueError, "exceeds the cap"),
-    (lambda: gates.first_passage_mc(LogitNormalGate(40, 1), 1e-3, 100), ValueError, "max_steps"),
-    (lambda: gates.first_passage_mc(ConstantGate(1e-9), 1e-3, 100), ValueError, "max_steps"),
+    (lambda: exact.exact_first_passage(LogitNormalGate(40, 1), eps=1e-3), ValueError, "exceeds the cap"),
+    (lambda: gates.first_passage_mc(LogitNormalGate(40, 1), eps=1e-3, trials=100), ValueError, "max_steps"),
+    (lambda: gates.first_passage_mc(ConstantGate(1e-9), eps=1e-3, trials=100), ValueError, "max_steps"),
     (lambda: BetaGate(math.inf, 1), ValueError, "finite"),
     (lambda: BetaGate(1, math.nan), ValueError, "finite"),
     (lambda: GammaIncrement(math.inf, 1), ValueError, "finite"),
@@ -206,9 +206,9 @@ def test_alibi_window_is_exact_down_to_the_smallest_eps():
     (lambda: LogitNormalGate(math.nan, 1), ValueError, "finite"),
     (lambda: LogitNormalGate("2", 1), TypeError, "mu"),
     (lambda: ConstantGate(math.inf), ValueError, "slope"),
-    (lambda: gates.first_passage_mc(LogitNormalGate(2, 0.5), 1e-3, trials=1), ValueError, "trials"),
-    (lambda: gates.first_passage_mc(LogitNormalGate(2, 0.5), 1e-3, trials=2.5), ValueError, "trials"),
-    (lambda: exact.exact_first_passage(LogitNormalGate(2, 0.5), 1e-3, tol=0), ValueError, "tol"),
+    (lambda: gates.first_passage_mc(LogitNormalGate(2, 0.5), eps=1e-3, trials=1), ValueError, "trials"),
+    (lambda: gates.first_passage_mc(LogitNormalGate(2, 0.5), eps=1e-3, trials=2.5), ValueError, "trials"),
+    (lambda: exact.exact_first_passage(LogitNormalGate(2, 0.5), eps=1e-3, tol=0), ValueError, "tol"),
     (lambda: renewal.alibi_window(0, 1e-3), ValueError, "slope"),
     (lambda: renewal.alibi_window(math.inf, 1e-3), ValueError, "slope"),
     (lambda: renewal.alibi_window(0.05, 0.0), ValueError, "eps"),
@@ -227,11 +227,11 @@ def test_eps_near_one_answers_at_once_within_its_bound(eps):
     is the bound q/(1-q) from P(S_n <= L) <= q^n (X >= 0); no lattice of cells of width ~L is built."""
     for g in (LogitNormalGate(2, 0.5), LogitNormalGate(1, 1), LogitNormalGate(-2, 1)):
         t = time.perf_counter()
-        r = exact.exact_first_passage(g, eps)
+        r = exact.exact_first_passage(g, eps=eps)
         assert time.perf_counter() - t < 5
         q = float(g.cdf(np.array([gates.threshold(eps)]))[0])
         assert r.mean == 0.0 and r.mean_err == pytest.approx(q / (1 - q), rel=1e-12) and r.mean_err <= 1e-8
     # where F(L) is not negligible the lattice still answers, within its error of the closed form
-    r = exact.exact_first_passage(GammaIncrement(0.5, 0.1), eps)
-    ref = exact.exact_first_passage(CdfOnly(GammaIncrement(0.5, 0.1)), eps)
+    r = exact.exact_first_passage(GammaIncrement(0.5, 0.1), eps=eps)
+    ref = exact.exact_first_passage(CdfOnly(GammaIncrement(0.5, 0.1)), eps=eps)
     assert abs(r.mean - ref.mean) <= r.mean_err + ref.mean_err + 1e-12

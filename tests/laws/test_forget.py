@@ -67,7 +67,7 @@ def brute_windows(lg, eps):
 @settings(max_examples=80, deadline=None)
 @given(st.lists(log_gate_values, min_size=1, max_size=60), st.floats(1e-9, 0.99))
 def test_windows_match_brute_force(lg, eps):
-    W, cens = gates.windows(np.array(lg), eps)
+    W, cens = gates.windows(np.array(lg), eps=eps)
     Wb, cb = brute_windows(lg, eps)
     np.testing.assert_array_equal(W, Wb)
     np.testing.assert_array_equal(cens, cb)
@@ -76,29 +76,29 @@ def test_windows_match_brute_force(lg, eps):
 
 
 def test_windows_single_position_and_gate_one():
-    W, c = gates.windows(np.array([0.0]), 1e-3)
+    W, c = gates.windows(np.array([0.0]), eps=1e-3)
     assert W.tolist() == [1] and c.tolist() == [True]
-    W, c = gates.windows(np.array([-10.0]), 1e-3)                  # X > L: nothing beyond the query
+    W, c = gates.windows(np.array([-10.0]), eps=1e-3)                  # X > L: nothing beyond the query
     assert W.tolist() == [0] and c.tolist() == [False]
-    W, c = gates.windows(np.zeros(50), 0.5)                        # gates equal to 1 never forget
+    W, c = gates.windows(np.zeros(50), eps=0.5)                        # gates equal to 1 never forget
     assert c.all() and W.tolist() == list(range(1, 51))
 
 
 def test_windows_batched_torch_matches_numpy():
     rng = np.random.default_rng(0)
     lg = np.log(rng.beta(8, 1, size=(2, 300, 3))).astype(np.float32)   # (B, T, H)
-    Wt, ct = gates.windows(torch.from_numpy(lg), 1e-2, dim=1)
+    Wt, ct = gates.windows(torch.from_numpy(lg), eps=1e-2, dim=1)
     assert Wt.shape == (2, 300, 3) and Wt.dtype == torch.int64
     for b in range(2):
         for h in range(3):
-            Wn, cn = gates.windows(lg[b, :, h], 1e-2)
+            Wn, cn = gates.windows(lg[b, :, h], eps=1e-2)
             np.testing.assert_array_equal(Wt[b, :, h].numpy(), Wn)
             np.testing.assert_array_equal(ct[b, :, h].numpy(), cn)
 
 
 def test_alibi_trace_windows_are_integer():
     for m, expect in ((0.05, 138), (0.1, 69)):
-        W, c = gates.windows(np.full(1000, -m), 1e-3)
+        W, c = gates.windows(np.full(1000, -m), eps=1e-3)
         assert renewal.alibi_window(m, 1e-3) == expect
         assert np.all(W[~c] == expect) and np.all(W[expect + 1:] == expect)
 
@@ -133,8 +133,8 @@ def test_monte_carlo_matches_exact_moments_and_wald():
     z = bonferroni_z(3 * len(SEED_GATES))
     for i, gate in enumerate(SEED_GATES):
         eps, n = 1e-3, 200_000
-        W, R = gates.first_passage_samples(gate, eps, n, seed=10 + i)
-        ex = exact.exact_first_passage(gate, eps)
+        W, R = gates.first_passage_samples(gate, eps=eps, trials=n, seed=10 + i)
+        ex = exact.exact_first_passage(gate, eps=eps)
         w = W.astype(float)
         mean, var = w.mean(), w.var(ddof=1)
         se_mean = math.sqrt(var / n)
@@ -149,9 +149,9 @@ def test_monte_carlo_matches_exact_moments_and_wald():
 
 
 def test_monte_carlo_mc_result_and_alibi():
-    r = gates.first_passage_mc(ConstantGate(0.1), 1e-3, trials=1000, seed=0)
+    r = gates.first_passage_mc(ConstantGate(0.1), eps=1e-3, trials=1000, seed=0)
     assert r.mean == 69 and r.var == 0
-    r = gates.first_passage_mc(BetaGate(10, 1), 1e-2, trials=100_000, seed=3)
+    r = gates.first_passage_mc(BetaGate(10, 1), eps=1e-2, trials=100_000, seed=3)
     lam = 10 * threshold(1e-2)                                      # Poisson: mean = var = lam
     z = bonferroni_z(2)
     assert abs(r.mean - lam) <= z * r.se_mean and abs(r.var - lam) <= z * r.se_var
@@ -159,10 +159,10 @@ def test_monte_carlo_mc_result_and_alibi():
 
 def test_monte_carlo_is_seeded_and_chunked():
     g = SEED_GATES[1]
-    a, _ = gates.first_passage_samples(g, 1e-3, 5000, seed=7, chunk=2000)
-    b, _ = gates.first_passage_samples(g, 1e-3, 5000, seed=7, chunk=2000)
+    a, _ = gates.first_passage_samples(g, eps=1e-3, trials=5000, seed=7, chunk=2000)
+    b, _ = gates.first_passage_samples(g, eps=1e-3, trials=5000, seed=7, chunk=2000)
     np.testing.assert_array_equal(a, b)
-    c, _ = gates.first_passage_samples(g, 1e-3, 5000, seed=7, chunk=1 << 20)
+    c, _ = gates.first_passage_samples(g, eps=1e-3, trials=5000, seed=7, chunk=1 << 20)
     assert len(c) == 5000 and abs(c.mean() - a.mean()) < 1.0      # same law, different streams
 
 
@@ -176,16 +176,16 @@ def test_monte_carlo_is_seeded_and_chunked():
     (lambda: gates.increments_from_log_gates(np.array([-0.1, 0.2])), "<= 0"),
     (lambda: gates.increments_from_log_gates(np.array([-0.1, np.nan])), "NaN"),
     (lambda: gates.increments_from_log_gates(np.array([-0.1, -np.inf])), "infinite"),
-    (lambda: gates.windows(np.array([]), 1e-3), "empty"),
-    (lambda: gates.windows(np.zeros((3, 0)), 1e-3), "empty"),
-    (lambda: gates.windows(np.array(["a", "b"]), 1e-3), "dtype"),
-    (lambda: gates.windows(torch.zeros(4, dtype=torch.int64), 1e-3), "floating"),
-    (lambda: gates.windows(np.zeros(4), 0.0), "eps"),
-    (lambda: gates.windows(np.zeros(4), 1.0), "eps"),
-    (lambda: gates.windows(np.zeros(4), float("nan")), "eps"),
-    (lambda: exact.exact_first_passage(SEED_GATES[0], -1), "eps"),
-    (lambda: exact.exact_first_passage(AR1LogitGate(2, 0.5, 0.5), 1e-3), "dependent"),
-    (lambda: gates.first_passage_mc(SEED_GATES[0], 1e-3, trials=0), "trials"),
+    (lambda: gates.windows(np.array([]), eps=1e-3), "empty"),
+    (lambda: gates.windows(np.zeros((3, 0)), eps=1e-3), "empty"),
+    (lambda: gates.windows(np.array(["a", "b"]), eps=1e-3), "dtype"),
+    (lambda: gates.windows(torch.zeros(4, dtype=torch.int64), eps=1e-3), "floating"),
+    (lambda: gates.windows(np.zeros(4), eps=0.0), "eps"),
+    (lambda: gates.windows(np.zeros(4), eps=1.0), "eps"),
+    (lambda: gates.windows(np.zeros(4), eps=float("nan")), "eps"),
+    (lambda: exact.exact_first_passage(SEED_GATES[0], eps=-1), "eps"),
+    (lambda: exact.exact_first_passage(AR1LogitGate(2, 0.5, 0.5), eps=1e-3), "dependent"),
+    (lambda: gates.first_passage_mc(SEED_GATES[0], eps=1e-3, trials=0), "trials"),
     (lambda: LogitNormalGate(0, -1), "s > 0"),
     (lambda: BetaGate(0, 1), "a > 0"),
     (lambda: ConstantGate(0), "slope"),
@@ -207,8 +207,8 @@ def test_empirical_gate_moments_are_the_trace_moments():
     m = g.moments()
     x = -lg
     assert m.kappa == pytest.approx(x.mean()) and m.sigma2 == pytest.approx(x.var())
-    ex = exact.exact_first_passage(g, 1e-2)                       # the empirical law's exact window
-    r = gates.first_passage_mc(g, 1e-2, 50_000, seed=2)
+    ex = exact.exact_first_passage(g, eps=1e-2)                       # the empirical law's exact window
+    r = gates.first_passage_mc(g, eps=1e-2, trials=50_000, seed=2)
     z = bonferroni_z(1)
     assert abs(r.mean - ex.mean) <= z * r.se_mean + 0.01           # + lattice error of an atomic law (O(h))
 
@@ -217,11 +217,11 @@ def test_thresholds_given_as_L_equal_eps():
     """L = ln(1/eps) is accepted wherever eps is (gates.level: exactly one of them), with the same result."""
     lg = np.log(np.random.default_rng(3).beta(8, 1, (3, 200)))
     eps = 1e-3
-    W1, c1 = gates.windows(lg, eps)
+    W1, c1 = gates.windows(lg, eps=eps)
     W2, c2 = gates.windows(lg, L=math.log(1 / eps))
     assert np.array_equal(W1, W2) and np.array_equal(c1, c2)
     g = SEED_GATES[0]
-    a, b = exact.exact_first_passage(g, eps), exact.exact_first_passage(g, L=math.log(1 / eps))
+    a, b = exact.exact_first_passage(g, eps=eps), exact.exact_first_passage(g, L=math.log(1 / eps))
     assert a.mean == b.mean and a.var == b.var
     for kw in (dict(eps=0.1, L=2.0), dict(), dict(L=-1.0), dict(L=float("nan"))):
         with pytest.raises(ValueError):

@@ -101,8 +101,8 @@ def test_ar1_short_windows_against_monte_carlo(phi, ratio, seed):
     # 2-10x small estimate
     g = AR1LogitGate(2, 0.5, phi)
     eps = math.exp(-ratio * g.moments().kappa)
-    r = exact.markov_first_passage(g, eps)[0]
-    mc = gates.first_passage_mc(g, eps, trials=200_000, seed=seed)
+    r = exact.markov_first_passage(g, eps=eps)[0]
+    mc = gates.first_passage_mc(g, eps=eps, trials=200_000, seed=seed)
     z = bonferroni_z(2)
     assert abs(r.mean - mc.mean) <= z * mc.se_mean + r.err_mean
     assert abs(r.var - mc.var) <= z * mc.se_var + r.err_var
@@ -113,15 +113,15 @@ def test_ar1_short_windows_against_monte_carlo(phi, ratio, seed):
 def test_markov_tol_is_validated(tol):
     t = time.perf_counter()
     with pytest.raises(ValueError, match="tol"):
-        exact.markov_first_passage(AR1LogitGate(2, 0.5, 0.5), 1e-3, tol=tol)
+        exact.markov_first_passage(AR1LogitGate(2, 0.5, 0.5), eps=1e-3, tol=tol)
     with pytest.raises(ValueError, match="tol"):
         markov.markov_chain_first_passage(*regime(), eps=1e-3, tol=tol)
     assert time.perf_counter() - t < 2
 
 
 @pytest.mark.parametrize("call,word", [
-    (lambda: exact.markov_first_passage(AR1LogitGate(40, 1, 0.5), 1e-3), "nmax"),        # kappa ~ 4e-18
-    (lambda: exact.markov_first_passage(AR1LogitGate(2, 0.5, 0.999), 1e-3, max_seconds=5), "max_seconds"),
+    (lambda: exact.markov_first_passage(AR1LogitGate(40, 1, 0.5), eps=1e-3), "nmax"),        # kappa ~ 4e-18
+    (lambda: exact.markov_first_passage(AR1LogitGate(2, 0.5, 0.999), eps=1e-3, max_seconds=5), "max_seconds"),
     (lambda: markov.markov_chain_first_passage(np.eye(2) * 0.5, regime()[1], eps=1e-3), "rows"),
     (lambda: markov.markov_chain_first_passage(regime()[0], regime()[1][:1], eps=1e-3), "laws"),
     (lambda: markov.markov_chain_first_passage(*regime()), "one of eps"),
@@ -155,7 +155,7 @@ def test_iid_laws_refuse_bad_input(fn):
 def test_smith_var_of_a_constant_gate_is_its_exact_variance():
     m = gates.ConstantGate(0.05).moments()
     assert renewal.smith_var(m, renewal.threshold(1e-3)) == 0.0
-    assert exact.exact_first_passage(gates.ConstantGate(0.05), 1e-3).var == 0.0
+    assert exact.exact_first_passage(gates.ConstantGate(0.05), eps=1e-3).var == 0.0
 
 
 def test_alibi_window_real_against_mpmath_on_boundary_cases():
@@ -176,14 +176,14 @@ def test_gamma_closed_form_range_and_the_lattice_beyond_it():
     # Gamma(500, 1e-5) at 1e-300: n k ~ 7e7, where scipy's incomplete gamma is off ~1e-6; the lattice takes it,
     # checked against the renewal laws (exact far beyond 1e-10 at L/kappa = 1.4e5)
     g, eps = gates.GammaIncrement(500, 1e-5), 1e-300
-    r = exact.exact_first_passage(g, eps)
+    r = exact.exact_first_passage(g, eps=eps)
     m, L = g.moments(), renewal.threshold(eps)
     assert r.method != "closed form"
     assert abs(r.mean - (renewal.renewal_mean(m, L) - 1)) <= r.mean_err + 1e-12 * r.mean
     assert abs(r.var - renewal.smith_var(m, L)) <= r.var_err
     # inside the range the closed form carries a nonzero error and agrees with mpmath's incomplete gamma
     g2 = gates.GammaIncrement(2.0, 0.07)
-    r2 = exact.exact_first_passage(g2, 1e-3)
+    r2 = exact.exact_first_passage(g2, eps=1e-3)
     assert r2.method == "closed form" and r2.mean_err > 0 and r2.var_err > 0
     mpmath.mp.dps = 40
     Lx = Fraction(renewal.threshold(1e-3)) / Fraction(0.07)
@@ -196,9 +196,9 @@ def test_monte_carlo_runs_are_reproducible_but_not_prefixes():
     # documented (gates.first_passage_samples): a run is fixed by (seed, trials, chunk); its first n walks are
     # not the walks of a run of n trials (the random stream is drawn in blocks shaped by the batch)
     g = LogitNormalGate(2, 0.5)
-    a, _ = gates.first_passage_samples(g, 1e-2, 500, seed=4)
-    b, _ = gates.first_passage_samples(g, 1e-2, 500, seed=4)
-    c, _ = gates.first_passage_samples(g, 1e-2, 1000, seed=4)
+    a, _ = gates.first_passage_samples(g, eps=1e-2, trials=500, seed=4)
+    b, _ = gates.first_passage_samples(g, eps=1e-2, trials=500, seed=4)
+    c, _ = gates.first_passage_samples(g, eps=1e-2, trials=1000, seed=4)
     assert np.array_equal(a, b)
     assert not np.array_equal(a, c[:500])
 

@@ -18,7 +18,7 @@ from foxwindow.laws.gates import SEED_GATES, AR1LogitGate, BetaGate, ConstantGat
 @pytest.mark.parametrize("eps", [1e-2, 1e-3, 1e-4, 1e-6])
 def test_iid_laws_match_exact_numerics(gate, eps):
     m, L = gate.moments(), threshold(eps)
-    ex = exact.exact_first_passage(gate, eps)
+    ex = exact.exact_first_passage(gate, eps=eps)
     assert ex.var >= 1.0
     assert abs(renewal.renewal_mean(m, L) - 1 - ex.mean) < 1e-6
     assert abs(renewal.smith_var(m, L) - ex.var) < 1e-6
@@ -33,7 +33,7 @@ def test_seed_numbers_corrected():
     expect = [(49.82, 11.37, 11.41), (17.79, 11.10, 11.08), (136.88, 12.09, 12.18)]
     for gate, (EN, lead, sim) in zip(SEED_GATES, expect):
         m = gate.moments()
-        ex = exact.exact_first_passage(gate, 1e-3)
+        ex = exact.exact_first_passage(gate, eps=1e-3)
         assert ex.mean + 1 == pytest.approx(EN, abs=0.04)
         assert renewal.leading_var(m, L) == pytest.approx(lead, abs=0.012)      # the seed truncates 11.116
         assert ex.var == pytest.approx(sim, abs=0.1)
@@ -44,8 +44,8 @@ def test_seed_numbers_corrected():
 @pytest.mark.parametrize("k,theta,tol", [(2.0, 0.07, 1e-6), (5.0, 0.03, 1e-8), (3.0, 0.2, 1e-8), (1.5, 0.2, 1e-5)])
 @pytest.mark.parametrize("eps", [1e-2, 1e-4])
 def test_lattice_numerics_match_gamma_closed_form(k, theta, tol, eps):
-    closed = exact.exact_first_passage(GammaIncrement(k, theta), eps)
-    lattice = exact.exact_first_passage(CdfOnly(GammaIncrement(k, theta)), eps)
+    closed = exact.exact_first_passage(GammaIncrement(k, theta), eps=eps)
+    lattice = exact.exact_first_passage(CdfOnly(GammaIncrement(k, theta)), eps=eps)
     assert "Richardson" in lattice.method and closed.method == "closed form"
     assert abs(lattice.mean - closed.mean) < tol
     assert abs(lattice.var - closed.var) < tol
@@ -65,7 +65,7 @@ def test_exponential_increments_are_poisson():
         assert m.kappa == pytest.approx(1 / a, rel=1e-12) and renewal.smith_C(m) == pytest.approx(0, abs=1e-9)
         for eps in (1e-1, 1e-3):
             L = threshold(eps)
-            ex = exact.exact_first_passage(gate, eps)
+            ex = exact.exact_first_passage(gate, eps=eps)
             lam = L * a
             assert ex.mean == pytest.approx(lam, abs=1e-9) and ex.var == pytest.approx(lam, abs=1e-9)
             np.testing.assert_allclose(ex.pmf[:40], stats.poisson.pmf(np.arange(40), lam), atol=1e-12)
@@ -76,7 +76,7 @@ def test_variance_is_linear_in_L():
     gate = SEED_GATES[0]
     m = gate.moments()
     Ls = np.array([threshold(e) for e in (1e-2, 1e-3, 1e-4, 1e-5, 1e-6)])
-    V = np.array([exact.exact_first_passage(gate, math.exp(-L)).var for L in Ls])
+    V = np.array([exact.exact_first_passage(gate, eps=math.exp(-L)).var for L in Ls])
     slope, intercept = np.polyfit(Ls, V, 1)
     assert slope == pytest.approx(m.sigma2 / m.kappa ** 3, rel=1e-7)
     assert intercept == pytest.approx(renewal.smith_C(m), abs=1e-6)
@@ -88,7 +88,7 @@ def test_alibi_limit_of_the_distribution():
     p = [r[1] for r in rows]
     assert all(b > a for a, b in zip(p, p[1:])) and p[-1] > 0.97
     assert rows[-1][3] < 0.05                                       # Var -> 0
-    ex = exact.exact_first_passage(ConstantGate(0.05), 1e-3)
+    ex = exact.exact_first_passage(ConstantGate(0.05), eps=1e-3)
     assert ex.mean == 138 and ex.var == 0
     # the renewal expansion does not describe a lattice increment: it would give L/m + 1/2 - 1
     L = threshold(1e-3)
@@ -107,7 +107,7 @@ def test_dependent_laws_on_ar1_gates(mu, s, phi, eps, resolved):
     s1, sk = g.dependence_sums()
     tau = 1 + 2 * s1 / m.sigma2
     assert L / m.kappa >= 4 * tau                                   # the regime the laws claim
-    r = gates.first_passage_mc(g, eps, trials=100_000, seed=11)
+    r = gates.first_passage_mc(g, eps=eps, trials=100_000, seed=11)
     z = bonferroni_z(4)
     slr = renewal.long_run_variance(m.sigma2, tau)
     # mean law: checked to about 0.1 in this regime (docs/THEORY.md section 4)

@@ -36,7 +36,7 @@ def test_law_tail_brackets_exact_first_passage():
         t = ch.law_tail(gate, th, (8, 16, 32, 64, 128))
         with warnings.catch_warnings():                      # its tolerance is on E[W]; the survival is what is used
             warnings.simplefilter("ignore", exact.AccuracyWarning)
-            fp = exact.exact_first_passage(gate, math.exp(-th), var_tol=math.inf)
+            fp = exact.exact_first_passage(gate, eps=math.exp(-th), var_tol=math.inf)
         for i, C in enumerate(t.chunks):
             k = C - fp.n0
             ex = 1.0 - (fp.survival[k] if 0 <= k < len(fp.survival) else (1.0 if k < 0 else 0.0))
