@@ -178,7 +178,8 @@ def main(argv=None):
         print(f"{r['figure']:>3d}  {r['status']:8s} {r['seconds']:5.1f}s  {files:36s} {r['summary']}")
     print(f"total {time.time() - t_all:.1f} s, {trials:,} trials per Monte Carlo point, seed {a.seed}")
     if a.json:
-        outputs.write_json(a.json, dict(trials=trials, seed=a.seed, fast=a.fast, out=a.out, figures=results))
+        outputs.write_result(a.json, kind="figures",
+                             obj=dict(trials=trials, seed=a.seed, fast=a.fast, out=a.out, figures=results))
     print(f"figures in {a.out}")
     if left:
         print(f"not made (input missing): figure(s) {', '.join(map(str, left))}", file=sys.stderr)

@@ -10,7 +10,9 @@ import os
 import subprocess
 import sys
 
-from foxwindow import outputs
+from foxwindow import __version__, outputs
+
+__all__ = ["COMMANDS", "command", "main"]
 
 # name -> (module, one line for `foxwindow --help`)
 COMMANDS = {
@@ -92,12 +94,16 @@ def _figures_main(argv):
 def _usage():
     width = max(map(len, COMMANDS))
     rows = "\n".join(f"  {n:<{width}}  {d}" for n, (_, d) in COMMANDS.items())
-    return f"usage: foxwindow COMMAND [options]   (foxwindow COMMAND --help for its options)\n\ncommands:\n{rows}\n"
+    return (f"usage: foxwindow COMMAND [options]   (foxwindow COMMAND --help for its options; foxwindow --version)\n\n"
+            f"commands:\n{rows}\n")
 
 
 def main(argv=None):
     """`foxwindow COMMAND ...` and `python -m foxwindow COMMAND ...`."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "--version":
+        print(f"foxwindow {__version__}")
+        return 0
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage(), end="")
         return 0 if argv else 2

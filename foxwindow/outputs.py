@@ -43,7 +43,14 @@ import sys
 import sysconfig
 import time
 
-from foxwindow import safety
+from foxwindow import __version__, safety
+
+__all__ = ["REPO", "PACKAGE", "RUNS", "SPECIAL_ROOTS", "MIN_FREE_BYTES", "GENERATED_PREFIXES", "GENERATED_SUFFIXES",
+           "UsageError", "MissingPiece", "repo_path", "resolve", "check_writable", "release", "scope", "scoped",
+           "guard_output", "distinct", "check_dir", "runs_root", "run_dir", "atomic", "write_bytes", "write_text",
+           "SCHEMA_VERSION", "stamped", "json_clean", "write_json", "save_npz", "save_torch", "save_figure",
+           "positive", "eps_arg", "device_arg", "input_file", "add_common", "NEGATIVE_NUMBER", "parser", "cli",
+           "describe"]
 
 # the folder above the package: the repository in a source checkout, site-packages (or --target) when installed
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -513,6 +520,20 @@ def write_text(path, text, hold=False):
     return write_bytes(path, text.encode("utf-8"), hold=hold)
 
 
+SCHEMA_VERSION = 1        # of every JSON document the commands write (fields: docs/JSON.md)
+
+
+def stamped(obj, kind=None):
+    """obj with schema_version, foxwindow_version (and kind, when given) first: the one stamp of every JSON
+    document a command writes (a list becomes {"rows": [...]}). Fields: docs/JSON.md."""
+    obj = dict(rows=obj) if isinstance(obj, (list, tuple)) else obj
+    out = dict(schema_version=SCHEMA_VERSION, foxwindow_version=__version__)
+    if kind is not None:
+        out["kind"] = kind
+    out.update({k: v for k, v in obj.items() if k not in out})
+    return out
+
+
 def json_clean(v):
     """JSON-ready, recursively: numpy arrays and scalars to Python values (their tolist()), non-finite floats
     (NaN, inf) to None (strict JSON has no NaN). The one cleaner every command's JSON goes through."""
@@ -525,6 +546,12 @@ def json_clean(v):
     if isinstance(v, (list, tuple)):
         return [json_clean(u) for u in v]
     return v
+
+
+def write_result(path, obj, kind, indent=1, hold=False):
+    """A command's JSON output: obj stamped (stamped: schema and package versions, its kind) and written with
+    write_json."""
+    return write_json(path, stamped(obj, kind), indent=indent, hold=hold)
 
 
 def write_json(path, obj, indent=1, hold=False):

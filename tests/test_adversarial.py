@@ -262,7 +262,7 @@ def test_two_real_commands_one_json(tmp_path):
     assert sorted(r[0] for r in res) == [0, 2], res
     loser = next(r for r in res if r[0] == 2)
     assert loser[2].count("\n") == 1 and ("another run" in loser[2] or "exists" in loser[2]), loser[2]
-    assert isinstance(json.loads(out.read_text()), list) and sorted(os.listdir(tmp_path)) == ["same.json"]
+    assert isinstance(json.loads(out.read_text())["rows"], list) and sorted(os.listdir(tmp_path)) == ["same.json"]
 
 
 def test_commands_refuse_an_output_another_run_holds(capsys, tmp_path):

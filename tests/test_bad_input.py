@@ -112,7 +112,9 @@ def test_forget_synthetic_json_is_strict(capsys, tmp_path):
 
     def no_nan(c):
         raise AssertionError(f"non-JSON constant {c}")
-    rows = json.loads(out.read_text(), parse_constant=no_nan)
+    doc = json.loads(out.read_text(), parse_constant=no_nan)
+    assert doc["schema_version"] == 1 and doc["kind"] == "synthetic"
+    rows = doc["rows"]
     alibi = [r for r in rows if r["gate"].startswith("alibi")]
     assert alibi and all(r["law_mean_W"] is None for r in alibi)
     assert all(math.isfinite(r["exact_mean_W"]) for r in rows)
@@ -434,7 +436,7 @@ def test_commands_leave_shipped_files_intact(tmp_path):
     made = {r.split("-")[0]: sorted(os.listdir(tmp_path / "runs" / r)) for r in runs}
     assert made == {"figures": ["fig1_decay.pdf", "fig1_decay.png"], "reach": ["README.md", "reach.json", "reach.png"],
                     "train": ["fox_shakespeare.pt"]}
-    _, meta = model.load_model(str(tmp_path / "runs" / runs[2] / "fox_shakespeare.pt"))
+    _, meta = model.load_checkpoint(str(tmp_path / "runs" / runs[2] / "fox_shakespeare.pt"))
     assert math.isfinite(meta["val_bpc"])
 
 

@@ -117,7 +117,7 @@ def test_commands_installed_from_another_folder(installed, tmp_path):
     assert pkg.startswith(str(site)) and dist_file.startswith(str(site))
     assert ckpt == os.path.join(str(site), "share", "foxwindow", "checkpoints", "fox_shakespeare.pt")
     assert runs == os.path.join(str(work), "runs")
-    assert isinstance(json.loads((work / "r.json").read_text()), list)
+    assert isinstance(json.loads((work / "r.json").read_text())["rows"], list)
     assert "--model" in res["forget_help"][1]
     assert "val bpc" in res["eval"][1]
     (run,) = os.listdir(work / "runs")

@@ -109,7 +109,7 @@ def test_tokenizer_folder_and_library_calls_refuse_code(capsys, tmp_path):
     (good / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     _one_line(capsys, _cmd("forget"), ["--model", str(good), "--tokenizer", str(d), "--n-seq", "3"],
               "--tokenizer", "tokenizer_config.json", "auto_map")
-    for call in (lambda: hf_models.load_tokenizer(str(d)), lambda: hf_models.load_model(str(d))):
+    for call in (lambda: hf_models.load_tokenizer(str(d)), lambda: hf_models.load_pretrained(str(d))):
         with pytest.raises(outputs.UsageError, match="auto_map"):
             call()
     assert not marker.exists()

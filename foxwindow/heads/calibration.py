@@ -41,6 +41,8 @@ from foxwindow.heads import dependence, verdict
 from foxwindow.heads import laws as headlaws
 from foxwindow.laws import gates, lawtable
 
+__all__ = ["MUS", "SCALE", "SHIFT", "NULLS", "POWER", "latent", "increments", "replicate", "study", "table", "main"]
+
 MUS = (0.0, 1.5, 3.0, 4.5)          # logit means of a replicate's heads
 SCALE = 0.7                          # logit = mu + SCALE z, z a unit-variance latent
 SHIFT = 0.25                         # the power families' logit shift: trend end to end, change-point jump
@@ -354,8 +356,9 @@ def main(argv=None):
         text = table(res, a.n_seq, a.seq_len)
         meta = dict(mus=list(MUS))
     print(text)
-    outputs.write_json(js, dict(reps=a.reps, n_seq=a.n_seq, seq_len=a.seq_len, seed=a.seed, alpha=verdict.ALPHA,
-                                scale=SCALE, results=res, **meta))
+    outputs.write_result(js, kind="calibration",
+                         obj=dict(reps=a.reps, n_seq=a.n_seq, seq_len=a.seq_len, seed=a.seed, alpha=verdict.ALPHA,
+                                  scale=SCALE, results=res, **meta))
     outputs.write_text(md, text + "\n")
 
 

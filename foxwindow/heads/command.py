@@ -11,10 +11,12 @@ from foxwindow.heads.driver import DEFAULT_CHECKPOINT, EPS_SCAN, N_BOOT, analyse
 from foxwindow.heads.table import print_table, to_json
 from foxwindow.laws import gates, lawtable
 from foxwindow.models import hf_load as hf_models
-from foxwindow.models.fox import load_model
+from foxwindow.models.fox import load_checkpoint
 from foxwindow.models.traces import load_traces_checked
 from foxwindow.report import command as report_command
 from foxwindow.training import data, distributed
+
+__all__ = ["check", "check_args", "run_synthetic", "build_parser", "main", "run"]
 
 
 def check(args):
@@ -24,7 +26,7 @@ def check(args):
         load_traces_checked(args.traces)
         return
     try:
-        load_model(args.checkpoint or DEFAULT_CHECKPOINT)
+        load_checkpoint(args.checkpoint or DEFAULT_CHECKPOINT)
     except (FileNotFoundError, ValueError) as exc:
         raise ValueError(f"--checkpoint: {exc}") from None
     try:
@@ -77,7 +79,7 @@ def run_synthetic(a):
     rows = lawtable.synthetic_table(a.eps, a.trials, 0 if a.seed is None else a.seed, progress=not a.no_progress)
     lawtable.print_synthetic(rows)
     if a.json:
-        outputs.write_json(a.json, rows)
+        outputs.write_result(a.json, rows, "synthetic")
 
 
 def build_parser():
@@ -163,7 +165,7 @@ def main(argv=None):
             return                              # not rank 0: rank 0 prints and writes
     print_table(results, info)
     if a.json:
-        outputs.write_json(a.json, to_json(results, info))
+        outputs.write_result(a.json, to_json(results, info), "heads")
     if a.report:
         report_command.after_analysis(to_json(results, info), a)
 

@@ -30,6 +30,10 @@ import numpy as np
 
 from foxwindow.laws import renewal
 
+__all__ = ["MAX_LAG", "LEVEL_TOL", "LEVEL_Z", "MIN_STEPS", "LATTICE_VAR", "TAIL_FRAC", "TAIL_SHARE", "jackknife",
+           "loo_weights", "TauEstimate", "tau_estimate", "n_grid", "VarianceFunction", "variance_function", "Regime",
+           "level_ratio", "tail_share", "in_regime"]
+
 MAX_LAG = 256          # lags of the Geyer diagnostic
 LEVEL_TOL = 0.10       # tau(n) has levelled off at n when |tau(2n)/tau(n) - 1| <= 10% ...
 LEVEL_Z = 2.0          # ... even at the upper end of its +- 2 SE band (one-sided 97.7%)

@@ -29,7 +29,7 @@ from foxwindow.heads import laws as headlaws
 from foxwindow.heads import verdict
 from foxwindow.heads.verdict import HeadResult  # noqa: F401  (the result type of every driver)
 from foxwindow.laws import gates, lawtable
-from foxwindow.models.fox import load_model, shipped_checkpoint
+from foxwindow.models.fox import load_checkpoint, shipped_checkpoint
 from foxwindow.models.traces import (  # noqa: F401  (capture, mass_windows: the drivers' names)
     capture,
     decay_window_summary,
@@ -41,6 +41,9 @@ from foxwindow.models.traces import (  # noqa: F401  (capture, mass_windows: the
     save_trace,
 )
 from foxwindow.training import data, distributed
+
+__all__ = ["DEFAULT_CHECKPOINT", "EPS_SCAN", "N_BOOT", "critical_z", "analyse_head", "decay_window_L",
+           "source_labels", "root_seed", "analyse_layers", "analyse_model", "analyse_traces"]
 
 DEFAULT_CHECKPOINT = shipped_checkpoint()          # any cwd, installed or not
 EPS_SCAN = lawtable.EPS_SCAN
@@ -224,7 +227,7 @@ def analyse_model(checkpoint=None, *, eps=None, L=None, n_seq=32, seq_len=2048, 
         outputs.check_writable(save_traces, force=True, what="save_traces")
     env = distributed.setup(device)             # under torchrun each rank captures a block of the sequences
     device = str(env.device) if distributed.launched() else device
-    model, meta = load_model(path, device=device)
+    model, meta = load_checkpoint(path, device=device)
     if save_traces and distributed.is_main():   # float32 (S, T, H) per layer: its room checked before the capture
         outputs.need_space(save_traces, 4 * n_seq * seq_len * sum(b.attn.num_heads for b in model.blocks),
                            "--save-traces")

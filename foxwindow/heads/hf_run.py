@@ -19,6 +19,8 @@ from foxwindow.models import hf_load as hf_models
 from foxwindow.models.traces import query_rows, save_trace
 from foxwindow.report import command as report_command
 
+__all__ = ["analyse_hf_model", "main_hf_model"]
+
 
 def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, n_boot=driver.N_BOOT, seed=None):
     """Per-head analysis of a Hugging Face style checkpoint (see hf_models' module docstring).
@@ -34,7 +36,7 @@ def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, 
     if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
         raise hf_models.ModelError(f"--device {cfg.device}: no CUDA device here")
     hf_models.load_adapters(cfg.adapters)
-    model, config = hf_models.load_model(cfg.model, cfg.device, cfg.dtype)
+    model, config = hf_models.load_pretrained(cfg.model, cfg.device, cfg.dtype)
     tok = hf_models.load_tokenizer(cfg.tokenizer or cfg.model)
     ids, spans = hf_models.heldout_ids(tok, cfg.n_seq, cfg.seq_len, cfg.text, getattr(config, "vocab_size", None))
     rows = query_rows(cfg.seq_len)
@@ -96,7 +98,7 @@ def main_hf_model(args):
             print(f"{f} ({state}): {info['laws'][f]}")
         print(f"W_mass: {info['mass_window']}")
         if json_path:
-            outputs.write_json(json_path, table.to_json(results, info))
+            outputs.write_result(json_path, table.to_json(results, info), "heads")
         if getattr(args, "report", None):
             report_command.after_analysis(table.to_json(results, info), args)
     except (hf_models.ModelError, ValueError) as exc:

@@ -25,6 +25,9 @@ import numpy as np
 
 from foxwindow.heads.dependence import jackknife
 
+__all__ = ["BLOCK_FRACTION", "WALKS_PER_DOC", "N_CAP", "QUANTILES", "window_rows", "block_walks", "Prediction",
+           "predict", "KaplanMeier", "kaplan_meier", "OutOfSample", "out_of_sample"]
+
 BLOCK_FRACTION = 0.25      # block length: a quarter of the trace
 WALKS_PER_DOC = 64         # walks per document of the fitted half or of the whole head: enough that the
                            # simulation's share of the SE is small (seed_spread.py; docs/DEPENDENT.md)

@@ -16,6 +16,8 @@ from foxwindow.heads import dependence
 from foxwindow.heads import laws as headlaws
 from foxwindow.laws import gates
 
+__all__ = ["REPORT_EPS", "print_table", "to_json"]
+
 REPORT_EPS = (1e-2, 1e-3, 1e-4)              # the eps whose predictions the table prints
 
 
@@ -101,10 +103,17 @@ def _wrap(text):
 def print_table(results, info):
     """The per-head table within WIDTH columns: measured Var[W] at REPORT_EPS, the lead law's and the
     bootstrap's Var ratio to it (out of sample) with their states, and each head's summary."""
-    S, T = info["n_seq"], info.get("analysed_len", info["seq_len"])
-    _wrap(f"Per-head window laws: {info['checkpoint']}, {S} held-out sequences x {info['seq_len']} tokens"
-          + (f" (first {T} analysed)" if T != info["seq_len"] else "")
-          + f"; windows W = N - 1 of {info.get('rows', 'rows in each sequence second half')}.")
+    info = dict(info or {})
+    S = info.get("n_seq", results[0].n_seq if results else 0)
+    seq_len = info.get("seq_len")
+    T = info.get("analysed_len", seq_len)
+    split = info.get("split", "held-out")
+    where = info.get("checkpoint") or info.get("source") or "user data"
+    shape = f"{S} {split} sequences" if split != "user data" else f"{S} sequences"
+    if seq_len:
+        shape += f" x {seq_len} tokens" + (f" (first {T} analysed)" if T and T != seq_len else "")
+    _wrap(f"Per-head window laws: {where}, {shape}; windows W = N - 1 of "
+          f"{info.get('rows', 'rows in each sequence second half')}.")
     fam = next((r.laws.get("family") for r in results if r.laws), None)
     _wrap(f"Every law fitted on the even documents, scored on the odd ones; V: measured Var[W] (held-out half, "
           f"'cens': censored windows); 'lead' ({headlaws.LEAD}, the lead law) and 'boot' (block "
@@ -138,8 +147,9 @@ def print_table(results, info):
     _wrap("summary (eps 1e-2..1e-4): variance explained by " + ", ".join(f"{k}: {c}" for k, c in vl.items())
           + "; false at some eps: " + (", ".join(f"{k} {c}" for k, c in counts.items()) or "none")
           + (f"; {cut} rows cut at {WIDTH} columns ('+': the rest is in the JSON)" if cut else "")
-          + f"; capture {info['capture_s']:.1f} s, total {info['total_s']:.1f} s")
-    if info.get("context") and T > info["context"]:
+          + (f"; capture {info['capture_s']:.1f} s" if "capture_s" in info else "")
+          + (f", total {info['total_s']:.1f} s" if "total_s" in info else ""))
+    if info.get("context") and T and T > info["context"]:
         _wrap(f"note: rows {T // 2}-{T - 1} lie beyond the model's {info['context']}-token training context; "
               f"`--max-len {info['context']}` analyses rows inside it.")
 

@@ -51,6 +51,8 @@ from scipy import stats
 from foxwindow.heads import dependence, predict
 from foxwindow.laws import gates, renewal
 
+__all__ = ["ALPHA", "N_BOOT", "HOLD_TOL", "MIN_TESTED", "MIN_DOCS", "STATES", "HeadResult", "law_curves", "analyse"]
+
 ALPHA = 0.05            # family-wise level per model
 N_BOOT = 4000           # document-bootstrap draws per head (reweighting: cheap)
 HOLD_TOL = 0.25         # "law holds" needs a band at most 25% of the predicted slope

@@ -55,6 +55,16 @@ if ROOT not in sys.path:
 from foxwindow import outputs  # noqa: E402  (the one write guard and the one-line errors)
 from foxwindow.models.attention import forgetting_attention_reference  # noqa: E402
 
+__all__ = ["ROOT", "TARGET_SHAPES", "ANCHOR_SHAPES", "SCAN_T", "HEADS_JSON", "OFFICIAL_ENV", "OFFICIAL_DEFAULT",
+           "WHEELS", "CHECK_ROWS", "ACP_TOL", "U", "DTYPES", "TARGETS", "Unavailable", "out_tolerance", "heads_stats",
+           "draw_log_gates", "acp_threshold", "make_case", "query_rows", "reference_rows", "check_rows",
+           "OURS_OPTIONS", "OURS_KW", "ours_option", "make_ours", "make_ours_acp", "make_ours_1pass", "OFFICIAL_ARG",
+           "official_path", "load_official", "make_official", "make_official_acp", "make_sdpa_cudnn",
+           "make_sdpa_flash", "make_flex", "make_fla", "make_fa4", "make_materialised", "COLUMNS", "availability",
+           "flops", "timer", "time_one", "new_row", "find_row", "bench_shape", "ACCURACY_SHAPE", "accuracy_key",
+           "accuracy", "fmt_row", "RATIOS", "PRUNED", "target_for", "report", "parse_config", "sweep", "parse_shapes",
+           "parse_kw", "save_json", "build_parser", "main"]
+
 TARGET_SHAPES = [(2, 8192, 16, 128), (4, 4096, 32, 64)]
 ANCHOR_SHAPES = [(8, 2048, 16, 128), (2, 8192, 16, 128), (1, 32768, 16, 128), (4, 4096, 32, 64)]
 SCAN_T = [512, 1024, 2048, 4096, 8192, 16384]     # at B * T = 16384 tokens, H16 D128
@@ -782,7 +792,7 @@ def parse_kw(s):
 def save_json(path, data):
     """Write atomically through the project's guard (a temporary file, then a rename; NaN as null), keeping
     the output's lock across the run's repeated saves."""
-    outputs.write_json(path, data, hold=True)
+    outputs.write_result(path, data, "kernel-bench", hold=True)
 
 
 def build_parser():

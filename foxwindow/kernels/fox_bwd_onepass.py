@@ -69,6 +69,9 @@ from .fox_triton import (
     tile_dot,
 )
 
+__all__ = ["bwd_onepass_kernel", "HOPPER", "AMPERE", "SAFE", "set_config", "DQ_MODES", "fox_bwd_onepass",
+           "fox_attention_onepass"]
+
 # ----------------------------------------------------------------------------------------------
 # kernels
 # ----------------------------------------------------------------------------------------------

@@ -57,6 +57,12 @@ import torch
 import triton
 import triton.language as tl
 
+__all__ = ["LOG2E", "interpreting", "tile_dot", "tile_cast", "seq_bounds", "fwd_kernel", "bwd_key_block",
+           "bwd_key_anchor", "bwd_kv_tile", "bwd_dkdv_kernel", "bwd_dq_kernel", "HOPPER", "AMPERE", "NEWER", "SAFE",
+           "SWEEP_CANDIDATES", "set_config", "suffix_sum", "ROW_GRANULE", "row_terms", "bwd_delta", "dkdv_buffers",
+           "dkdv_sum", "PruningPlan", "acp_plan", "BACKWARDS", "ONE_PASS_BACKWARD", "register_one_pass_backward",
+           "backward_mode", "precision_of", "fallback_reason", "fox_attention_triton"]
+
 LOG2E = 1.4426950408889634
 TRITON_VERSION = tuple(int(x) for x in triton.__version__.split(".")[:2])     # (major, minor)
 

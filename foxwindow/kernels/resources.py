@@ -48,6 +48,9 @@ from foxwindow import outputs  # noqa: E402
 from foxwindow.kernels import fox_bwd_onepass as op  # noqa: E402
 from foxwindow.kernels import fox_triton as kt  # noqa: E402
 
+__all__ = ["SM90", "SMEM_LIMITS", "shipped", "ptxas_warnings", "compile_sm90", "CANDIDATES", "variant_rows",
+           "official_rows", "fmt", "head_dims", "main", "loop_counts", "onepass_reading", "onepass_main"]
+
 SM90 = GPUTarget("cuda", 90, 32)
 # bytes of shared memory one block may use, by compute capability (CUDA's per-block opt-in maxima)
 SMEM_LIMITS = {75: 65536, 80: 166912, 86: 101376, 89: 101376, 90: 232448, 100: 232448, 120: 101376}
@@ -392,7 +395,8 @@ def main(argv=None):
                 print(f"  predicted, D{D}, if issue-bound (diagonal loops {DIAG_SHARE:.0%} of iterations): "
                       f"forward {pr['fwd']:.2f}x the official kernel, forward + backward {pr['fwd+bwd']:.2f}x")
     if args.json:
-        outputs.write_json(args.json, dict(triton=triton.__version__, target=f"sm_{args.arch}", rows=rows))
+        outputs.write_result(args.json, kind="kernel-resources",
+                             obj=dict(triton=triton.__version__, target=f"sm_{args.arch}", rows=rows))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -488,7 +492,7 @@ def onepass_main(argv=None):
             rows.append(r)
             print(json.dumps({k: r[k] for k in r if k not in ("arch",)}), flush=True)
     if args.json:
-        outputs.write_json(args.json, dict(triton=triton.__version__, rows=rows))
+        outputs.write_result(args.json, dict(triton=triton.__version__, rows=rows), "kernel-resources")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ from foxwindow.heads import driver as heads
 from foxwindow.laws import exact, gates, lawtable
 from foxwindow.models import fox as model
 
+__all__ = ["median_time", "cpu_rows", "N_CPU_ROWS", "gpu_rows", "main"]
+
 
 def median_time(fn, repeats):
     ts = []
@@ -103,7 +105,7 @@ def main(argv=None):
     if not a.gpu_only:
         a.checkpoint = outputs.input_file("--checkpoint", a.checkpoint)
         try:
-            model.load_model(a.checkpoint)
+            model.load_checkpoint(a.checkpoint)
         except ValueError as exc:
             raise outputs.UsageError(f"--checkpoint: {exc}") from None
     if a.json:
@@ -123,7 +125,8 @@ def main(argv=None):
     for name, t, rate, target, ok in rows:
         print(f"{name:{w}s} {t:10.4f} {rate:>18s} {target:>15s}  {'yes' if ok else 'NO'}")
     if a.json:
-        outputs.write_json(a.json, [dict(what=r[0], seconds=r[1], rate=r[2], target=r[3], met=bool(r[4]))
+        outputs.write_result(a.json, kind="bench-laws",
+                             obj=[dict(what=r[0], seconds=r[1], rate=r[2], target=r[3], met=bool(r[4]))
                                     for r in rows])
     return 0
 

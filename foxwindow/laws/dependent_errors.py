@@ -25,6 +25,11 @@ from tqdm import tqdm
 from foxwindow import outputs
 from foxwindow.laws import exact, gates, markov, renewal
 
+__all__ = ["PHIS", "RATIOS", "TAU_MULTS", "TOLS", "MAX_SECONDS", "SEC_PER_EXACT_UNIT", "SEC_PER_MC_STEP",
+           "STRUCTURES_S", "MAX_Y_NODES", "y_nodes", "estimate_seconds", "laws", "VAR_LAWS", "measure", "regime_scan",
+           "report_regime", "report", "markdown", "main", "STRUCT_MULTS", "structures", "chain_autocovariance",
+           "structure_scan", "report_structures"]
+
 PHIS = (0.5, 0.9, 0.97)
 RATIOS = (10, 17, 30, 50, 100, 200)
 TAU_MULTS = (0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 4, 5, 6, 8)        # regime scan: L/kappa in units of tau
@@ -349,7 +354,8 @@ def main(argv=None):
         report_structures(struct)
     print(f"({time.time() - t0:.0f} s)")
     if a.json:
-        outputs.write_json(a.json, dict(command=" ".join(["python dependent_errors.py"] + (argv or sys.argv[1:])),
+        outputs.write_result(a.json, kind="dependent-errors",
+                             obj=dict(command=" ".join(["python dependent_errors.py"] + (argv or sys.argv[1:])),
                                         seconds=time.time() - t0, rows=rows, regime_scan=scan,
                                         structures=struct))
 

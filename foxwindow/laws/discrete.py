@@ -28,6 +28,9 @@ from scipy import stats
 
 from foxwindow.laws import gates, lattice
 
+__all__ = ["MAX_VALUES", "MAX_STATES", "MAX_WORK", "ATOM_MIN", "TooLarge", "DiscreteLaw", "find_atoms", "passage",
+           "compound", "AtomGate", "atomic_passage"]
+
 _DELTA = 1e-30                  # survival within this of 1 (below n_lo) or 0 (above n_hi) is not computed
 _PRUNE = 1e-40                  # count states below this probability are dropped, their mass counted as error
 _ULP_ERR = 4e-15                # absolute rounding allowed per s_n (binomial tails from scipy/boost)

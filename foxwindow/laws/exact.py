@@ -32,6 +32,9 @@ from foxwindow.laws.lattice import (  # noqa: F401  (the results and errors of e
 )
 from foxwindow.laws.renewal import alibi_window, gamma_survival
 
+__all__ = ["closed_form_survival", "exact_first_passage", "alibi_limit", "ar1_chain", "ar1_long_run", "MarkovPassage",
+           "markov_first_passage"]
+
 # ----------------------------------------------------------------------------- exact first passage
 
 

@@ -17,6 +17,11 @@ import numpy as np
 import torch
 from scipy import integrate, signal, special
 
+__all__ = ["threshold", "L_LOOKS_LIKE_EPS", "ThresholdWarning", "level", "levels", "increments_from_log_gates",
+           "increments_from_gates", "decay_matrix", "windows", "Moments", "Gate", "LogitNormalGate", "BetaGate",
+           "GammaIncrement", "ConstantGate", "AR1LogitGate", "EmpiricalGate", "SEED_GATES", "ALIBI_SLOPES",
+           "MCResult", "first_passage_samples", "first_passage_mc"]
+
 # ----------------------------------------------------------------------------- validation
 
 

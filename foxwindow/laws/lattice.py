@@ -21,6 +21,10 @@ from scipy import fft as sfft
 from foxwindow.laws import gates
 from foxwindow.laws.renewal import alibi_window, gamma_band
 
+__all__ = ["MAX_STEPS", "MAX_CELLS", "GAMMA_CLOSED_MAX", "FULL_SURVIVAL", "FLOOR", "AccuracyWarning", "AccuracyError",
+           "FirstPassage", "cdf_support", "hat_pmf", "constant_passage", "closed_gamma", "finish", "lattice_passage",
+           "LongRun"]
+
 # ----------------------------------------------------------------------------- exact first passage
 #
 # For X >= 0, N > n iff S_n <= L, so the survival s_n = P(N > n) is the CDF of the n-fold convolution at L.

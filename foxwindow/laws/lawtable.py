@@ -19,6 +19,8 @@ from foxwindow.laws import exact, gates
 from foxwindow.laws.gates import threshold
 from foxwindow.laws.renewal import alibi_window, leading_var, renewal_mean, smith_C, smith_var
 
+__all__ = ["synthetic_table", "print_synthetic", "EPS_SCAN", "scan", "main", "run"]
+
 
 def synthetic_table(eps=1e-3, trials=200_000, seed=0, progress=True):
     """Rows for the seed's gates and ALiBi: Monte Carlo vs laws vs exact numerics."""
@@ -117,7 +119,7 @@ def main(argv=None):
         L = threshold(1e-3)
         print(f"{cv:6.2f} {pw:9.4f} {mean:9.3f} {var:9.4f} {leading_var(m, L):8.4f} {smith_var(m, L):8.4f}")
     if a.json:
-        outputs.write_json(a.json, rows)
+        outputs.write_result(a.json, rows, "renewal")
 
 
 def run(argv=None):

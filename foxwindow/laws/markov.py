@@ -28,6 +28,9 @@ from tqdm import tqdm
 
 from foxwindow.laws import discrete, gates, lattice
 
+__all__ = ["MAX_CELLS", "ChainPassage", "stationary", "markov_chain_first_passage", "ar1_cell_chain", "ar1_passage",
+           "chain_long_run"]
+
 
 class _OneBlasThread:
     """Numpy's OpenBLAS on one thread inside the walk: its matrices are small (M <= a few hundred) and on a loaded

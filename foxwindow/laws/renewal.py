@@ -33,6 +33,12 @@ from scipy import special
 
 from foxwindow.laws.gates import Moments, threshold
 
+__all__ = ["wald_mean", "renewal_mean", "leading_var", "smith_C", "smith_var", "alibi_window", "alibi_window_real",
+           "exponential_exact", "gamma_survival", "gamma_band", "lag_sums", "acf", "batch_means", "tau_from_acf",
+           "geyer_cut", "initial_positive_tau", "long_run_variance", "dependent_var", "dependent_mean",
+           "bartlett_correction", "OutsideRegime", "VarianceLaw", "REGIME_FRACTION", "BARTLETT_OMITTED",
+           "bartlett_var", "second_order_constant", "second_order_var", "finite_n_var"]
+
 # ----------------------------------------------------------------------------- iid laws
 
 

@@ -23,6 +23,7 @@ What the laws mean per family (also in each adapter's `note`):
   - recurrent families (everything but softmax attention) have no attention matrix: the decay window
     bounds how long an input can influence the state, there is no attention-mass window to compare.
 """
+import contextlib
 import importlib
 import warnings
 from dataclasses import dataclass, field
@@ -31,7 +32,11 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from foxwindow.models import lstm_gates
+from foxwindow.models import fallbacks, lstm_gates
+
+__all__ = ["GateAdapter", "ADAPTERS", "register_adapter", "get_adapter", "layer_index", "find_layers", "Capture",
+           "check_log_decay", "capture_log_decays", "retnet_log_decays", "family_for_model_type",
+           "import_family_packages"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,9 @@ class GateAdapter:
     model_types: Hugging Face `config.model_type` values of this family.
     attention_op: (module path, function name) of the attention op the layer calls, wrapped to read
         q, k for attention-mass windows and to substitute a CPU reference (softmax families only).
+    cpu: the family's code runs on the CPU (with the fallbacks of models/fallbacks.py); False for families
+        whose fused kernels are Triton-only (a capture on the CPU is refused with the reason). A user's
+        adapter is taken at its word (default True).
     """
     family: str
     layer_classes: tuple
@@ -67,6 +75,7 @@ class GateAdapter:
     packages: tuple = ()
     model_types: tuple = ()
     attention_op: tuple = ()
+    cpu: bool = True
 
     def __post_init__(self):
         if not (isinstance(self.family, str) and self.family):
@@ -188,12 +197,15 @@ def check_log_decay(name, lg, B, T, H, per_channel=False):
                          f"log-decays (gate values or logits?)")
 
 
-def capture_log_decays(model, *inputs, adapters=None, names_filter=None, **kwargs):
+def capture_log_decays(model, *inputs, adapters=None, names_filter=None, cpu_fallbacks=None, **kwargs):
     """Run model(*inputs, **kwargs) once under no_grad and read the log-decay of every gated layer.
 
     adapters: None (every registered adapter), or a list of GateAdapters / family names.
     names_filter: None, a list of exact layer names, or a callable name -> bool; a filter that
         matches no gated layer raises ValueError.
+    cpu_fallbacks: run the GPU-only ops of the model's code by their PyTorch references (models/fallbacks.py);
+        None: when the model's parameters are on the CPU. A family whose kernels are Triton-only
+        (GateAdapter.cpu False) is refused there with a ValueError naming it.
     Returns a Capture. Hooks are removed even if the forward raises. Raises ValueError when the model
     has no layer of a known family, a layer's decay has the wrong layout or is not a log-decay, or
     a selected layer is never called.
@@ -211,6 +223,14 @@ def capture_log_decays(model, *inputs, adapters=None, names_filter=None, **kwarg
             layers = [t for t in layers if t[0] in wanted]
         if not layers:
             raise ValueError(f"names_filter matched none of the {len(names)} gated layers ({names[:3]}...)")
+    if cpu_fallbacks is None:
+        cpu_fallbacks = all(p.device.type == "cpu" for p in model.parameters())
+    if cpu_fallbacks:
+        slow = sorted({a.family for _, m, a in layers if not fallbacks.runs_on_cpu(m, a)})
+        if slow:
+            raise ValueError(f"family {', '.join(slow)}: its fused kernels are Triton-only and need a GPU (move the "
+                             "model to CUDA); on the CPU: FoX (ours, official, fla), Mamba-2 (fla, transformers), "
+                             "LSTMs")
     cap, handles = Capture(), []
 
     def make_hook(name, adapter):
@@ -232,7 +252,8 @@ def capture_log_decays(model, *inputs, adapters=None, names_filter=None, **kwarg
     try:
         for name, m, a in layers:
             handles.append(m.register_forward_pre_hook(make_hook(name, a), with_kwargs=True))
-        with torch.no_grad():
+        with torch.no_grad(), (fallbacks.attention_ops(layers, cpu=True) if cpu_fallbacks else
+                               contextlib.nullcontext()):
             model(*inputs, **kwargs)
     finally:
         for h in handles:
@@ -356,22 +377,22 @@ for _a in (
                 packages=("fla",), model_types=("forgetting_transformer",),
                 attention_op=("fla.layers.forgetting_attn", "parallel_forgetting_attn")),
     GateAdapter("fla-gla", ("fla.layers.gla.GatedLinearAttention",), _gla, lambda m: m.num_heads,
-                per_channel=True, packages=("fla",), model_types=("gla",),
+                per_channel=True, cpu=False, packages=("fla",), model_types=("gla",),
                 note="per key channel: each channel's trace obeys the laws; the per-head trace is the channel "
                      "mean of log-decays (log geometric-mean decay), whose window is no single channel's"),
     GateAdapter("fla-hgrn", ("fla.layers.hgrn.HGRNAttention",), _hgrn, lambda m: 1, per_channel=True,
-                packages=("fla",), model_types=("hgrn",),
+                cpu=False, packages=("fla",), model_types=("hgrn",),
                 note="per hidden channel, with the layer's lower bound lb: X <= -log lb, so every channel "
                      "forgets at most as fast as its bound allows; per channel the laws apply as stated"),
     GateAdapter("fla-gated-deltanet", ("fla.layers.gated_deltanet.GatedDeltaNet",), _gated_deltanet,
-                lambda m: m.num_v_heads, packages=("fla",), model_types=("gated_deltanet",),
+                lambda m: m.num_v_heads, cpu=False, packages=("fla",), model_types=("gated_deltanet",),
                 note=_SCALAR + " (the decay of the state before the delta-rule update; the update itself also "
                      "erases, so the state's true memory is at most this window)"),
     GateAdapter("mamba2", ("fla.layers.mamba2.Mamba2", "modeling_mamba2.Mamba2Mixer"), _mamba2,
                 lambda m: m.num_heads, packages=("fla",), model_types=("mamba2", "mamba2-project_fox"),
                 note=_SCALAR + " (X = exp(A_log) dt: the discretised SSM decay)"),
     GateAdapter("fla-retnet", ("fla.layers.multiscale_retention.MultiScaleRetention",), _retnet,
-                lambda m: m.num_heads, kind="constant", packages=("fla",), model_types=("retnet",),
+                lambda m: m.num_heads, kind="constant", cpu=False, packages=("fla",), model_types=("retnet",),
                 note="constant decay per head: a lattice law, W = floor(L/m) exactly, Var W = 0 "
                      "(gates.ConstantGate(m)); the renewal variance law does not apply"),
     GateAdapter("torch-lstm", ("torch.nn.modules.rnn.LSTM",), _torch_lstm, lambda m: m.num_layers * m.hidden_size,

@@ -29,6 +29,11 @@ import torch.nn.functional as F
 
 from foxwindow import outputs
 
+__all__ = ["cum_log_gate", "fox_bias", "fox_logits", "forgetting_attention_reference", "forgetting_attention_naive",
+           "forgetting_attention", "acp_level", "acp_U", "acp_pruned_blocks", "acp_keep",
+           "forgetting_attention_pruned_naive", "forgetting_attention_pruned", "init_kv_cache",
+           "forgetting_attention_step"]
+
 # ----------------------------------------------------------------------------- the FoX logits
 
 def cum_log_gate(log_fgate):

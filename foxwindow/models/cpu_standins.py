@@ -1,5 +1,5 @@
 """PyTorch stand-ins for the Triton / CUDA-only ops of gated models' code, patched in while a model runs on
-the CPU (hf_capture.attention_ops). Each computes what the op computes, in float32 like its kernel, and is the
+the CPU (fallbacks.attention_ops). Each computes what the op computes, in float32 like its kernel, and is the
 defining code's own reference where it has one:
 
     fla                 rms_norm (rms_norm_ref), rmsnorm_fn (layernorm_gated.rms_norm_ref), swish_fwd, swiglu
@@ -8,11 +8,13 @@ defining code's own reference where it has one:
                         rotary.apply_rotary_emb_func (apply_rotary_emb_torch)
 
 The attention ops themselves (fla's and the official forgetting attention) are replaced by this project's
-exact reference in hf_capture.attention_ops.
+exact reference in fallbacks.attention_ops.
 """
 import sys
 
 import torch
+
+__all__ = ["StandinError", "CPU_STANDINS"]
 
 
 class StandinError(ValueError):

@@ -13,7 +13,7 @@
                                        LM.step / LM.init_states(horizons): token-by-token decoding
     FoXConfig, FoXLM                   the LM with ForgettingAttention layers (attention_kinds.py puts any
                                        registered attention kind into the same LM)
-    save_model, load_model             FoXLM checkpoints (config + fp16 weights + JSON metadata)
+    save_model, load_checkpoint             FoXLM checkpoints (config + fp16 weights + JSON metadata)
 
 Sizes have one name each: d_model (width), n_layers, n_heads. The layer keeps the config interface it was
 specified with (hidden_size = d_model, num_heads = n_heads); FoXConfig.layer_config() is the one mapping.
@@ -37,6 +37,10 @@ from foxwindow.models.attention import (
     forgetting_attention_step,
     init_kv_cache,
 )
+
+__all__ = ["HookPoint", "BitLinear", "fgate_bias_init", "ForgettingAttention", "use_attention_op", "LMConfig", "MLP",
+           "Block", "LM", "FoXConfig", "FoXLM", "CKPT_FORMAT", "SHIPPED_CHECKPOINT", "shipped_checkpoint",
+           "save_model", "load_checkpoint"]
 
 # ----------------------------------------------------------------------------- BitLinear
 
@@ -430,7 +434,7 @@ def save_model(path, model, meta=None, dtype=torch.float16):
     torch.save({"format": CKPT_FORMAT, "config": cfg, "state_dict": sd, "meta": meta}, path)
 
 
-def load_model(path, device="cpu"):
+def load_checkpoint(path, device="cpu"):
     """Load a checkpoint written by save_model. Returns (model, meta): the FoXLM in eval mode
     with float32 weights on `device`, and the checkpoint's metadata dict.
 

@@ -37,6 +37,10 @@ from foxwindow import safety
 from foxwindow.models import adapters
 from foxwindow.training import data
 
+__all__ = ["ModelError", "DTYPES", "CPU_CONFIG_OFF", "ModelRunConfig", "OFFICIAL_SUFFIX", "OFFICIAL_PACKAGE",
+           "META_KEYS", "ADAPTER_GROUP", "first_line", "supported", "not_supported", "load_adapter", "load_adapters",
+           "load_pretrained", "JSONEscaped", "load_tokenizer", "heldout_ids", "wants_model", "add_arguments"]
+
 
 class ModelError(Exception):
     """A problem with the user's model, tokenizer, text or options: reported as one line, exit code 2."""
@@ -45,10 +49,8 @@ class ModelError(Exception):
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # fla configs: fused Triton norms / activations / losses, switched off on the CPU (their PyTorch paths agree)
 CPU_CONFIG_OFF = ("fuse_norm", "fuse_swiglu", "fuse_cross_entropy", "fuse_linear_cross_entropy")
-# families whose every op runs on the CPU here (with the attention op and CPU_STANDINS of hf_capture.py);
-# besides these, transformers' own layers have PyTorch paths
-CPU_FAMILIES = ("foxwindow", "fla-fox", "fox-official", "mamba2")
-
+# the families whose every op runs on the CPU here: GateAdapter.cpu (models/fallbacks.py's attention op and
+# CPU_STANDINS); besides these, transformers' own layers have PyTorch paths
 
 @dataclass
 class ModelRunConfig:
@@ -425,7 +427,7 @@ def check_before_loading(name, cfg_json, device="cpu"):
     fams = adapters.family_for_model_type(mt) if mt else []
     if fams and not str(device).startswith("cuda"):
         tf_own = mt in _transformers().models.auto.configuration_auto.CONFIG_MAPPING_NAMES and not _fla_config(cfg_json)
-        if not tf_own and not any(a.family in CPU_FAMILIES or "fla" not in a.packages for a in fams):
+        if not tf_own and not any(a.cpu or "fla" not in a.packages for a in fams):
             raise ModelError(f"--model {safety.shown(name)}: model type '{safety.shown(mt)}' (family "
                              f"{', '.join(a.family for a in fams)}) runs on fused kernels that are Triton-only and "
                              f"need a GPU (--device cuda); on the CPU run FoX (ours, official, fla) and Mamba-2 "
@@ -459,7 +461,7 @@ def _check_safetensors(name, path):
                          f"holds {size} (download it again)")
 
 
-def load_model(name, device="cpu", dtype="float32"):
+def load_pretrained(name, device="cpu", dtype="float32"):
     """Load a causal LM with the classes of the library that defines it. Returns (model in eval mode on
     `device`, its config). Checks that the loaded network is the saved one: every config.json field is read
     by the config class, no weight is missing, and every tensor of a local safetensors checkpoint equals
@@ -488,7 +490,7 @@ def load_model(name, device="cpu", dtype="float32"):
     mt = getattr(config, "model_type", mt)
     fams = adapters.family_for_model_type(mt)
     official = any(a.family == "fox-official" for a in fams)
-    if not str(device).startswith("cuda") and fams and all(a.family in CPU_FAMILIES for a in fams):
+    if not str(device).startswith("cuda") and fams and all(a.cpu for a in fams):
         # only where the switch keeps the weights' names (fla FoX: fused and plain RMSNorm alike)
         for k in CPU_CONFIG_OFF:
             if getattr(config, k, False):

@@ -50,6 +50,11 @@ from foxwindow.models.attention import (
 )
 from foxwindow.models.fox import LM, BitLinear, HookPoint, LMConfig, fgate_bias_init
 
+__all__ = ["Spec", "Int", "Float", "Bool", "Choice", "Optional", "Registry", "positions", "causal_mask", "attend",
+           "SoftmaxAttention", "FoXKind", "alibi_slopes", "ALiBiAttention", "SlidingWindowAttention",
+           "BlockSlidingWindowAttention", "FAMAttention", "AttentionLayer", "KindConfig", "KindLM", "FAMLM",
+           "build_model"]
+
 # ----------------------------------------------------------------------------- parameter specs
 
 

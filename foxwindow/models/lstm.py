@@ -74,6 +74,10 @@ from foxwindow.models.lstm_gates import (  # noqa: F401  (the gate readers, re-e
 )
 from foxwindow.training import data
 
+__all__ = ["TEXTGENRNN", "TEXTGENRNN_PIP", "WEIGHTS_FILE", "VOCAB_FILE", "textgenrnn_files", "read_keras_lstm",
+           "keras_to_torch", "read_vocab", "encode_text", "byte_table", "KerasCharLSTM", "load_textgenrnn",
+           "spread_units", "textgenrnn_traces", "default_out", "build_parser", "main"]
+
 TEXTGENRNN = "textgenrnn==2.0.0"
 TEXTGENRNN_PIP = f"pip install --no-deps {TEXTGENRNN}"
 WEIGHTS_FILE, VOCAB_FILE = "textgenrnn_weights.hdf5", "textgenrnn_vocab.json"

@@ -33,6 +33,10 @@ from foxwindow.models.attention import cum_log_gate, fox_logits
 from foxwindow.models.fox import HookPoint
 from foxwindow.training import distributed
 
+__all__ = ["run_with_cache", "DEFAULT_GATE_SUFFIXES", "GATE_OUTPUTS", "capture_gates", "TRACE_FORMAT",
+           "TRACE_RESERVED", "save_trace", "load_trace", "MIN_TRACE_LEN", "load_traces_checked", "capture",
+           "query_rows", "attention_mass_window", "mass_windows", "decay_window_summary"]
+
 # ----------------------------------------------------------------------------- reading gates
 
 def run_with_cache(model, tokens, names_filter=None):

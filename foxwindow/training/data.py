@@ -22,6 +22,10 @@ import torch
 
 from foxwindow import outputs
 
+__all__ = ["VAL_FILES", "NOT_TEXT", "CorpusMissing", "INSTALL_CORPUS", "text_dir", "strip_boilerplate", "split_files",
+           "load_split", "heldout_tokens", "train_stream", "val_stream", "random_starts", "windows", "get_batch",
+           "ShardedWindows"]
+
 VAL_FILES = ("hamlet_gut.txt", "hamlet_gut_f.txt", "tempest_gut.txt", "tempest_gut_f.txt")
 NOT_TEXT = ("metadata.txt",)
 

@@ -33,6 +33,10 @@ import torch.distributed as dist
 
 from foxwindow import outputs
 
+__all__ = ["WRAPPER_PREFIXES", "DistEnv", "launched", "setup", "teardown", "rank", "world_size", "is_main", "barrier",
+           "all_mean", "broadcast", "shard_range", "gather_traces", "wrap", "unwrap", "clean_name", "train_state",
+           "model_state", "rng_states", "set_rng_states", "load_train_state", "main_only"]
+
 # prefixes that wrappers insert into module and parameter names: DDP / DataParallel ("module."),
 # torch.compile ("_orig_mod."), FSDP1 ("_fsdp_wrapped_module."), activation checkpointing
 WRAPPER_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")

@@ -43,6 +43,11 @@ from foxwindow.models import kinds as ak
 from foxwindow.models.traces import capture_gates
 from foxwindow.training import data, train
 
+__all__ = ["DEFAULT_KINDS", "MARK", "fox_gate_windows", "predicted_window", "attribution_profile",
+           "attribution_window", "passkey_batch", "passkey_loss", "passkey_accuracy", "passkey_reach", "run_kind",
+           "fmt_window", "print_table", "plot", "write_readme", "OUT_FILES", "finish", "check_args", "check_out",
+           "readme_notes", "main"]
+
 DEFAULT_KINDS = {"softmax": {}, "fox": {}, "alibi": {}, "swa": {"w": 32}, "bswa": {"block": 32, "mem": 1},
                  "fam": {"block": 32, "mem": 1, "fam_len": 8, "state_passing": 0.5}}
 MARK = ord("#")          # absent from the corpus, so it only ever means "key follows"
@@ -382,7 +387,7 @@ def finish(info, args):
     # folder's previous set, never a new figure beside an old JSON
     with outputs.atomic(js) as tj, outputs.atomic(fig) as tf, outputs.atomic(readme) as tr:
         plot(info["results"], tf, info["args"]["context"])
-        outputs.write_json(tj, info)
+        outputs.write_result(tj, info, "reach")
         write_readme(tr, info, rows, hdr, OUT_FILES[1], OUT_FILES[0], notes)
     print(f"wrote {js}, {fig}, {readme}")
 

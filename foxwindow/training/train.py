@@ -27,8 +27,12 @@ import torch
 from tqdm import tqdm
 
 from foxwindow import outputs
-from foxwindow.models.fox import SHIPPED_CHECKPOINT, FoXConfig, FoXLM, load_model, save_model
+from foxwindow.models.fox import SHIPPED_CHECKPOINT, FoXConfig, FoXLM, load_checkpoint, save_model
 from foxwindow.training import data, distributed
+
+__all__ = ["DEFAULT_CHECKPOINT", "TrainConfig", "TRAIN_HELP", "add_train_args", "add_size_args", "check_sizes",
+           "train_config", "check_corpus", "is_main_process", "lr_at", "make_optimizer", "train_loop", "evaluate_bpc",
+           "table", "train", "save_state", "load_state", "compare", "check_args", "main", "find_input"]
 
 DEFAULT_CHECKPOINT = SHIPPED_CHECKPOINT
 
@@ -288,7 +292,7 @@ def train(model_cfg, cfg, out, next_batch=None, parallel="ddp", stop_at=None, re
         "final_train_loss": round(final_train, 4), "final_train_bpc": round(final_train / math.log(2), 4),
     }
     # score the weights as shipped (rounded to fp16 as save_model stores them, read back as float32 as
-    # load_model does), then write the model once, with its score: no file ever lacks val_bpc.
+    # load_checkpoint does), then write the model once, with its score: no file ever lacks val_bpc.
     # model_state: the full weights of the plain model on every rank (a collective under FSDP2)
     shipped = FoXLM(model_cfg)
     shipped.load_state_dict({k: (v.half().float() if v.is_floating_point() else v)
@@ -362,7 +366,7 @@ def compare(fox_path, base_path, readme=None):
     loaded = []
     for path, what in ((fox_path, "FOX_CKPT"), (base_path, "FIXED_GATE_CKPT")):
         try:
-            loaded.append(load_model(path))
+            loaded.append(load_checkpoint(path))
         except (ValueError, KeyError, RuntimeError) as exc:
             raise outputs.UsageError(f"--compare {what} {path}: {exc}") from None
     (fox, fmeta), (base, bmeta) = loaded
@@ -396,7 +400,7 @@ def compare(fox_path, base_path, readme=None):
           f"{c['n_heads']} heads, no positional embedding, {fmeta['params']:,} parameters stored in fp16 "
           f"({os.path.getsize(fox_path) / 1e6:.2f} MB). Trained on {fmeta['device']} with context {ctx}, batch "
           f"{fmeta['batch']}, {fmeta['steps']} steps (AdamW, warmup + cosine, lr {fmeta['lr']}). "
-          "Load with `model.load_model(path)`; the metadata holds the config, the data split, "
+          "Load with `model.load_checkpoint(path)`; the metadata holds the config, the data split, "
           "the held-out spans scored and the numbers below.", "",
           f"Validation: {n} windows of {ctx + 1} bytes from held-out works ({', '.join(fmeta['data']['val'])}), "
           "scored with the fp16 weights as shipped. The baseline is the same model and budget with the forget "
@@ -482,7 +486,7 @@ def main(argv=None):
         path = find_input(args.checkpoint, "--checkpoint")
         torch.set_num_threads(args.threads)
         try:
-            model, meta = load_model(path, device=args.device)
+            model, meta = load_checkpoint(path, device=args.device)
         except (ValueError, KeyError, RuntimeError) as exc:
             raise outputs.UsageError(f"--checkpoint {args.checkpoint}: {exc}") from None
         bpc, _ = evaluate_bpc(model, meta.get("context", args.context), n_seq=args.eval_seqs, device=args.device)

@@ -57,6 +57,12 @@ from scipy import special
 
 from foxwindow.laws import gates
 
+__all__ = ["DTYPES", "CHUNKS", "RISK", "CELLS", "BLOCK", "GROUPS", "ExpLimits", "exp_limits", "measured_limits",
+           "increments", "chunk_sums", "Rate", "measured_rate", "Tail", "law_tail", "markov_tail", "iid_tail",
+           "variance_function", "dependent_tail", "gaussian_tail", "jackknife", "chunked_attention", "unit_qkv",
+           "op_rates", "head_op_rates", "HeadChunks", "z_score", "analyse_head", "analyse", "recommend",
+           "recommend_per_trace"]
+
 DTYPES = ("float32", "bfloat16", "float16")
 CHUNKS = (16, 32, 64, 128, 256, 512)
 RISK = 1e-6

@@ -21,7 +21,7 @@ import torch
 from foxwindow import outputs
 from foxwindow.laws import gates
 from foxwindow.models import adapters
-from foxwindow.models.fox import load_model, shipped_checkpoint
+from foxwindow.models.fox import load_checkpoint, shipped_checkpoint
 from foxwindow.models.traces import load_trace, run_with_cache
 from foxwindow.training import data
 from foxwindow.uses.chunks import (
@@ -42,6 +42,9 @@ from foxwindow.uses.chunks import (
     recommend_per_trace,
     z_score,
 )
+
+__all__ = ["print_table", "markdown_table", "SYNTHETIC", "synthetic_check", "print_synthetic", "RANDOM_FAMILIES",
+           "random_layer_traces", "main"]
 
 
 def _short(name):
@@ -93,7 +96,7 @@ def markdown_table(res, dtypes=("float32", "float16"), lo=1e-6):
 
 def _capture_shipped(n_seq, seq_len, checkpoint=None):
     """The shipped FoX model's log-gates on n_seq held-out sequences: ({hook name: (S, T, H)}, meta)."""
-    model, meta = load_model(outputs.repo_path(checkpoint) if checkpoint else shipped_checkpoint(), device="cpu")
+    model, meta = load_checkpoint(outputs.repo_path(checkpoint) if checkpoint else shipped_checkpoint(), device="cpu")
     tokens, spans = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
     traces = {}
     for s0 in range(0, n_seq, 4):
@@ -241,7 +244,7 @@ def main(argv=None):
         print_synthetic(rows)
         print(f"time {time.perf_counter() - t0:.1f} s")
         if a.json:
-            outputs.write_json(a.json, {"info": {"synthetic": True}, "rows": rows})
+            outputs.write_result(a.json, {"info": {"synthetic": True}, "rows": rows}, "chunks")
         return 0
     if a.traces:
         traces, meta = load_trace(outputs.input_file("--traces", a.traces))
@@ -288,7 +291,8 @@ def main(argv=None):
           ", ".join(f"{k[2:]} {np.median(np.abs(v)):.2f} (max {np.max(np.abs(v)):.1f})" for k, v in z.items() if v))
     print(f"time: load/capture {t_load:.1f} s, analysis {t_an:.1f} s")
     if a.json:
-        outputs.write_json(a.json, {
+        outputs.write_result(a.json, kind="chunks",
+                             obj={
             "info": {"traces": a.traces, "meta": {k: v for k, v in meta.items() if k != "spans"}, "risk": a.risk,
                      "block": a.block, "chunks": a.chunks, "dtypes": a.dtypes,
                      "limits": {dt: asdict(exp_limits(dt)) for dt in a.dtypes},

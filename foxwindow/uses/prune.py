@@ -55,6 +55,10 @@ from foxwindow.uses.prune_laws import (
 from foxwindow.uses.prune_measure import bits_per_byte, certified_x_min, decode, run_pruned
 from foxwindow.uses.prune_report import format_report
 
+__all__ = ["DEFAULT_L_TOLS", "DEFAULT_CHECKPOINT", "KINDS", "pruning_entry", "p_beyond", "horizon_entry",
+           "memory_summary", "analyse_model", "TRACE_LEFT_OUT", "RECURRENT_LEFT_OUT", "OUR_HOOK", "load_traces",
+           "trace_kind", "analyse_traces", "main", "run"]
+
 DEFAULT_L_TOLS = (4.0, 7.0, 10.0, 13.0)          # ln(1/tol): tol = e^-4 ... e^-13
 DEFAULT_CHECKPOINT = fm.SHIPPED_CHECKPOINT
 KINDS = ("softmax", "recurrent")
@@ -218,7 +222,7 @@ def analyse_model(checkpoint=DEFAULT_CHECKPOINT, L_tols=DEFAULT_L_TOLS, block=64
         raise ValueError(f"decode_seqs must lie in [0, n_seq = {n_seq}]; got {decode_seqs}")
     decode_L_tol = L_tols[len(L_tols) // 2] if decode_L_tol is None else check_level(decode_L_tol, "decode_L_tol")
     torch.manual_seed(seed)
-    model, meta = fm.load_model(checkpoint)
+    model, meta = fm.load_checkpoint(checkpoint)
     toks, spans = data.heldout_tokens(n_seq=2 * n_seq, seq_len=seq_len + 1)
     x, y = toks[0::2, :-1], toks[0::2, 1:]                                        # measured; fitted: toks[1::2]
     bar = _bar(2 + len(L_tols) + (1 + len(L_tols) if decode_seqs else 0), progress)
@@ -599,7 +603,7 @@ def run(argv=None):
     text = format_report(res)
     print(text)
     outputs.write_text(txt_path, text + "\n")
-    outputs.write_json(json_path, res)
+    outputs.write_result(json_path, res, "prune")
     print(f"wrote {txt_path} and {json_path}", file=sys.stderr)
     return res
 

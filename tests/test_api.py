@@ -1,0 +1,81 @@
+"""The public API: `import foxwindow` loads nothing heavy and exports its documented names on first use;
+analyse() takes a trace file, a mapping, an array or a model and returns one result type; a model's gates are
+captured on the CPU through the CPU fallbacks (fla's Triton-only ops included)."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import REPO
+from foxwindow.heads import table
+from foxwindow.laws import gates
+from foxwindow.models import adapters, traces
+
+
+def _lg(S=6, T=400, H=2, seed=0):
+    return -gates.LogitNormalGate(2, 0.5).sample(np.random.default_rng(seed), (S, T, H))
+
+
+def test_import_is_light_and_the_names_are_documented():
+    code = ("import sys, foxwindow; heavy = [m for m in ('torch', 'numpy', 'scipy') if m in sys.modules]; "
+            "print(heavy, len(foxwindow.__all__), all(n in foxwindow.__doc__ for n in foxwindow.__all__), "
+            "foxwindow.__version__)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["[]", "17", "True", "0.3.0"], out
+    import foxwindow
+    for name in foxwindow.__all__:
+        assert getattr(foxwindow, name) is not None
+    with pytest.raises(AttributeError):
+        foxwindow.nothing_of_that_name
+
+
+def test_analyse_takes_a_mapping_an_array_a_file_and_a_model(tmp_path):
+    import foxwindow
+    lg = _lg()
+    a = foxwindow.analyse({"l0": lg}, eps=[1e-2, 1e-3], n_boot=50, seed=2)
+    b = foxwindow.analyse(lg, eps=[1e-2, 1e-3], n_boot=50, seed=2)
+    path = traces.save_trace(str(tmp_path / "t.npz"), {"l0": torch.from_numpy(lg).float()}, {"model": "mine"})
+    c = foxwindow.analyse(path or str(tmp_path / "t.npz"), eps=[1e-2, 1e-3], n_boot=50, seed=2)
+    for r in (a, b, c):
+        assert isinstance(r, foxwindow.HeadsResult) and len(r.heads) == 2
+        rec = r.at(eps=1e-3)
+        assert [x["head"] for x in rec] == [0, 1] and rec[0]["L"] == pytest.approx(gates.threshold(1e-3))
+    assert a.at(eps=1e-3)[0]["mean_W"] == b.at(eps=1e-3)[0]["mean_W"]
+    assert c.at(L=gates.threshold(1e-3))[0]["mean_W"] == pytest.approx(a.at(eps=1e-3)[0]["mean_W"], rel=1e-6)
+    with pytest.raises(KeyError, match="not in the scan"):
+        a.at(eps=1e-4)
+    doc = json.loads(json.dumps(a.to_json()))
+    assert doc["schema_version"] == 1 and doc["foxwindow_version"] == foxwindow.__version__ and doc["kind"] == "heads"
+    text = a.table()
+    assert "held-out sequences" not in text and "eps = nan" not in text and "6 sequences x 400 tokens" in text
+    assert "HeadsResult(2 heads" in repr(a)
+    net = torch.nn.LSTM(3, 4, batch_first=True).eval()
+    d = foxwindow.analyse(net, tokens=torch.randn(4, 300, 3), eps=1e-2, n_boot=0, seed=0)
+    assert len(d.heads) == 4                                   # one per LSTM unit
+    with pytest.raises(ValueError, match="tokens="):
+        foxwindow.analyse(net, eps=1e-2)
+
+
+def test_print_table_on_user_data_without_info(capsys):
+    from foxwindow.heads import driver
+    results, _ = driver.analyse_layers({"l0": _lg()}, eps=[1e-2, 1e-3], n_boot=0, seed=0)
+    table.print_table(results, {})
+    out = capsys.readouterr().out
+    assert "eps = nan" not in out and out.startswith("Per-head window laws: user data, 6 held-out sequences")
+
+
+def test_capture_of_an_fla_model_on_the_cpu():
+    fla_models = pytest.importorskip("fla.models")
+    import foxwindow
+    cfg = fla_models.ForgettingTransformerConfig(hidden_size=32, num_hidden_layers=2, num_heads=2, vocab_size=64,
+                                                 fuse_norm=False, fuse_swiglu=False, fuse_cross_entropy=False)
+    model = fla_models.ForgettingTransformerForCausalLM(cfg).eval()
+    ids = torch.randint(0, 64, (3, 40), generator=torch.Generator().manual_seed(0))
+    cap = adapters.capture_log_decays(model, ids)               # the CPU fallbacks, not Triton's "0 active drivers"
+    assert sorted(cap.decays) == ["model.layers.0.attn", "model.layers.1.attn"]
+    tr = foxwindow.capture_traces(model, ids, batch=2)
+    assert {k: tuple(v.shape) for k, v in tr.items()} == {k: (3, 40, 2) for k in cap.decays}
+    assert torch.allclose(tr["model.layers.0.attn"], cap.decays["model.layers.0.attn"], atol=1e-6)
