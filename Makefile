@@ -1,5 +1,6 @@
 # Two commands: `make run` (the main job) and `make test` (the whole suite).
-# Both create .venv on first use. Every version is in requirements*.txt (pyproject.toml reads the same files);
+# Both create .venv on first use, at the exact versions of requirements*.txt (pyproject.toml states the ranges a user
+# install accepts);
 # torch is installed first, at the version requirements.txt pins (override: make TORCH_PIN=torch==X).
 PY := .venv/bin/python
 REQS := requirements.txt requirements-test.txt requirements-kernels.txt requirements-models.txt

@@ -144,3 +144,23 @@ def test_beside_dask_distributed(installed, tmp_path):
     r = subprocess.run([PY, "-c", code, str(site)], cwd=str(tmp_path), env=_env(site, *extra), capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0 and (tmp_path / "d.json").exists(), r.stderr[-2000:]
+
+
+def test_metadata_states_ranges_and_the_pins_stay_in_the_requirements():
+    """The package metadata takes ranges (a user's torch 2.12 or 2.14 stays); the exact versions that make and CI
+    install are in requirements*.txt only."""
+    import tomllib
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as fh:
+        project = tomllib.load(fh)["project"]
+    assert project["version"] == "0.3.0" and "dynamic" not in project and project.get("authors")
+    reqs = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    assert not [r for r in reqs if "==" in r], reqs
+    assert "torch>=2.4" in project["dependencies"]
+    assert "transformers>=4.44" in project["optional-dependencies"]["models"]
+    with open(os.path.join(REPO, "requirements.txt")) as fh:
+        assert any(line.startswith("torch==") for line in fh)
+
+
+def test_the_wheel_holds_no_tests(installed):
+    _, _, rows = installed
+    assert not [r for r in rows if r.startswith("tests/") or "/test_" in r or r.endswith("conftest.py")], rows

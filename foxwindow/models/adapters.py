@@ -425,7 +425,7 @@ def import_family_packages(model_type):
             except ImportError:
                 missing.append(p)
     if fams and not done:
-        hint = {"fla": "pip install 'foxwindow[models]' (flash-linear-attention 0.6.0)",
+        hint = {"fla": "pip install 'foxwindow[fla]' (flash-linear-attention 0.6.0)",
                 "forgetting_transformer": "install the official FoX package "
                                           "(github.com/zhixuan-lin/forgetting-transformer)"}
         raise ImportError(f"model type '{model_type}' needs {' or '.join(missing)}: "

@@ -461,6 +461,12 @@ def _check_safetensors(name, path):
                          f"holds {size} (download it again)")
 
 
+def _dtype_keyword(dtype):
+    """from_pretrained's dtype keyword: `dtype` from transformers 5, `torch_dtype` before (4.44 ...)."""
+    major = int(metadata.version("transformers").split(".")[0])
+    return dict(dtype=dtype) if major >= 5 else dict(torch_dtype=dtype)
+
+
 def load_pretrained(name, device="cpu", dtype="float32"):
     """Load a causal LM with the classes of the library that defines it. Returns (model in eval mode on
     `device`, its config). Checks that the loaded network is the saved one: every config.json field is read
@@ -501,8 +507,8 @@ def load_pretrained(name, device="cpu", dtype="float32"):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model, info = model_cls.from_pretrained(path, config=config, dtype=load_dtype, output_loading_info=True,
-                                                    trust_remote_code=False)
+            model, info = model_cls.from_pretrained(path, config=config, output_loading_info=True,
+                                                    trust_remote_code=False, **_dtype_keyword(load_dtype))
     except (OSError, ValueError, KeyError, RuntimeError, AttributeError, TypeError) as exc:
         raise ModelError(f"--model {name}: cannot load the weights ({first_line(exc)})") from None
     # a weight left at its random init would give gates that look real: refuse instead

@@ -23,7 +23,7 @@ from foxwindow.models import fox as fm
 from foxwindow.models.traces import capture_gates, load_trace, run_with_cache
 from foxwindow.training import data
 
-fla = pytest.importorskip("fla", reason="flash-linear-attention not installed (pip install 'foxwindow[models]')")
+fla = pytest.importorskip("fla", reason="flash-linear-attention not installed (pip install 'foxwindow[fla]')")
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     import fla.layers.forgetting_attn as fla_fox

@@ -208,7 +208,7 @@ def test_official_model_types_without_an_adapter_are_not_supported(tmp_path, cap
 
 # ----------------------------------------------------------------------------- fla Mamba-2
 
-fla = pytest.importorskip("fla", reason="flash-linear-attention not installed (pip install 'foxwindow[models]')")
+fla = pytest.importorskip("fla", reason="flash-linear-attention not installed (pip install 'foxwindow[fla]')")
 
 
 @pytest.fixture(scope="module")
