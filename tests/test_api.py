@@ -79,3 +79,17 @@ def test_capture_of_an_fla_model_on_the_cpu():
     tr = foxwindow.capture_traces(model, ids, batch=2)
     assert {k: tuple(v.shape) for k, v in tr.items()} == {k: (3, 40, 2) for k in cap.decays}
     assert torch.allclose(tr["model.layers.0.attn"], cap.decays["model.layers.0.attn"], atol=1e-6)
+
+
+def test_every_first_passage_result_has_the_same_fields():
+    from foxwindow.laws import exact, markov
+    iid = exact.exact_first_passage(gates.LogitNormalGate(2, 0.5), eps=1e-3)
+    ar1 = exact.markov_first_passage(gates.AR1LogitGate(2, 0.5, 0.5), eps=1e-3)[0]
+    chain = markov.ar1_passage(gates.AR1LogitGate(2, 0.5, 0.5), np.array([gates.threshold(1e-3)]))[0]
+    for r in (iid, ar1, chain):
+        for f in ("mean", "var", "mean_err", "var_err", "survival", "offset", "pmf", "eps", "L"):
+            assert getattr(r, f) is not None, (type(r).__name__, f)
+        w = r.offset + np.arange(len(r.pmf))
+        assert float(np.dot(w, r.pmf)) == pytest.approx(r.mean, rel=1e-4)      # the pmf of W, from offset
+        assert r.quantile(0.05) <= r.quantile(0.5) <= r.quantile(0.95)
+        assert abs(r.quantile(0.5) - r.mean) < 3 * r.var ** 0.5

@@ -108,7 +108,7 @@ class HeadResult:
     km_mean: list = field(default_factory=list)            # Kaplan-Meier (restricted) mean: a bound if censored
     km_median: list = field(default_factory=list)          # NaN: beyond km_bound
     km_bound: list = field(default_factory=list)
-    law_mean: list = field(default_factory=list)           # renewal.dependent_mean - 1 with sigma^2 tau_w(n_L)
+    law_mean: list = field(default_factory=list)           # renewal.dependent_mean_N - 1 with sigma^2 tau_w(n_L)
     law_var_iid: list = field(default_factory=list)        # renewal.leading_var
     law_var_lr: list = field(default_factory=list)         # renewal.dependent_var with sigma^2 tau_w(n_L)
     law_var_mix: list = field(default_factory=list)        # the dependent (document-mixture) law, tested
@@ -214,11 +214,11 @@ def _parts(docs, vf, idx_L, Ls, w):
 def law_curves(kappa, sigma2, mu3_raw, tau_L, Ls):
     """The iid and autocorrelation-adjusted laws from renewal.py at thresholds Ls (n,): floats kappa > 0,
     sigma2 >= 0, mu3_raw = E X^3, tau_L (n,) the within-document tau(n) at n = L/kappa. Returns dict of
-    (n,) lists: mean (dependent_mean - 1), var_iid (leading_var), var_lr (dependent_var)."""
+    (n,) lists: mean (dependent_mean_N - 1), var_iid (leading_var), var_lr (dependent_var)."""
     m = gates.Moments.from_raw(kappa, sigma2 + kappa ** 2, mu3_raw)
     out = dict(mean=[], var_iid=[], var_lr=[])
     for L, t in zip(Ls, tau_L):
-        out["mean"].append(renewal.dependent_mean(kappa, sigma2 * t, L) - 1)
+        out["mean"].append(renewal.dependent_mean_N(kappa, sigma2 * t, L) - 1)
         out["var_iid"].append(renewal.leading_var(m, L))
         out["var_lr"].append(renewal.dependent_var(kappa, sigma2 * t, L))
     return out

@@ -85,7 +85,7 @@ def estimate_seconds(mu, s, phis, ratios, trials, cells, scan_cells, scan=True):
 
 def laws(lr: exact.LongRun, gamma, L):
     """Every law's E[W] and Var[W] at L. A law outside its regime (negative variance) gives None."""
-    out = dict(mean=renewal.dependent_mean(lr.kappa, lr.sigma2_lr, L) - 1,
+    out = dict(mean=renewal.dependent_mean_N(lr.kappa, lr.sigma2_lr, L) - 1,
                lead=renewal.dependent_var(lr.kappa, lr.sigma2_lr, L),
                finite_n=renewal.finite_n_var(lr.kappa, gamma, L))
     for name, fn in (("bartlett", lambda: renewal.bartlett_var(lr.kappa, lr.sigma2_lr, lr.sum_k_gamma_k, L,

@@ -154,7 +154,7 @@ def ar1_long_run(gate):
 
 
 @dataclass
-class MarkovPassage:
+class MarkovPassage(lattice.WindowLaw):
     """Exact (numerical) moments of W = N - 1 for one L; err_* estimate the error: the Richardson step in the
     S grid, the change between two y grids and the truncated tail (markov.ar1_passage)."""
     gate: str
@@ -163,7 +163,21 @@ class MarkovPassage:
     var: float
     err_mean: float
     err_var: float
-    survival: np.ndarray    # P(N > n), n = 0..
+    survival: np.ndarray    # P(N > n) = P(W >= n), n = 0..
+    offset = 0
+
+    @property
+    def mean_err(self):
+        """err_mean under the name every first-passage result uses."""
+        return self.err_mean
+
+    @property
+    def var_err(self):
+        return self.err_var
+
+    @property
+    def eps(self):
+        return math.exp(-self.L)
 
 
 def markov_first_passage(gate, *, eps=None, L=None, cells_per_kappa=8, tol=1e-13, nmax=1_000_000, max_seconds=120.0,

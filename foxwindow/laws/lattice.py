@@ -1,6 +1,7 @@
 """The lattice numerics of the exact first passage, shared by laws/exact.py, laws/discrete.py and laws/markov.py.
 
-  FirstPassage            the law of W = N - 1 (survival from n0) with its estimated errors
+  FirstPassage            the law of W = N - 1 (survival from n0) with its estimated errors (WindowLaw: the
+                          fields and methods every first-passage result shares)
   lattice_passage         an iid law on the lattice + Fourier inversion, Richardson over three resolutions and
                           Chernoff bounds on every truncated tail (AccuracyWarning / AccuracyError when tol is
                           not met); the gamma closed form and the first-step bound first
@@ -64,8 +65,30 @@ class AccuracyError(RuntimeError):
     """Raised instead of AccuracyWarning when strict=True."""
 
 
+class WindowLaw:
+    """What every first-passage result (FirstPassage, iid; markov.ChainPassage and exact.MarkovPassage, chains)
+    offers alike: survival[i] = P(W >= offset + i) (P(W >= n) = 1 below offset), mean and var of W with their
+    estimated errors mean_err and var_err, pmf[i] = P(W = offset + i), quantile(p). W = N - 1 throughout."""
+
+    @property
+    def pmf(self):
+        """P(W = offset + i), i = 0, 1, ... (the mass left in the survival's last entry, if any, at its end)."""
+        s = np.asarray(self.survival, dtype=np.float64)
+        if len(s) and s[-1] != 0.0:
+            s = np.append(s, 0.0)
+        return s[:-1] - s[1:]
+
+    def quantile(self, p):
+        """Smallest w with P(W <= w) >= p, p in (0, 1): W's p-quantile (an int)."""
+        if not (0.0 < float(p) < 1.0):
+            raise ValueError(f"p must lie in (0, 1); got {p}")
+        s = np.asarray(self.survival, dtype=np.float64)
+        cdf = 1.0 - np.append(s[1:], 0.0)                  # P(W <= offset + i) = 1 - P(W >= offset + i + 1)
+        return self.offset + int(np.argmax(cdf >= p))
+
+
 @dataclass
-class FirstPassage:
+class FirstPassage(WindowLaw):
     """Law of W = N - 1: survival[i] = P(N > n0 + i) = P(W >= n0 + i); P(N > n) = 1 for n < n0.
 
     mean, var: E[W], Var[W]; mean_err, var_err: estimated absolute errors (discretisation from the spread of
@@ -84,10 +107,14 @@ class FirstPassage:
     n0: int = 0
 
     @property
-    def pmf(self):
-        """P(W = n0 + i) for i = 0..len-2."""
-        s = self.survival
-        return s[:-1] - s[1:]
+    def offset(self):
+        """The W of pmf[0] and survival[0] (n0)."""
+        return self.n0
+
+    @property
+    def L(self):
+        """The threshold ln(1/eps)."""
+        return -math.log(self.eps) if self.eps > 0 else math.inf
 
 
 def _moments_from_survival(s, n0=0):

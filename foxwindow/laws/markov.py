@@ -64,7 +64,7 @@ _FLOPS_PER_SECOND = 2e9         # the refusal estimate (a shared 2-core machine)
 
 
 @dataclass
-class ChainPassage:
+class ChainPassage(lattice.WindowLaw):
     """Law of W = N - 1 at one threshold L for a Markov-additive walk.
 
     mean, var: E[W], Var[W]. mean_err, var_err: estimated absolute errors (the Richardson step in h, plus the
@@ -79,14 +79,11 @@ class ChainPassage:
     survival: np.ndarray = field(repr=False)
     method: str = ""
 
-    def quantile(self, p):
-        """Smallest w with P(W <= w) >= p, p in (0, 1): W's p-quantile from the survival (an int)."""
-        if not (0.0 < float(p) < 1.0):
-            raise ValueError(f"p must lie in (0, 1); got {p}")
-        s = self.survival                                   # P(W >= n) = P(N > n)
-        # P(W <= w) = 1 - P(N > w + 1)
-        cdf = 1.0 - np.append(s[1:], 0.0)
-        return int(np.argmax(cdf >= p))
+    offset = 0                                              # survival[i] = P(W >= i)
+
+    @property
+    def eps(self):
+        return math.exp(-self.L)
 
 
 def _tent_cdf(u):

@@ -41,7 +41,7 @@ def test_no_law_returns_a_negative_or_nan_variance(long_runs):
             assert renewal.dependent_var(lr.kappa, lr.sigma2_lr, L) > 0
             fin = renewal.finite_n_var(lr.kappa, gamma, L)
             assert math.isfinite(fin) and fin > 0
-            assert math.isfinite(renewal.dependent_mean(lr.kappa, lr.sigma2_lr, L))
+            assert math.isfinite(renewal.dependent_mean_N(lr.kappa, lr.sigma2_lr, L))
             for which, law in (
                     ("bartlett", lambda: renewal.bartlett_var(lr.kappa, lr.sigma2_lr, lr.sum_k_gamma_k, L)),
                     ("bartlett3", lambda: renewal.bartlett_var(lr.kappa, lr.sigma2_lr, lr.sum_k_gamma_k, L,
@@ -96,8 +96,8 @@ def test_phi_outside_unit_interval_is_rejected(phi):
     (lambda: renewal.dependent_var(0.1, 1.0, -2.0), "L"),
     (lambda: renewal.dependent_var(0.1, -1.0, 2.0), "sigma2_lr"),
     (lambda: renewal.dependent_var(float("nan"), 1.0, 2.0), "kappa"),
-    (lambda: renewal.dependent_mean(0.0, 1.0, 1.0), "kappa"),
-    (lambda: renewal.dependent_mean(0.1, 1.0, -1.0), "L"),
+    (lambda: renewal.dependent_mean_N(0.0, 1.0, 1.0), "kappa"),
+    (lambda: renewal.dependent_mean_N(0.1, 1.0, -1.0), "L"),
     (lambda: renewal.long_run_variance(-1.0, 2.0), "sigma2"),
     (lambda: renewal.bartlett_correction(1.0, 0.0), "kappa"),
     (lambda: renewal.bartlett_var(0.1, 1.0, 0.5, 0.0), "L"),
@@ -212,7 +212,7 @@ def test_second_order_law_and_mean_law_in_their_regime():
     z = bonferroni_z(3)
     second = renewal.second_order_var(lr.kappa, lr.sigma2_lr, lr.kappa3_lr, lr.sum_k_gamma_k, L)
     assert abs(second.var - mc.var) <= 0.02 * second.var + z * mc.se_var
-    assert abs(renewal.dependent_mean(lr.kappa, lr.sigma2_lr, L) - 1 - mc.mean) <= 0.1 + z * mc.se_mean
+    assert abs(renewal.dependent_mean_N(lr.kappa, lr.sigma2_lr, L) - 1 - mc.mean) <= 0.1 + z * mc.se_mean
     assert renewal.dependent_var(lr.kappa, lr.sigma2_lr, L) - mc.var > 0.2 * mc.var + z * mc.se_var
 
 

@@ -111,7 +111,7 @@ def test_dependent_laws_on_ar1_gates(mu, s, phi, eps, resolved):
     z = bonferroni_z(4)
     slr = renewal.long_run_variance(m.sigma2, tau)
     # mean law: checked to about 0.1 in this regime (docs/THEORY.md section 4)
-    assert abs(r.mean - (renewal.dependent_mean(m.kappa, slr, L) - 1)) <= 0.1 + z * r.se_mean
+    assert abs(r.mean - (renewal.dependent_mean_N(m.kappa, slr, L) - 1)) <= 0.1 + z * r.se_mean
     # the iid mean is biased by sigma^2 sum rho / kappa^2, which the simulation resolves
     assert r.mean - (renewal.renewal_mean(m, L) - 1) > z * r.se_mean
     # leading variance law overstates at moderate L; the Bartlett term (a heuristic) takes most of it back
