@@ -38,7 +38,7 @@ MAX_LAG = 256          # lags of the Geyer diagnostic
 LEVEL_TOL = 0.10       # tau(n) has levelled off at n when |tau(2n)/tau(n) - 1| <= 10% ...
 LEVEL_Z = 2.0          # ... even at the upper end of its +- 2 SE band (one-sided 97.7%)
 MIN_STEPS = 4.0        # L/kappa >= 4: a renewal law needs a few steps before its O(1) terms are small
-LATTICE_VAR = 0.3      # sigma^2 min(tau, 1) L / kappa^3 >= 0.3: away from the lattice (ALiBi) limit
+LATTICE_VAR = renewal.LATTICE_VAR   # sigma^2 min(tau, 1) L / kappa^3 >= it: away from the lattice (ALiBi) limit
 TAIL_FRAC = 0.25       # steps longer than a quarter of L ...
 TAIL_SHARE = 0.10      # ... may carry at most 10% of Var X (the law inverts S_n linearly: small steps)
 
@@ -201,6 +201,15 @@ def level_ratio(vf, n, w=None):
     i, j = vf.index(n), vf.index(2 * n)
     t = vf.tau_within(w if w is not None else None)
     return t[..., j] / t[..., i]
+
+
+def regime_rule():
+    """The regime rule in one sentence, from the constants above (the table's header, docs/VERDICT.md and
+    docs/RESULTS.md quote it; tests/heads/test_verdict.py checks that they do)."""
+    return (f"no analysed window is censored, L/kappa >= {MIN_STEPS:g}, sigma^2 min(tau, 1) L/kappa^3 >= "
+            f"{LATTICE_VAR:g} (away from the lattice limit), steps longer than L/{1 / TAIL_FRAC:g} carry at most "
+            f"{TAIL_SHARE:.0%} of Var X, and tau(n) has measurably levelled off at n = L/kappa "
+            f"(|tau(2n)/tau(n) - 1| + {LEVEL_Z:g} SE <= {LEVEL_TOL:g})")
 
 
 def tail_share(x, L):

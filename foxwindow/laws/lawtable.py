@@ -15,7 +15,7 @@ import sys
 from tqdm import tqdm
 
 from foxwindow import outputs
-from foxwindow.laws import exact, gates
+from foxwindow.laws import exact, gates, renewal
 from foxwindow.laws.gates import threshold
 from foxwindow.laws.renewal import alibi_window, leading_var, renewal_mean, smith_C, smith_var
 
@@ -94,14 +94,15 @@ def main(argv=None):
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")
     seed_gates = list(gates.SEED_GATES) + [gates.BetaGate(20, 1)]
     rows = scan(seed_gates, a.eps, progress=not a.no_progress)
-    print("Windows W = N - 1. err = law - exact. 'lead' = sigma^2 L/kappa^3; expansions need lead >~ 0.3. "
+    print("Windows W = N - 1. err = law - exact. 'lead' = sigma^2 L/kappa^3; expansions need lead >~ "
+          f"{renewal.LATTICE_VAR:g}. "
           "'exact err' = the exact numerics' own error estimate (larger of mean, variance).")
     hdr = (f"{'gate':28s} {'eps':>7s} {'E[W] exact':>11s} {'err mean':>9s} {'Var exact':>10s} "
            f"{'err lead':>9s} {'C':>8s} {'err Smith':>9s} {'lead':>8s} {'exact err':>9s}")
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
-        flag = "  <- breakdown" if r["lead_term"] < 0.3 else ""
+        flag = "  <- breakdown" if r["lead_term"] < renewal.LATTICE_VAR else ""
         print(f"{r['gate']:28s} {r['eps']:7.0e} {r['exact_mean_W']:11.5f} {r['err_mean']:9.1e} "
               f"{r['exact_var_W']:10.5f} "
               f"{r['err_leading']:9.2e} {r['C']:8.4f} {r['err_smith']:9.1e} {r['lead_term']:8.3f} "

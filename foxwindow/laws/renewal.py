@@ -33,11 +33,16 @@ from scipy import special
 
 from foxwindow.laws.gates import Moments, threshold
 
-__all__ = ["wald_mean", "renewal_mean", "leading_var", "smith_C", "smith_var", "alibi_window", "alibi_window_real",
+__all__ = ["LATTICE_VAR", "wald_mean", "renewal_mean", "leading_var", "smith_C", "smith_var", "alibi_window",
+           "alibi_window_real",
            "exponential_exact", "gamma_survival", "gamma_band", "lag_sums", "acf", "batch_means", "tau_from_acf",
            "geyer_cut", "initial_positive_tau", "long_run_variance", "dependent_var", "dependent_mean_N",
            "bartlett_correction", "OutsideRegime", "VarianceLaw", "REGIME_FRACTION", "BARTLETT_OMITTED",
            "bartlett_var", "second_order_constant", "second_order_var", "finite_n_var"]
+
+# the expansions in L hold away from the lattice (ALiBi) limit: sigma^2 L / kappa^3 >= LATTICE_VAR (with tau <= 1
+# folded in by the per-head regime rule, heads/dependence.py)
+LATTICE_VAR = 0.3
 
 # ----------------------------------------------------------------------------- iid laws
 

@@ -34,7 +34,8 @@ import torch.nn.functional as F
 
 from foxwindow.models import fallbacks, lstm_gates
 
-__all__ = ["GateAdapter", "ADAPTERS", "register_adapter", "get_adapter", "layer_index", "find_layers", "Capture",
+__all__ = ["GateAdapter", "ADAPTERS", "register_adapter", "cpu_families",
+           "get_adapter", "layer_index", "find_layers", "Capture",
            "check_log_decay", "capture_log_decays", "retnet_log_decays", "family_for_model_type",
            "import_family_packages"]
 
@@ -104,6 +105,11 @@ def register_adapter(adapter, replace=False):
         raise ValueError(f"a gate adapter for family '{adapter.family}' is already registered (replace=True)")
     ADAPTERS[adapter.family] = adapter
     return adapter
+
+
+def cpu_families():
+    """The registered families whose code runs on the CPU (GateAdapter.cpu), in registry order."""
+    return [f for f, a in ADAPTERS.items() if a.cpu]
 
 
 def get_adapter(family):
@@ -229,8 +235,7 @@ def capture_log_decays(model, *inputs, adapters=None, names_filter=None, cpu_fal
         slow = sorted({a.family for _, m, a in layers if not fallbacks.runs_on_cpu(m, a)})
         if slow:
             raise ValueError(f"family {', '.join(slow)}: its fused kernels are Triton-only and need a GPU (move the "
-                             "model to CUDA); on the CPU: FoX (ours, official, fla), Mamba-2 (fla, transformers), "
-                             "LSTMs")
+                             f"model to CUDA); on the CPU: {', '.join(cpu_families())}")
     cap, handles = Capture(), []
 
     def make_hook(name, adapter):

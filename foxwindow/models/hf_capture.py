@@ -43,8 +43,7 @@ def capture_batches(model, ids, batch, device, mass_eps=None, rows=None, per_cha
         slow = sorted({a.family for _, m, a in layers if not fallbacks.runs_on_cpu(m, a)})
         if slow:
             raise ModelError(f"family {', '.join(slow)}: its fused kernels are Triton-only and need a GPU "
-                             f"(--device cuda); on the CPU run FoX (ours, official, fla) and Mamba-2 (fla, "
-                             f"transformers)")
+                             f"(--device cuda); on the CPU run {', '.join(adapters.cpu_families())}")
     amp = getattr(model, "foxwindow_autocast", None)
     dev_type = "cuda" if not cpu else "cpu"
     parts, mass_parts, fam, lay = {}, {}, {}, {}

@@ -171,3 +171,18 @@ def test_small_calibration_study_has_size_and_power():
         assert res[fam]["runs_law_false"] == 0, res[fam]
     assert res["lattice_in_half"]["runs_law_false"] == 2
     assert res["arma_sign_changing"]["tested"] > 0                              # the nulls are tested, not skipped
+
+
+def test_the_regime_rule_has_one_home():
+    """The regime rule's sentence is generated from dependence's named constants; the table and the results
+    quote it as generated."""
+    import os
+    import re
+
+    from conftest import REPO
+    from foxwindow.heads import dependence
+    rule = dependence.regime_rule()
+    for c in (dependence.MIN_STEPS, dependence.LATTICE_VAR, dependence.LEVEL_TOL, dependence.LEVEL_Z):
+        assert f"{c:g}" in rule
+    with open(os.path.join(REPO, "docs", "RESULTS.md")) as fh:
+        assert rule in re.sub(r"\s+", " ", fh.read())
