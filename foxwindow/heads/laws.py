@@ -51,6 +51,11 @@ from scipy import special, stats
 from foxwindow.heads import dependence, predict, verdict
 from foxwindow.laws import gates, renewal
 
+__all__ = ["LAWS", "LEAD", "ALPHA", "CLAIM_MAX", "CLAIM_FLOOR", "CLAIM_MULT", "SECOND_ORDER_CLAIM", "MARGINAL_CLAIM",
+           "LEAD_CLAIM", "HOLD_SE", "MEAN_TOL", "CELLS", "MAX_CELLS", "SUMMARY_EPS", "STATES", "Q",
+           "marginal_moments", "BlockSums", "SUPPORT", "MIXED", "lead_survival", "evaluate", "assign_states",
+           "summary", "score", "score_table", "main"]
+
 LAWS = {
     "iid": ("iid two-moment", "renewal law with iid increments: E[W] = L/kappa + mu2/(2 kappa^2) - 1, "
                               "Var[W] = sigma^2 L/kappa^3"),
@@ -400,7 +405,7 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None):
     dep_lse = rel_se(s2_loo[:, None] * st["tau_loo"][:, None] * Ls[None, :] / k_loo[:, None] ** 3)
     for k, L in enumerate(Ls):
         d = laws["dependent"]
-        d["mean"][k] = _safe(renewal.dependent_mean, kappa, sig_lr, L) - 1
+        d["mean"][k] = _safe(renewal.dependent_mean_N, kappa, sig_lr, L) - 1
         d["var"][k] = _safe(renewal.dependent_var, kappa, sig_lr, L)
         d["var_se"][k] = dep_lse[k] * d["var"][k]
         d["claim"][k] = _claim_expansion(C_dep, d["var"][k])
@@ -420,7 +425,7 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None):
         d = laws["finite_n"]
         t_L = float(tw[idx[k]])
         sl = sigma2 * t_L
-        d["mean"][k] = _safe(renewal.dependent_mean, kappa, sl, L) - 1
+        d["mean"][k] = _safe(renewal.dependent_mean_N, kappa, sl, L) - 1
         d["var"][k] = sl * L / kappa ** 3
         d["var_se"][k] = rel_se(s2_loo * tw_loo[:, idx[k]] * L / k_loo ** 3) * d["var"][k]
         c = sl / kappa ** 2

@@ -6,13 +6,12 @@
     r.table()                the printed table (heads/table.py) as a string
     r.to_json()              a JSON-ready dict (schema_version, foxwindow_version; docs/JSON.md)
 
-A thin wrapper over what the drivers return ((results, info)); the per-head, per-eps records with every law
-are being built into it.
+A thin wrapper over what the drivers return ((results, info)); to_json() is the schema-1 document that
+foxwindow.report reads (every law at every eps of every head).
 """
 import contextlib
 import io
 import math
-from dataclasses import asdict
 
 from foxwindow import outputs
 from foxwindow.heads import table
@@ -68,9 +67,8 @@ class HeadsResult:
         return buf.getvalue()
 
     def to_json(self):
-        """The results as a JSON-ready dict: schema_version, foxwindow_version, kind "heads", info, heads."""
-        return outputs.json_clean(outputs.stamped(dict(kind="heads", info=self.info,
-                                                       heads=[asdict(r) for r in self.heads])))
+        """The per-head document of schema 1 (heads/table.py's to_json; docs/HEADS_JSON.md), JSON-ready."""
+        return outputs.json_clean(outputs.stamped(table.to_json(self.heads, self.info), "heads"))
 
     def __len__(self):
         return len(self.heads)

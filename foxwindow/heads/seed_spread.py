@@ -27,6 +27,8 @@ from foxwindow.heads import predict
 from foxwindow.laws import gates, lawtable
 from foxwindow.models import traces as trace_files
 
+__all__ = ["spread", "ratios", "coverage_statistic", "measure", "report", "main"]
+
 
 def spread(x, Ls, seeds, per_doc=predict.WALKS_PER_DOC, context=None):
     """Predictions of increments x (S, T) at thresholds Ls (n,) under each seed of `seeds` (ints). Returns a dict
@@ -165,7 +167,7 @@ def main(argv=None):
     res["command"] = " ".join(["python -m foxwindow seed-spread"] + (argv or sys.argv[1:]))
     report(res)
     if a.json:
-        outputs.write_json(a.json, outputs.json_clean(res))
+        outputs.write_result(a.json, outputs.json_clean(res), "seed-spread")
     return 0
 
 

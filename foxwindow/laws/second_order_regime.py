@@ -32,6 +32,9 @@ from foxwindow.heads import dependence
 from foxwindow.laws import exact, gates, markov, renewal
 from foxwindow.laws.dependent_errors import chain_autocovariance
 
+__all__ = ["N_POINTS", "TOLS", "UNITS", "MAX_SECONDS", "birth_death", "telegraph", "Garch", "chain_paths", "paths",
+           "structures", "lengths", "curve", "thresholds", "report", "main"]
+
 N_POINTS = 24          # n = L/kappa on a geometric grid from half the shortest length to 12 x the longest
 TOLS = (0.10, 0.05, 0.03, 0.01)
 UNITS = ("tau", "t_relax", "t_abs", "ell_B", "ell", "ell_abs", "ell_max")
@@ -344,7 +347,7 @@ def main(argv=None):
     report(curves, thr, spread)
     print(f"({time.time() - t0:.0f} s)")
     if a.json:
-        outputs.write_json(a.json, outputs.json_clean(dict(
+        outputs.write_result(a.json, kind="second-order-regime", obj=outputs.json_clean(dict(
             command=" ".join(["python -m foxwindow second-order-regime"] + (argv or sys.argv[1:])),
             seconds=time.time() - t0, curves=curves, thresholds=thr, spread=spread)))
     return 0

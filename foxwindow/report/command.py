@@ -15,6 +15,9 @@ from concurrent.futures import ProcessPoolExecutor
 from foxwindow import outputs
 from foxwindow.report import pages, plots, schema
 
+__all__ = ["FIRST_FILES", "check_out", "default_jobs", "write_report", "build_parser", "main", "check_out_arg",
+           "after_analysis"]
+
 FIRST_FILES = ("index.html", "overview.png")        # checked before an analysis, when the heads are not known
 
 

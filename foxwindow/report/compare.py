@@ -22,6 +22,8 @@ from foxwindow import outputs
 from foxwindow.report import schema
 from foxwindow.report.plots import STATE_COLORS, STATE_MARKS, plain_log
 
+__all__ = ["OUT_FILES", "TABLE_EPS", "WIDTH", "compare", "table", "plot", "build_parser", "main"]
+
 OUT_FILES = ("compare.txt", "compare.json", "compare.png")
 TABLE_EPS = (1e-2, 1e-3, 1e-4)
 WIDTH = 120
@@ -257,7 +259,7 @@ def main(argv=None):
     txt, js, png = (os.path.join(out, f) for f in OUT_FILES)
     with outputs.atomic(txt) as tt, outputs.atomic(js) as tj, outputs.atomic(png) as tp:
         plot(c, eps=a.eps).savefig(tp, format="png")
-        outputs.write_json(tj, c)
+        outputs.write_result(tj, c, "compare")
         outputs.write_text(tt, "\n".join(lines) + "\n")
     print(f"wrote {', '.join(OUT_FILES)} in {out}")
     return 0

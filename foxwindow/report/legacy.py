@@ -10,6 +10,8 @@ bootstrap (the block-bootstrap prediction, with its out-of-sample score).
 """
 import math
 
+__all__ = ["LAWS", "NOTE", "convert"]
+
 LAWS = {
     "iid": ("two-moment renewal law", "E[W] and Var[W] = sigma^2 L / kappa^3 of independent increments"),
     "dependent": ("tau-adjusted law", "Var[W] = sigma^2 tau(n) L / kappa^3 at n = L / kappa"),

@@ -15,6 +15,8 @@ import math
 from foxwindow.report import schema
 from foxwindow.report.plots import STATE_COLORS, STATE_MARKS, mean_window
 
+__all__ = ["OOS_EPS", "CSS", "esc", "num", "pm", "chip", "page", "Names", "index_page", "layer_page"]
+
 OOS_EPS = (1e-2, 1e-3, 1e-4)            # the eps of the out-of-sample table (those of the scan among them)
 
 CSS = """

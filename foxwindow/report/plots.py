@@ -21,6 +21,9 @@ from matplotlib.patches import Patch
 
 from foxwindow.report import schema
 
+__all__ = ["STATE_COLORS", "STATE_MARKS", "MEASURED", "PMF_BINS", "LAW_PALETTE", "short", "law_colors", "plain_log",
+           "plot_head", "mean_window", "plot_overview"]
+
 STATE_COLORS = {"holds": "#2ca02c", "false": "#d62728", "undetermined": "#ff9f1c", "not claimed": "#d9d9d9"}
 STATE_MARKS = {"holds": "✓", "false": "✗", "undetermined": "?", "not claimed": "·"}
 MEASURED = "black"

@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 
 from foxwindow.report import legacy
 
+__all__ = ["SCHEMA_VERSION", "KIND", "STATES", "REFERENCE_LAW", "UNIT_WORDS", "MISSING", "Source", "LawInfo",
+           "Measured", "Oos", "LawAt", "At", "Dist", "Pmf", "Dependence", "Mass", "Summary", "Head", "Result",
+           "overall_state", "PREDICTION_SCORES", "from_dict", "as_dict", "read"]
+
 SCHEMA_VERSION = 1
 KIND = "heads"
 STATES = ("holds", "false", "undetermined", "not claimed")

@@ -15,6 +15,8 @@ import tempfile
 
 from foxwindow import outputs
 
+__all__ = ["NAMES", "FLAGS", "find_browser", "screenshot", "main"]
+
 NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",

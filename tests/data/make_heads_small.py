@@ -25,7 +25,7 @@ def small_document(seed=0, S=8, T=256, n_boot=200):
     lg = np.stack([-verdict_calibration.increments(f, 1.5, rng, S, T) for f in FAMILIES], 2)   # (S, T, H)
     eps = sorted(set(lawtable.EPS_SCAN) | {1e-3}, reverse=True)
     Ls = [forget.threshold(e) for e in eps]
-    results, seed = driver.analyse_layers({"synthetic": lg}, Ls, n_boot=n_boot, seed=seed, pmf_L=math.log(1e3))
+    results, seed = driver.analyse_layers({"synthetic": lg}, L=Ls, n_boot=n_boot, seed=seed, pmf_L=math.log(1e3))
     info = dict(checkpoint=None, model="synthetic (" + ", ".join(FAMILIES) + " logits at mean 1.5)", n_seq=S,
                 seq_len=T, analysed_len=T, n_boot=n_boot, seed=seed, what="synthetic", family="synthetic",
                 unit="head", split="user data", capture_s=0.0, total_s=0.0, layers=["synthetic"])

@@ -128,7 +128,7 @@ def test_table_fits_120_columns(capsys):
     rng = np.random.default_rng(5)
     lg = np.stack([-x for x in _model("ar1", rng, H=2, S=8, T=256)], 2)
     Ls = [forget.threshold(e) for e in sorted(set(heads.EPS_SCAN) | {1e-3}, reverse=True)]
-    results, seed = heads.analyse_layers({"x": lg}, Ls, n_boot=100, seed=1)
+    results, seed = heads.analyse_layers({"x": lg}, L=Ls, n_boot=100, seed=1)
     info = dict(checkpoint="x.npz", n_seq=8, seq_len=256, capture_s=0.0, total_s=0.0, seed=seed)
     table.print_table(results, info)
     out = capsys.readouterr().out
