@@ -528,6 +528,7 @@ def stamped(obj, kind=None):
     document a command writes (a list becomes {"rows": [...]}). Fields: docs/JSON.md."""
     obj = dict(rows=obj) if isinstance(obj, (list, tuple)) else obj
     out = dict(schema_version=SCHEMA_VERSION, foxwindow_version=__version__)
+    kind = obj.get("kind", kind)                          # a document that names its own kind keeps it
     if kind is not None:
         out["kind"] = kind
     out.update({k: v for k, v in obj.items() if k not in out})

@@ -259,7 +259,7 @@ def main(argv=None):
     txt, js, png = (os.path.join(out, f) for f in OUT_FILES)
     with outputs.atomic(txt) as tt, outputs.atomic(js) as tj, outputs.atomic(png) as tp:
         plot(c, eps=a.eps).savefig(tp, format="png")
-        outputs.write_result(tj, c, "compare")
+        outputs.write_result(tj, c, "heads-comparison")
         outputs.write_text(tt, "\n".join(lines) + "\n")
     print(f"wrote {', '.join(OUT_FILES)} in {out}")
     return 0
