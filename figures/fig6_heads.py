@@ -31,7 +31,11 @@ def make(ctx):
         rel = os.path.relpath(path)
         raise Skip(f"{rel} not found (write it with `python forget.py --json {rel}`)")
     with open(path) as f:
-        heads = json.load(f).get("heads") or []
+        doc = json.load(f)
+    if doc.get("schema_version") is not None:
+        raise Skip(f"{path} is a per-head result of schema {doc['schema_version']}: figure 6 draws the earlier "
+                   "slope verdict; figure 10 (the report's overview) draws this one")
+    heads = doc.get("heads") or []
     if not heads:
         raise Skip(f"{path} has no 'heads' entries")
     verdicts = sorted({str(h.get("verdict")) for h in heads})

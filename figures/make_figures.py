@@ -64,7 +64,7 @@ def _check_json_input(path, what):
         raise outputs.UsageError(f"{what}: {path} holds a JSON {type(doc).__name__}; expected the object that "
                                  f"{'forget.py --json' if what == '--heads-json' else 'prune.py --json'} writes")
     if what == "--heads-json":
-        _check_heads(doc.get("heads"), path, what)
+        _check_heads(doc.get("heads"), path, what, named=doc.get("schema_version") is not None)
     return True
 
 
@@ -72,18 +72,18 @@ def _index(v):
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
-def _check_heads(heads, path, what):
-    """The per-head entries figure 6 reads: a list of objects with a layer (index or name), an int head >= 0 and a number kappa,
-    each (layer, head) once. UsageError naming the first entry that is not."""
+def _check_heads(heads, path, what, named=False):
+    """The per-head entries figure 6 reads: a list of objects with a layer (index or name), an int head >= 0
+    and a number kappa, each (layer, head) once. UsageError naming the first entry that is not."""
     if heads is None:
         return                                          # figure 6 says it has no entries
     if not isinstance(heads, list):
         raise outputs.UsageError(f"{what}: {path}: 'heads' is a {type(heads).__name__}; expected a list")
     seen = set()
     for i, h in enumerate(heads):
-        # schema 1 names a layer by a string, the earlier shape by its index
+        # schema 1 (named) names a layer by a string, the earlier shape by its index
         ok = isinstance(h, dict) and _index(h.get("head")) \
-            and (_index(h.get("layer")) or (isinstance(h.get("layer"), str) and h.get("layer") != "")) \
+            and (_index(h.get("layer")) or (named and isinstance(h.get("layer"), str) and h.get("layer") != "")) \
             and isinstance(h.get("kappa"), (int, float)) and not isinstance(h.get("kappa"), bool)
         if not ok:
             raise outputs.UsageError(f"{what}: {path}: heads[{i}] = {safety.shown(str(h)[:80])} needs 'layer' (an "

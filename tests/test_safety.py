@@ -296,7 +296,7 @@ def test_a_250_character_output_name(capsys, tmp_path):
     assert len(name) == 250
     rc, err = run_cli(capsys, _cmd("renewal"), ["--eps", "0.1", "--no-progress", "--json", str(out)])
     assert rc == 0, err
-    assert os.listdir(tmp_path) == [name] and isinstance(json.loads(out.read_text()), list)
+    assert os.listdir(tmp_path) == [name] and isinstance(json.loads(out.read_text())["rows"], list)
     assert len(os.path.basename(_lock_of(out)).encode()) <= 255
     assert len(os.path.basename(safety.temp_name(str(out), ".json")).encode()) <= 255
 
