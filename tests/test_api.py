@@ -43,8 +43,12 @@ def test_analyse_takes_a_mapping_an_array_a_file_and_a_model(tmp_path):
         assert isinstance(r, foxwindow.HeadsResult) and len(r.heads) == 2
         rec = r.at(eps=1e-3)
         assert [x["head"] for x in rec] == [0, 1] and rec[0]["L"] == pytest.approx(gates.threshold(1e-3))
-    assert a.at(eps=1e-3)[0]["mean_W"] == b.at(eps=1e-3)[0]["mean_W"]
-    assert c.at(L=gates.threshold(1e-3))[0]["mean_W"] == pytest.approx(a.at(eps=1e-3)[0]["mean_W"], rel=1e-6)
+    assert a.at(eps=1e-3)[0]["measured"]["mean"] == b.at(eps=1e-3)[0]["measured"]["mean"]
+    assert c.at(L=gates.threshold(1e-3))[0]["measured"]["mean"] == pytest.approx(
+        a.at(eps=1e-3)[0]["measured"]["mean"], rel=1e-6)
+    assert set(a.at(eps=1e-3)[0]["laws"]) >= {"iid", "bootstrap"}
+    label = a.to_json()["heads"][1]["label"]
+    assert a.plot(head=label, eps=1e-3).axes and a.plot_overview(eps=1e-3).axes                 # matplotlib figures, drawn from the result
     with pytest.raises(KeyError, match="not in the scan"):
         a.at(eps=1e-4)
     doc = json.loads(json.dumps(a.to_json()))

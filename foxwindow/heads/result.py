@@ -2,9 +2,11 @@
 
     r = foxwindow.analyse(traces, eps=[1e-2, 1e-3])
     r.heads                  the per-head results (heads.verdict.HeadResult, one per head, layer by layer)
-    r.at(eps=1e-3)           one record per head at that threshold (a dict: the measured window and the laws)
+    r.at(eps=1e-3)           one record per head at that threshold: schema 1's record (eps, L, measured, laws)
+                             with the head's layer, head and label
     r.table()                the printed table (heads/table.py) as a string
-    r.to_json()              a JSON-ready dict (schema_version, foxwindow_version; docs/JSON.md)
+    r.to_json()              a JSON-ready dict (schema_version, foxwindow_version; docs/HEADS_JSON.md)
+    r.plot(head="0.3", eps=1e-3), r.plot_overview()   matplotlib figures (foxwindow.report)
 
 A thin wrapper over what the drivers return ((results, info)); to_json() is the schema-1 document that
 foxwindow.report reads (every law at every eps of every head).
@@ -13,7 +15,7 @@ import contextlib
 import io
 import math
 
-from foxwindow import outputs
+from foxwindow import outputs, report
 from foxwindow.heads import table
 from foxwindow.laws import gates
 
@@ -40,23 +42,18 @@ class HeadsResult:
         return sorted(self.heads[0].L_list) if self.heads else []
 
     def at(self, *, eps=None, L=None):
-        """One record per head at the threshold eps= or L= (exactly one; one of the scan's): a dict with
-        layer, head, eps, L and every per-threshold quantity (measured mean_W, var_W and their errors, the laws'
-        law_mean / law_var_*, the predictions pred_*, the out-of-sample oos_*). KeyError names the scan when the
+        """One record per head at the threshold eps= or L= (exactly one; one of the scan's): schema 1's per-eps
+        record (eps, L, measured: mean, var and their SEs, censored_share, quantiles; laws: each law's mean, var,
+        quantiles, state, claim) with the head's layer, head and label. KeyError names the scan when the
         threshold is not in it."""
         Lq = gates.level(eps, L)
         out = []
-        for r in self.heads:
-            k = next((i for i, x in enumerate(r.L_list) if abs(x - Lq) <= 1e-9 * Lq), None)
-            if k is None:
-                scan = ", ".join(f"{math.exp(-x):.3g}" for x in sorted(r.L_list))
+        for h in self.to_json()["heads"]:
+            rec = next((r for r in h["at"] if abs(r["L"] - Lq) <= 1e-9 * Lq), None)
+            if rec is None:
+                scan = ", ".join(f"{r['eps']:.3g}" for r in h["at"])
                 raise KeyError(f"eps = {math.exp(-Lq):.3g} (L = {Lq:.4g}) is not in the scan (eps = {scan})")
-            rec = dict(layer=r.layer, head=r.head, eps=math.exp(-r.L_list[k]), L=r.L_list[k])
-            for f in PER_L:
-                vals = getattr(r, f)
-                rec[f] = vals[k] if k < len(vals) else None
-            rec["verdict"] = r.verdict
-            out.append(rec)
+            out.append(dict(layer=h["layer"], head=h["head"], label=h["label"], **rec))
         return out
 
     def table(self):
@@ -69,6 +66,17 @@ class HeadsResult:
     def to_json(self):
         """The per-head document of schema 1 (heads/table.py's to_json; docs/HEADS_JSON.md), JSON-ready."""
         return outputs.json_clean(outputs.stamped(table.to_json(self.heads, self.info), "heads"))
+
+    def plot(self, head=None, eps=1e-3):
+        """One head's figure (foxwindow.report.plot_head): E[W] and Var[W] against L with every law, the window
+        distribution at eps against the predicted one, tau(n) with the regime marks. head: its label ("0.3") or
+        position; None: the first. Returns a matplotlib Figure."""
+        return report.plot_head(self, head=head, eps=eps)
+
+    def plot_overview(self, eps=1e-3, layers=None):
+        """The model at a glance (foxwindow.report.plot_overview): mean window per layer x head at eps on a log
+        colour scale and every law's state per head. Returns a matplotlib Figure."""
+        return report.plot_overview(self, eps=eps, layers=layers)
 
     def __len__(self):
         return len(self.heads)
