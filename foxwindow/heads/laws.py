@@ -74,7 +74,7 @@ ALPHA = verdict.ALPHA
 CLAIM_MAX = 0.15           # a law claims at L only where its stated accuracy of Var[W] is within 15%
 CLAIM_FLOOR = 0.01         # added to every expansion-based claim (the o(1) remainder, lattice effects)
 CLAIM_MULT = 1.5           # the omitted O(1) term's size, x1.5
-SECOND_ORDER_CLAIM = 0.027 + CLAIM_FLOOR
+SECOND_ORDER_CLAIM = renewal.SECOND_ORDER_ACCURACY + CLAIM_FLOOR   # measured within 5 correlation lengths (renewal)
 MARGINAL_CLAIM = 0.01
 LEAD_CLAIM = 0.08           # its population error on iid, AR(1) and ARMA logits: median 0.024-0.085
 HOLD_SE = 0.10             # "holds" needs SE of log(Var ratio) <= 10%
