@@ -302,10 +302,13 @@ def scope():
     """Release, on leaving, the output locks taken inside (those of outputs not written, after an error or
     an output the run did not need in the end). cli runs every command in one; scoped(main) for a main
     called directly."""
+    global _DEPTH
     held, read = set(_CLAIMS), set(_INPUTS)
+    _DEPTH += 1
     try:
         yield
     finally:
+        _DEPTH -= 1
         for real in set(_CLAIMS) - held:
             release(real)
         for ident in set(_INPUTS) - read:
@@ -651,14 +654,16 @@ def text_file(name, path, limit=1 << 20):
     return text
 
 
-# the inputs of the running command: (st_dev, st_ino) -> (argument, path)
+# the inputs of the running command: (st_dev, st_ino) -> (argument, path); recorded only inside a command's
+# scope(), so a file a library caller read earlier in the same process binds no later command
 _INPUTS = {}
+_DEPTH = 0
 
 
 def note_input(path, what="the input"):
     """Record `path` as an input of the command: an output that is the same file (by device and inode, whatever
     the spelling) is refused, with or without --force, whichever of the two is checked first. Returns path."""
-    ident = _identity(path)
+    ident = _identity(path) if _DEPTH else None
     if ident is None:
         return path
     for real, (_, _, other) in _CLAIMS.items():

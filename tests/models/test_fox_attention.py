@@ -322,7 +322,7 @@ def test_trace_roundtrip_and_errors(tmp_path):
     for name, blob in cases.items():
         q = tmp_path / f"{name}.npz"
         q.write_bytes(blob)
-        with pytest.raises(ValueError, match="corrupt or truncated|missing metadata"):
+        with pytest.raises(ValueError, match="corrupt or truncated|corrupt, truncated|missing metadata"):
             load_trace(str(q))
     q = str(tmp_path / "nometa.npz")
     with open(q, "wb") as fh:
