@@ -48,7 +48,7 @@ def test_analyse_takes_a_mapping_an_array_a_file_and_a_model(tmp_path):
         a.at(eps=1e-3)[0]["measured"]["mean"], rel=1e-6)
     assert set(a.at(eps=1e-3)[0]["laws"]) >= {"iid", "bootstrap"}
     label = a.to_json()["heads"][1]["label"]
-    assert a.plot(head=label, eps=1e-3).axes and a.plot_overview(eps=1e-3).axes                 # matplotlib figures, drawn from the result
+    assert a.plot(head=label, eps=1e-3).axes and a.plot_overview(eps=1e-3).axes   # matplotlib figures
     with pytest.raises(KeyError, match="not in the scan"):
         a.at(eps=1e-4)
     doc = json.loads(json.dumps(a.to_json()))
