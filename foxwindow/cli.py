@@ -22,7 +22,10 @@ COMMANDS = {
     "dependent-errors": ("laws.dependent_errors", "the dependent-increment laws against exact numerics"),
     "lstm-traces": ("models.lstm",
                     "the textgenrnn character LSTM's forget gates on the held-out text, as a trace file"),
+    "gru-traces": ("models.gru", "the reactionrnn character GRU's update gates on the held-out text, as a trace file"),
     "chunks": ("uses.chunks_report", "per-head chunk sizes that overflow chunked kernels, predicted and measured"),
+    "chunks-fla": ("uses.chunks_fla",
+                   "the chunk-safety predictions checked chunk by chunk on fla's chunked kernels (CPU)"),
     "figures": (None, "regenerate the figures (figures/make_figures.py; from a source checkout)"),
 }
 

@@ -67,6 +67,7 @@ def analyse_hf_model(cfg, Ls=None, progress=True, save_traces=None, n_boot=drive
                 mass_window=("attention-mass window from the attention op's q, k" if not no_mass else
                              f"not available for {', '.join(no_mass)}: no attention matrix (a recurrent state); "
                              f"W_mass is empty"))
+    info.update(driver.layer_traits(list(traces), {n: fam.get(n) for n in traces}))
     return results, info
 
 

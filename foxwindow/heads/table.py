@@ -9,6 +9,7 @@ from dataclasses import asdict
 
 from foxwindow import outputs
 from foxwindow.laws import gates
+from foxwindow.models.adapters import MEMORY_UPPER
 
 REPORT_EPS = (1e-2, 1e-3, 1e-4)              # the eps whose predictions the table prints
 
@@ -42,7 +43,16 @@ def print_table(results, info):
            f"{'law':>8s} {'iid':>8s} {'p var/mean':>15s} {'W_dec':>6s} {'W_mass':>6s}  verdict")
     print(hdr)
     print("-" * (len(hdr) + 30))
+    names = info.get("layers") or []
+    fwd = {i for i, n in enumerate(names) if n in set(info.get("looks_forward") or ())}
+    upper = {i for i, n in enumerate(names) if (info.get("memory_bound_by_layer") or {}).get(n, "") == MEMORY_UPPER}
+    pos, shown_fwd, shown_upper = -1, set(), set()
     for r in results:
+        pos += r.head == 0                              # heads of a layer are consecutive, from 0: its position
+        if pos in fwd:
+            shown_fwd.add(r.layer)
+        if pos in upper:
+            shown_upper.add(r.layer)
         ci = f"{r.slope:8.3g} [{r.slope_ci[0]:.3g},{r.slope_ci[1]:.3g}]" if math.isfinite(r.slope) else "-"
         wdec = (">" if r.decay_window_censored > 0 else "") + _f(r.decay_window_mean, ".0f")
         wmass = (">" if r.mass_window_censored > 0 else "") + _f(r.mass_window_mean, ".0f")
@@ -51,7 +61,8 @@ def print_table(results, info):
         print(f"{r.layer:>2d}.{r.head:<1d} {r.kappa:7.4f} {_f(r.tau, '4.2f')}±{_f(r.se_tau, '<4.2f')} "
               f"{_f(r.tau_long, '5.2f')}±{_f(r.se_tau_long, '<4.2f')} {sum(r.in_regime):>2d}/{len(r.in_regime):<2d} "
               f"{ci:>24s} {_f(r.pred_slope_mix, '8.3g')} {_f(r.pred_slope_iid, '8.3g')} {ps:>15s} {wdec:>6s} "
-              f"{wmass:>6s}  {v}" + (f" ({'; '.join(r.reasons)})" if r.reasons else ""))
+              f"{wmass:>6s}  {v}" + (f" ({'; '.join(r.reasons)})" if r.reasons else "")
+              + (" [looks forward]" if pos in fwd else "") + (" [upper bound]" if pos in upper else ""))
     counts = {}
     for r in results:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
@@ -59,6 +70,13 @@ def print_table(results, info):
           + (f"; W_dec / W_mass: mean decay / attention-mass window at eps = {results[0].mass_eps:g}"
              " ('>': some windows reach the sequence start, a lower bound)" if results else "")
           + f"; capture {info['capture_s']:.1f} s, total {info['total_s']:.1f} s")
+    if fwd:
+        print(f"[looks forward]: layers {', '.join(str(i) for i in sorted(shown_fwd))} "
+              f"({', '.join(names[i] for i in sorted(fwd))}) are backward directions of bidirectional layers, stored "
+              "time-reversed: their windows count tokens forward in the text")
+    if upper:
+        print(f"[upper bound]: layers {', '.join(str(i) for i in sorted(shown_upper))} are of a delta-rule family: the "
+              f"decay window bounds the memory from above ({MEMORY_UPPER})")
     _print_predictions(results, info)
     if info.get("context") and T > info["context"]:
         print(f"note: rows {T // 2}-{T - 1} lie beyond the model's {info['context']}-token training context; "
