@@ -28,10 +28,13 @@ COMMANDS = {
     "seed-spread": ("heads.seed_spread", "how far another seed moves each head's predicted window, against its SE"),
     "lstm-traces": ("models.lstm",
                     "the textgenrnn character LSTM's forget gates on the held-out text, as a trace file"),
+    "gru-traces": ("models.gru", "the reactionrnn character GRU's update gates on the held-out text, as a trace file"),
     "chunks": ("uses.chunks_report", "per-head chunk sizes that overflow chunked kernels, predicted and measured"),
     "report": ("report.command", "a per-head result JSON as a static HTML report with its pictures"),
     "compare": ("report.compare", "two per-head results compared head by head: windows and states"),
     "figures": (None, "regenerate the committed figures (a source checkout's figures/make_figures.py)"),
+    "chunks-fla": ("uses.chunks_fla",
+                   "the chunk-safety predictions checked chunk by chunk on fla's chunked kernels (CPU)"),
 }
 
 

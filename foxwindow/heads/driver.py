@@ -29,6 +29,7 @@ from foxwindow.heads import laws as headlaws
 from foxwindow.heads import verdict
 from foxwindow.heads.verdict import HeadResult  # noqa: F401  (the result type of every driver)
 from foxwindow.laws import gates, lawtable
+from foxwindow.models import adapters, lstm_gates
 from foxwindow.models.fox import load_checkpoint, shipped_checkpoint
 from foxwindow.models.traces import (  # noqa: F401  (capture, mass_windows: the drivers' names)
     capture,
@@ -315,4 +316,23 @@ def analyse_traces(path, *, eps=None, L=None, mass_eps=None, mass_L=None, n_boot
                 strata=source_labels(meta.get("spans")), n_boot=n_boot, seed=seed, alpha=verdict.ALPHA,
                 alpha_test=verdict.ALPHA / (2 * len(results)), capture_s=0.0, total_s=time.perf_counter() - t0,
                 layers=list(traces), context=context, rows=_rows_note(T, context))
+    info.update(layer_traits(list(traces), meta.get("families", meta.get("family")), meta.get("looks_forward")))
     return results, info
+
+
+def layer_traits(names, families=None, forward=None):
+    """What a table and JSON say of each layer beside its windows: {"looks_forward": [layer names whose trace is
+    a backward direction, time-reversed], "memory_bound": one string for every layer ("decay", or "upper:
+    delta-rule erasure not counted" for a delta-rule family) or "mixed", "memory_bound_by_layer": {name: bound}
+    (layers of an unregistered family: None)}. families: one family for every layer, or {name: family}, or None.
+    forward: the trace metadata's "looks_forward" list (None: the '.reverse' names of
+    lstm_gates.capture_rnn_gates)."""
+    if forward is None:
+        forward = lstm_gates.looks_forward(names)
+    by = {}
+    for n in names:
+        f = families.get(n) if isinstance(families, dict) else families
+        by[n] = adapters.memory_bound(f) if isinstance(f, str) else None
+    kinds = set(by.values())
+    bound = kinds.pop() if len(kinds) == 1 else "mixed"
+    return dict(looks_forward=[n for n in names if n in set(forward)], memory_bound=bound, memory_bound_by_layer=by)

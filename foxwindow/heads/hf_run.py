@@ -70,6 +70,7 @@ def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, 
                 mass_window=("attention-mass window from the attention op's q, k" if not no_mass else
                              f"not available for {', '.join(no_mass)}: no attention matrix (a recurrent state); "
                              f"W_mass is empty"))
+    info.update(driver.layer_traits(list(traces), {n: fam.get(n) for n in traces}))
     return results, info
 
 

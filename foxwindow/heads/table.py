@@ -15,6 +15,7 @@ from foxwindow import outputs
 from foxwindow.heads import dependence
 from foxwindow.heads import laws as headlaws
 from foxwindow.laws import gates
+from foxwindow.models.adapters import MEMORY_UPPER
 
 __all__ = ["REPORT_EPS", "print_table", "to_json"]
 
@@ -97,7 +98,7 @@ def _columns(shown):
 
 
 def _wrap(text):
-    print("\n".join(textwrap.wrap(text, WIDTH)))
+    print("\n".join(textwrap.wrap(text, WIDTH, break_on_hyphens=False)))
 
 
 def print_table(results, info):
@@ -129,10 +130,18 @@ def print_table(results, info):
     last = WIDTH - fixed
     print(" ".join(f"{h:>{w}s}" for h, w, _ in cols[:-1]) + " " + cols[-1][0][:last])
     print("-" * WIDTH)
-    cut = 0
+    # layers marked under the table: backward directions (their windows look forward) and delta-rule families
+    names = info.get("layers") or []
+    fwd = {i for i, n in enumerate(names) if n in set(info.get("looks_forward") or ())}
+    upper = {i for i, n in enumerate(names) if (info.get("memory_bound_by_layer") or {}).get(n, "") == MEMORY_UPPER}
+    cut, pos, shown_fwd, shown_upper = 0, -1, set(), set()
     for r in results:
+        pos += r.head == 0                              # heads of a layer are consecutive, from 0: its position
+        shown_fwd |= {r.layer} if pos in fwd else set()
+        shown_upper |= {r.layer} if pos in upper else set()
         cells = [f"{fn(r):>{w}s}"[:w] for _, w, fn in cols[:-1]]
-        tail = cols[-1][2](r)
+        # the marks first, so that a cut row keeps them
+        tail = ("[fwd] " if pos in fwd else "") + ("[ub] " if pos in upper else "") + cols[-1][2](r)
         if len(tail) > last:
             tail, cut = tail[:last - 1] + "+", cut + 1
         print(" ".join(cells) + " " + tail)
@@ -149,6 +158,13 @@ def print_table(results, info):
           + (f"; {cut} rows cut at {WIDTH} columns ('+': the rest is in the JSON)" if cut else "")
           + (f"; capture {info['capture_s']:.1f} s" if "capture_s" in info else "")
           + (f", total {info['total_s']:.1f} s" if "total_s" in info else ""))
+    if fwd:
+        _wrap(f"[fwd] (looks forward): layers {', '.join(str(i) for i in sorted(shown_fwd))} "
+              f"({', '.join(names[i] for i in sorted(fwd))}) are backward directions of bidirectional layers, stored "
+              "time-reversed: their windows count tokens forward in the text")
+    if upper:
+        _wrap(f"[ub] (upper bound): layers {', '.join(str(i) for i in sorted(shown_upper))} are of a delta-rule "
+              f"family: the decay window bounds the memory from above ({MEMORY_UPPER})")
     if info.get("context") and T and T > info["context"]:
         _wrap(f"note: rows {T // 2}-{T - 1} lie beyond the model's {info['context']}-token training context; "
               f"`--max-len {info['context']}` analyses rows inside it.")

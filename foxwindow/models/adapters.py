@@ -22,6 +22,12 @@ What the laws mean per family (also in each adapter's `note`):
     (gates.ConstantGate(m)); the renewal laws' variance does not apply.
   - recurrent families (everything but softmax attention) have no attention matrix: the decay window
     bounds how long an input can influence the state, there is no attention-mass window to compare.
+  - delta-rule families (Gated DeltaNet, KDA; the adapter's delta_rule trait): the delta-rule update erases
+    content with no decay, so the decay-only window is an upper bound on the state's memory
+    (memory_bound(family) == "upper: delta-rule erasure not counted").
+  - LSTMs and GRUs: one unit is one head (X = -log f, the forget gate; X = -log z, a GRU's update gate, which
+    keeps z h_{t-1}); bidirectional modules through models/lstm_gates.capture_rnn_gates, each direction its own
+    layer, the backward one time-reversed (its windows look forward in the text).
 """
 import contextlib
 import importlib
@@ -64,6 +70,9 @@ class GateAdapter:
     cpu: the family's code runs on the CPU (with the fallbacks of models/fallbacks.py); False for families
         whose fused kernels are Triton-only (a capture on the CPU is refused with the reason). A user's
         adapter is taken at its word (default True).
+    delta_rule: the state is also updated by a delta rule (Gated DeltaNet, KDA, RWKV-7: S <- S (a - b k k^T)
+        + ...), which erases content with no decay: the decay window then bounds the memory from above
+        (memory_bound "upper: delta-rule erasure not counted"); otherwise the decay is the only erasure.
     """
     family: str
     layer_classes: tuple
@@ -77,6 +86,13 @@ class GateAdapter:
     model_types: tuple = ()
     attention_op: tuple = ()
     cpu: bool = True
+    delta_rule: bool = False
+
+    @property
+    def memory_bound(self):
+        """What the decay window says of the memory: "upper: delta-rule erasure not counted" for a delta-rule
+        family (its state also erases by the delta rule), "decay" otherwise (the decay is the only erasure)."""
+        return MEMORY_UPPER if self.delta_rule else "decay"
 
     def __post_init__(self):
         if not (isinstance(self.family, str) and self.family):
@@ -94,6 +110,17 @@ class GateAdapter:
 
 
 ADAPTERS = {}
+MEMORY_UPPER = "upper: delta-rule erasure not counted"
+DELTA_RULE_NOTE = ("delta rule: the state is also erased by the delta-rule update S <- S (I - beta k k^T) + "
+                   "beta v k^T, with no decay; the decay window bounds the memory from above (upper: delta-rule "
+                   "erasure not counted)")
+
+
+def memory_bound(family):
+    """The memory_bound of `family`'s adapter ("upper: delta-rule erasure not counted" or "decay"); None for a
+    family with no registered adapter."""
+    a = ADAPTERS.get(family)
+    return None if a is None else a.memory_bound
 
 
 def register_adapter(adapter, replace=False):
@@ -341,17 +368,37 @@ def _mamba2(layer, x, kw):
     return -layer.A_log.float().exp() * dt
 
 
-def _torch_lstm(layer, x, kw):
-    """The "torch-lstm" family: (B, T, num_layers * hidden) float32 log f of a batch_first nn.LSTM, layer l's units
-    at columns [l * hidden, (l + 1) * hidden). The adapter path sees the input and the call's keywords only: the
-    initial state is kw["hx"] or zeros (a positional hx is not visible here; lstm_gates.capture_lstm_gates reads
-    every call exactly, in either layout)."""
+def _kda(layer, x, kw):
+    """fla KDA (Kimi Delta Attention), per key channel, as fla.ops.kda.gate forms it in the kernel:
+    g = -exp(A_log_h) * softplus(f_proj(x) + dt_bias), or with lower_bound set
+    g = lower_bound * sigmoid(exp(A_log_h) * (f_proj(x) + dt_bias)) (in [lower_bound, 0)): (B, T, HV, K)."""
+    B, T, _ = x.shape
+    g = layer.f_proj(x).float().view(B, T, -1, layer.head_k_dim)
+    g = g + layer.dt_bias.float().view(-1, layer.head_k_dim)
+    A = layer.A_log.float().exp().view(-1, 1)
+    if getattr(layer, "lower_bound", None) is not None:
+        return layer.lower_bound * torch.sigmoid(A * g)
+    return -A * F.softplus(g)
+
+
+def _torch_rnn(layer, x, kw):
+    """The "torch-lstm" and "torch-gru" families: (B, T, num_layers * hidden) float32 log f (log z for a GRU) of a
+    batch_first unidirectional nn.LSTM / nn.GRU, layer l's units at columns [l * hidden, (l + 1) * hidden). The
+    adapter path sees the input and the call's keywords only: the initial state is kw["hx"] or zeros (a
+    positional hx is not visible here; lstm_gates.capture_rnn_gates reads every call exactly, in either layout,
+    and bidirectional modules)."""
+    what = type(layer).__name__
     if not layer.batch_first:
-        raise ValueError("nn.LSTM with batch_first=False: the adapter path reads (B, T, d) inputs; use "
-                         "foxwindow.models.lstm_gates.capture_lstm_gates, which reads either layout")
+        raise ValueError(f"nn.{what} with batch_first=False: the adapter path reads (B, T, d) inputs; use "
+                         "foxwindow.models.lstm_gates.capture_rnn_gates, which reads either layout")
     if x.dim() != 3:
-        raise ValueError("unbatched nn.LSTM input: use foxwindow.models.lstm_gates.capture_lstm_gates")
-    return torch.cat(lstm_gates.lstm_log_forget(layer, x, kw.get("hx")), dim=-1)
+        raise ValueError(f"unbatched nn.{what} input: use foxwindow.models.lstm_gates.capture_rnn_gates")
+    if layer.bidirectional:
+        raise ValueError(f"bidirectional nn.{what}: its backward direction's windows look forward, so its units "
+                         "cannot sit beside the forward ones in one (B, T, H) trace; use "
+                         "foxwindow.models.lstm_gates.capture_rnn_gates (each direction its own layer)")
+    res, _ = lstm_gates.rnn_log_gate(layer, x, kw.get("hx"), None, None)
+    return torch.cat([lg for _, _, lg in res], dim=-1)
 
 
 def retnet_log_decays(num_heads):
@@ -391,8 +438,11 @@ for _a in (
                      "forgets at most as fast as its bound allows; per channel the laws apply as stated"),
     GateAdapter("fla-gated-deltanet", ("fla.layers.gated_deltanet.GatedDeltaNet",), _gated_deltanet,
                 lambda m: m.num_v_heads, cpu=False, packages=("fla",), model_types=("gated_deltanet",),
-                note=_SCALAR + " (the decay of the state before the delta-rule update; the update itself also "
-                     "erases, so the state's true memory is at most this window)"),
+                delta_rule=True,
+                note=_SCALAR + " (the decay of the state before the delta-rule update); " + DELTA_RULE_NOTE),
+    GateAdapter("fla-kda", ("fla.layers.kda.KimiDeltaAttention",), _kda, lambda m: m.num_v_heads, per_channel=True,
+                cpu=False, packages=("fla",), model_types=("kda",), delta_rule=True,
+                note="per key channel (g = -exp(A_log) softplus(f_proj(x) + dt_bias)); " + DELTA_RULE_NOTE),
     GateAdapter("mamba2", ("fla.layers.mamba2.Mamba2", "modeling_mamba2.Mamba2Mixer"), _mamba2,
                 lambda m: m.num_heads, packages=("fla",), model_types=("mamba2", "mamba2-project_fox"),
                 note=_SCALAR + " (X = exp(A_log) dt: the discretised SSM decay)"),
@@ -400,10 +450,14 @@ for _a in (
                 lambda m: m.num_heads, kind="constant", cpu=False, packages=("fla",), model_types=("retnet",),
                 note="constant decay per head: a lattice law, W = floor(L/m) exactly, Var W = 0 "
                      "(gates.ConstantGate(m)); the renewal variance law does not apply"),
-    GateAdapter("torch-lstm", ("torch.nn.modules.rnn.LSTM",), _torch_lstm, lambda m: m.num_layers * m.hidden_size,
-                note="per unit (a head is one LSTM unit, X = -log f); layers side by side along H; batch_first only, "
-                     "initial state by keyword or zeros "
-                     "(foxwindow.models.lstm_gates.capture_lstm_gates reads every call)"),
+    GateAdapter("torch-lstm", ("torch.nn.modules.rnn.LSTM",), _torch_rnn, lambda m: m.num_layers * m.hidden_size,
+                note="per unit (a head is one LSTM unit, X = -log f); layers side by side along H; batch_first and "
+                     "unidirectional only, initial state by keyword or zeros "
+                     "(foxwindow.models.lstm_gates.capture_rnn_gates reads every call, bidirectional modules too)"),
+    GateAdapter("torch-gru", ("torch.nn.modules.rnn.GRU",), _torch_rnn, lambda m: m.num_layers * m.hidden_size,
+                note="per unit (a head is one GRU unit, X = -log z: the update gate keeps z h_{t-1}); layers side by "
+                     "side along H; batch_first and unidirectional only "
+                     "(foxwindow.models.lstm_gates.capture_rnn_gates reads bidirectional modules)"),
 ):
     register_adapter(_a)
 

@@ -68,8 +68,10 @@ from foxwindow import outputs
 from foxwindow.models import traces
 from foxwindow.models.lstm_gates import (  # noqa: F401  (the gate readers, re-exported)
     capture_lstm_gates,
+    capture_rnn_gates,
     cell_log_forget,
     check_units,
+    looks_forward,
     lstm_log_forget,
 )
 from foxwindow.training import data
@@ -112,19 +114,11 @@ def _names(attr):
     return [v.decode() if isinstance(v, bytes) else str(v) for v in np.atleast_1d(attr)]
 
 
-def read_keras_lstm(path):
-    """The embedding and LSTM layers of a Keras HDF5 weight file (model.save_weights, or model.save:
-    its model_weights group), in the file's layer order.
-
-    Returns a dict: embedding (V, E) float32 ndarray; layers [{name, kernel (in, 4u), recurrent_kernel
-    (u, 4u), bias (4u,) or (8u,), cudnn (bias is 8u: CuDNNLSTM), units}] float32 ndarrays, each layer's
-    input width the previous one's units (the first's, E); head: {"attention": (E + sum u, 1),
-    "kernel": (E + sum u, V), "bias": (V,)} when the file has textgenrnn's attention and output layers,
-    else None; layer_names (all layers); keras_version.
-    Raises ValueError naming the problem: not a readable HDF5 file, no Keras layer list, no embedding, no
-    LSTM layer, an RNN whose shapes are not an LSTM's (e.g. a GRU's 3 gates), bidirectional layers, NaN
-    weights, or layers that do not chain.
-    """
+def read_keras_weights(path):
+    """The arrays of a Keras HDF5 weight file (model.save_weights, or model.save: its model_weights group):
+    (weights {layer name: {weight name: ndarray}}, layer_names, keras_version str, model_config str or None).
+    Raises FileNotFoundError, or ValueError for a file that is not a readable Keras weight file or a layer
+    holding several weights of one name (a Bidirectional or other wrapper)."""
     h5py = _h5py()
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Keras weight file not found: {path}")
@@ -153,6 +147,25 @@ def read_keras_lstm(path):
         version = fh.attrs.get("keras_version", root.attrs.get("keras_version", b"?"))
         config = fh.attrs.get("model_config")
     version = version.decode() if isinstance(version, bytes) else str(version)
+    if config is not None:
+        config = config.decode() if isinstance(config, bytes) else str(config)
+    return weights, layer_names, version, config
+
+
+def read_keras_lstm(path):
+    """The embedding and LSTM layers of a Keras HDF5 weight file (model.save_weights, or model.save:
+    its model_weights group), in the file's layer order.
+
+    Returns a dict: embedding (V, E) float32 ndarray; layers [{name, kernel (in, 4u), recurrent_kernel
+    (u, 4u), bias (4u,) or (8u,), cudnn (bias is 8u: CuDNNLSTM), units}] float32 ndarrays, each layer's
+    input width the previous one's units (the first's, E); head: {"attention": (E + sum u, 1),
+    "kernel": (E + sum u, V), "bias": (V,)} when the file has textgenrnn's attention and output layers,
+    else None; layer_names (all layers); keras_version.
+    Raises ValueError naming the problem: not a readable HDF5 file, no Keras layer list, no embedding, no
+    LSTM layer, an RNN whose shapes are not an LSTM's (e.g. a GRU's 3 gates), bidirectional layers, NaN
+    weights, or layers that do not chain.
+    """
+    weights, layer_names, version, config = read_keras_weights(path)
     emb = [ln for ln, w in weights.items() if "embeddings" in w]
     if len(emb) != 1:
         raise ValueError(f"{path}: expected one embedding layer; found {len(emb)} (layers: {layer_names})")
@@ -399,7 +412,7 @@ def build_parser():
     return p
 
 
-def _parse_units(spec, hidden):
+def parse_units(spec, hidden):
     """--units: 'all' -> None; 'N' -> N spread units; '3,17' (a comma anywhere) -> that list."""
     spec = spec.strip()
     if spec == "all":
@@ -432,7 +445,7 @@ def main(argv=None):
         data.heldout_tokens(n_seq=a.n_seq, seq_len=a.seq_len)
     except ValueError as exc:
         raise outputs.UsageError(str(exc)) from None
-    units = _parse_units(a.units, min(info["units"]))
+    units = parse_units(a.units, min(info["units"]))
     if out is None:
         out = outputs.check_writable(default_out(), what="--out")
     t0 = time.perf_counter()

@@ -698,3 +698,140 @@ def recommend_per_trace(heads, dtypes=DTYPES):
     """recommend() for each trace name (a layer, or a model family in a file that holds several)."""
     names = list(dict.fromkeys(h.name for h in heads))
     return {n: recommend([h for h in heads if h.name == n], dtypes) for n in names}
+
+
+# ----------------------------------------------------------------------------- from a gate range alone (kernel authors)
+
+FORMS = ("textbook", "anchored", "recentred")
+
+
+def softplus(x):
+    """log(1 + e^x), float, stable for large |x|."""
+    return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+
+
+def decay_range_from_a_log(a_log, dt=None, dt_raw=None, dt_limit=None):
+    """The log-gate range [lo, hi] (per token, <= 0) of the Mamba-2 / Gated DeltaNet / KDA parametrisation
+    log g = -exp(A_log) * dt, dt = softplus(dt_raw) with dt_raw = raw + dt_bias (fla's gated_deltanet and kda
+    layers, fla.ops.kda.gate: g = -exp(A_log) softplus(g + dt_bias)), clamped to dt_limit = (lo, hi) when given
+    (Mamba-2's dt_limit / time_step_limit).
+
+    a_log: (lo, hi) range of A_log; dt: (lo, hi) range of dt (after softplus), or dt_raw: (lo, hi) range of the
+    softplus argument (one of the two). Returns (lo, hi) with lo = -exp(A_log_hi) dt_hi <= hi = -exp(A_log_lo)
+    dt_lo <= 0. Raises ValueError on reversed or non-finite ranges, negative dt, or both / neither of dt, dt_raw.
+    """
+    def pair(name, r, nonneg=False):
+        try:
+            lo, hi = (float(v) for v in r)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a (lo, hi) pair; got {r!r}") from None
+        if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+            raise ValueError(f"{name} must be finite with lo <= hi; got ({lo}, {hi})")
+        if nonneg and lo < 0:
+            raise ValueError(f"{name} must be >= 0 (dt is a softplus); got ({lo}, {hi})")
+        return lo, hi
+
+    a_lo, a_hi = pair("A_log range", a_log)
+    if (dt is None) == (dt_raw is None):
+        raise ValueError("give one of dt (after softplus) and dt_raw (the softplus argument raw + dt_bias)")
+    if dt is not None:
+        d_lo, d_hi = pair("dt range", dt, nonneg=True)
+    else:
+        r_lo, r_hi = pair("dt_raw range", dt_raw)
+        d_lo, d_hi = softplus(r_lo), softplus(r_hi)
+    if dt_limit is not None:
+        l_lo, l_hi = pair("dt_limit", dt_limit, nonneg=True)
+        d_lo, d_hi = min(max(d_lo, l_lo), l_hi), min(max(d_hi, l_lo), l_hi)
+    if a_hi > 88.0:
+        raise ValueError(f"A_log up to {a_hi}: exp(A_log) overflows float32 itself")
+    return -math.exp(a_hi) * d_hi, -math.exp(a_lo) * d_lo
+
+
+@dataclass
+class RangeSafety:
+    """Chunk safety of one dtype from a per-token log-gate range [lo, hi] alone (the worst case).
+
+    theta: exp's overflow limit of the dtype (exp_limits). x_max = -lo, x_min = -hi (nats per token).
+    textbook: the largest chunk C with C x_max <= theta (the key factor k exp(+b) of the textbook chunked
+        form cannot overflow in any chunk), None when unbounded (x_max = 0); textbook_pow2: the largest power of
+        two not above it; always_fails: the smallest C with C x_min > theta (every chunk of that size
+        overflows whatever the gates do inside the range), None when no chunk must.
+    anchored: the largest chunk when the factors are anchored inside sub-chunks of `sub` tokens at G_0 - shift
+        (fla 0.6 KDA's safe_gate path: key factor exp(b - shift), query factor exp(shift - b), b up to
+        (sub - 1) x_max within a sub-chunk): the sub-chunk itself is safe when max((sub - 1) x_max - shift,
+        shift) <= theta (then any chunk, as the kernel re-centres between sub-chunks): None (any C) or 0 (no
+        sub-chunk is safe; anchored_safe False).
+    recentred: re-centring (exp(cum_i - cum_j) per pair, exp(cum_last - cum_j) for the state: every exponent
+        <= 0) never overflows: any chunk.
+    per_token: {C: the largest x_max (nats per token, = theta / C) at which chunks of C are safe, textbook}.
+    """
+    dtype: str
+    theta: float
+    lo: float
+    hi: float
+    x_max: float
+    x_min: float
+    textbook: int = None
+    textbook_pow2: int = None
+    always_fails: int = None
+    sub: int = 16
+    shift: float = 0.0
+    anchored: int = None
+    anchored_safe: bool = True
+    recentred: str = "any chunk (every exponent <= 0: never overflows)"
+    per_token: dict = field(default_factory=dict)
+    risk_note: str = ("worst case: from a range alone no risk can be stated (it needs the gates' law: give a model's "
+                      "gates with --traces and --risk)")
+
+
+def range_safety(lo, hi, dtypes=DTYPES, chunks=CHUNKS, sub=16, shift=None):
+    """RangeSafety per dtype for per-token log-gates in [lo, hi] (lo <= hi <= 0; X = -log g in [-hi, -lo]).
+
+    sub, shift: the anchored form's sub-chunk and shift (nats); shift None: fla 0.6 chunk_kda's, (sub - 1) s / 2
+    with s = 2 (its intra kernel's default: chunk_kda does not pass lower_bound on), 15 nats for sub = 16.
+    Returns [RangeSafety] in dtypes order. Raises ValueError on a reversed, positive or non-finite range."""
+    lo, hi = float(lo), float(hi)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi or hi > 0:
+        raise ValueError(f"a log-gate range needs lo <= hi <= 0 (finite); got [{lo}, {hi}]")
+    x_max, x_min = -lo + 0.0, -hi + 0.0
+    if shift is None:
+        shift = (sub - 1) * 2.0 / 2
+    out = []
+    for dt in dtypes:
+        th = exp_limits(dt).overflow
+        rs = RangeSafety(dt, th, lo, hi, x_max, x_min, sub=sub, shift=float(shift))
+        if x_max > 0:
+            rs.textbook = int(math.floor(th / x_max * (1 + 1e-12)))
+            rs.textbook_pow2 = 2 ** int(math.floor(math.log2(rs.textbook))) if rs.textbook >= 1 else 0
+        if x_min > 0:
+            rs.always_fails = int(math.floor(th / x_min)) + 1
+        rs.anchored_safe = max((sub - 1) * x_max - shift, shift) <= th     # key exp(b - shift), query exp(shift - b)
+        rs.anchored = None if rs.anchored_safe else 0
+        rs.per_token = {int(C): th / C for C in chunks}
+        out.append(rs)
+    return out
+
+
+def first_overflow(log_g, chunk, dtype="float32", form="textbook", sub=16, shift=0.0):
+    """Per aligned chunk, whether the chunked form's factors overflow the dtype's exp, predicted from the gates:
+    log_g (..., T) float (any leading dims; T % chunk == 0). textbook: the chunk's sum S_C > theta;
+    anchored: some sub-chunk's b_i - shift > theta, b_i = sum of the sub-chunk's increments after its first
+    token; recentred: never. Returns (..., T // chunk) bool."""
+    if form not in FORMS:
+        raise ValueError(f"form must be one of {FORMS}; got {form!r}")
+    x = -np.asarray(log_g, dtype=np.float64)
+    T = x.shape[-1]
+    if T % chunk:
+        raise ValueError(f"chunk {chunk} does not divide T = {T}")
+    th = exp_limits(dtype).overflow
+    xc = x.reshape(*x.shape[:-1], T // chunk, chunk)
+    if form == "recentred":
+        return np.zeros(xc.shape[:-1], bool)
+    if form == "textbook":
+        # the key factor exp(b_j) of every position: b_j = inclusive cumulative sum; its maximum is the last
+        return np.cumsum(xc, -1).max(-1) > th
+    if chunk % sub:
+        raise ValueError(f"sub-chunk {sub} does not divide the chunk {chunk}")
+    xs = xc.reshape(*xc.shape[:-1], chunk // sub, sub)
+    b = np.cumsum(xs[..., 1:], -1)                               # G_0 - G_i, i = 1 .. sub - 1
+    return (b - shift > th).any(-1).any(-1) | (shift > th)

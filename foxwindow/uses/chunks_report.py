@@ -30,6 +30,7 @@ from foxwindow.uses.chunks import (
     DTYPES,
     RISK,
     analyse,
+    decay_range_from_a_log,
     dependent_tail,
     exp_limits,
     head_op_rates,
@@ -38,6 +39,7 @@ from foxwindow.uses.chunks import (
     law_tail,
     markov_tail,
     op_rates,
+    range_safety,
     recommend,
     recommend_per_trace,
     z_score,
@@ -199,6 +201,66 @@ def random_layer_traces(families=RANDOM_FAMILIES, n_seq=32, seq_len=2048, hidden
                  "hidden": hidden, "heads": heads, "seed": seed}
 
 
+def _gate_range_arg(a):
+    """(lo, hi) from --gate-range or --a-log-range with --dt-range / --dt-raw-range (UsageError on a bad mix)."""
+    form = a.a_log_range is not None or a.dt_range is not None or a.dt_raw_range is not None or a.dt_limit is not None
+    if a.gate_range is not None and form:
+        raise outputs.UsageError("--gate-range and --a-log-range/--dt-* exclude each other")
+    if a.synthetic or a.random_layers:
+        if a.gate_range is not None or form:
+            raise outputs.UsageError("--gate-range / --a-log-range go alone or with --traces")
+    try:
+        if a.gate_range is not None:
+            lo, hi = a.gate_range
+            if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi or hi > 0:
+                raise ValueError(f"--gate-range needs LO <= HI <= 0; got {lo:g} {hi:g}")
+            return float(lo), float(hi)
+        if form:
+            if a.a_log_range is None:
+                raise ValueError("--dt-range / --dt-raw-range / --dt-limit need --a-log-range")
+            return decay_range_from_a_log(a.a_log_range, a.dt_range, a.dt_raw_range, a.dt_limit)
+    except ValueError as exc:
+        raise outputs.UsageError(str(exc)) from None
+    return None
+
+
+def _range_source(a):
+    if a.gate_range is not None:
+        return f"--gate-range {a.gate_range[0]:g} {a.gate_range[1]:g}"
+    parts = [f"--a-log-range {a.a_log_range[0]:g} {a.a_log_range[1]:g}"]
+    for flag, v in (("--dt-range", a.dt_range), ("--dt-raw-range", a.dt_raw_range), ("--dt-limit", a.dt_limit)):
+        if v is not None:
+            parts.append(f"{flag} {v[0]:g} {v[1]:g}")
+    return " ".join(parts) + " (log g = -exp(A_log) dt)"
+
+
+def print_range(rows, a, file=None):
+    """The --gate-range table: per dtype the largest safe chunk, worst case."""
+    file = sys.stdout if file is None else file
+    r0 = rows[0]
+    print(f"Chunk safety from the gate range alone ({_range_source(a)}): log g in [{r0.lo:.6g}, {r0.hi:.6g}] per "
+          f"token, X = -log g in [{r0.x_min:.6g}, {r0.x_max:.6g}] nats; worst case (every token at the range's "
+          "strongest decay).", file=file)
+    hdr = (f"{'dtype':>9s} {'theta':>8s} {'textbook C_max':>14s} {'pow2':>5s} {'all fail at':>11s} "
+           f"{'anchored (sub ' + str(r0.sub) + ', shift ' + format(r0.shift, '.3g') + ')':>30s}  re-centred")
+    print(hdr, file=file)
+    print("-" * len(hdr), file=file)
+    for r in rows:
+        tb = "any" if r.textbook is None else (str(r.textbook) if r.textbook else "none (C=1)")
+        p2 = "any" if r.textbook_pow2 is None else (str(r.textbook_pow2) if r.textbook_pow2 else "-")
+        af = "-" if r.always_fails is None else str(r.always_fails)
+        an = "any C (sub-chunk safe)" if r.anchored_safe else "overflows in a sub-chunk"
+        print(f"{r.dtype:>9s} {r.theta:8.4f} {tb:>14s} {p2:>5s} {af:>11s} {an:>30s}  any C", file=file)
+    Cs = sorted(r0.per_token)
+    print("Strongest safe decay per token (textbook form, theta / C nats; log g >= -theta / C): "
+          + "; ".join(f"{r.dtype}: " + ", ".join(f"C={C} {r.per_token[C]:.4g}" for C in Cs) for r in rows), file=file)
+    print("textbook: q exp(cum_i), k exp(-cum_j) formed apart (the key factor exp(b_j), b_j the chunk's inclusive "
+          "sum of X up to j, overflows once b_j > theta: at token floor(theta / x_max) + 1 of a chunk at the "
+          "strongest decay); anchored: factors anchored per sub-chunk at G_0 - shift (fla 0.6 KDA's safe_gate "
+          "path); re-centred: exp(cum_i - cum_j) per pair (fla 0.6's GLA, Gated DeltaNet and KDA default paths): "
+          "never overflows. " + r0.risk_note + ".", file=file)
+
+
 def main(argv=None):
     p = outputs.parser("Chunk-size safety: the probability that a chunk of C tokens overflows a chunked "
                        "kernel's exp(-cum), per head, predicted from the gates and measured on the trace.")
@@ -216,6 +278,21 @@ def main(argv=None):
     p.add_argument("--block", type=int, default=BLOCK, help="block length of the dependence-aware prediction")
     p.add_argument("--op", action="store_true", help="also run the chunked reference op on the trace and report "
                    "its NaN/inf rate beside the predictions (slower)")
+    p.add_argument("--gate-range", type=float, nargs=2, metavar=("LO", "HI"), default=None,
+                   help="per-token log-gate range LO <= HI <= 0 (log g = -X): the largest safe chunk per dtype with "
+                        "and without re-centring, worst case (with --traces: also the traces' own gates at --risk)")
+    p.add_argument("--a-log-range", type=float, nargs=2, metavar=("LO", "HI"), default=None,
+                   help="instead of --gate-range: the A_log range of a Mamba-2 / Gated DeltaNet / KDA parametrisation, "
+                        "log g = -exp(A_log) dt (with --dt-range or --dt-raw-range)")
+    p.add_argument("--dt-range", type=float, nargs=2, metavar=("LO", "HI"), default=None,
+                   help="the dt range (after softplus, >= 0) for --a-log-range")
+    p.add_argument("--dt-raw-range", type=float, nargs=2, metavar=("LO", "HI"), default=None,
+                   help="the range of the softplus argument raw + dt_bias (dt = softplus of it) for --a-log-range")
+    p.add_argument("--dt-limit", type=float, nargs=2, metavar=("LO", "HI"), default=None,
+                   help="Mamba-2's clamp of dt (dt_limit / time_step_limit) for --a-log-range")
+    p.add_argument("--sub-chunk", type=int, default=16, help="sub-chunk of the anchored form (fla 0.6 KDA: 16)")
+    p.add_argument("--shift", type=float, default=None, help="the anchored form's shift in nats (None: fla 0.6 "
+                   "chunk_kda's (sub - 1) s / 2 with s = 2: 15 for sub-chunks of 16)")
     p.add_argument("--json", default=None, help="write the results as JSON to this path")
     p.add_argument("--markdown", default=None, help="print the README table of a JSON this command wrote, and stop")
     outputs.add_common(p)
@@ -238,6 +315,17 @@ def main(argv=None):
     t0 = time.perf_counter()
     if sum(map(bool, (a.traces, a.random_layers, a.synthetic))) > 1:
         raise outputs.UsageError("--traces, --random-layers and --synthetic exclude each other")
+    rng = _gate_range_arg(a)
+    if rng is not None:
+        outputs.positive("--sub-chunk", a.sub_chunk, lo=2)
+        rows = range_safety(*rng, dtypes=a.dtypes, chunks=a.chunks, sub=a.sub_chunk, shift=a.shift)
+        print_range(rows, a)
+        if not a.traces:
+            if a.json:
+                outputs.write_json(a.json, {"info": {"gate_range": list(rng), "source": _range_source(a)},
+                                            "range": [asdict(r) for r in rows]})
+            return 0
+        print()
     if a.synthetic:
         t0 = time.perf_counter()
         rows = synthetic_check()

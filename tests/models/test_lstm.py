@@ -137,8 +137,9 @@ def test_not_an_lstm_and_refused_layouts():
         lstm.lstm_log_forget(nn.GRU(4, 4), torch.zeros(1, 5, 4))
     with pytest.raises(ValueError, match="has no torch.nn.LSTM"):
         lstm.capture_lstm_gates(nn.Sequential(nn.Linear(4, 4), nn.GRU(4, 4)), torch.zeros(1, 5, 4))
-    with pytest.raises(ValueError, match="bidirectional"):
-        lstm.lstm_log_forget(nn.LSTM(4, 3, bidirectional=True), torch.zeros(5, 1, 4))
+    with pytest.raises(ValueError, match="hx shapes"):                   # bidirectional: 2 states per layer
+        lstm.lstm_log_forget(nn.LSTM(4, 3, bidirectional=True), torch.zeros(5, 1, 4),
+                             (torch.zeros(1, 1, 3), torch.zeros(1, 1, 3)))
     with pytest.raises(ValueError, match="eval"):
         lstm.lstm_log_forget(nn.LSTM(4, 3, num_layers=2, dropout=0.5), torch.zeros(5, 1, 4))
     with pytest.raises(ValueError, match="input_size"):
