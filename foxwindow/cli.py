@@ -22,6 +22,7 @@ COMMANDS = {
     "prune": ("uses.prune", "ACP block pruning and KV-cache horizons predicted from the gate laws"),
     "reach": ("training.reach", "how far each attention kind reaches: windows, attribution, passkey retrieval"),
     "bench-laws": ("laws.bench", "speed of the window numerics"),
+    "bench-scale": ("heads.bench_scale", "scaling of the per-head analysis: hot paths, workers, ranks, the 760M class"),
     "dependent-errors": ("laws.dependent_errors", "the dependent-increment laws against exact numerics"),
     "second-order-regime": ("laws.second_order_regime", "where the second-order dependent law holds: its error in "
                             "units of each correlation length, on many dependence structures"),

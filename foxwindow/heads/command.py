@@ -2,13 +2,14 @@
 analysis. The shipped model and saved traces run through heads.driver, --model through heads.hf_run, and
 --synthetic through laws.lawtable; the table and JSON are heads.table's.
 """
+import math
 import os
 import sys
 
 from foxwindow import outputs
 from foxwindow.heads import hf_run
 from foxwindow.heads.driver import DEFAULT_CHECKPOINT, EPS_SCAN, N_BOOT, analyse_model, analyse_traces
-from foxwindow.heads.table import print_table, to_json
+from foxwindow.heads.table import print_table, say_partial, to_json
 from foxwindow.laws import gates, lawtable
 from foxwindow.models import hf_load as hf_models
 from foxwindow.models.fox import load_checkpoint
@@ -110,6 +111,12 @@ def build_parser():
     p.add_argument("--report", default=None,
                    help="after the analysis, write the HTML report (index.html, a page per layer, PNGs) to this folder")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes analysing heads in parallel (default: the available processors); the results "
+                        "do not depend on it")
+    p.add_argument("--max-minutes", type=float, default=None,
+                   help="refuse an analysis estimated to take longer, and stop one that runs past it (the finished "
+                        "heads are printed and saved, marked partial)")
     hf_models.add_arguments(p)                     # --model: a gated Hugging Face style checkpoint
     outputs.add_common(p)
     return p
@@ -126,12 +133,14 @@ def main(argv=None):
     hf_models.refuse_model_flags(a)                # --adapter and the other --model flags never ignored
     if hf_models.wants_model(a) and a.max_len is not None:
         raise outputs.UsageError("--max-len applies to the shipped model or --traces; not to --model")
-    single = [f for f, on in (("--model", hf_models.wants_model(a)), ("--traces", a.traces),
-                              ("--synthetic", a.synthetic)) if on]
-    if single and distributed.launched():
-        # only the shipped-model capture is split across ranks; the rest would run once per rank
-        raise outputs.UsageError(f"{single[0]} runs in one process; under torchrun only the shipped model's "
-                                 "capture is split across ranks (run it without torchrun)")
+    if a.synthetic and distributed.launched():
+        # the synthetic table is one process's work; it would run once per rank
+        raise outputs.UsageError("--synthetic runs in one process; under torchrun the models' and --traces' heads "
+                                 "are split across ranks (run --synthetic without torchrun)")
+    if a.workers is not None:
+        outputs.positive("--workers", a.workers)
+    if a.max_minutes is not None and not (math.isfinite(a.max_minutes) and a.max_minutes > 0):
+        raise outputs.UsageError(f"--max-minutes must be a number > 0; got {a.max_minutes}")
     outputs.positive("--n-boot", a.n_boot, lo=0)
     if a.seed is not None:
         outputs.positive("--seed", a.seed, lo=0)
@@ -155,19 +164,26 @@ def main(argv=None):
     # eps -> L, once: the scan plus the user's eps
     eps = sorted(set(EPS_SCAN) | {a.eps}, reverse=True)
     kw = dict(L=[gates.threshold(e) for e in eps], mass_L=gates.threshold(a.eps), n_boot=a.n_boot,
-              max_len=a.max_len, seed=a.seed)
-    if a.traces:
-        results, info = analyse_traces(a.traces, progress=not a.no_progress, **kw)
-    else:
-        results, info = analyse_model(a.checkpoint, n_seq=a.n_seq, seq_len=a.seq_len, device=a.device,
-                                      progress=not a.no_progress, save_traces=a.save_traces, **kw)
-        if results is None:
-            return                              # not rank 0: rank 0 prints and writes
+              max_len=a.max_len, seed=a.seed, workers=a.workers, max_minutes=a.max_minutes)
+    try:
+        if a.traces:
+            results, info = analyse_traces(a.traces, progress=not a.no_progress, **kw)
+        else:
+            results, info = analyse_model(a.checkpoint, n_seq=a.n_seq, seq_len=a.seq_len, device=a.device,
+                                          progress=not a.no_progress, save_traces=a.save_traces, **kw)
+    except ValueError as exc:
+        if "--max-minutes" in str(exc):
+            raise outputs.UsageError(str(exc)) from None
+        raise
+    if results is None:
+        return                                  # not rank 0: rank 0 prints and writes
     print_table(results, info)
     if a.json:
         outputs.write_result(a.json, to_json(results, info), "heads")
     if a.report:
         report_command.after_analysis(to_json(results, info), a)
+    if info.get("partial"):
+        return say_partial(info, a.json)
 
 
 def run():

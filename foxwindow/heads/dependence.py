@@ -127,16 +127,27 @@ class VarianceFunction:
         self.ns = n_grid(T // 2) if ns is None else np.unique(np.concatenate([np.asarray(ns, np.int64), [1]]))
         if self.ns.min() < 1 or self.ns.max() > T // 2:
             raise ValueError(f"ns must lie in [1, T/2] = [1, {T // 2}]; got [{self.ns.min()}, {self.ns.max()}]")
-        c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1)
         m = len(self.ns)
         self.A1, self.A2, self.Q = (np.empty((S, m)) for _ in range(3))
         self.p1 = x.sum(1)
         kd = self.p1 / T
+        # one pass per block length: with the centred prefix sums cc_j = c_j - j kd_s, a block's sum about its
+        # document's mean is cc_{j+n} - cc_j, and the sums over blocks come from prefix sums of cc in O(1)
+        cc = np.zeros((S, T + 1))
+        np.cumsum(x, 1, out=cc[:, 1:])
+        cc -= np.arange(T + 1) * kd[:, None]
+        pc = np.zeros((S, T + 2))
+        np.cumsum(cc, 1, out=pc[:, 1:])                                           # pc_k = sum_{j<k} cc_j
+        buf = np.empty((S, T + 1))
         for k, n in enumerate(self.ns):
-            d = c[:, n:] - c[:, :-n]                                             # (S, T - n + 1) block sums
-            self.A1[:, k], self.A2[:, k] = d.sum(1), (d * d).sum(1)
-            self.Q[:, k] = ((d - n * kd[:, None]) ** 2).sum(1)
-        self.cnt = (T - self.ns + 1).astype(np.float64)
+            e = np.subtract(cc[:, n:], cc[:, :-n], out=buf[:, :T + 1 - n])      # (S, T - n + 1) centred block sums
+            self.Q[:, k] = np.einsum("ij,ij->i", e, e)
+        cnt = (T - self.ns + 1).astype(np.float64)
+        E = (pc[:, -1:] - pc[:, self.ns]) - pc[:, T + 1 - self.ns]                # sum_j cc_{j+n} - cc_j
+        nk = self.ns[None, :] * kd[:, None]
+        self.A1 = E + nk * cnt
+        self.A2 = self.Q + 2 * nk * E + nk * nk * cnt
+        self.cnt = cnt
 
     def _w(self, w):
         return np.ones((1, self.S)) if w is None else np.atleast_2d(np.asarray(w, dtype=np.float64))

@@ -24,7 +24,7 @@ import torch
 from scipy import stats
 from tqdm import tqdm
 
-from foxwindow import outputs
+from foxwindow import outputs, parallel
 from foxwindow.heads import laws as headlaws
 from foxwindow.heads import verdict
 from foxwindow.heads.verdict import HeadResult  # noqa: F401  (the result type of every driver)
@@ -33,10 +33,12 @@ from foxwindow.models import adapters, lstm_gates
 from foxwindow.models.fox import load_checkpoint, shipped_checkpoint
 from foxwindow.models.traces import (  # noqa: F401  (capture, mass_windows: the drivers' names)
     capture,
+    decay_window_rows,
     decay_window_summary,
     load_trace,
     load_traces_checked,
     mass_windows,
+    open_traces,
     query_rows,
     run_with_cache,
     save_trace,
@@ -75,9 +77,30 @@ def analyse_head(lg, *, eps=None, L=None, z=None, layer=0, head=0, n_heads=1, n_
     laws: also every law at every L out of sample (heads/laws.py: evaluate, into r.laws; pmf_L: the L of its
       pmf block); the states need the whole model: analyse_layers sets them (set_states).
     """
-    if isinstance(lg, torch.Tensor):
-        lg = lg.detach().cpu().numpy()
-    x = gates.increments_from_log_gates(np.asarray(lg, dtype=np.float64))       # (S, T)
+    return _analyse_x(increments(lg), eps=eps, L=L, z=z, layer=layer, head=head, n_heads=n_heads, n_boot=n_boot,
+                      seed=seed, context=context, pmf_L=pmf_L, laws=laws)
+
+
+def increments(lg):
+    """X = -log g of one head's log gates lg (numpy or torch, any float dtype, any layout) as a C-contiguous
+    float64 array, in one conversion, validated once (gates.increments_from_log_gates' checks and messages)."""
+    a = lg.detach().cpu().numpy() if isinstance(lg, torch.Tensor) else np.asarray(lg)
+    if not np.issubdtype(a.dtype, np.floating) or a.size == 0:
+        return np.ascontiguousarray(gates.increments_from_log_gates(np.asarray(a, dtype=np.float64)))
+    x = np.negative(a, dtype=np.float64)
+    lo, hi = float(x.min()), float(x.max())                          # NaN propagates through both
+    if math.isnan(lo) or math.isnan(hi):
+        raise ValueError("log-gates contain NaN; gates must lie in (0, 1]")
+    if math.isinf(hi):
+        raise ValueError("log-gates contain infinite values (a gate of 0); gates must lie in (0, 1]")
+    if lo < 0:
+        raise ValueError(f"log-gates must be <= 0 (gates in (0, 1]); max is {-lo:.3g}")
+    return x
+
+
+def _analyse_x(x, *, eps=None, L=None, z=None, layer=0, head=0, n_heads=1, n_boot=N_BOOT, seed=None,
+               context=None, pmf_L=math.log(1e3), laws=True):
+    """analyse_head on increments x (S, T) float64 already converted and validated (increments)."""
     if x.ndim != 2 or x.shape[0] < 3:
         raise ValueError(f"lg: need traces (S, T) with S >= 3 sequences for jackknife errors; got {x.shape}")
     S, T = x.shape
@@ -164,30 +187,116 @@ def set_states(results, alpha=verdict.ALPHA):
     return fam
 
 
+# the cost of one head (CPU seconds, one process): COST_HEAD[0] + COST_HEAD[1] S^2 + COST_HEAD[2] S T, S documents
+# of T tokens (the S^2 term: the per-law evaluation's leave-one-document-out moments); fitted on bench_scale.py's
+# grid (synthetic heads of the 760M-class mix, 2-core machine)
+COST_HEAD = (0.07, 6.2e-5, 2.4e-6)
+ESTIMATE_FROM_S = 30.0                       # print the estimate when the analysis would take longer than this
+
+
+def head_cost(S, T):
+    """Estimated CPU seconds of one head's analysis at S documents x T tokens (COST_HEAD)."""
+    return COST_HEAD[0] + COST_HEAD[1] * S * S + COST_HEAD[2] * S * T
+
+
+def estimate(n_heads, S, T, workers):
+    """(CPU seconds, wall seconds on `workers` processes) of analysing n_heads heads of S x T."""
+    cpu = n_heads * head_cost(S, T)
+    return cpu, cpu / max(1, min(workers, n_heads))
+
+
+_RUN = {}                                    # what the head jobs read (set before the workers fork)
+
+
+def _head_job(i):
+    run = _RUN
+    l, h = run["index"][i]
+    x = increments(run["get"](l, h))                                                  # (S, T) float64, once
+    r = _analyse_x(x, L=run["Ls"], layer=l, head=h, n_heads=run["n_heads"], n_boot=run["n_boot"],
+                   seed=run["children"][i], context=run["context"], pmf_L=run["pmf_L"])
+    r.seed = run["seed"]
+    r.layer_name = run["layer_names"][l]
+    if run["mass_L"] is not None:                                  # the decay window of the analysed rows only
+        r.mass_eps = math.exp(-run["mass_L"])
+        r.decay_window_mean, r.decay_window_censored = decay_window_rows(x, run["mass_L"], run["rows"])
+    return r
+
+
+def _layer_getter(traces):
+    """get(l, h) -> (S, T) log gates of layer l, head h, from {name: (S, T, H)} arrays, tensors or lazy layers."""
+    layers = list(traces.values())
+
+    def get(l, h):
+        tr = layers[l]
+        if isinstance(tr, torch.Tensor):
+            return tr[:, :, h].cpu().numpy()
+        return tr[:, :, h]
+    return get
+
+
 def analyse_layers(traces, *, eps=None, L=None, n_boot=N_BOOT, seed=None, progress=False, context=None,
-                   pmf_L=math.log(1e3)):
-    """The verdict for every head of traces {layer name: (S, T, H) array or tensor of log-gates} at thresholds
-    eps= (in (0, 1)) or L= (L = ln(1/eps) > 0), keywords, at most one (neither: the eps scan EPS_SCAN), the family
-    Bonferroni over all heads. Each head draws from its own child of SeedSequence(seed) (seed None: fresh).
-    Returns ([HeadResult], the int seed used)."""
+                   pmf_L=math.log(1e3), workers=1, mass_L=None, rows=None, max_minutes=None):
+    """The verdict for every head of traces {layer name: (S, T, H) array or tensor of log-gates, or a lazy layer
+    of traces.open_traces} at thresholds eps= (in (0, 1)) or L= (L = ln(1/eps) > 0), keywords, at most one
+    (neither: the eps scan EPS_SCAN), the family Bonferroni over all heads. Each head draws from
+    its own child of SeedSequence(seed) (seed None: fresh), so the results do not depend on `workers`
+    (processes; None: the available processors). mass_L: also each head's decay window at that L on query
+    `rows` (default traces.query_rows(T)). pmf_L: the L of the laws' pmf block. The laws' states over the
+    model (set_states) are set on the heads analysed (on a stopped run: over the finished ones). max_minutes:
+    refuse (ValueError) a run estimated to take longer, and stop one that runs past it. Returns ([HeadResult],
+    the int seed used); a run stopped by Ctrl-C,
+    SIGTERM or max_minutes raises parallel.Stopped whose `results` are the finished heads in order and
+    `seed` the seed."""
     Ls = gates.levels(eps, L, default=EPS_SCAN)
     seed = root_seed(seed)
-    n_heads = sum(t.shape[2] for t in traces.values())
-    children = np.random.SeedSequence(seed).spawn(n_heads)
-    results = []
-    bar = tqdm(total=n_heads, desc="heads", disable=not progress, file=sys.stderr)
-    for l, (name, tr) in enumerate(traces.items()):
-        lg = tr.cpu().numpy() if isinstance(tr, torch.Tensor) else np.asarray(tr)          # (S, T, H)
-        name = f"blocks.{name}" if isinstance(name, (int, np.integer)) else str(name)
-        for h in range(lg.shape[2]):
-            r = analyse_head(lg[:, :, h], L=Ls, layer=l, head=h, n_heads=n_heads, n_boot=n_boot,
-                             seed=children[len(results)], context=context, pmf_L=pmf_L)
-            r.seed = seed
-            r.layer_name = name
-            results.append(r)
-            bar.update()
-    bar.close()
+    shapes = [tuple(t.shape) for t in traces.values()]
+    index = [(l, h) for l, sh in enumerate(shapes) for h in range(sh[2])]
+    n_heads = len(index)
+    S, T = shapes[0][:2]
+    # under torchrun each rank analyses a contiguous block of the heads (its own processes), rank 0 gathers
+    world = distributed.world_size() if distributed.launched() else 1
+    a, b = distributed.shard_range(n_heads) if world > 1 else (0, n_heads)
+    workers = parallel.resolve_workers(workers, b - a)
+    cpu, wall = estimate(n_heads, S, T, workers * world)
+    if max_minutes is not None and wall > 60 * max_minutes:
+        raise ValueError(f"the analysis of {n_heads} heads x {S} x {T} is estimated at {wall / 60:.1f} min on "
+                         f"{workers} worker(s), past --max-minutes {max_minutes:g}: give more minutes or workers, "
+                         "or fewer sequences (--n-seq) or tokens (--max-len)")
+    if progress and wall > ESTIMATE_FROM_S and distributed.is_main():
+        parallel.say(f"analysing {n_heads} heads x {S} sequences x {T} tokens on {workers} worker(s)"
+                     + (f" x {world} ranks" if world > 1 else "") + ": estimated "
+                     f"{cpu / 60:.1f} CPU-min, about {wall / 60:.1f} min wall (more on a loaded machine)")
+    _RUN.clear()
+    _RUN.update(index=index, get=_layer_getter(traces), Ls=Ls, n_heads=n_heads, n_boot=n_boot, seed=seed,
+                children=np.random.SeedSequence(seed).spawn(n_heads), context=context, mass_L=mass_L, pmf_L=pmf_L,
+                layer_names=[f"blocks.{n}" if isinstance(n, (int, np.integer)) else str(n) for n in traces],
+                rows=np.asarray(query_rows(T) if rows is None else rows, dtype=np.int64))
+    names = list(traces)
+    bar = tqdm(total=b - a, desc="heads" + (f" (rank {distributed.rank()})" if world > 1 else ""),
+               disable=not progress, file=sys.stderr)
+
+    def tick(i, r):
+        bar.set_postfix_str(f"{names[index[a + i][0]]}[{index[a + i][1]}]", refresh=False)
+        bar.update()
+    deadline = None if max_minutes is None else time.monotonic() + 60 * max_minutes
+    stop = None
+    try:
+        with parallel.stop_signals():
+            results = parallel.run_jobs(lambda i: _head_job(a + i), b - a, workers, tick, deadline)
+    except parallel.Stopped as exc:
+        stop = exc
+        results = [exc.done[i] for i in sorted(exc.done)]
+    finally:
+        bar.close()
+        _RUN.clear()
+    if world > 1:
+        results = distributed.gather_lists(results)             # rank order = head order (when none stopped)
+        if not distributed.is_main():
+            return None, seed
     set_states(results)
+    if stop is not None:
+        stop.results, stop.seed, stop.n_heads = results, seed, n_heads
+        raise stop
     return results, seed
 
 
@@ -211,15 +320,17 @@ def _shown_path(path):
 
 
 def analyse_model(checkpoint=None, *, eps=None, L=None, n_seq=32, seq_len=2048, mass_eps=None, mass_L=None,
-                  device="cpu", progress=True, save_traces=None, n_boot=N_BOOT, max_len=None, seed=None):
+                  device="cpu", progress=True, save_traces=None, n_boot=N_BOOT, max_len=None, seed=None,
+                  workers=1, max_minutes=None):
     """Run the per-head analysis on a checkpoint's held-out text. Returns (results, info).
     eps= or L=: the thresholds (keywords, at most one; neither: the eps scan's). mass_eps= or mass_L=: the threshold
     of the decay and attention-mass windows (at most one; neither: eps = 1e-3).
     save_traces: optional .npz path for the captured log-gate traces and their metadata (whole sequences).
     n_boot, seed: analyse_layers. max_len: analyse only each sequence's first max_len positions (rows
-    max_len/2 .. max_len - 1), e.g. the model's training context.
-    Under torchrun each rank captures a contiguous block of the sequences and rank 0 gathers them, analyses
-    and writes; the other ranks return (None, None)."""
+    max_len/2 .. max_len - 1), e.g. the model's training context. workers, max_minutes: analyse_layers (a
+    stopped run returns its finished heads, info["partial"] saying so).
+    Under torchrun each rank captures a contiguous block of the sequences, every rank gets them all and
+    analyses a block of the heads, and rank 0 gathers the heads and writes; the other ranks return (None, None)."""
     t0 = time.perf_counter()
     Ls = gates.levels(eps, L, default=EPS_SCAN)
     mass_L = _mass_level(mass_eps, mass_L)
@@ -255,25 +366,27 @@ def analyse_model(checkpoint=None, *, eps=None, L=None, n_seq=32, seq_len=2048, 
         torch.set_num_threads(threads)
     traces = {l: torch.cat(v, 0) for l, v in traces.items()}                         # (S_rank, T, H) per layer
     inputs = {l: torch.cat(v, 0) for l, v in inputs.items()}                         # (S_rank, T, d) per layer
-    # every rank's block on rank 0, in rank order: (S, T, H) and (S, T, d), as one process captures them
-    traces, inputs = distributed.gather_traces(traces), distributed.gather_traces(inputs)
-    if not distributed.is_main():
-        return None, None                       # rank 0 analyses and writes
+    # every rank's block in rank order, (S, T, H) on every rank (each analyses a block of the heads) and
+    # (S, T, d) on rank 0 (the attention-mass windows), as one process captures them
+    traces, inputs = distributed.gather_traces(traces, to_all=True), distributed.gather_traces(inputs)
     t_capture = time.perf_counter() - t0
     context = getattr(model.cfg, "context", None)
     shown = _shown_path(path)
-    if save_traces:
+    if save_traces and distributed.is_main():
         save_trace(save_traces, {f"blocks.{l}.attn.hook_log_fgate": t for l, t in traces.items()},
                    dict(model=meta.get("name", shown), checkpoint=shown, spans=spans, L=list(Ls),
                         heads=model.cfg.n_heads, seq_len=seq_len, context=context))
     traces = _truncate(traces, max_len)
     T = next(iter(traces.values())).shape[1]
-    results, seed = analyse_layers(traces, L=Ls, n_boot=n_boot, seed=seed, progress=progress, context=context,
-                                   pmf_L=mass_L)
     rows = query_rows(T)
+    results, seed, partial = analyse_or_partial(traces, Ls, n_boot, seed, progress, context, workers, mass_L,
+                                                 rows.numpy(), max_minutes)
+    if not distributed.is_main():
+        return None, None                       # rank 0 writes
     H = model.cfg.n_heads
     for l in traces:
-        lg = traces[l].cpu().numpy()                                                 # (S, T, H)
+        if l * H >= len(results):
+            break                               # a stopped run: heads past it were not analysed
         mw = None
         if not model.cfg.fixed_gate:            # causal: rows < T see the same attention in the first T tokens
             torch.set_num_threads(1)            # as for the capture
@@ -281,41 +394,78 @@ def analyse_model(checkpoint=None, *, eps=None, L=None, n_seq=32, seq_len=2048, 
                 mw = mass_windows(model.blocks[l].attn, inputs[l][:, :T].cpu(), mass_L, rows)  # (S, R, H)
             finally:
                 torch.set_num_threads(threads)
-        for h in range(H):
+        for h in range(min(H, len(results) - l * H)):
             r = results[l * H + h]
-            decay_window_L(r, lg[:, :, h], mass_L, rows.numpy())
             if mw is not None:
                 r.mass_window_mean = float(mw[:, :, h].double().mean())
                 r.mass_window_censored = float((mw[:, :, h] == rows[None, :]).double().mean())
     info = dict(checkpoint=shown, model=meta.get("name", "fox_shakespeare"), n_seq=n_seq, seq_len=seq_len,
                 analysed_len=T, spans=spans, strata=source_labels(spans), n_boot=n_boot, seed=seed,
-                alpha=verdict.ALPHA, alpha_test=verdict.ALPHA / (2 * len(results)), capture_s=t_capture,
+                alpha=verdict.ALPHA, alpha_test=verdict.ALPHA / (2 * (partial or {}).get("heads_total", len(results))),
+                capture_s=t_capture,
                 total_s=time.perf_counter() - t0, val_bpc=meta.get("val_bpc"), context=context,
                 rows=_rows_note(T, context))
+    if partial:
+        info["partial"] = partial
     return results, info
 
 
+class _Cut:
+    """The first n positions of a lazy (S, T, H) trace, read head by head (indexed [:, :, h])."""
+
+    def __init__(self, tr, n):
+        self.tr, self.n, self.shape = tr, n, (tr.shape[0], n, tr.shape[2])
+
+    def __getitem__(self, key):
+        return self.tr[:, :self.n, key[2]]
+
+
+def analyse_or_partial(traces, Ls, n_boot, seed, progress, context, workers, mass_L, rows, max_minutes,
+                       pmf_L=None):
+    """analyse_layers, with a stopped run's finished heads: (results, seed, None or the partial record).
+    pmf_L None: mass_L (the eps of the decay windows), else ln(1e3)."""
+    pmf_L = pmf_L if pmf_L is not None else (mass_L if mass_L is not None else math.log(1e3))
+    try:
+        results, seed = analyse_layers(traces, L=Ls, n_boot=n_boot, seed=seed, progress=progress, context=context,
+                                       pmf_L=pmf_L, workers=workers, mass_L=mass_L, rows=rows,
+                                       max_minutes=max_minutes)
+        return results, seed, None
+    except parallel.Stopped as stop:
+        return stop.results, stop.seed, dict(reason=stop.reason, heads_done=len(stop.results),
+                                             heads_total=stop.n_heads)
+
+
 def analyse_traces(path, *, eps=None, L=None, mass_eps=None, mass_L=None, n_boot=N_BOOT, max_len=None, seed=None,
-                   progress=False):
+                   progress=False, workers=1, max_minutes=None):
     """Per-head analysis of traces saved with traces.save_trace (any model's gates): each (S, T, H) entry is
-    one layer. eps= / L=, mass_eps= / mass_L=, n_boot, seed: analyse_model. No attention-mass windows (they need
-    the model); P(W > context) where the metadata records the model's context. Returns (results, info)."""
+    one layer, read head by head (memory-mapped: one head's traces in memory per worker). eps= / L=,
+    mass_eps= / mass_L=, n_boot, seed: analyse_model; workers, max_minutes: analyse_layers. No attention-mass
+    windows (they need the model); P(W > context) where the metadata records the model's context. Returns
+    (results, info); a run stopped by Ctrl-C, SIGTERM or max_minutes returns its finished heads, info["partial"]
+    saying so. Under torchrun every rank analyses a block of the heads and rank 0 returns them all (the others
+    (None, None))."""
     t0 = time.perf_counter()
     Ls = gates.levels(eps, L, default=EPS_SCAN)
     mass_L = _mass_level(mass_eps, mass_L)
-    traces, meta = load_traces_checked(path)
-    traces = _truncate(traces, max_len)
+    traces, meta = open_traces(path)
+    T0 = next(iter(traces.values())).shape[1]
+    if max_len is not None:
+        if not 32 <= max_len <= T0:
+            raise ValueError(f"--max-len must lie in [32, {T0}] (the traces' length); got {max_len}")
+        traces = {k: _Cut(v, max_len) for k, v in traces.items()}
     S, T = next(iter(traces.values())).shape[:2]
     context = meta.get("context") if isinstance(meta.get("context"), int) else None
-    results, seed = analyse_layers(traces, L=Ls, n_boot=n_boot, seed=seed, progress=progress, context=context,
-                                   pmf_L=mass_L)
-    for r, (l, h) in zip(results, [(l, h) for l, tr in enumerate(traces.values()) for h in range(tr.shape[2])]):
-        decay_window_L(r, list(traces.values())[l][:, :, h], mass_L, query_rows(T).numpy())
+    results, seed, partial = analyse_or_partial(traces, Ls, n_boot, seed, progress, context, workers, mass_L,
+                                                 query_rows(T).numpy(), max_minutes)
+    if results is None:
+        return None, None
     info = dict(checkpoint=_shown_path(path), model=meta.get("model", "?"), n_seq=S,
                 seq_len=meta.get("seq_len", T), analysed_len=T, spans=meta.get("spans"),
                 strata=source_labels(meta.get("spans")), n_boot=n_boot, seed=seed, alpha=verdict.ALPHA,
-                alpha_test=verdict.ALPHA / (2 * len(results)), capture_s=0.0, total_s=time.perf_counter() - t0,
-                layers=list(traces), context=context, rows=_rows_note(T, context))
+                alpha_test=verdict.ALPHA / (2 * (partial or {}).get("heads_total", len(results))), capture_s=0.0,
+                total_s=time.perf_counter() - t0, layers=list(traces), context=context, rows=_rows_note(T, context))
+    if partial:
+        info["partial"] = partial
     info.update(layer_traits(list(traces), meta.get("families", meta.get("family")), meta.get("looks_forward")))
     return results, info
 

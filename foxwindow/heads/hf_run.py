@@ -18,18 +18,23 @@ from foxwindow.models import adapters, hf_capture
 from foxwindow.models import hf_load as hf_models
 from foxwindow.models.traces import query_rows, save_trace
 from foxwindow.report import command as report_command
+from foxwindow.training import distributed
 
 __all__ = ["analyse_hf_model", "main_hf_model"]
 
 
-def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, n_boot=driver.N_BOOT, seed=None):
+def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, n_boot=driver.N_BOOT, seed=None,
+                     workers=1, max_minutes=None):
     """Per-head analysis of a Hugging Face style checkpoint (see hf_models' module docstring).
     eps= or L=: thresholds of the verdict and predictions (at most one; neither: the eps scan's); n_boot, seed: as
     heads.analyse_layers. Returns (results [HeadResult], info dict) as heads.analyse_model does, info adding the
     families, what the laws mean for each, each family's kind (softmax: attends over a KV cache; recurrent /
     constant: a gated state, no KV cache) and whether attention-mass windows exist. save_traces: .npz path for
     the analysed traces (written atomically; check it with outputs.check_writable first); its metadata holds
-    the families and kinds, so that predictions made from the traces later know what they apply to."""
+    the families and kinds, so that predictions made from the traces later know what they apply to.
+    workers, max_minutes: driver.analyse_layers (a stopped run returns its finished heads, info["partial"]).
+    Under torchrun each rank captures a block of the sequences and analyses a block of the heads; rank 0
+    gathers and returns them (the other ranks (None, None))."""
     Ls = gates.levels(eps, L, default=driver.EPS_SCAN)
     mass_L = gates.threshold(cfg.mass_eps)
     t0 = time.perf_counter()
@@ -40,24 +45,30 @@ def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, 
     tok = hf_models.load_tokenizer(cfg.tokenizer or cfg.model)
     ids, spans = hf_models.heldout_ids(tok, cfg.n_seq, cfg.seq_len, cfg.text, getattr(config, "vocab_size", None))
     rows = query_rows(cfg.seq_len)
-    decays, fam, lay, mass = hf_capture.capture_batches(model, ids, cfg.batch, cfg.device, cfg.mass_eps, rows,
-                                                        cfg.per_channel, progress=progress)
+    a, b = distributed.shard_range(ids.shape[0]) if distributed.launched() else (0, ids.shape[0])
+    decays, fam, lay, mass = hf_capture.capture_batches(model, ids[a:b], cfg.batch, cfg.device, cfg.mass_eps, rows,
+                                                        cfg.per_channel, progress=progress and distributed.is_main())
     t_capture = time.perf_counter() - t0
     traces = hf_capture.analysis_traces(decays, cfg.per_channel)            # {name: (S, T, H or H*K)}
+    if distributed.launched():          # every rank's sequences in rank order, as one process captures them
+        traces = distributed.gather_traces(traces, to_all=True)
+        mass = distributed.gather_traces(mass) if mass else mass
     families = sorted(set(fam.values()))
     kinds = {f: adapters.get_adapter(f).kind for f in families}
-    if save_traces:
+    if save_traces and distributed.is_main():
         save_trace(save_traces, traces, dict(model=cfg.model, families=fam, kinds={n: kinds[f] for n, f in fam.items()},
                                              family_kinds=kinds, kv_cache=all(k == "softmax" for k in kinds.values()),
                                              spans=spans, L=list(Ls), per_channel=cfg.per_channel))
     # the same verdict and predictions as for the shipped model, with each layer's own index
-    results, seed = driver.analyse_layers(traces, L=Ls, n_boot=n_boot, seed=seed, progress=progress)
+    results, seed, partial = driver.analyse_or_partial(traces, Ls, n_boot, seed, progress, None, workers, mass_L,
+                                                       rows.numpy(), max_minutes,
+                                                       pmf_L=gates.threshold(1e-3))
+    if not distributed.is_main():
+        return None, None
     heads_of = [(n, h) for n, tr in traces.items() for h in range(tr.shape[2])]
     for i, (r, (n, h)) in enumerate(zip(results, heads_of)):
         if lay[n] is not None:
             r.layer = lay[n]
-        lg = traces[n][:, :, h].double().numpy()                                   # (S, T)
-        driver.decay_window_L(r, lg, mass_L, rows.numpy())
         if n in mass:
             r.mass_window_mean = float(mass[n][:, :, h].double().mean())
     no_mass = [f for f in families if kinds[f] != "softmax"]
@@ -71,6 +82,8 @@ def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, 
                              f"not available for {', '.join(no_mass)}: no attention matrix (a recurrent state); "
                              f"W_mass is empty"))
     info.update(driver.layer_traits(list(traces), {n: fam.get(n) for n in traces}))
+    if partial:
+        info["partial"] = partial
     return results, info
 
 
@@ -92,7 +105,10 @@ def main_hf_model(args):
         eps = sorted(set(driver.EPS_SCAN) | {args.eps}, reverse=True)          # eps -> L, once
         results, info = analyse_hf_model(cfg, L=[gates.threshold(e) for e in eps],
                                          progress=not getattr(args, "no_progress", False), save_traces=traces_path,
-                                         n_boot=args.n_boot, seed=args.seed)
+                                         n_boot=args.n_boot, seed=args.seed, workers=getattr(args, "workers", 1),
+                                         max_minutes=getattr(args, "max_minutes", None))
+        if results is None:
+            return 0                                  # not rank 0: rank 0 prints and writes
         table.print_table(results, info)
         for f in info["families"]:
             state = "attends over a KV cache" if info["kinds"][f] == "softmax" else "a gated state, no KV cache"
@@ -102,6 +118,8 @@ def main_hf_model(args):
             outputs.write_result(json_path, table.to_json(results, info), "heads")
         if getattr(args, "report", None):
             report_command.after_analysis(table.to_json(results, info), args)
+        if info.get("partial"):
+            return table.say_partial(info, json_path)
     except (hf_models.ModelError, ValueError) as exc:
         msg = str(exc)
         if getattr(args, "model_flag", "--model") == "--checkpoint":      # a folder given as --checkpoint

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from foxwindow.heads.dependence import jackknife
+from foxwindow.laws.gates import search_left
 
 __all__ = ["BLOCK_FRACTION", "WALKS_PER_DOC", "N_CAP", "QUANTILES", "window_rows", "block_walks", "Prediction",
            "predict", "KaplanMeier", "kaplan_meier", "OutOfSample", "out_of_sample"]
@@ -40,15 +41,18 @@ def window_rows(x, Ls, r0):
     Returns (W (S, R, n) int64, censored (S, R, n) bool), R = T - r0; a censored W is the row's index
     (the true window is at least that). Same windows as gates.windows."""
     S, T = x.shape
-    c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1)
-    i = np.arange(r0 + 1, T + 1)[:, None]
     Ls = np.asarray(Ls, dtype=np.float64)
-    W = np.empty((S, T - r0, len(Ls)), np.int64)
-    cens = np.empty(W.shape, bool)
-    for s in range(S):                                                     # np.searchsorted is 1-D
-        j = np.searchsorted(c[s], c[s, r0 + 1:, None] - Ls[None, :], side="left")
-        W[s], cens[s] = i - j, j == 0
-    return W, cens
+    R, n = T - r0, len(Ls)
+    c = np.zeros(T + 1)
+    q = np.empty((n, R))
+    J = np.empty((S, n, R), np.int64)                                     # L-major: each L's queries in order
+    for s in range(S):
+        np.cumsum(x[s], out=c[1:])
+        np.subtract(c[None, r0 + 1:], Ls[:, None], out=q)
+        J[s] = search_left(c, q)                                           # smallest j with c_j >= c_i - L
+    cens = J == 0
+    np.subtract(np.arange(r0 + 1, T + 1), J, out=J)
+    return J.transpose(0, 2, 1), cens.transpose(0, 2, 1)
 
 
 def block_walks(x, Ls, rng, per_doc=WALKS_PER_DOC, block=None, n_cap=N_CAP, r0=None):
@@ -66,7 +70,6 @@ def block_walks(x, Ls, rng, per_doc=WALKS_PER_DOC, block=None, n_cap=N_CAP, r0=N
     L_max = float(Ls.max())
     W = np.zeros((S, per_doc, len(Ls)), np.int64)
     cens = np.zeros(W.shape, bool)
-    back = b - 1 - np.arange(b)                                             # a block read backwards
     for d in range(S):
         kd = x[d].mean()
         if kd <= 0:
@@ -76,10 +79,22 @@ def block_walks(x, Ls, rng, per_doc=WALKS_PER_DOC, block=None, n_cap=N_CAP, r0=N
         ends = rng.integers(r0, T, size=per_doc)                           # query rows
         nb = -(-n_len // b)
         starts = rng.integers(0, T - b + 1, size=(per_doc, nb))
-        blocks = (starts[:, :, None] + back).reshape(per_doc, nb * b)
+        # each walk only until it is past L_max (or n_len long), its length doubled from a guess: the same draws
+        # and a prefix of the same cumulative sums, so the same windows as the whole walk
+        xd, back = x[d], b - 1 - np.arange(b)
+        K0 = int(min(n_len, 1.25 * L_max / kd + 64))
         for m, e in enumerate(ends):
-            idx = np.concatenate([np.arange(e, -1, -1), blocks[m, :max(0, n_len - e - 1)]])[:n_len]
-            cs = np.cumsum(x[d][idx])
+            K = K0
+            while True:
+                if K <= e + 1:
+                    cs = np.cumsum(xd[e::-1][:K])
+                else:
+                    nbk = -(-(K - e - 1) // b)
+                    blk = (starts[m, :nbk, None] + back).ravel()[:K - e - 1]
+                    cs = np.cumsum(np.concatenate([xd[e::-1], xd[blk]]))
+                if K >= n_len or cs[-1] > L_max:
+                    break
+                K = min(n_len, 2 * K)
             W[d, m] = np.searchsorted(cs, Ls, side="right")
             cens[d, m] = cs[-1] <= Ls
     return W, cens
@@ -225,12 +240,14 @@ def out_of_sample(x, W_rows, cens_rows, Ls, rng, per_doc=2 * WALKS_PER_DOC, bloc
     tm, tse_m, tv, tse_v = _pooled_moments(Wt)
     out = OutOfSample(len(fit), len(test))
     for k in range(len(Ls)):
-        pred = np.sort(Wp[:, :, k].ravel())
+        pred = Wp[:, :, k].ravel()
+        # P(W <= w) of the predicted windows as a table over w = -1 .. max (what a search of the sorted draws gives)
+        cum = np.concatenate([[0], np.cumsum(np.bincount(pred))])
 
-        def F(w, pred=pred):
-            return np.searchsorted(pred, w, side="right") / len(pred)
+        def F(w, cum=cum, n=len(pred)):
+            return cum[np.clip(w + 1, 0, len(cum) - 1)] / n
 
-        cov = np.array([_coverage(F, Wt[d, :, k], Ct[d, :, k]).mean() for d in range(len(test))])
+        cov = _doc_coverage(F, Wt[:, :, k], Ct[:, :, k])                        # per held-out document
         out.coverage.append(float(cov.mean()))
         loo = (cov.sum() - cov) / (len(cov) - 1) if len(cov) > 1 else np.array([np.nan])
         out.se_coverage.append(float(jackknife(loo)))
@@ -242,6 +259,18 @@ def out_of_sample(x, W_rows, cens_rows, Ls, rng, per_doc=2 * WALKS_PER_DOC, bloc
         out.z_mean.append(_z(pm[k] - tm[k], pse_m[k], tse_m[k]))
         out.z_var.append(_z(pv[k] - tv[k], pse_v[k], tse_v[k]))
     return out
+
+
+def _doc_coverage(F, w, cens):
+    """Mean _coverage over the columns of held-out windows w (k, R) int >= 0 with censoring flags (k, R): the
+    coverage of each distinct (window, censored) pair once, weighted by its count in each row. Returns (k,)."""
+    k, R = w.shape
+    top = int(w.max()) + 1
+    v = np.arange(top)
+    table = np.stack([_coverage(F, v, np.zeros(top, bool)), _coverage(F, v, np.ones(top, bool))])   # (2, top)
+    key = (np.arange(k)[:, None] * 2 + cens) * top + w
+    counts = np.bincount(key.ravel(), minlength=2 * k * top).reshape(k, 2, top)
+    return np.einsum("kct,ct->k", counts, table) / R
 
 
 def _z(d, a, b):

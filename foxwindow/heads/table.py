@@ -6,6 +6,7 @@ document of the results (schema 1, docs/HEADS_JSON.md).
     to_json(results, info)        the schema-1 document, ready for outputs.write_json
 """
 import math
+import sys
 import textwrap
 
 import numpy as np
@@ -257,3 +258,13 @@ def document(results, info, version):
                                                       mean_tol=headlaws.MEAN_TOL,
                                                       summary_eps=list(headlaws.SUMMARY_EPS)),
                 heads=[head_json(r) for r in results], info=info)
+
+
+def say_partial(info, json_path):
+    """The line a stopped run ends with (stderr), and its exit code: 130 for Ctrl-C, 143 for SIGTERM, 3 for the
+    time bound."""
+    p = info["partial"]
+    print(f"forget: stopped by {p['reason']}: {p['heads_done']} of {p['heads_total']} heads finished, printed above"
+          + (f" and saved to {json_path} (marked partial)" if json_path else " (give --json to save them)"),
+          file=sys.stderr, flush=True)
+    return 130 if p["reason"] == "Ctrl-C" else 143 if p["reason"] == "SIGTERM" else 3

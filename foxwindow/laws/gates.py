@@ -145,6 +145,68 @@ def decay_matrix(log_g):
     return np.where(np.tri(len(x), dtype=bool), np.exp(np.minimum(d, 0.0)), 0.0)
 
 
+SEARCH_CHUNK = 1 << 14      # queries per block of search_left on long traces (the haystack slice stays in cache)
+_MAX_OCCUPANCY = 64         # a bucket holding more keys than this (plateaus of zero increments): plain bisection
+
+
+def _bucket_search(c, q, base):
+    """searchsorted(c, q, side="left") for c (m,) float64 non-decreasing and finite, q float64 (any shape, finite),
+    by buckets of c's range (about two keys a bucket) and an exact comparison inside the bucket; None when the
+    buckets would be crowded (then the caller bisects). Exact: any non-decreasing map of the values puts every
+    key of a lower bucket below q and every key of a higher bucket above it."""
+    m = len(c)
+    span = float(c[-1]) - base
+    if not span > 0:
+        return None
+    r = 2.0 * m / span
+    if not (math.isfinite(span) and math.isfinite(r)):           # a span of subnormals, or beyond float range
+        return None
+    b = np.subtract(c, base)
+    b *= r
+    b = b.astype(np.int64)
+    nb = int(b[-1]) + 1
+    counts = np.bincount(b, minlength=nb)
+    if counts.max() > _MAX_OCCUPANCY:
+        return None
+    first = np.zeros(nb + 1, np.int64)
+    np.cumsum(counts, out=first[1:])
+    kq = np.subtract(q, base)
+    kq *= r
+    np.clip(kq, 0, nb - 1, out=kq)
+    kq = kq.astype(np.int64)
+    j = first[kq].ravel()
+    end = first[kq + 1].ravel()
+    qf = q.ravel()
+    act = np.flatnonzero(j < end)
+    act = act[c[j[act]] < qf[act]]
+    while len(act):                                   # at most _MAX_OCCUPANCY rounds, on fewer queries each
+        j[act] += 1
+        ja = j[act]
+        ok = ja < end[act]
+        ok[ok] = c[ja[ok]] < qf[act[ok]]
+        act = act[ok]
+    return j.reshape(np.shape(q))
+
+
+def search_left(c, q, sorted_q=False):
+    """np.searchsorted(c, q, side="left") (identical results) for c (m,) float64 non-decreasing and finite, q
+    float64 finite (any shape). sorted_q: q (1-D) is non-decreasing and q[i] < c[i + 1] (a window's query
+    c_i - L): long arrays are then searched block by block in a slice of c that stays in cache."""
+    c = np.asarray(c, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    if not sorted_q or q.size <= 2 * SEARCH_CHUNK:
+        j = _bucket_search(c, q, float(c[0])) if len(c) > 1 else None
+        return np.searchsorted(c, q, side="left") if j is None else j
+    out = np.empty(len(q), np.int64)
+    for a in range(0, len(q), SEARCH_CHUNK):
+        e = min(a + SEARCH_CHUNK, len(q))
+        lo = int(np.searchsorted(c[:a + 2], q[a], side="left"))      # j_a <= a + 1
+        hay = c[lo:e + 1]                                               # j_i <= i + 1 for every i in the block
+        j = _bucket_search(hay, q[a:e], float(hay[0])) if len(hay) > 1 else None
+        out[a:e] = (np.searchsorted(hay, q[a:e], side="left") if j is None else j) + lo
+    return out
+
+
 def windows(log_g, *, eps=None, L=None, dim=None):
     """Per-query eps-windows of log-gate traces: W_i = largest d with D_{i,i-d} >= eps (give eps, or L = ln(1/eps)).
 
@@ -160,7 +222,9 @@ def windows(log_g, *, eps=None, L=None, dim=None):
     L = level(eps, L)
     is_np = not isinstance(log_g, torch.Tensor)
     x = increments_from_log_gates(log_g)
-    t = torch.from_numpy(x) if is_np else x
+    if is_np:
+        return _windows_np(x, L, dim)
+    t = x
     if dim is None:
         if t.dim() > 2:
             raise ValueError(f"windows: log_g has shape {tuple(t.shape)}; pass dim, the time dimension "
@@ -178,6 +242,36 @@ def windows(log_g, *, eps=None, L=None, dim=None):
     w = (i - j).movedim(-1, dim)
     cens = (j == 0).movedim(-1, dim)
     return (w.numpy(), cens.numpy()) if is_np else (w, cens)
+
+
+def _check_dim(dim, shape):
+    if dim is None:
+        if len(shape) > 2:
+            raise ValueError(f"windows: log_g has shape {tuple(shape)}; pass dim, the time dimension "
+                             "(dim=1 for a (B, T, H) capture, dim=-1 for (B, H, T))")
+        dim = -1
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -len(shape) <= dim < len(shape):
+        raise ValueError(f"windows: dim must be an int in [{-len(shape)}, {len(shape) - 1}] for shape "
+                         f"{tuple(shape)}; got {dim!r}")
+    return dim
+
+
+def _windows_np(x, L, dim):
+    """windows() for numpy increments x float64 (validated): row by row, c in float64, the search exact."""
+    dim = _check_dim(dim, x.shape)
+    xm = np.moveaxis(x, dim, -1)
+    T = xm.shape[-1]
+    rows = xm.reshape(-1, T)
+    W = np.empty(rows.shape, np.int64)
+    i = np.arange(1, T + 1)
+    c = np.zeros(T + 1)
+    for r in range(rows.shape[0]):
+        np.cumsum(rows[r], out=c[1:])                                        # c_0 = 0
+        W[r] = search_left(c, c[1:] - L, sorted_q=True)       # smallest j with c_j >= c_i - L
+    cens = W == 0
+    np.subtract(i, W, out=W)
+    shape = xm.shape
+    return np.moveaxis(W.reshape(shape), -1, dim), np.moveaxis(cens.reshape(shape), -1, dim)
 
 
 # ----------------------------------------------------------------------------- gate distributions

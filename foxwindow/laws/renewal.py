@@ -30,6 +30,7 @@ from fractions import Fraction
 
 import numpy as np
 from scipy import special
+from scipy.fft import next_fast_len
 
 from foxwindow.laws.gates import Moments, threshold
 
@@ -196,8 +197,9 @@ def lag_sums(x, max_lag, centre="sequence"):
     if centre not in ("sequence", "grand"):
         raise ValueError(f"centre must be 'sequence' or 'grand'; got {centre!r}")
     y = x - (x.mean(1, keepdims=True) if centre == "sequence" else x.mean())
-    f = np.fft.rfft(y, 2 * n, axis=1)
-    return np.fft.irfft(f * np.conj(f), axis=1)[:, : max_lag + 1]
+    m = next_fast_len(n + max_lag, real=True)                # no wrap-around up to max_lag (2n for every lag)
+    f = np.fft.rfft(y, m, axis=1)
+    return np.fft.irfft(f * np.conj(f), m, axis=1)[:, : max_lag + 1]
 
 
 def acf(x, max_lag, pooled=False, centre="sequence"):

@@ -283,8 +283,108 @@ def load_trace(path):
         raise ValueError(f"{path}: not a readable .npz trace (corrupt or truncated): {exc}") from exc
     if "meta_json" not in data:
         raise ValueError(f"{path}: missing metadata (no meta_json entry)")
+    meta = _read_meta(path, data.pop("meta_json"), set(data))
+    names, shapes = meta["names"], meta["shapes"]
+    traces = {}
+    for i, name in enumerate(names):
+        a = data[f"trace_{i}"]
+        if list(a.shape) != list(shapes[i]):
+            raise ValueError(f"{path}: trace '{name}' has shape {a.shape}, metadata says {tuple(shapes[i])}")
+        _check_trace(name, a, path)
+        heads = meta.get("heads")
+        if isinstance(heads, int) and a.shape[2] != heads:
+            raise ValueError(f"{path}: trace '{name}' has {a.shape[2]} heads, metadata says {heads}")
+        traces[name] = a.astype(np.float32, copy=False)                          # one copy in memory, not two
+    return traces, meta
+
+
+def _npz_members(path):
+    """{member name without '.npy': (data offset, dtype, shape, fortran order) or None} of an .npz: the offset of
+    the array data in the file for an uncompressed (stored) member, None for a compressed one."""
+    out = {}
+    with zipfile.ZipFile(path) as zf, open(path, "rb") as fh:
+        for info in zf.infolist():
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            if info.compress_type != zipfile.ZIP_STORED:
+                out[name] = None
+                continue
+            fh.seek(info.header_offset)
+            head = fh.read(30)
+            if head[:4] != b"PK\x03\x04":
+                out[name] = None
+                continue
+            n_name, n_extra = int.from_bytes(head[26:28], "little"), int.from_bytes(head[28:30], "little")
+            fh.seek(info.header_offset + 30 + n_name + n_extra)
+            version = np.lib.format.read_magic(fh)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read(fh)
+            out[name] = (fh.tell(), dtype, shape, fortran)
+    return out
+
+
+class LazyTrace:
+    """One (B, T, H) trace of a file, read when indexed: memory-mapped where the .npz member is stored
+    uncompressed (numpy.savez, save_trace's format), else decompressed on each read. Indexing returns a numpy
+    array (a copy of what was asked for); `shape` and `dtype` are known without reading. A forked process
+    may index it too (it opens the file itself), and nothing stays mapped between reads."""
+
+    def __init__(self, path, member, shape, loc):
+        self.path, self.member, self.shape, self._loc = path, member, tuple(shape), loc
+        self.dtype = np.dtype(np.float32) if loc is None else loc[1]
+        self.ndim = len(self.shape)
+
+    def __getitem__(self, key):
+        if self._loc is None:
+            with np.load(self.path, allow_pickle=False) as z:
+                return np.asarray(z[self.member][key])
+        off, dtype, shape, fortran = self._loc
+        mm = np.memmap(self.path, dtype=dtype, mode="r", offset=off, shape=shape, order="F" if fortran else "C")
+        try:
+            return np.array(mm[key])
+        finally:
+            del mm
+
+    def __array__(self, dtype=None, copy=None):
+        a = self[...]
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+
+def open_traces(path):
+    """The traces of a save_trace file without reading them: ({name: LazyTrace (B, T, H)}, meta), with the
+    metadata and layout checks of load_traces_checked (shapes, heads, at least 3 sequences, T >= max(B, H, 16)).
+    The values (finite, <= 0) are checked as each head is read (heads.increments), once."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"trace file not found: {path}")
+    outputs.note_input(path, "the trace file")             # no output of the command may replace it
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path}: not an .npz trace file (not a zip archive; corrupt, truncated or another format)")
     try:
-        meta = json.loads(data.pop("meta_json").tobytes().decode())
+        members = _npz_members(path)
+        with np.load(path, allow_pickle=False) as z:
+            if "meta_json" not in z.files:
+                raise ValueError(f"{path}: missing metadata (no meta_json entry)")
+            blob = z["meta_json"]
+    except (zipfile.BadZipFile, EOFError, OSError) as exc:
+        raise ValueError(f"{path}: not a readable .npz trace (corrupt or truncated): {exc}") from exc
+    meta = _read_meta(path, blob, set(members) - {"meta_json"})
+    traces = {}
+    for i, (name, shape) in enumerate(zip(meta["names"], meta["shapes"])):
+        loc = members[f"trace_{i}"]
+        if loc is not None and list(loc[2]) != list(shape):
+            raise ValueError(f"{path}: trace '{name}' has shape {loc[2]}, metadata says {tuple(shape)}")
+        if loc is not None and (len(loc[2]) != 3 or not np.issubdtype(loc[1], np.floating)):
+            raise ValueError(f"{path}: trace '{name}' must be (B, T, H) floating point; got {loc[2]} {loc[1]}")
+        heads = meta.get("heads")
+        if isinstance(heads, int) and shape[2] != heads:
+            raise ValueError(f"{path}: trace '{name}' has {shape[2]} heads, metadata says {heads}")
+        traces[name] = LazyTrace(path, f"trace_{i}", shape, loc)
+    _check_layout(path, {n: t.shape for n, t in traces.items()})
+    return traces, meta
+
+
+def _read_meta(path, blob, members):
+    try:
+        meta = json.loads(blob.tobytes().decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: metadata is not valid JSON: {exc}") from exc
     if not isinstance(meta, dict) or meta.get("format") != TRACE_FORMAT:
@@ -301,19 +401,9 @@ def load_trace(path):
     if dup:
         raise ValueError(f"{path}: metadata 'names' lists {dup[0]!r} {names.count(dup[0])} times; every layer needs "
                          "its own name (none is dropped)")
-    if len(names) != len(shapes) or set(data) != {f"trace_{i}" for i in range(len(names))}:
-        raise ValueError(f"{path}: metadata lists {len(names)} traces, file holds {len(data)}")
-    traces = {}
-    for i, name in enumerate(names):
-        a = data[f"trace_{i}"]
-        if list(a.shape) != list(shapes[i]):
-            raise ValueError(f"{path}: trace '{name}' has shape {a.shape}, metadata says {tuple(shapes[i])}")
-        _check_trace(name, a, path)
-        heads = meta.get("heads")
-        if isinstance(heads, int) and a.shape[2] != heads:
-            raise ValueError(f"{path}: trace '{name}' has {a.shape[2]} heads, metadata says {heads}")
-        traces[name] = a.astype(np.float32)
-    return traces, meta
+    if len(names) != len(shapes) or set(members) != {f"trace_{i}" for i in range(len(names))}:
+        raise ValueError(f"{path}: metadata lists {len(names)} traces, file holds {len(members)}")
+    return meta
 
 
 MIN_TRACE_LEN = 16
@@ -325,7 +415,11 @@ def load_traces_checked(path):
     saved as if it were (B, T, H) is caught here (it reads as a few tokens and many heads) unless the
     metadata's 'heads' already rejected it in load_trace. Raises ValueError naming the layout."""
     traces, meta = load_trace(path)
-    shapes = {name: t.shape for name, t in traces.items()}
+    _check_layout(path, {name: t.shape for name, t in traces.items()})
+    return traces, meta
+
+
+def _check_layout(path, shapes):
     for name, (S, T, H) in shapes.items():
         if T < H or T < MIN_TRACE_LEN or T < S:
             raise ValueError(f"{path}: trace '{name}' read as (B, T, H) = ({S}, {T}, {H}): {S} sequences x {T} "
@@ -335,7 +429,6 @@ def load_traces_checked(path):
             raise ValueError(f"{path}: trace '{name}' holds {S} sequences; the jackknife needs at least 3")
     if len({s[:2] for s in shapes.values()}) > 1:
         raise ValueError(f"{path}: layers disagree in (sequences, tokens): {shapes}")
-    return traces, meta
 
 
 # ----------------------------------------------------------------------------- the model's own windows
@@ -403,9 +496,25 @@ def decay_window_summary(lg, L, rows):
     """Mean decay-only window of query `rows` ((R,) ints) of log-gate traces lg (S, T) (numpy or torch)
     at threshold L > 0, and the share of those windows that reach the sequence start (their mean then is
     a lower bound). Returns (mean, censored share) floats."""
-    W, cens = gates.windows(lg, L=L, dim=1)                                      # (S, T)
-    rows = np.asarray(rows)
-    return float(np.asarray(W)[:, rows].mean()), float(np.asarray(cens)[:, rows].mean())
+    if isinstance(lg, torch.Tensor):
+        lg = lg.detach().cpu().numpy()
+    return decay_window_rows(gates.increments_from_log_gates(lg), L, rows)
+
+
+def decay_window_rows(x, L, rows):
+    """decay_window_summary from increments x = -log g (S, T) float64, validated: the windows of `rows` only
+    (the same windows gates.windows gives those rows)."""
+    x = np.asarray(x, dtype=np.float64)
+    rows = np.asarray(rows, dtype=np.int64)
+    S, T = x.shape
+    c = np.zeros(T + 1)
+    W = np.empty((S, len(rows)), np.int64)
+    for s in range(S):
+        np.cumsum(x[s], out=c[1:])
+        W[s] = gates.search_left(c, c[rows + 1] - L)              # smallest j with c_j >= c_i - L, i = row + 1
+    cens = W == 0
+    W = (rows + 1)[None, :] - W
+    return float(W.mean()), float(cens.mean())
 
 
 if __name__ == "__main__":

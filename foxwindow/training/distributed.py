@@ -260,6 +260,19 @@ def gather_traces(traces, dim=0, to_all=False):
     return out
 
 
+def gather_lists(items):
+    """Concatenate every rank's list in rank order on rank 0 (pickled through torch.distributed's object
+    collectives). Returns the whole list on rank 0 and None on the others; a single process gets its list."""
+    items = list(items)
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return items
+    parts = [None] * dist.get_world_size()
+    dist.gather_object(items, parts if dist.get_rank() == 0 else None, dst=0)
+    if dist.get_rank() != 0:
+        return None
+    return [x for p in parts for x in p]
+
+
 # ----------------------------------------------------------------------------- model wrapping
 
 def wrap(model, mode="ddp", env=None):

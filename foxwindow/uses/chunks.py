@@ -55,6 +55,7 @@ import numpy as np
 import torch
 from scipy import special
 
+from foxwindow import parallel
 from foxwindow.laws import gates
 
 __all__ = ["DTYPES", "CHUNKS", "RISK", "CELLS", "BLOCK", "GROUPS", "ExpLimits", "exp_limits", "measured_limits",
@@ -659,21 +660,36 @@ def analyse_head(x, name, head, dtypes=DTYPES, chunks=CHUNKS, risk=RISK, block=B
     return [res[dt] for dt in dtypes]
 
 
-def analyse(traces, chunks=CHUNKS, dtypes=DTYPES, risk=RISK, block=BLOCK, cells=CELLS, groups=GROUPS):
+_JOBS = {}                                   # what the head jobs read (set before the workers fork)
+
+
+def _chunk_job(i):
+    name, h = _JOBS["index"][i]
+    xh = np.ascontiguousarray(_JOBS["x"][name][:, :, h])
+    return analyse_head(xh, name, h, *_JOBS["args"])
+
+
+def analyse(traces, chunks=CHUNKS, dtypes=DTYPES, risk=RISK, block=BLOCK, cells=CELLS, groups=GROUPS, workers=1):
     """Every head of traces {name: (S, T, H) log-gates}: a list of HeadChunks (heads x dtypes).
-    Chunk sizes must be multiples of `block` and at most T."""
+    Chunk sizes must be multiples of `block` and at most T. workers: processes, one head each at a time (None:
+    the available processors); the results do not depend on it."""
     chunks = _check_chunks(chunks, block)
     if not (0 < risk < 1):
         raise ValueError(f"risk must lie in (0, 1); got {risk}")
-    out = []
+    xs, index = {}, []
     for name, lg in traces.items():
         x = increments(lg)
         if max(chunks) > x.shape[1]:
             raise ValueError(f"{name}: chunk size {max(chunks)} exceeds the trace length {x.shape[1]}")
-        for h in range(x.shape[2]):
-            xh = np.ascontiguousarray(x[:, :, h])
-            out += analyse_head(xh, name, h, dtypes, chunks, risk, block, cells, groups)
-    return out
+        xs[name] = x
+        index += [(name, h) for h in range(x.shape[2])]
+    _JOBS.update(x=xs, index=index, args=(dtypes, chunks, risk, block, cells, groups))
+    try:
+        with parallel.stop_signals():
+            per_head = parallel.run_jobs(_chunk_job, len(index), parallel.resolve_workers(workers, len(index)))
+    finally:
+        _JOBS.clear()
+    return [hc for hs in per_head for hc in hs]
 
 
 def recommend(heads, dtypes=DTYPES):

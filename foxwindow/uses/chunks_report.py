@@ -294,6 +294,8 @@ def main(argv=None):
     p.add_argument("--shift", type=float, default=None, help="the anchored form's shift in nats (None: fla 0.6 "
                    "chunk_kda's (sub - 1) s / 2 with s = 2: 15 for sub-chunks of 16)")
     p.add_argument("--json", default=None, help="write the results as JSON to this path")
+    p.add_argument("--workers", type=int, default=None, help="processes analysing heads in parallel (default: the "
+                   "available processors); the results do not depend on it")
     p.add_argument("--markdown", default=None, help="print the README table of a JSON this command wrote, and stop")
     outputs.add_common(p)
     a = p.parse_args(argv)
@@ -305,6 +307,8 @@ def main(argv=None):
         print(markdown_table(res))
         return 0
     outputs.eps_arg("--risk", a.risk)
+    if a.workers is not None:
+        outputs.positive("--workers", a.workers)
     outputs.positive("--block", a.block)
     for C in a.chunks:
         outputs.positive("--chunks", C)
@@ -343,7 +347,7 @@ def main(argv=None):
         outputs.positive("--n-seq", a.n_seq, 2)
         traces, meta = _capture_shipped(a.n_seq, a.seq_len)
     t_load = time.perf_counter() - t0
-    heads = analyse(traces, a.chunks, a.dtypes, a.risk, a.block)
+    heads = analyse(traces, a.chunks, a.dtypes, a.risk, a.block, workers=a.workers)
     t_an = time.perf_counter() - t0 - t_load
     print_table(heads, a.risk)
     rec = recommend(heads, a.dtypes)

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from foxwindow import outputs
+from foxwindow import outputs, parallel
 from foxwindow.laws import gates
 from foxwindow.models import adapters, traces
 from foxwindow.models import fox as fm
@@ -400,11 +400,11 @@ def _trace_heads(trs, head_fn, levels, progress, workers=1):
                  for h in range(tr.shape[2])]
     _exact_tables([j[3] for j in jobs], levels, progress, workers)
     bar = _bar(len(jobs), progress, "heads")
-    out = []
-    for job in jobs:
-        out.append(head_fn(*job))
-        bar.update()
-    bar.close()
+    try:                # each head in its own process (forked: the laws and traces are not pickled)
+        out = parallel.run_jobs(lambda i: head_fn(*jobs[i]), len(jobs), parallel.resolve_workers(workers, len(jobs)),
+                                on_result=lambda i, r: bar.update())
+    finally:
+        bar.close()
     return out
 
 
@@ -509,9 +509,9 @@ def _parser():
     p.add_argument("--json", default=None, help="JSON path (default OUT/prune.json)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: on a shared CPU, thread sync dominates these small ops)")
-    p.add_argument("--workers", type=int, default=1, help="processes for the exact laws with --traces, one (head, "
-                   "level) at a time; the results do not depend on it. numpy's BLAS threads the numerics already, so "
-                   "more than 1 pays on a machine with idle cores (then set OPENBLAS_NUM_THREADS=1)")
+    p.add_argument("--workers", type=int, default=None, help="processes for the exact laws with --traces, one "
+                   "(head, level) at a time (default: the available processors); the results do not depend on it. "
+                   "numpy's BLAS threads the numerics too: with several workers set OPENBLAS_NUM_THREADS=1")
     p.add_argument("--no-progress", action="store_true")
     return outputs.add_common(p)
 
@@ -564,6 +564,8 @@ def _check_args(a):
         raise outputs.UsageError(f"--block takes one or two sizes; got {a.block}")
     block = check_block(tuple(a.block) if len(a.block) == 2 else a.block[0])
     outputs.positive("--threads", a.threads)
+    if a.workers is None:
+        a.workers = parallel.default_workers()
     outputs.positive("--workers", a.workers)
     outputs.eps_arg("--p", a.p)
     if a.U not in (None, "auto"):

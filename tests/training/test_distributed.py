@@ -90,6 +90,14 @@ def _worker(tmp):
         return printed.getvalue()
     check("analysis", analysis)
 
+    def traces_analysis():   # --traces under torchrun: each rank a block of the heads, rank 0 gathers and writes
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            command.main(["--traces", f"{tmp}/traces1.npz", "--json", f"{tmp}/traced2.json", "--seed", "0",
+                          "--no-progress", "--workers", "2"])
+        return printed.getvalue()
+    check("traces_analysis", traces_analysis)
+
     def wrapped_capture():
         tokens = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(5))
         ref = traces.capture_gates(_tiny_model(), tokens)
@@ -154,6 +162,8 @@ def job(tmp_path_factory):
         train.main(TINY + ["--batch", str(2 * B), "--out", f"{tmp}/one.pt"])
         train.main(TINY + ["--batch", str(2 * B), "--out", f"{tmp}/stopped.pt", "--stop-at", "2"])
         command.main(_analysis(tmp, 1))
+        command.main(["--traces", f"{tmp}/traces1.npz", "--json", f"{tmp}/traced1.json", "--seed", "0",
+                      "--no-progress", "--workers", "1"])
         with open(f"{tmp}/exists.txt", "w") as fh:
             fh.write("old")
         t0 = time.time()
@@ -267,6 +277,20 @@ def test_gathered_traces_equal_a_single_process_capture_bitwise(job):
     assert [h["verdict"] for h in two["heads"]] == [h["verdict"] for h in one["heads"]]
     assert two["heads"] == one["heads"]                         # every number of every head
     drop = ("capture_s", "total_s")                             # timings; the rest of the run's record agrees
+    assert {k: v for k, v in two["info"].items() if k not in drop} == \
+        {k: v for k, v in one["info"].items() if k not in drop}
+
+
+def test_traces_heads_split_over_two_ranks_equal_one_process(job):
+    tmp, ranks = job
+    printed = _ok(ranks, "traces_analysis")
+    assert "Per-head window laws" in printed[0] and printed[1] == ""     # rank 0 prints the gathered heads
+    with open(f"{tmp}/traced1.json") as fh:
+        one = json.load(fh)
+    with open(f"{tmp}/traced2.json") as fh:
+        two = json.load(fh)
+    assert len(one["heads"]) == 4 and two["heads"] == one["heads"]     # every number of every head
+    drop = ("capture_s", "total_s")
     assert {k: v for k, v in two["info"].items() if k not in drop} == \
         {k: v for k, v in one["info"].items() if k not in drop}
 
@@ -416,12 +440,12 @@ if __name__ == "__main__":          # a rank of the job that the `job` fixture s
 
 
 def test_single_process_analyses_refused_under_torchrun(monkeypatch, capsys):
+    """--synthetic is one process's work; --traces and --model split their heads over the ranks (above)."""
     from foxwindow import outputs
     from foxwindow.heads import command
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    for argv in (["--synthetic"], ["--traces", "x.npz"], ["--model", "some/dir"]):
-        assert outputs.cli(command.main, argv) == 2
-        err = capsys.readouterr().err
-        assert "torchrun" in err and argv[0] in err and len(err.strip().splitlines()) == 1
+    assert outputs.cli(command.main, ["--synthetic"]) == 2
+    err = capsys.readouterr().err
+    assert "torchrun" in err and "--synthetic" in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,276 @@
+"""Scaling of the per-head analysis on this machine: every figure beside its baseline, measured in the same run.
+
+python bench_scale.py [--quick] [--docs docs/BENCHMARKS.md] [--json out.json]
+
+  hot paths      windows of a 1-D trace against a bare numpy cumsum and cumsum + searchsorted; the windows of
+                 a head's analysed rows against one searchsorted per document (the path they replaced)
+  head grid      CPU seconds of one head over an S x T grid (synthetic heads of a 760M-class mix), against the
+                 cost model heads.COST_HEAD that the time estimate and --max-minutes use
+  workers        one trace file analysed with --workers 1 and --workers N (N: the available processors),
+                 alternated, with the load average said; the results compared
+  torchrun       the same file under torchrun with 2 ranks (gloo) against one process; the results compared
+  760M class     peak memory (/usr/bin/time -v, max RSS) and wall time of heads of 256 documents x 16384
+                 tokens, the time of 384 of them extrapolated from the measured per-head wall time
+
+Timings are medians of alternated repeats (A B A B ...): the machine may be shared, so each ratio is taken
+against a baseline measured beside it, and the load average at the time is printed with it.
+"""
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from foxwindow import outputs, parallel
+from foxwindow.heads import driver as heads
+from foxwindow.heads import predict
+from foxwindow.laws import gates as forget
+from foxwindow.models import traces
+
+LS = [forget.threshold(e) for e in sorted(set(heads.EPS_SCAN) | {1e-3}, reverse=True)]
+
+
+def _load():
+    return "load {:.1f} / {:.1f} / {:.1f}".format(*os.getloadavg())
+
+
+def paired(fns, repeats):
+    """Median seconds of each of fns, run in turn (A B C A B C ...) `repeats` times."""
+    ts = [[] for _ in fns]
+    for _ in range(repeats):
+        for k, f in enumerate(fns):
+            t = time.perf_counter()
+            f()
+            ts[k].append(time.perf_counter() - t)
+    return [float(np.median(t)) for t in ts]
+
+
+def synthetic_heads(H, S, T, seed=0):
+    """(S, T, H) float32 log gates: AR(1)-logit heads with mu spread over 1.5 .. 7 (forget rates 0.2 .. 0.001,
+    windows from a few tokens to past T/2 at the smallest eps), s = 0.7, phi = 0.6."""
+    rng = np.random.default_rng(seed)
+    lg = np.empty((S, T, H), np.float32)
+    for h, mu in enumerate(np.linspace(1.5, 7.0, H) if H > 1 else [4.0]):
+        x, _ = forget.AR1LogitGate(float(mu), 0.7, 0.6).sample_paths(rng, S, T)
+        lg[:, :, h] = -x
+    return lg
+
+
+def write_traces(path, layers, H, S, T):
+    """A save_trace file of `layers` layers of H synthetic heads of S x T (uncompressed: read memory-mapped)."""
+    tr = {f"blocks.{l}.attn.hook_log_fgate": synthetic_heads(H, S, T, seed=l) for l in range(layers)}
+    traces.save_trace(path, tr, {"model": "synthetic", "heads": H})
+    return path
+
+
+# ----------------------------------------------------------------------------- hot paths
+
+
+def hot_paths(repeats, T1=10_000_000):
+    rng = np.random.default_rng(0)
+    lg = np.log(rng.beta(20, 1, T1))
+    L = forget.threshold(1e-3)
+
+    def cs_search():
+        c = np.concatenate([[0.0], np.cumsum(-lg)])
+        return np.searchsorted(c, c[1:] - L)
+    w, cs, ss = paired([lambda: forget.windows(lg, L=L), lambda: np.cumsum(lg), cs_search], repeats)
+    rows = [dict(what=f"windows of one trace, T = {T1:.0e}", seconds=w, baseline="bare np.cumsum", base_s=cs,
+                 ratio=w / cs, target="<= 2 (rate >= 1/2 of the cumsum's)", met=w / cs <= 2),
+            dict(what=f"windows of one trace, T = {T1:.0e}", seconds=w, baseline="np.cumsum + np.searchsorted",
+                 base_s=ss, ratio=w / ss, target="-", met=None)]
+    x = -synthetic_heads(1, 64, 8192)[:, :, 0].astype(np.float64)
+    Ls = np.array(LS)
+
+    def old_rows():
+        S, T = x.shape
+        c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1)
+        for s in range(S):
+            np.searchsorted(c[s], c[s, T // 2 + 1:, None] - Ls[None, :], side="left")
+    a, b = paired([lambda: predict.window_rows(x, Ls, 4096), old_rows], repeats)
+    rows.append(dict(what="windows of a head's analysed rows, 64 x 8192, 11 L", seconds=a,
+                     baseline="one np.searchsorted a document", base_s=b, ratio=a / b, target="< 1", met=a < b))
+    return rows
+
+
+# ----------------------------------------------------------------------------- one head's CPU over S x T
+
+
+def head_grid(grid):
+    out = []
+    for S, T in grid:
+        lg = {"a": synthetic_heads(3, S, T)}
+        t = time.process_time()
+        heads.analyse_layers(lg, L=LS, seed=1, mass_L=math.log(1e3), workers=1)
+        cpu = (time.process_time() - t) / 3
+        out.append(dict(S=S, T=T, cpu_per_head=cpu, model=heads.head_cost(S, T)))
+    return out
+
+
+# ----------------------------------------------------------------------------- workers and ranks
+
+
+def _forget(args, env=None, prefix=(), python=(sys.executable,)):
+    cmd = list(prefix) + list(python) + [os.path.join(outputs.REPO, "forget.py")] + args
+    t = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=outputs.REPO)
+    wall = time.perf_counter() - t
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-2000:]}")
+    return wall, r.stderr
+
+
+def _heads_of(path):
+    with open(path) as fh:
+        return json.load(fh)["heads"]
+
+
+def workers_vs_one(tmp, H, S, T, repeats):
+    path = write_traces(os.path.join(tmp, "w.npz"), 1, H, S, T)
+    n = parallel.default_workers()
+    base = ["--traces", path, "--seed", "1", "--no-progress", "--force"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    load = _load()
+    one, many = [], []
+    for _ in range(repeats):
+        one.append(_forget(base + ["--workers", "1", "--json", os.path.join(tmp, "w1.json")], env)[0])
+        many.append(_forget(base + ["--workers", str(n), "--json", os.path.join(tmp, "wn.json")], env)[0])
+    same = _heads_of(os.path.join(tmp, "w1.json")) == _heads_of(os.path.join(tmp, "wn.json"))
+    a, b = float(np.median(many)), float(np.median(one))
+    return dict(what=f"{H} heads x {S} x {T}, forget.py --traces", workers=n, seconds=a, one_s=b, speedup=b / a,
+                identical=same, load=f"{load} before, {_load()} after")
+
+
+def torchrun_vs_one(tmp, H, S, T, repeats):
+    path = write_traces(os.path.join(tmp, "r.npz"), 2, H, S, T)
+    base = ["--traces", path, "--seed", "1", "--no-progress", "--force", "--workers", "1"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [outputs.REPO, os.environ.get("PYTHONPATH")])))
+    env.pop("WORLD_SIZE", None)
+    run = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2")
+    load = _load()
+    one, two = [], []
+    for _ in range(repeats):
+        one.append(_forget(base + ["--json", os.path.join(tmp, "r1.json")], env)[0])
+        two.append(_forget(base + ["--json", os.path.join(tmp, "r2.json")], env, python=run)[0])
+    same = _heads_of(os.path.join(tmp, "r1.json")) == _heads_of(os.path.join(tmp, "r2.json"))
+    a, b = float(np.median(two)), float(np.median(one))
+    return dict(what=f"{2 * H} heads x {S} x {T}, --workers 1 a rank", seconds=a, one_s=b, speedup=b / a,
+                identical=same, load=f"{load} before, {_load()} after")
+
+
+def big_case(tmp, H, S=256, T=16384, full_heads=384):
+    """Heads of the 760M class: max RSS and wall of forget.py --traces under /usr/bin/time -v."""
+    path = write_traces(os.path.join(tmp, "big.npz"), 1, H, S, T)
+    n = parallel.default_workers()
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    load = _load()
+    wall, err = _forget(["--traces", path, "--seed", "1", "--no-progress", "--workers", str(n),
+                         "--json", os.path.join(tmp, "big.json"), "--force"], env, prefix=["/usr/bin/time", "-v"])
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", err).group(1)) / 2 ** 20
+    user = float(re.search(r"User time \(seconds\): ([\d.]+)", err).group(1))
+    sys_s = float(re.search(r"System time \(seconds\): ([\d.]+)", err).group(1))
+    cpu_head = (user + sys_s) / H
+    return dict(heads=H, S=S, T=T, workers=n, wall=wall, max_rss_gib=rss, cpu_per_head=cpu_head,
+                file_gib=os.path.getsize(path) / 2 ** 30, full_heads=full_heads,
+                full_file_gib=full_heads * S * T * 4 / 2 ** 30,
+                full_wall_idle_min=full_heads * cpu_head / n / 60, full_wall_measured_min=full_heads * wall / H / 60,
+                load=f"{load} before, {_load()} after")
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def markdown(res):
+    out = [f"Measured by `python bench_scale.py{' --quick' if res['quick'] else ''}` on {res['machine']}; "
+           f"{res['load']} at the start. Ratios are against a baseline timed beside them in the same run "
+           "(alternated repeats, medians).", "",
+           "| hot path | seconds | baseline | baseline s | ratio | target | met |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in res["hot"]:
+        met = "-" if r["met"] is None else ("yes" if r["met"] else "**no**")
+        out.append(f"| {r['what']} | {r['seconds']:.3f} | {r['baseline']} | {r['base_s']:.3f} | {r['ratio']:.2f} | "
+                   f"{r['target']} | {met} |")
+    out += ["", "One head's CPU (analysis, predictions, decay windows of the analysed rows), synthetic heads:", "",
+            "| S x T | CPU s a head | cost model (heads.COST_HEAD) |", "| --- | --- | --- |"]
+    out += [f"| {g['S']} x {g['T']} | {g['cpu_per_head']:.2f} | {g['model']:.2f} |" for g in res["grid"]]
+    w, r, b = res["workers"], res["torchrun"], res["big"]
+    out += ["", "| parallel run | seconds | one process s | speedup | results identical | load |",
+            "| --- | --- | --- | --- | --- | --- |",
+            f"| {w['what']}, --workers {w['workers']} | {w['seconds']:.1f} | {w['one_s']:.1f} | {w['speedup']:.2f} | "
+            f"{'yes' if w['identical'] else '**no**'} | {w['load']} |",
+            f"| {r['what']}, torchrun 2 ranks (gloo) | {r['seconds']:.1f} | {r['one_s']:.1f} | {r['speedup']:.2f} | "
+            f"{'yes' if r['identical'] else '**no**'} | {r['load']} |", "",
+            f"760M class: {b['heads']} heads of {b['S']} documents x {b['T']} tokens "
+            f"({b['file_gib']:.2f} GiB of traces) "
+            f"analysed with --workers {b['workers']} in {b['wall']:.0f} s wall, peak memory {b['max_rss_gib']:.2f} GiB "
+            f"(max RSS, /usr/bin/time -v; the largest process), {b['cpu_per_head']:.2f} CPU-s a head; {b['load']}. "
+            f"The peak does not grow with the number of heads (one head a worker in memory, the file memory-mapped): "
+            f"{b['full_heads']} heads ({b['full_file_gib']:.1f} GiB of traces) come to "
+            f"{b['full_wall_idle_min']:.1f} min on {b['workers']} idle cores from the CPU per head, "
+            f"{b['full_wall_measured_min']:.1f} min at this run's load."]
+    return "\n".join(out)
+
+
+BEGIN, END = "<!-- bench_scale: begin -->", "<!-- bench_scale: end -->"
+
+
+def write_docs(path, text):
+    old = open(path).read() if os.path.exists(path) else "# Benchmarks and timings\n"
+    block = f"{BEGIN}\n{text}\n{END}"
+    if BEGIN in old and END in old:
+        new = old[:old.index(BEGIN)] + block + old[old.index(END) + len(END):]
+    else:
+        new = old.rstrip("\n") + "\n\n## Scaling of the per-head analysis (`python bench_scale.py`)\n\n" + block + "\n"
+    outputs.write_text(path, new)
+
+
+@outputs.scoped
+def main(argv=None):
+    p = outputs.parser(__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (a minute or two)")
+    p.add_argument("--repeats", type=int, default=None, help="alternated repeats per paired figure")
+    p.add_argument("--big-heads", type=int, default=None, help="heads of 256 x 16384 in the 760M-class row")
+    p.add_argument("--docs", default=None, help="regenerate the scaling section of this markdown file")
+    p.add_argument("--json", default=None, help="write the figures as JSON to this path")
+    outputs.add_common(p)
+    a = p.parse_args(argv)
+    rep = a.repeats or (2 if a.quick else 3)
+    outputs.positive("--repeats", rep)
+    big_heads = a.big_heads or (2 if a.quick else 4)
+    outputs.positive("--big-heads", big_heads)
+    if a.json:
+        a.json = outputs.check_writable(a.json, force=a.force, what="--json")
+    if a.docs:
+        a.docs = os.path.abspath(a.docs)
+    res = dict(quick=a.quick, load=_load(), machine=f"{parallel.default_workers()} processors")
+    say = parallel.say
+    grid = [(32, 2048), (64, 4096), (128, 8192)] if a.quick else [(32, 2048), (64, 4096), (128, 4096),
+                                                                  (128, 8192), (256, 8192)]
+    say("hot paths ...")
+    res["hot"] = hot_paths(rep, 2_000_000 if a.quick else 10_000_000)
+    say("head grid ...")
+    res["grid"] = head_grid(grid)
+    with tempfile.TemporaryDirectory() as tmp:
+        say("workers ...")
+        res["workers"] = workers_vs_one(tmp, 8, 64, 4096 if a.quick else 8192, rep)
+        say("torchrun ...")
+        res["torchrun"] = torchrun_vs_one(tmp, 4, 64, 4096, rep)
+        say("760M class ...")
+        res["big"] = big_case(tmp, big_heads)
+    text = markdown(res)
+    print(text)
+    if a.docs:
+        write_docs(a.docs, text)
+    if a.json:
+        outputs.write_json(a.json, res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(outputs.cli(main))

@@ -1,0 +1,302 @@
+"""The fast paths of the per-head analysis give the results of the paths they replaced (kept here, frozen), the
+heads analysed in parallel processes equal one process, traces are read lazily, and a stopped run keeps its
+finished heads."""
+import json
+import math
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+from foxwindow import parallel
+from foxwindow.heads import command, dependence, predict, table
+from foxwindow.heads import driver as heads
+from foxwindow.laws import gates as forget
+from foxwindow.models import traces
+
+LS = np.array([forget.threshold(e) for e in sorted(set(heads.EPS_SCAN) | {1e-3}, reverse=True)])
+
+
+def _x(mu, S, T, seed=0, phi=0.6):
+    x, _ = forget.AR1LogitGate(mu, 0.7, phi).sample_paths(np.random.default_rng(seed), S, T)
+    return x
+
+
+# ----------------------------------------------------------------------------- the paths replaced, frozen
+
+
+def old_windows(lg, L, dim=None):
+    t = torch.from_numpy(forget.increments_from_log_gates(np.asarray(lg, dtype=np.float64)))
+    dim = -1 if dim is None else dim
+    t = t.movedim(dim, -1)
+    T = t.shape[-1]
+    c = torch.cat([t.new_zeros(t.shape[:-1] + (1,)), torch.cumsum(t, dim=-1)], dim=-1)
+    j = torch.searchsorted(c.contiguous(), (c[..., 1:] - L).contiguous(), side="left")
+    return (torch.arange(1, T + 1) - j).movedim(-1, dim).numpy(), (j == 0).movedim(-1, dim).numpy()
+
+
+def old_window_rows(x, Ls, r0):
+    S, T = x.shape
+    c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1)
+    i = np.arange(r0 + 1, T + 1)[:, None]
+    W = np.empty((S, T - r0, len(Ls)), np.int64)
+    cens = np.empty(W.shape, bool)
+    for s in range(S):
+        j = np.searchsorted(c[s], c[s, r0 + 1:, None] - Ls[None, :], side="left")
+        W[s], cens[s] = i - j, j == 0
+    return W, cens
+
+
+def old_block_walks(x, Ls, rng, per_doc=predict.WALKS_PER_DOC, block=None, n_cap=predict.N_CAP, r0=None):
+    S, T = x.shape
+    b = min(max(1, int(block or round(predict.BLOCK_FRACTION * T))), T)
+    r0 = T // 2 if r0 is None else int(r0)
+    L_max = float(Ls.max())
+    W = np.zeros((S, per_doc, len(Ls)), np.int64)
+    cens = np.zeros(W.shape, bool)
+    back = b - 1 - np.arange(b)
+    for d in range(S):
+        kd = x[d].mean()
+        if kd <= 0:
+            W[d], cens[d] = n_cap, True
+            continue
+        n_len = int(min(n_cap, max(T + 1, 2 * L_max / kd + 2 * b + 64)))
+        ends = rng.integers(r0, T, size=per_doc)
+        nb = -(-n_len // b)
+        starts = rng.integers(0, T - b + 1, size=(per_doc, nb))
+        blocks = (starts[:, :, None] + back).reshape(per_doc, nb * b)
+        for m, e in enumerate(ends):
+            idx = np.concatenate([np.arange(e, -1, -1), blocks[m, :max(0, n_len - e - 1)]])[:n_len]
+            cs = np.cumsum(x[d][idx])
+            W[d, m] = np.searchsorted(cs, Ls, side="right")
+            cens[d, m] = cs[-1] <= Ls
+    return W, cens
+
+
+def old_vn(x, ns):
+    S, T = x.shape
+    c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1)
+    kd = x.sum(1) / T
+    out = []
+    for n in ns:
+        d = c[:, n:] - c[:, :-n]
+        out.append((d.sum(1), (d * d).sum(1), ((d - n * kd[:, None]) ** 2).sum(1)))
+    return [np.stack(v, 1) for v in zip(*out)]
+
+
+# ----------------------------------------------------------------------------- identical results
+
+
+def test_search_left_is_searchsorted(monkeypatch):
+    rng = np.random.default_rng(3)
+    monkeypatch.setattr(forget, "SEARCH_CHUNK", 64)              # the blocked path on short arrays
+    for kind in ("smooth", "plateaus", "ties", "one"):
+        m = {"one": 1}.get(kind, 5000)
+        steps = rng.exponential(1.0, m)
+        if kind == "plateaus":
+            steps[rng.random(m) < 0.9] = 0.0                     # crowded buckets: bisection instead
+        if kind == "ties":
+            steps = np.round(steps)
+        c = np.concatenate([[0.0], np.cumsum(steps)])
+        for L in (1e-9, 0.5, 3.0, 1e3):
+            q = c[1:] - L
+            assert np.array_equal(forget.search_left(c, q, sorted_q=True), np.searchsorted(c, q, side="left"))
+        q = rng.uniform(-2, c[-1] + 2, (7, 33))
+        assert np.array_equal(forget.search_left(c, q), np.searchsorted(c, q, side="left"))
+
+
+def test_windows_equal_the_torch_searchsorted_path():
+    rng = np.random.default_rng(0)
+    for shape, dim in (((20_000,), None), ((7, 300), None), ((4, 500, 5), 1), ((3, 4, 300), -1)):
+        lg = np.log(rng.beta(20, 1, shape))
+        lg[..., 5:9] = 0.0                                      # gates of exactly 1
+        for eps in (0.5, 1e-3, 1e-12):
+            a, b = old_windows(lg, forget.threshold(eps), dim), forget.windows(lg, eps=eps, dim=dim)
+            assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]), (shape, eps)
+            assert b[0].dtype == np.int64 and b[1].dtype == bool and b[0].shape == lg.shape
+
+
+def test_window_rows_and_decay_rows_are_unchanged():
+    for mu, S, T in ((4, 6, 2048), (7, 5, 512), (0.5, 4, 64)):
+        x = _x(mu, S, T)
+        a, b = old_window_rows(x, LS, T // 2), predict.window_rows(x, LS, T // 2)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+        rows = traces.query_rows(T).numpy()
+        W, c = old_windows(-x, LS[3], 1)
+        assert traces.decay_window_rows(x, LS[3], rows) == (float(W[:, rows].mean()), float(c[:, rows].mean()))
+
+
+@pytest.mark.parametrize("mu,S,T,n_cap", [(4, 8, 4096, predict.N_CAP), (7, 6, 1024, predict.N_CAP),
+                                          (2, 4, 256, predict.N_CAP), (7, 4, 256, 3000), (9, 3, 128, 500)])
+def test_block_walks_stop_past_L_max_with_the_same_windows_and_draws(mu, S, T, n_cap):
+    x = _x(mu, S, T)
+    x[0, :3] = 0.0
+    r1, r2 = np.random.default_rng(5), np.random.default_rng(5)
+    a, b = old_block_walks(x, LS, r1, n_cap=n_cap), predict.block_walks(x, LS, r2, n_cap=n_cap)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert r1.integers(1 << 62) == r2.integers(1 << 62)          # the stream continues from the same place
+
+
+def test_variance_function_in_one_pass_equals_the_three_passes():
+    x = _x(3, 6, 1024)
+    vf = dependence.variance_function(x)
+    A1, A2, Q = old_vn(x, vf.ns)
+    np.testing.assert_allclose(vf.Q, Q, rtol=1e-12)
+    np.testing.assert_allclose(vf.A1, A1, rtol=1e-12)
+    np.testing.assert_allclose(vf.A2, A2, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------- heads in parallel
+
+
+def _trace_file(tmp_path, S=6, T=256, H=(2, 3), name="t.npz"):
+    rng = np.random.default_rng(1)
+    tr = {f"blocks.{l}.attn.hook_log_fgate":
+          np.stack([-_x(mu, S, T, seed=int(rng.integers(1 << 30))) for mu in np.linspace(1, 5, h)],
+                   2).astype(np.float32) for l, h in enumerate(H)}
+    path = str(tmp_path / name)
+    traces.save_trace(path, tr, {"model": "synthetic"})
+    return path, tr
+
+
+def test_heads_in_two_processes_equal_one_process_and_the_old_per_head_loop(tmp_path):
+    path, tr = _trace_file(tmp_path)
+    one, i1 = heads.analyse_traces(path, seed=11, n_boot=200, workers=1)
+    two, i2 = heads.analyse_traces(path, seed=11, n_boot=200, workers=2)
+    d1 = table.to_json(one, i1)["heads"]
+    assert d1 == table.to_json(two, i2)["heads"]
+    # the loop the drivers ran before: analyse_head per head, then the decay window of every row
+    children = np.random.SeedSequence(11).spawn(5)
+    T = 256
+    rows = traces.query_rows(T).numpy()
+    old = []
+    for l, (name, lg) in enumerate(tr.items()):
+        for h in range(lg.shape[2]):
+            r = heads.analyse_head(lg[:, :, h], L=[forget.threshold(e) for e in heads.EPS_SCAN],
+                                   layer=l, head=h, n_heads=5, n_boot=200, seed=children[len(old)])
+            W, c = old_windows(lg[:, :, h], math.log(1e3), 1)
+            r.mass_eps, r.seed, r.layer_name = math.exp(-math.log(1e3)), 11, name   # as decay_window_L
+            r.decay_window_mean, r.decay_window_censored = float(W[:, rows].mean()), float(c[:, rows].mean())
+            old.append(r)
+    heads.set_states(old)
+    assert table.to_json(old, i1)["heads"] == d1
+
+
+def test_lazy_traces_read_what_load_trace_reads(tmp_path):
+    path, tr = _trace_file(tmp_path)
+    lazy, meta = traces.open_traces(path)
+    eager, meta2 = traces.load_traces_checked(path)
+    assert meta == meta2 and list(lazy) == list(eager)
+    for k in eager:
+        assert lazy[k].shape == eager[k].shape and lazy[k]._loc is not None          # memory-mapped
+        assert np.array_equal(lazy[k][:, :, 1], eager[k][:, :, 1])
+    comp = str(tmp_path / "c.npz")
+    with np.load(path) as z:
+        np.savez_compressed(comp, **{k: z[k] for k in z.files})
+    lazy_c, _ = traces.open_traces(comp)
+    assert all(t._loc is None and np.array_equal(t[:, :, 0], eager[k][:, :, 0]) for k, t in lazy_c.items())
+
+
+def test_bad_values_are_found_once_per_head(tmp_path):
+    path, tr = _trace_file(tmp_path, H=(2,))
+    with np.load(path) as z:
+        members = {k: z[k] for k in z.files}
+    members["trace_0"][0, 7, 1] = np.nan                            # save_trace itself refuses such a file
+    p = str(tmp_path / "bad.npz")
+    np.savez(p, **members)
+    with pytest.raises(ValueError, match="NaN"):
+        heads.analyse_traces(p, seed=1, n_boot=0, workers=1)
+    assert heads.increments(np.array([[-0.0, -1.0]], np.float32)).dtype == np.float64
+    with pytest.raises(ValueError, match="<= 0"):
+        heads.increments(np.array([[0.5, -1.0]]))
+
+
+# ----------------------------------------------------------------------------- long runs
+
+
+def test_a_stopped_run_keeps_its_finished_heads(tmp_path, monkeypatch):
+    path, _ = _trace_file(tmp_path)
+    full, _ = heads.analyse_traces(path, seed=3, n_boot=100, workers=1)
+    calls = []
+    real = heads._analyse_x
+
+    def stop_at_third(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)                   # as a scheduler stops a job
+        return real(*a, **k)
+    monkeypatch.setattr(heads, "_analyse_x", stop_at_third)
+    part, info = heads.analyse_traces(path, seed=3, n_boot=100, workers=1)
+    assert info["partial"] == {"reason": "SIGTERM", "heads_done": 2, "heads_total": 5}
+    # every number of the finished heads; the laws' states are those of a family of the finished heads
+    keys = ("layer", "head", "kappa", "sigma2", "tau", "dependence", "mass", "verdict", "prediction", "pmf")
+    got, want = table.to_json(part, info)["heads"], table.to_json(full[:2], info)["heads"]
+    assert [{k: h[k] for k in keys} for h in got] == [{k: h[k] for k in keys} for h in want]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL        # restored
+
+
+def test_max_minutes_refuses_a_long_run_and_bounds_a_running_one(tmp_path, monkeypatch):
+    path, _ = _trace_file(tmp_path)
+    with pytest.raises(ValueError, match="past --max-minutes"):
+        heads.analyse_traces(path, seed=3, n_boot=100, workers=1, max_minutes=1e-6)
+    monkeypatch.setattr(heads, "COST_HEAD", (0.0, 0.0, 0.0))          # an estimate that lets it start
+    part, info = heads.analyse_traces(path, seed=3, n_boot=100, workers=2, max_minutes=1e-6)
+    assert info["partial"]["reason"].startswith("the time bound") and info["partial"]["heads_total"] == 5
+    out = tmp_path / "p.json"
+    code = command.main(["--traces", path, "--json", str(out), "--no-progress", "--seed", "3", "--n-boot", "100",
+                       "--max-minutes", "1e-6", "--workers", "1"])
+    assert code == 3 and json.loads(out.read_text())["info"]["partial"]["heads_total"] == 5
+
+
+def test_run_jobs_orders_results_and_reports_a_stop():
+    assert parallel.run_jobs(lambda i: i * i, 7, workers=2) == [i * i for i in range(7)]
+    with pytest.raises(parallel.Stopped) as e:
+        parallel.run_jobs(lambda i: i, 5, workers=1, deadline=0.0)
+    assert e.value.done == {}
+    assert parallel.resolve_workers(None, 1) == 1 and parallel.default_workers() >= 1
+    with pytest.raises(ValueError, match="workers"):
+        parallel.resolve_workers(0, 3)
+
+
+def old_coverage_loop(Wp, Wt, Ct, k):
+    pred = np.sort(Wp[:, :, k].ravel())
+
+    def F(w):
+        return np.searchsorted(pred, w, side="right") / len(pred)
+    return np.array([predict._coverage(F, Wt[d, :, k], Ct[d, :, k]).mean() for d in range(Wt.shape[0])])
+
+
+def test_out_of_sample_scores_are_unchanged():
+    x = _x(3, 8, 512)
+    W, C = predict.window_rows(x, LS, 256)
+    o = predict.out_of_sample(x, W, C, LS, np.random.default_rng(2))
+    Wp, _ = predict.block_walks(x[0::2], LS, np.random.default_rng(2), 2 * predict.WALKS_PER_DOC)
+    for k in range(len(LS)):
+        assert math.isclose(o.coverage[k], float(old_coverage_loop(Wp, W[1::2], C[1::2], k).mean()), rel_tol=1e-13)
+
+
+def test_lag_sums_need_no_more_than_max_lag_of_padding():
+    from foxwindow.laws import renewal
+    x = _x(2, 4, 1000)
+    y = x - x.mean(1, keepdims=True)
+    direct = np.stack([(y[:, :1000 - k] * y[:, k:]).sum(1) for k in range(40)], 1)
+    np.testing.assert_allclose(renewal.lag_sums(x, 39), direct, rtol=1e-10, atol=1e-12 * np.abs(direct).max())
+
+
+def test_chunks_heads_in_two_processes_equal_one(tmp_path):
+    from dataclasses import asdict
+
+    from foxwindow.uses import chunks
+    _, tr = _trace_file(tmp_path, S=6, T=512, H=(3,))
+    one = chunks.analyse(tr, chunks=(64, 128), workers=1)
+    two = chunks.analyse(tr, chunks=(64, 128), workers=2)
+    assert [asdict(h) for h in one] == [asdict(h) for h in two]
+
+
+def test_search_left_on_extreme_spans():
+    for c in (np.array([0.0, 2.2250738585072014e-308]), np.array([0.0, 5e-324, 1e-323]),
+              np.array([0.0, 1e300, 1.7e308])):
+        q = np.concatenate([c - 1e-300, c, c + 1e-300, [-1.0, 2.0]])
+        assert np.array_equal(forget.search_left(c, q), np.searchsorted(c, q, side="left"))
