@@ -1,5 +1,5 @@
 """foxwindow's test suite: `python test_foxwindow.py [pytest options]` runs every test in the repository
-(tests/ and the kernel tests beside the kernels in foxwindow/kernels/), as `pytest` does.
+(tests/, mirroring the subpackages; the kernel tests in tests/kernels/), as `pytest` does.
 
 Statistical checks compare Monte Carlo estimates with moments computed from the distribution (exact
 numerics or quadrature), never from the samples under test, at |estimate - law| <= z * SE with z
