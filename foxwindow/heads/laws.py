@@ -166,20 +166,26 @@ class BlockSums:
         self.ones = ones
 
     def moments(self, wts):
-        """Pooled mean, variance, third central moment of S_w (B, nw) under document weights wts (B, S)."""
+        """Pooled mean, variance, third central moment of S_w (B, nw) under document weights wts (B, S).
+
+        Each document's power sums of S_w - m0 around a reference mean m0 (the equal-weight pooled mean) are
+        formed once; the moments under every weight row are then three matrix products and a shift from m0
+        to that row's own mean (small beside the spread, so no cancellation)."""
         R, w = self.R, self.w[None, :]
         N = wts.sum(1)[:, None] * R
         shift = self.kappa_d[:, None] * w                                    # (S, nw)
-        m = (wts @ (self.q1 + R * shift)) / N                                # pooled mean
-        out_v, out_3 = [], []
-        for b in range(wts.shape[0]):
-            dlt = shift - m[b]                                               # (S, nw): S - m = S~ + dlt
-            s2 = self.q2 + 2 * dlt * self.q1 + R * dlt * dlt
-            s3 = self.q3 + 3 * dlt * self.q2 + 3 * dlt * dlt * self.q1 + R * dlt ** 3
-            out_v.append(wts[b] @ s2)
-            out_3.append(wts[b] @ s3)
-        return m, np.array(out_v) / N, np.array(out_3) / N
-
+        s1 = self.q1 + R * shift                                             # sum S per document
+        m = (wts @ s1) / N                                                   # pooled mean
+        m0 = s1.sum(0) / (self.S * R)                                        # reference mean, (nw,)
+        e = shift - m0                                                       # S - m0 = S~ + e
+        p1 = self.q1 + R * e
+        p2 = self.q2 + 2 * e * self.q1 + R * e * e
+        p3 = self.q3 + 3 * e * self.q2 + 3 * e * e * self.q1 + R * e ** 3
+        w1, w2, w3 = wts @ p1, wts @ p2, wts @ p3
+        u = m - m0                                                           # (B, nw)
+        v = (w2 - 2 * u * w1 + u * u * N) / N
+        m3 = (w3 - 3 * u * w2 + 3 * u * u * w1 - u ** 3 * N) / N
+        return m, v, m3
 
     def doc_moments(self):
         """Each document's own mean, variance, third central moment of S_w over its rows, (S, nw) each."""
