@@ -203,9 +203,11 @@ def _s_cdf(L, m, v, m3):
     z = (L - m) / sd
     out = (z > 0).astype(np.float64)
     live = (np.abs(z) < 60) & (v > 0)
-    zl, gl = z[live], (m3 / sd ** 3)[live]
-    o = special.ndtr(zl)
+    zl, gl = z[live], m3[live] / sd[live] ** 3
     pos, neg = gl > 1e-3, gl < -1e-3
+    o = np.empty_like(zl)
+    nrm = ~(pos | neg)
+    o[nrm] = special.ndtr(zl[nrm])
     k = 4 / gl[pos] ** 2
     o[pos] = special.gammainc(k, np.maximum(k + zl[pos] * np.sqrt(k), 0))     # (L - shift)/theta
     if SUPPORT:
