@@ -40,7 +40,6 @@ lattice error MARGINAL_CLAIM (measured against exact.exact_first_passage in the 
 LEAD_CLAIM (its error measured on the calibration study's families with large samples, results/verdict);
 bootstrap: 0 (resampling: its only error is sampling, inside SE_D) below T/2, not claimed beyond.
 """
-import argparse
 import json
 import math
 import os
@@ -48,6 +47,7 @@ import os
 import numpy as np
 from scipy import special, stats
 
+from foxwindow import outputs
 from foxwindow.heads import dependence, predict, verdict
 from foxwindow.laws import gates, renewal
 
@@ -694,17 +694,25 @@ def score_table(docs):
 
 def main(argv=None):
     """`python -m foxwindow.heads.laws NAME=heads.json ...`: the out-of-sample score table of every law."""
-    p = argparse.ArgumentParser(description="Out-of-sample scores of every law at eps 1e-2..1e-4 from schema-1 "
-                                            "per-head JSON files (python forget.py --json)")
+    p = outputs.parser("Out-of-sample scores of every law at eps 1e-2..1e-4 from schema-1 per-head JSON files "
+                       "(python forget.py --json)")
     p.add_argument("files", nargs="+", help="NAME=PATH of a per-head JSON")
     a = p.parse_args(argv)
     docs = {}
     for f in a.files:
         name, _, path = f.partition("=")
-        with open(path or name) as fh:
-            docs[name if path else os.path.basename(name)] = json.load(fh)
+        real = outputs.input_file("files", path or name)
+        try:
+            with open(real) as fh:
+                doc = json.load(fh)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise outputs.UsageError(f"files: {path or name} is not valid JSON ({exc})") from None
+        if not isinstance(doc, dict) or doc.get("schema_version") != 1 or not isinstance(doc.get("heads"), list):
+            raise outputs.UsageError(f"files: {path or name} is not a per-head result of schema 1 "
+                                     "(python forget.py --json)")
+        docs[name if path else os.path.basename(name)] = doc
     print(score_table(docs))
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(outputs.cli(main))

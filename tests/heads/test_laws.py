@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from foxwindow import outputs
 from foxwindow.heads import calibration as verdict_calibration
 from foxwindow.heads import driver as heads
 from foxwindow.heads import laws as headlaws
@@ -145,3 +146,17 @@ def test_law_study_runs_small_and_calls_the_iid_law_false_on_regimes():
     assert res["runs_any_false_on_null"] <= 1
     text = verdict_calibration.law_tables({"regime_switching": res}, 16, 512)
     assert "false where claimed" in text
+
+
+def test_score_command_refuses_bad_files_in_one_line(tmp_path, capsys):
+    """python -m foxwindow.heads.laws: a missing file, a file that is not JSON and a JSON of another shape are one
+    line each, exit 2, before any work."""
+    bad = tmp_path / "list.json"
+    bad.write_text("[1, 2]")
+    text = tmp_path / "notes.txt"
+    text.write_text("not json")
+    for arg, words in ((str(tmp_path / "none.json"), "not found"), (str(text), "not valid JSON"),
+                       (f"x={bad}", "not a per-head result of schema 1")):
+        assert outputs.cli(headlaws.main, [arg]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0] and "Traceback" not in err[0], err
