@@ -5,6 +5,8 @@
                                        results in job order; on Ctrl-C or SIGTERM the finished jobs are
                                        returned and the stop is reported (Stopped), never lost
     stop_signals()                     a context in which SIGTERM stops a run as Ctrl-C does
+    deferred_stops()                   a context in which Ctrl-C and SIGTERM only set a flag, for work that
+                                       stops where it chooses (a capture between its batches)
 
 The jobs read their data from the parent's memory (fork: nothing is pickled but the job's index and its
 result), so a driver sets up what fn needs before calling run_jobs. Each job must be self-contained and
@@ -72,7 +74,8 @@ class _Term(BaseException):
 
 @contextlib.contextmanager
 def stop_signals():
-    """SIGTERM raises in the main thread (as Ctrl-C's KeyboardInterrupt does) while inside; restored after."""
+    """SIGTERM raises in the main thread (as Ctrl-C's KeyboardInterrupt does) while inside, and Ctrl-C raises
+    KeyboardInterrupt (also inside deferred_stops); restored after."""
     def handler(signum, frame):
         raise _Term()
     try:
@@ -80,10 +83,45 @@ def stop_signals():
     except ValueError:                               # not the main thread: leave signals alone
         yield
         return
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGINT, old_int)
+
+
+class StopFlag:
+    """What asked a run to stop inside deferred_stops: `reason` ("Ctrl-C", "SIGTERM") or None; true once set."""
+
+    def __init__(self):
+        self.reason = None
+
+    def __bool__(self):
+        return self.reason is not None
+
+
+@contextlib.contextmanager
+def deferred_stops():
+    """While inside, Ctrl-C and SIGTERM raise nothing: they set the yielded StopFlag, and the work stops where it
+    chooses (a capture between two batches, where every rank of a torchrun job can agree to stop). stop_signals
+    inside it makes them raise again for its own span. Main thread only (elsewhere the flag stays unset);
+    the earlier handlers come back after."""
+    flag = StopFlag()
+
+    def handler(signum, frame):
+        flag.reason = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+    saved = {}
+    try:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            saved[s] = signal.signal(s, handler)
+    except ValueError:                               # not the main thread
+        pass
+    try:
+        yield flag
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
 
 
 def _child_init():

@@ -8,7 +8,7 @@ import sys
 
 from foxwindow import outputs
 from foxwindow.heads import hf_run
-from foxwindow.heads.driver import DEFAULT_CHECKPOINT, EPS_SCAN, N_BOOT, analyse_model, analyse_traces
+from foxwindow.heads.driver import DEFAULT_CHECKPOINT, EPS_SCAN, N_BOOT, TRACE_GIB, analyse_model, analyse_traces
 from foxwindow.heads.table import print_table, say_partial, to_json
 from foxwindow.laws import gates, lawtable
 from foxwindow.models import hf_load as hf_models
@@ -117,6 +117,10 @@ def build_parser():
     p.add_argument("--max-minutes", type=float, default=None,
                    help="refuse an analysis estimated to take longer, and stop one that runs past it (the finished "
                         "heads are printed and saved, marked partial)")
+    p.add_argument("--trace-gib", type=float, default=None,
+                   help="memory (GiB) for a live model's traces before they are analysed: the layers are captured and "
+                        "analysed in groups that fit, each group one forward pass up to its last layer, the same "
+                        "results (default 2; with --save-traces every layer is held in one pass)")
     hf_models.add_arguments(p)                     # --model: a gated Hugging Face style checkpoint
     outputs.add_common(p)
     return p
@@ -139,6 +143,13 @@ def main(argv=None):
                                  "are split across ranks (run --synthetic without torchrun)")
     if a.workers is not None:
         outputs.positive("--workers", a.workers)
+    if a.trace_gib is not None:
+        if not (math.isfinite(a.trace_gib) and a.trace_gib > 0):
+            raise outputs.UsageError(f"--trace-gib must be a number > 0; got {a.trace_gib}")
+        if a.traces or a.synthetic:
+            raise outputs.UsageError("--trace-gib applies to a live model (the shipped one or --model); "
+                                     f"{'--traces reads its file head by head' if a.traces else '--synthetic'} "
+                                     "needs no trace memory: drop it")
     if a.max_minutes is not None and not (math.isfinite(a.max_minutes) and a.max_minutes > 0):
         raise outputs.UsageError(f"--max-minutes must be a number > 0; got {a.max_minutes}")
     outputs.positive("--n-boot", a.n_boot, lo=0)
@@ -170,7 +181,8 @@ def main(argv=None):
             results, info = analyse_traces(a.traces, progress=not a.no_progress, **kw)
         else:
             results, info = analyse_model(a.checkpoint, n_seq=a.n_seq, seq_len=a.seq_len, device=a.device,
-                                          progress=not a.no_progress, save_traces=a.save_traces, **kw)
+                                          progress=not a.no_progress, save_traces=a.save_traces,
+                                          trace_gib=TRACE_GIB if a.trace_gib is None else a.trace_gib, **kw)
     except ValueError as exc:
         if "--max-minutes" in str(exc):
             raise outputs.UsageError(str(exc)) from None

@@ -46,7 +46,8 @@ from foxwindow.models.traces import (  # noqa: F401  (capture, mass_windows: the
 from foxwindow.training import data, distributed
 
 __all__ = ["DEFAULT_CHECKPOINT", "EPS_SCAN", "N_BOOT", "critical_z", "analyse_head", "decay_window_L",
-           "source_labels", "root_seed", "analyse_layers", "analyse_model", "analyse_traces"]
+           "source_labels", "root_seed", "plan_groups", "analyse_layers", "analyse_stream", "analyse_model",
+           "analyse_traces"]
 
 DEFAULT_CHECKPOINT = shipped_checkpoint()          # any cwd, installed or not
 EPS_SCAN = lawtable.EPS_SCAN
@@ -222,16 +223,40 @@ def _head_job(i):
     return r
 
 
-def _layer_getter(traces):
-    """get(l, h) -> (S, T) log gates of layer l, head h, from {name: (S, T, H)} arrays, tensors or lazy layers."""
-    layers = list(traces.values())
-
+def _layer_getter(traces, names):
+    """get(l, h) -> (S, T) log gates of layer names[l], head h, from {name: (S, T, H)} arrays, tensors or lazy
+    layers (those of the group at hand)."""
     def get(l, h):
-        tr = layers[l]
+        tr = traces[names[l]]
         if isinstance(tr, torch.Tensor):
             return tr[:, :, h].cpu().numpy()
         return tr[:, :, h]
     return get
+
+
+def _block(n, rank, world):
+    """This rank's contiguous share [a, b) of n items (shares in rank order, sizes within one; may be empty)."""
+    q, extra = divmod(n, world)
+    a = rank * q + min(rank, extra)
+    return a, a + q + (1 if rank < extra else 0)
+
+
+def plan_groups(shapes, budget, extra=None):
+    """Consecutive groups of the layers {name: (S, T, H)} (in order) whose float32 traces (4 S T H bytes a layer,
+    plus extra[name] bytes) fit in `budget` bytes, at least one layer a group; budget None: one group of every
+    layer. Returns [[name, ...], ...]: the capture passes of analyse_stream."""
+    names = list(shapes)
+    if budget is None:
+        return [names]
+    groups, cur, used = [], [], 0
+    for n in names:
+        nb = 4 * math.prod(shapes[n]) + int((extra or {}).get(n, 0))
+        if cur and used + nb > budget:
+            groups.append(cur)
+            cur, used = [], 0
+        cur.append(n)
+        used += nb
+    return groups + [cur]
 
 
 def analyse_layers(traces, *, eps=None, L=None, n_boot=N_BOOT, seed=None, progress=False, context=None,
@@ -247,16 +272,47 @@ def analyse_layers(traces, *, eps=None, L=None, n_boot=N_BOOT, seed=None, progre
     the int seed used); a run stopped by Ctrl-C,
     SIGTERM or max_minutes raises parallel.Stopped whose `results` are the finished heads in order and
     `seed` the seed."""
+    return analyse_stream({n: tuple(t.shape) for n, t in traces.items()},
+                          lambda names, flag: {n: traces[n] for n in names}, eps=eps, L=L, n_boot=n_boot, seed=seed,
+                          progress=progress, context=context, pmf_L=pmf_L, workers=workers, mass_L=mass_L, rows=rows,
+                          max_minutes=max_minutes)
+
+
+def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_BOOT, seed=None, progress=False,
+                   context=None, pmf_L=math.log(1e3), workers=1, mass_L=None, rows=None, max_minutes=None):
+    """analyse_layers for traces that arrive a group of layers at a time, each freed once its heads are done: the
+    peak memory holds one group's traces, not every layer's. The results equal analyse_layers' on all the traces
+    at once (every head keeps its own child seed and the family of the whole model).
+
+    shapes: {layer name: (S, T, H)} of every layer, in order, known before any trace (the estimate, the family,
+      the seeds need them). groups: lists of consecutive layer names covering `shapes` in order (plan_groups;
+      None: one group of every layer). capture(names, flag) -> {name: (S, T, H) traces} of one group, called
+      when the previous group's heads are done; flag: a parallel.StopFlag set by Ctrl-C or SIGTERM during the
+      capture, which the capture checks where it can stop (between its batches), returning None to stop the
+      run (under torchrun after every rank agreed, distributed.any_true, before its collectives). The other
+      arguments: analyse_layers'. Under torchrun every rank walks the same groups, each analysing a
+      contiguous block of every group's heads; rank 0 gathers them in head order (the others return
+      (None, seed)). Returns ([HeadResult], seed); a stopped run raises parallel.Stopped as analyse_layers."""
     Ls = gates.levels(eps, L, default=EPS_SCAN)
     seed = root_seed(seed)
-    shapes = [tuple(t.shape) for t in traces.values()]
-    index = [(l, h) for l, sh in enumerate(shapes) for h in range(sh[2])]
+    names = list(shapes)
+    groups = [names] if groups is None else [list(g) for g in groups]
+    if [n for g in groups for n in g] != names:
+        raise ValueError("groups must list every layer of shapes once, in order")
+    index = [(l, h) for l, n in enumerate(names) for h in range(shapes[n][2])]
     n_heads = len(index)
-    S, T = shapes[0][:2]
-    # under torchrun each rank analyses a contiguous block of the heads (its own processes), rank 0 gathers
+    S, T = shapes[names[0]][:2]
+    # under torchrun each rank analyses a contiguous block of every group's heads (its own processes)
     world = distributed.world_size() if distributed.launched() else 1
-    a, b = distributed.shard_range(n_heads) if world > 1 else (0, n_heads)
-    workers = parallel.resolve_workers(workers, b - a)
+    rank = distributed.rank() if world > 1 else 0
+    blocks, pos = [], 0
+    for g in groups:
+        n_g = sum(shapes[n][2] for n in g)
+        a, b = _block(n_g, rank, world)
+        blocks.append((pos + a, pos + b))
+        pos += n_g
+    mine = sum(b - a for a, b in blocks)
+    workers = parallel.resolve_workers(workers, max(1, max(b - a for a, b in blocks)))
     cpu, wall = estimate(n_heads, S, T, workers * world)
     if max_minutes is not None and wall > 60 * max_minutes:
         raise ValueError(f"the analysis of {n_heads} heads x {S} x {T} is estimated at {wall / 60:.1f} min on "
@@ -265,34 +321,59 @@ def analyse_layers(traces, *, eps=None, L=None, n_boot=N_BOOT, seed=None, progre
     if progress and wall > ESTIMATE_FROM_S and distributed.is_main():
         parallel.say(f"analysing {n_heads} heads x {S} sequences x {T} tokens on {workers} worker(s)"
                      + (f" x {world} ranks" if world > 1 else "") + ": estimated "
-                     f"{cpu / 60:.1f} CPU-min, about {wall / 60:.1f} min wall (more on a loaded machine)")
+                     f"{cpu / 60:.1f} CPU-min, about {wall / 60:.1f} min wall (more on a loaded machine)"
+                     + (f", in {len(groups)} capture passes" if len(groups) > 1 else ""))
     _RUN.clear()
-    _RUN.update(index=index, get=_layer_getter(traces), Ls=Ls, n_heads=n_heads, n_boot=n_boot, seed=seed,
+    _RUN.update(index=index, Ls=Ls, n_heads=n_heads, n_boot=n_boot, seed=seed,
                 children=np.random.SeedSequence(seed).spawn(n_heads), context=context, mass_L=mass_L, pmf_L=pmf_L,
-                layer_names=[f"blocks.{n}" if isinstance(n, (int, np.integer)) else str(n) for n in traces],
+                layer_names=[f"blocks.{n}" if isinstance(n, (int, np.integer)) else str(n) for n in names],
                 rows=np.asarray(query_rows(T) if rows is None else rows, dtype=np.int64))
-    names = list(traces)
-    bar = tqdm(total=b - a, desc="heads" + (f" (rank {distributed.rank()})" if world > 1 else ""),
+    bar = tqdm(total=mine, desc="heads" + (f" (rank {rank})" if world > 1 else ""),
                disable=not progress, file=sys.stderr)
-
-    def tick(i, r):
-        bar.set_postfix_str(f"{names[index[a + i][0]]}[{index[a + i][1]}]", refresh=False)
-        bar.update()
     deadline = None if max_minutes is None else time.monotonic() + 60 * max_minutes
-    stop = None
+    stop, done = None, []                                     # done: (head index, HeadResult) of this rank
     try:
-        with parallel.stop_signals():
-            results = parallel.run_jobs(lambda i: _head_job(a + i), b - a, workers, tick, deadline)
-    except parallel.Stopped as exc:
-        stop = exc
-        results = [exc.done[i] for i in sorted(exc.done)]
+        with parallel.deferred_stops() as flag:
+            for (a, b), g in zip(blocks, groups):
+                if stop is None and deadline is not None and time.monotonic() > deadline:
+                    stop = parallel.Stopped({}, "the time bound (--max-minutes) was reached")
+                # every rank agrees to go on before the group's capture (whose collectives need them all)
+                if distributed.any_true(stop is not None or flag) if world > 1 else (stop is not None or flag):
+                    break
+                tr = capture(g, flag)
+                if tr is None:
+                    break
+                _RUN["get"] = _layer_getter(tr, names)
+
+                def tick(i, r, a=a):
+                    bar.set_postfix_str(f"{names[index[a + i][0]]}[{index[a + i][1]}]", refresh=False)
+                    bar.update()
+                try:
+                    with parallel.stop_signals():
+                        res = parallel.run_jobs(lambda i, a=a: _head_job(a + i), b - a,
+                                                parallel.resolve_workers(workers, max(1, b - a)), tick, deadline)
+                    done.extend(zip(range(a, b), res))
+                except parallel.Stopped as exc:
+                    stop = exc
+                    done.extend((a + i, exc.done[i]) for i in sorted(exc.done))
+                finally:
+                    _RUN.pop("get", None)
+                    del tr
+            if stop is None and flag:
+                stop = parallel.Stopped({}, flag.reason)
     finally:
         bar.close()
         _RUN.clear()
     if world > 1:
-        results = distributed.gather_lists(results)             # rank order = head order (when none stopped)
+        done = distributed.gather_lists(done)
+        why = distributed.gather_lists([None if stop is None else stop.reason])
         if not distributed.is_main():
             return None, seed
+        if stop is None and any(why):                          # another rank was stopped
+            stop = parallel.Stopped({}, next(w for w in why if w))
+        if stop is None and len(done) < n_heads:
+            stop = parallel.Stopped({}, "another rank stopped")
+    results = [r for _, r in sorted(done, key=lambda t: t[0])]
     set_states(results)
     if stop is not None:
         stop.results, stop.seed, stop.n_heads = results, seed, n_heads
@@ -319,9 +400,14 @@ def _shown_path(path):
     return os.path.relpath(p, root) if p.startswith(root + os.sep) else path
 
 
+# the memory a live model's traces may take before they are analysed (GiB): layers are captured and analysed in groups
+# that fit (plan_groups), each group one forward pass over the held-out text up to its last layer
+TRACE_GIB = 2.0
+
+
 def analyse_model(checkpoint=None, *, eps=None, L=None, n_seq=32, seq_len=2048, mass_eps=None, mass_L=None,
                   device="cpu", progress=True, save_traces=None, n_boot=N_BOOT, max_len=None, seed=None,
-                  workers=1, max_minutes=None):
+                  workers=1, max_minutes=None, trace_gib=TRACE_GIB):
     """Run the per-head analysis on a checkpoint's held-out text. Returns (results, info).
     eps= or L=: the thresholds (keywords, at most one; neither: the eps scan's). mass_eps= or mass_L=: the threshold
     of the decay and attention-mass windows (at most one; neither: eps = 1e-3).
@@ -329,6 +415,9 @@ def analyse_model(checkpoint=None, *, eps=None, L=None, n_seq=32, seq_len=2048, 
     n_boot, seed: analyse_layers. max_len: analyse only each sequence's first max_len positions (rows
     max_len/2 .. max_len - 1), e.g. the model's training context. workers, max_minutes: analyse_layers (a
     stopped run returns its finished heads, info["partial"] saying so).
+    trace_gib: the memory (GiB) the captured traces and attention inputs of a group of layers may take: the
+    layers are captured and analysed group by group (analyse_stream), each group one forward pass up to its
+    last layer, the same results as one pass; None, or save_traces: every layer in one pass.
     Under torchrun each rank captures a contiguous block of the sequences, every rank gets them all and
     analyses a block of the heads, and rank 0 gathers the heads and writes; the other ranks return (None, None)."""
     t0 = time.perf_counter()
@@ -340,69 +429,84 @@ def analyse_model(checkpoint=None, *, eps=None, L=None, n_seq=32, seq_len=2048, 
     env = distributed.setup(device)             # under torchrun each rank captures a block of the sequences
     device = str(env.device) if distributed.launched() else device
     model, meta = load_checkpoint(path, device=device)
+    H, n_layers, d = model.cfg.n_heads, len(model.blocks), model.cfg.d_model
     if save_traces and distributed.is_main():   # float32 (S, T, H) per layer: its room checked before the capture
         outputs.need_space(save_traces, 4 * n_seq * seq_len * sum(b.attn.num_heads for b in model.blocks),
                            "--save-traces")
     tokens, spans = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
+    T = seq_len if max_len is None else max_len
+    if not 32 <= T <= seq_len:
+        raise ValueError(f"--max-len must lie in [32, {seq_len}] (the traces' length); got {max_len}")
+    rows = query_rows(T)
+    shapes = {l: (n_seq, T, H) for l in range(n_layers)}
+    # a layer's whole traces (S, seq_len, H) and, on rank 0, its attention inputs (S, seq_len, d) while captured
+    extra = {l: 4 * n_seq * (seq_len * (H + d) - T * H) for l in range(n_layers)}
+    groups = plan_groups(shapes, None if save_traces or trace_gib is None else trace_gib * 2 ** 30, extra)
     # capture a few sequences at a time (rows are independent in eval mode): same traces, a progress bar
     # on the longest step, and less peak memory
     per = 4
     a, b = distributed.shard_range(n_seq)       # this rank's block; [0, n_seq) in one process
-    traces, inputs = {}, {}
     show = progress and distributed.is_main()
-    # one CPU thread: the shipped model's operations are too small for a second thread to pay off, and a
-    # waiting thread spins (measured on the 2-core machine under load, 8 sequences: 2.4 s of CPU with one
-    # thread against 12.4 s with two, and 6.8 s against 35.9 s of wall time)
-    threads = torch.get_num_threads()
-    if str(device) == "cpu":
-        torch.set_num_threads(1)
-    try:
-        for s0 in tqdm(range(a, b, per), desc="capture", unit=f"x{per} seq", disable=not show, file=sys.stderr):
-            tr, inp = capture(model, tokens[s0:min(s0 + per, b)].to(device))
-            for l in tr:
-                traces.setdefault(l, []).append(tr[l])
-                inputs.setdefault(l, []).append(inp[l])
-    finally:
-        torch.set_num_threads(threads)
-    traces = {l: torch.cat(v, 0) for l, v in traces.items()}                         # (S_rank, T, H) per layer
-    inputs = {l: torch.cat(v, 0) for l, v in inputs.items()}                         # (S_rank, T, d) per layer
-    # every rank's block in rank order, (S, T, H) on every rank (each analyses a block of the heads) and
-    # (S, T, d) on rank 0 (the attention-mass windows), as one process captures them
-    traces, inputs = distributed.gather_traces(traces, to_all=True), distributed.gather_traces(inputs)
-    t_capture = time.perf_counter() - t0
     context = getattr(model.cfg, "context", None)
     shown = _shown_path(path)
-    if save_traces and distributed.is_main():
-        save_trace(save_traces, {f"blocks.{l}.attn.hook_log_fgate": t for l, t in traces.items()},
-                   dict(model=meta.get("name", shown), checkpoint=shown, spans=spans, L=list(Ls),
-                        heads=model.cfg.n_heads, seq_len=seq_len, context=context))
-    traces = _truncate(traces, max_len)
-    T = next(iter(traces.values())).shape[1]
-    rows = query_rows(T)
-    results, seed, partial = analyse_or_partial(traces, Ls, n_boot, seed, progress, context, workers, mass_L,
-                                                 rows.numpy(), max_minutes)
-    if not distributed.is_main():
-        return None, None                       # rank 0 writes
-    H = model.cfg.n_heads
-    for l in traces:
-        if l * H >= len(results):
-            break                               # a stopped run: heads past it were not analysed
-        mw = None
-        if not model.cfg.fixed_gate:            # causal: rows < T see the same attention in the first T tokens
+    threads = torch.get_num_threads()
+    mass, t_capture = {}, [0.0]                 # mass: {layer: (S, R, H) attention-mass windows} on rank 0
+
+    def capture_group(layers, flag):
+        t = time.perf_counter()
+        traces, inputs = {}, {}
+        # one CPU thread: the shipped model's operations are too small for a second thread to pay off, and a
+        # waiting thread spins (measured on the 2-core machine under load, 8 sequences: 2.4 s of CPU with one
+        # thread against 12.4 s with two, and 6.8 s against 35.9 s of wall time)
+        if str(device) == "cpu":
+            torch.set_num_threads(1)
+        try:
+            for s0 in tqdm(range(a, b, per), desc="capture" + (f" {layers[0]}-{layers[-1]}" if len(groups) > 1 else ""),
+                           unit=f"x{per} seq", disable=not show, file=sys.stderr):
+                if flag:
+                    break                       # a stop: every rank agrees below
+                tr, inp = capture(model, tokens[s0:min(s0 + per, b)].to(device), layers)
+                for l in tr:
+                    traces.setdefault(l, []).append(tr[l])
+                    inputs.setdefault(l, []).append(inp[l])
+        finally:
+            torch.set_num_threads(threads)
+        if distributed.any_true(flag):
+            return None
+        traces = {l: torch.cat(v, 0) for l, v in traces.items()}                     # (S_rank, T, H) per layer
+        inputs = {l: torch.cat(v, 0) for l, v in inputs.items()}                     # (S_rank, T, d) per layer
+        # every rank's block in rank order, (S, T, H) on every rank (each analyses a block of the heads) and
+        # (S, T, d) on rank 0 (the attention-mass windows), as one process captures them
+        traces, inputs = distributed.gather_traces(traces, to_all=True), distributed.gather_traces(inputs)
+        if save_traces and distributed.is_main():
+            save_trace(save_traces, {f"blocks.{l}.attn.hook_log_fgate": t for l, t in traces.items()},
+                       dict(model=meta.get("name", shown), checkpoint=shown, spans=spans, L=list(Ls),
+                            heads=model.cfg.n_heads, seq_len=seq_len, context=context))
+        traces = _truncate(traces, max_len)
+        if distributed.is_main() and not model.cfg.fixed_gate:
+            # causal: rows < T see the same attention in the first T tokens
             torch.set_num_threads(1)            # as for the capture
             try:
-                mw = mass_windows(model.blocks[l].attn, inputs[l][:, :T].cpu(), mass_L, rows)  # (S, R, H)
+                for l in layers:
+                    mass[l] = mass_windows(model.blocks[l].attn, inputs[l][:, :T].cpu(), mass_L, rows)  # (S, R, H)
             finally:
                 torch.set_num_threads(threads)
-        for h in range(min(H, len(results) - l * H)):
-            r = results[l * H + h]
-            if mw is not None:
-                r.mass_window_mean = float(mw[:, :, h].double().mean())
-                r.mass_window_censored = float((mw[:, :, h] == rows[None, :]).double().mean())
+        t_capture[0] += time.perf_counter() - t
+        return traces
+
+    results, seed, partial = analyse_or_partial(shapes, Ls, n_boot, seed, progress, context, workers, mass_L,
+                                                 rows.numpy(), max_minutes, capture=capture_group, groups=groups)
+    if not distributed.is_main():
+        return None, None                       # rank 0 writes
+    for r in results:                           # a stopped run: the heads finished
+        mw = mass.get(r.layer)
+        if mw is not None:
+            r.mass_window_mean = float(mw[:, :, r.head].double().mean())
+            r.mass_window_censored = float((mw[:, :, r.head] == rows[None, :]).double().mean())
     info = dict(checkpoint=shown, model=meta.get("name", "fox_shakespeare"), n_seq=n_seq, seq_len=seq_len,
                 analysed_len=T, spans=spans, strata=source_labels(spans), n_boot=n_boot, seed=seed,
                 alpha=verdict.ALPHA, alpha_test=verdict.ALPHA / (2 * (partial or {}).get("heads_total", len(results))),
-                capture_s=t_capture,
+                capture_s=t_capture[0],
                 total_s=time.perf_counter() - t0, val_bpc=meta.get("val_bpc"), context=context,
                 rows=_rows_note(T, context))
     if partial:
@@ -421,14 +525,18 @@ class _Cut:
 
 
 def analyse_or_partial(traces, Ls, n_boot, seed, progress, context, workers, mass_L, rows, max_minutes,
-                       pmf_L=None):
+                       pmf_L=None, capture=None, groups=None):
     """analyse_layers, with a stopped run's finished heads: (results, seed, None or the partial record).
-    pmf_L None: mass_L (the eps of the decay windows), else ln(1e3)."""
+    pmf_L None: mass_L (the eps of the decay windows), else ln(1e3). capture, groups: analyse_stream's, traces
+    then the shapes {name: (S, T, H)} of every layer."""
     pmf_L = pmf_L if pmf_L is not None else (mass_L if mass_L is not None else math.log(1e3))
+    kw = dict(L=Ls, n_boot=n_boot, seed=seed, progress=progress, context=context, pmf_L=pmf_L, workers=workers,
+              mass_L=mass_L, rows=rows, max_minutes=max_minutes)
     try:
-        results, seed = analyse_layers(traces, L=Ls, n_boot=n_boot, seed=seed, progress=progress, context=context,
-                                       pmf_L=pmf_L, workers=workers, mass_L=mass_L, rows=rows,
-                                       max_minutes=max_minutes)
+        if capture is None:
+            results, seed = analyse_layers(traces, **kw)
+        else:
+            results, seed = analyse_stream(traces, capture, groups=groups, **kw)
         return results, seed, None
     except parallel.Stopped as stop:
         return stop.results, stop.seed, dict(reason=stop.reason, heads_done=len(stop.results),
@@ -448,6 +556,8 @@ def analyse_traces(path, *, eps=None, L=None, mass_eps=None, mass_L=None, n_boot
     Ls = gates.levels(eps, L, default=EPS_SCAN)
     mass_L = _mass_level(mass_eps, mass_L)
     traces, meta = open_traces(path)
+    if distributed.launched():
+        distributed.setup("cpu")                # the process group of the ranks sharing the heads
     T0 = next(iter(traces.values())).shape[1]
     if max_len is not None:
         if not 32 <= max_len <= T0:

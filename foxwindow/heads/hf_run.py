@@ -6,6 +6,7 @@ the table and the JSON are heads/table.py's, the same as for the shipped model. 
     analyse_hf_model(cfg)      ModelRunConfig -> (results [HeadResult], info)
     main_hf_model(args)        forget.py's --model path: one line on stderr and exit code 2 on a problem
 """
+import math
 import sys
 import time
 
@@ -24,15 +25,20 @@ __all__ = ["analyse_hf_model", "main_hf_model"]
 
 
 def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, n_boot=driver.N_BOOT, seed=None,
-                     workers=1, max_minutes=None):
+                     workers=1, max_minutes=None, trace_gib=driver.TRACE_GIB):
     """Per-head analysis of a Hugging Face style checkpoint (see hf_models' module docstring).
     eps= or L=: thresholds of the verdict and predictions (at most one; neither: the eps scan's); n_boot, seed: as
     heads.analyse_layers. Returns (results [HeadResult], info dict) as heads.analyse_model does, info adding the
     families, what the laws mean for each, each family's kind (softmax: attends over a KV cache; recurrent /
     constant: a gated state, no KV cache) and whether attention-mass windows exist. save_traces: .npz path for
     the analysed traces (written atomically; check it with outputs.check_writable first); its metadata holds
-    the families and kinds, so that predictions made from the traces later know what they apply to.
+    the families and kinds, so that predictions made from the traces later know what they apply to; its room
+    on the disk is checked before the capture (outputs.need_space).
     workers, max_minutes: driver.analyse_layers (a stopped run returns its finished heads, info["partial"]).
+    trace_gib: the memory (GiB) the traces of a group of layers may take: the layers are captured and analysed
+    group by group (driver.analyse_stream), each group one forward pass up to its last layer, with the results of
+    one pass; None, or save_traces: every layer in one pass. A first forward pass over one sequence finds the
+    layers and their heads before any long work.
     Under torchrun each rank captures a block of the sequences and analyses a block of the heads; rank 0
     gathers and returns them (the other ranks (None, None))."""
     Ls = gates.levels(eps, L, default=driver.EPS_SCAN)
@@ -41,47 +47,76 @@ def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, 
     if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
         raise hf_models.ModelError(f"--device {cfg.device}: no CUDA device here")
     hf_models.load_adapters(cfg.adapters)
-    model, config = hf_models.load_pretrained(cfg.model, cfg.device, cfg.dtype)
+    env = distributed.setup(cfg.device)         # under torchrun: the process group, and this rank's device
+    device = str(env.device) if distributed.launched() else cfg.device
+    model, config = hf_models.load_pretrained(cfg.model, device, cfg.dtype)
     tok = hf_models.load_tokenizer(cfg.tokenizer or cfg.model)
     ids, spans = hf_models.heldout_ids(tok, cfg.n_seq, cfg.seq_len, cfg.text, getattr(config, "vocab_size", None))
     rows = query_rows(cfg.seq_len)
-    a, b = distributed.shard_range(ids.shape[0]) if distributed.launched() else (0, ids.shape[0])
-    decays, fam, lay, mass = hf_capture.capture_batches(model, ids[a:b], cfg.batch, cfg.device, cfg.mass_eps, rows,
-                                                        cfg.per_channel, progress=progress and distributed.is_main())
-    t_capture = time.perf_counter() - t0
-    traces = hf_capture.analysis_traces(decays, cfg.per_channel)            # {name: (S, T, H or H*K)}
-    if distributed.launched():          # every rank's sequences in rank order, as one process captures them
-        traces = distributed.gather_traces(traces, to_all=True)
-        mass = distributed.gather_traces(mass) if mass else mass
+    S, T = ids.shape
+    # the layers, their families and heads, from one sequence (in call order; a layer called twice is a second name)
+    probe, fam, lay, _ = hf_capture.capture_batches(model, ids[:1], 1, device, per_channel=cfg.per_channel)
+    shapes = {n: (S, T, t.shape[2]) for n, t in hf_capture.analysis_traces(probe, cfg.per_channel).items()}
+    del probe
+    if save_traces and distributed.is_main():     # float32 (S, T, H) a layer: refused before the capture
+        outputs.need_space(save_traces, 4 * sum(math.prod(sh) for sh in shapes.values()), "--save-traces")
+    layer_names = [n for n, _, _ in adapters.find_layers(model)]
+    # a layer group's forward pass may stop after its last layer when the layers run in module order, once each
+    in_order = list(shapes) == [n for n in layer_names if n in shapes] and len(shapes) == len(layer_names)
+    budget = None if save_traces or trace_gib is None or not in_order else trace_gib * 2 ** 30
+    groups = driver.plan_groups(shapes, budget)
+    a, b = distributed.shard_range(S) if distributed.launched() else (0, S)
     families = sorted(set(fam.values()))
     kinds = {f: adapters.get_adapter(f).kind for f in families}
-    if save_traces and distributed.is_main():
-        save_trace(save_traces, traces, dict(model=cfg.model, families=fam, kinds={n: kinds[f] for n, f in fam.items()},
-                                             family_kinds=kinds, kv_cache=all(k == "softmax" for k in kinds.values()),
-                                             spans=spans, L=list(Ls), per_channel=cfg.per_channel))
+    mass, t_capture = {}, [0.0]                 # mass: {name: (S, R, H) attention-mass windows} on rank 0
+
+    def capture_group(names, flag):
+        t = time.perf_counter()
+        one = len(groups) == 1
+        decays, _, _, mg = hf_capture.capture_batches(model, ids[a:b], cfg.batch, device, cfg.mass_eps, rows,
+                                                      cfg.per_channel, progress=progress and distributed.is_main(),
+                                                      names=None if one else names, upto=None if one else names[-1],
+                                                      stop=flag)
+        if distributed.any_true(flag):
+            return None
+        traces = hf_capture.analysis_traces(decays, cfg.per_channel)            # {name: (S, T, H or H*K)}
+        del decays
+        if distributed.launched():          # every rank's sequences in rank order, as one process captures them
+            traces = distributed.gather_traces(traces, to_all=True)
+            mg = distributed.gather_traces(mg) if mg else mg
+        if save_traces and distributed.is_main():
+            save_trace(save_traces, traces, dict(model=cfg.model, families=fam,
+                                                 kinds={n: kinds[f] for n, f in fam.items()}, family_kinds=kinds,
+                                                 kv_cache=all(k == "softmax" for k in kinds.values()),
+                                                 spans=spans, L=list(Ls), per_channel=cfg.per_channel))
+        if distributed.is_main():
+            mass.update(mg)
+        t_capture[0] += time.perf_counter() - t
+        return traces
+
     # the same verdict and predictions as for the shipped model, with each layer's own index
-    results, seed, partial = driver.analyse_or_partial(traces, Ls, n_boot, seed, progress, None, workers, mass_L,
-                                                       rows.numpy(), max_minutes,
-                                                       pmf_L=gates.threshold(1e-3))
+    results, seed, partial = driver.analyse_or_partial(shapes, Ls, n_boot, seed, progress, None, workers, mass_L,
+                                                       rows.numpy(), max_minutes, pmf_L=gates.threshold(1e-3),
+                                                       capture=capture_group, groups=groups)
     if not distributed.is_main():
         return None, None
-    heads_of = [(n, h) for n, tr in traces.items() for h in range(tr.shape[2])]
-    for i, (r, (n, h)) in enumerate(zip(results, heads_of)):
+    for r in results:                           # a stopped run: the heads finished
+        n = r.layer_name
         if lay[n] is not None:
             r.layer = lay[n]
         if n in mass:
-            r.mass_window_mean = float(mass[n][:, :, h].double().mean())
+            r.mass_window_mean = float(mass[n][:, :, r.head].double().mean())
     no_mass = [f for f in families if kinds[f] != "softmax"]
     info = dict(checkpoint=cfg.model, model=cfg.model, n_seq=cfg.n_seq, seq_len=cfg.seq_len, spans=spans,
                 n_boot=n_boot, seed=seed, alpha=verdict.ALPHA, alpha_test=verdict.ALPHA / (2 * max(1, len(results))),
-                capture_s=t_capture, total_s=time.perf_counter() - t0, val_bpc=None,
-                rows="second half of each sequence", layers=list(traces), families=families,
+                capture_s=t_capture[0], total_s=time.perf_counter() - t0, val_bpc=None,
+                rows="second half of each sequence", layers=list(shapes), families=families,
                 laws={f: adapters.get_adapter(f).note for f in families}, kinds=kinds,
                 per_channel=cfg.per_channel, tokens="tokenizer ids of " + (cfg.text or "the held-out plays"),
                 mass_window=("attention-mass window from the attention op's q, k" if not no_mass else
                              f"not available for {', '.join(no_mass)}: no attention matrix (a recurrent state); "
                              f"W_mass is empty"))
-    info.update(driver.layer_traits(list(traces), {n: fam.get(n) for n in traces}))
+    info.update(driver.layer_traits(list(shapes), {n: fam.get(n) for n in shapes}))
     if partial:
         info["partial"] = partial
     return results, info
@@ -106,7 +141,8 @@ def main_hf_model(args):
         results, info = analyse_hf_model(cfg, L=[gates.threshold(e) for e in eps],
                                          progress=not getattr(args, "no_progress", False), save_traces=traces_path,
                                          n_boot=args.n_boot, seed=args.seed, workers=getattr(args, "workers", 1),
-                                         max_minutes=getattr(args, "max_minutes", None))
+                                         max_minutes=getattr(args, "max_minutes", None),
+                                         trace_gib=getattr(args, "trace_gib", None) or driver.TRACE_GIB)
         if results is None:
             return 0                                  # not rank 0: rank 0 prints and writes
         table.print_table(results, info)

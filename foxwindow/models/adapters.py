@@ -230,7 +230,11 @@ def check_log_decay(name, lg, B, T, H, per_channel=False):
                          f"log-decays (gate values or logits?)")
 
 
-def capture_log_decays(model, *inputs, adapters=None, names_filter=None, cpu_fallbacks=None, **kwargs):
+class _Enough(Exception):
+    """Raised once the last layer a capture needs has run: the rest of the forward pass is not needed."""
+
+
+def capture_log_decays(model, *inputs, adapters=None, names_filter=None, cpu_fallbacks=None, upto=None, **kwargs):
     """Run model(*inputs, **kwargs) once under no_grad and read the log-decay of every gated layer.
 
     adapters: None (every registered adapter), or a list of GateAdapters / family names.
@@ -281,12 +285,22 @@ def capture_log_decays(model, *inputs, adapters=None, names_filter=None, cpu_fal
             cap.layer[key] = layer_index(name)
         return hook
 
+    def enough(mod, args, out):
+        raise _Enough()
+
     try:
         for name, m, a in layers:
             handles.append(m.register_forward_pre_hook(make_hook(name, a), with_kwargs=True))
+        if upto is not None:
+            last = [m for n, m, _ in layers if n == upto]
+            if not last:
+                raise ValueError(f"upto: {upto!r} is not a selected gated layer")
+            handles.append(last[0].register_forward_hook(enough))
         with torch.no_grad(), (fallbacks.attention_ops(layers, cpu=True) if cpu_fallbacks else
                                contextlib.nullcontext()):
             model(*inputs, **kwargs)
+    except _Enough:
+        pass
     finally:
         for h in handles:
             h.remove()

@@ -81,10 +81,11 @@ def _op_inputs(family, args, kw):
 
 
 @contextlib.contextmanager
-def attention_ops(layers, mass_eps=None, rows=None, cpu=True):
+def attention_ops(layers, mass_eps=None, rows=None, cpu=True, record=None):
     """While active (layers: [(name, module, GateAdapter)] as adapters.find_layers returns them): every
     softmax-family layer's attention op records attention-mass windows
-    {layer name: [(B, R, H) int64 per call]} (when mass_eps is given) and, when `cpu`, runs this
+    {layer name: [(B, R, H) int64 per call]} (when mass_eps is given; record: only those of the layer names
+    in it, None: every layer's) and, when `cpu`, runs this
     project's exact PyTorch reference in place of a GPU-only kernel (and CPU_STANDINS replace the
     other Triton-only ops). Yields the windows dict."""
     layers = [(n, m, a) for n, m, a in layers if a.kind == "softmax" and a.attention_op]
@@ -105,7 +106,7 @@ def attention_ops(layers, mass_eps=None, rows=None, cpu=True):
             run = ours[fam] if cpu and fam in ours else orig
 
             def op(*args, _run=run, _fam=fam, **kw):
-                if mass_eps is not None and current[0] is not None:
+                if mass_eps is not None and current[0] is not None and (record is None or current[0] in record):
                     q, k, g, scale = _op_inputs(_fam, args, kw)
                     windows.setdefault(current[0], []).append(mass_windows_qk(q, k, g, scale, mass_eps, rows))
                 return _run(*args, **kw)

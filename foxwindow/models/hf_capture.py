@@ -24,13 +24,16 @@ __all__ = ["capture_batches", "analysis_traces", "capture_traces"]
 # ----------------------------------------------------------------------------- capture + analysis
 
 def capture_batches(model, ids, batch, device, mass_eps=None, rows=None, per_channel=True, progress=False,
-                    forward_kwargs=None):
+                    forward_kwargs=None, names=None, upto=None, stop=None):
     """Log-decays of every gated layer over ids (S, T), `batch` sequences per forward; per-channel
     decays are kept (S, T, H, K) when per_channel, else reduced to their channel mean batch by batch
     (a GLA model's channels would otherwise need S * T * key_dim floats per layer). progress: a bar over
     the forward passes on stderr. A model with `foxwindow_autocast` set (load_pretrained at --dtype bfloat16 /
     float16) runs under torch.autocast to that dtype, as its own code runs.
     forward_kwargs: the keywords of each forward (None: use_cache=False, for Hugging Face style models).
+    names: the gated layers to read (None: every one; their mass windows only); upto: stop each forward pass
+    after that layer (adapters.capture_log_decays). stop: checked before each batch, a true value (a
+    parallel.StopFlag that Ctrl-C set) ends the capture there, with the batches done.
     Returns (decays {name: (S, T, H) or (S, T, H, K) float32}, family {name}, layer {name},
     mass {name: (S, R, H) int64} for softmax families). ModelError when a kernel cannot run here."""
     forward_kwargs = dict(use_cache=False) if forward_kwargs is None else dict(forward_kwargs)
@@ -50,13 +53,16 @@ def capture_batches(model, ids, batch, device, mass_eps=None, rows=None, per_cha
     starts = range(0, ids.shape[0], batch)
     bar = tqdm(total=ids.shape[0], desc="forward", unit="seq", disable=not progress or len(starts) < 2,
                file=sys.stderr)
-    with attention_ops(layers, mass_eps, rows, cpu=cpu) as win:
+    with attention_ops(layers, mass_eps, rows, cpu=cpu, record=None if names is None else set(names)) as win:
         for s in starts:
+            if stop:
+                break
             x = ids[s:s + batch].to(device)
             win.clear()
             try:
                 with torch.autocast(dev_type, dtype=amp) if amp is not None else contextlib.nullcontext():
-                    cap = adapters.capture_log_decays(model, x, cpu_fallbacks=False, **forward_kwargs)
+                    cap = adapters.capture_log_decays(model, x, cpu_fallbacks=False, names_filter=names, upto=upto,
+                                                      **forward_kwargs)
             except RuntimeError as exc:
                 if "active drivers" in str(exc) or "CUDA" in str(exc):
                     raise ModelError(f"a kernel of this model needs a GPU ({first_line(exc)}); "

@@ -434,22 +434,42 @@ def _check_layout(path, shapes):
 # ----------------------------------------------------------------------------- the model's own windows
 
 
-def capture(model, tokens):
-    """Log-gate traces and the attention input of every layer of this package's FoX model, in one forward pass.
+class _Enough(Exception):
+    """Raised after the last layer a capture needs: the rest of the forward pass is not run."""
 
-    tokens (S, T) int64. Returns (traces {layer: (S, T, H) float32}, inputs {layer: (S, T, d) float32}).
+
+def capture(model, tokens, layers=None):
+    """Log-gate traces and the attention input of layers of this package's FoX model, in one forward pass.
+
+    tokens (S, T) int64. layers: the layer indices to read (None: every layer); the pass stops after the last
+    of them (a layer's gates and input depend only on the layers before it). Returns (traces {layer: (S, T, H)
+    float32}, inputs {layer: (S, T, d) float32}) for those layers.
     """
-    inputs, handles = {}, []
-    for l, blk in enumerate(model.blocks):
-        handles.append(blk.attn.register_forward_pre_hook(
-            lambda mod, args, l=l: inputs.__setitem__(l, args[0].detach().float())))
+    model = distributed.unwrap(model)
+    chosen = list(range(len(model.blocks))) if layers is None else sorted({int(x) for x in layers})
+    if not chosen or not 0 <= chosen[0] <= chosen[-1] < len(model.blocks):
+        raise ValueError(f"layers must be indices in [0, {len(model.blocks)}); got {layers!r}")
+    traces, inputs, handles = {}, {}, []
+
+    def enough(mod, args, out):
+        raise _Enough()
     try:
-        _, cache = run_with_cache(model, tokens, names_filter=lambda n: n.endswith("hook_log_fgate"))
+        for l in chosen:
+            blk = model.blocks[l]
+            handles.append(blk.attn.register_forward_pre_hook(
+                lambda mod, args, l=l: inputs.__setitem__(l, args[0].detach().float())))
+            handles.append(blk.attn.hook_log_fgate.register_forward_hook(
+                lambda mod, args, out, l=l: traces.__setitem__(l, out.detach().float())))
+        if chosen[-1] < len(model.blocks) - 1:
+            handles.append(model.blocks[chosen[-1]].register_forward_hook(enough))
+        with torch.no_grad():
+            model(tokens)
+    except _Enough:
+        pass
     finally:
         for h in handles:
             h.remove()
-    traces = {l: cache[f"blocks.{l}.attn.hook_log_fgate"] for l in range(len(model.blocks))}
-    return traces, inputs
+    return {l: traces[l] for l in chosen}, {l: inputs[l] for l in chosen}
 
 
 def query_rows(T):

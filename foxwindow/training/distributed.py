@@ -7,7 +7,8 @@ One job: everything that differs between one process and several. Nothing here k
 data or the laws; train.py, heads.py and fox_attention.py call it in a few lines each.
 
     setup, teardown, rank, world_size, is_main, barrier     process group from RANK / WORLD_SIZE / LOCAL_RANK
-    shard_range, gather_traces, all_mean, broadcast        splitting sequences and putting results back together
+    shard_range, gather_traces, all_mean, any_true,        splitting sequences and putting results back together
+    broadcast
     wrap, unwrap, clean_name                               DDP or FSDP2 fully_shard; names as in the plain model
     train_state, model_state, load_train_state             full model (+ optimizer) state of a wrapped model
     rng_states, set_rng_states                             every rank's RNG state, for an exact resume
@@ -34,8 +35,8 @@ import torch.distributed as dist
 from foxwindow import outputs
 
 __all__ = ["WRAPPER_PREFIXES", "DistEnv", "launched", "setup", "teardown", "rank", "world_size", "is_main", "barrier",
-           "all_mean", "broadcast", "shard_range", "gather_traces", "wrap", "unwrap", "clean_name", "train_state",
-           "model_state", "rng_states", "set_rng_states", "load_train_state", "main_only"]
+           "all_mean", "any_true", "broadcast", "shard_range", "gather_traces", "wrap", "unwrap", "clean_name",
+           "train_state", "model_state", "rng_states", "set_rng_states", "load_train_state", "main_only"]
 
 # prefixes that wrappers insert into module and parameter names: DDP / DataParallel ("module."),
 # torch.compile ("_orig_mod."), FSDP1 ("_fsdp_wrapped_module."), activation checkpointing
@@ -185,6 +186,16 @@ def all_mean(value):
     t = torch.tensor([float(value)], dtype=torch.float64, device=_collective_device())
     dist.all_reduce(t)
     return float(t.item()) / dist.get_world_size()
+
+
+def any_true(flag):
+    """True on every rank when `flag` is true on any (a stop that every rank must agree on before its next
+    collective). Single process: bool(flag)."""
+    if not dist.is_initialized():
+        return bool(flag)
+    t = torch.tensor([1.0 if flag else 0.0], device=_collective_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
 
 
 def broadcast(obj, src=0):
