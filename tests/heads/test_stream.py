@@ -59,10 +59,11 @@ def fla_fox(tmp_path_factory):
     return ck, d / "text.txt"
 
 
-def _model_args(fla_fox, *more):
+def _model_args(fla_fox, *more, n_seq=3):
+    """3 sequences: no per-law evaluation (it needs 4), a fast run; 4: the laws and their states too."""
     ck, text = fla_fox
-    return ["--model", str(ck), "--text", str(text), "--n-seq", "4", "--seq-len", "96", "--batch", "3",
-            "--n-boot", "50", "--seed", "2", *more]
+    return ["--model", str(ck), "--text", str(text), "--n-seq", str(n_seq), "--seq-len", "96", "--batch", "3",
+            "--n-boot", "50", "--seed", "2", "--workers", "1", *more]
 
 
 def test_model_layer_by_layer_equals_one_pass(fla_fox, tmp_path, capsys, monkeypatch):
@@ -73,27 +74,21 @@ def test_model_layer_by_layer_equals_one_pass(fla_fox, tmp_path, capsys, monkeyp
         calls.append((tuple(ids.shape), k.get("names"), k.get("upto")))
         return real(model, ids, *a, **k)
     monkeypatch.setattr(hf_capture, "capture_batches", spy)
-    one, streamed, saved = (tmp_path / f"{n}.json" for n in ("one", "streamed", "saved"))
-    code, _, err = _forget(_model_args(fla_fox, "--json", str(one), "--no-progress"), capsys)
+    one, streamed = tmp_path / "one.json", tmp_path / "streamed.json"
+    code, _, err = _forget(_model_args(fla_fox, "--json", str(one), "--no-progress", n_seq=4), capsys)
     assert code == 0, err
     # the probe (one sequence), then every layer in one pass
     assert calls == [((1, 96), None, None), ((4, 96), None, None)]
     calls.clear()
-    code, _, err = _forget(_model_args(fla_fox, "--json", str(streamed), "--trace-gib", "1e-9", "--no-progress"),
-                           capsys)
+    code, _, err = _forget(_model_args(fla_fox, "--json", str(streamed), "--trace-gib", "1e-9", "--no-progress",
+                                       n_seq=4), capsys)
     assert code == 0, err
     names = [f"model.layers.{i}.attn" for i in range(3)]
     assert calls == [((1, 96), None, None)] + [((4, 96), [n], n) for n in names]   # a pass a layer, cut after it
     a, b = json.loads(one.read_text()), json.loads(streamed.read_text())
     assert len(a["heads"]) == 6 and all(h["mass"]["mass_window"] is not None for h in a["heads"])
+    assert all(h["summary"] and h["at"][0]["laws"] for h in a["heads"])      # the laws and their states too
     _same(a, b)
-    # --save-traces holds every layer in one pass: the same heads, and the file holds every layer
-    code, _, err = _forget(_model_args(fla_fox, "--json", str(saved), "--trace-gib", "1e-9", "--no-progress",
-                                       "--save-traces", str(tmp_path / "t.npz")), capsys)
-    assert code == 0, err
-    _same(a, json.loads(saved.read_text()))
-    tr, _ = traces.load_trace(str(tmp_path / "t.npz"))
-    assert list(tr) == names and all(t.shape == (4, 96, 2) for t in tr.values())
 
 
 def test_model_stopped_during_a_capture_keeps_the_finished_layers(fla_fox, tmp_path, capsys, monkeypatch):
@@ -137,10 +132,17 @@ def test_model_estimate_max_minutes_and_free_space_before_the_capture(fla_fox, t
     assert code == 2 and "--save-traces" in err and "MiB free" in err and err.count("\n") == 1, err
     assert calls == [(1, 96)] and not os.path.exists(tmp_path / "t.npz")
     monkeypatch.setattr(safety, "_free", lambda folder: 10 ** 9)
+    # with room, --save-traces holds every layer in one pass (whatever --trace-gib), and the file has them all
+    calls.clear()
+    code, _, err = _forget(_model_args(fla_fox, "--save-traces", str(tmp_path / "t.npz"), "--trace-gib", "1e-9",
+                                       "--no-progress"), capsys)
+    assert code == 0 and calls == [(1, 96), (3, 96)], err
+    tr, _ = traces.load_trace(str(tmp_path / "t.npz"))
+    assert list(tr) == [f"model.layers.{i}.attn" for i in range(3)] and all(t.shape == (3, 96, 2) for t in tr.values())
     # the estimate and the bar of the heads on stderr (the estimate printed from 0 s here)
     monkeypatch.setattr(driver, "ESTIMATE_FROM_S", -1.0)
     code, out, err = _forget(_model_args(fla_fox, "--trace-gib", "1e-9"), capsys)
-    assert code == 0 and "analysing 6 heads x 4 sequences x 96 tokens" in err and "in 3 capture passes" in err
+    assert code == 0 and "analysing 6 heads x 3 sequences x 96 tokens" in err and "in 3 capture passes" in err
     assert "heads: 100%" in err and "6/6" in err
 
 
@@ -165,16 +167,15 @@ def test_own_model_layer_by_layer_equals_one_pass(fox_ckpt, tmp_path, capsys, mo
         seen.append(None if layers is None else tuple(layers))
         return real(model, tokens, layers)
     monkeypatch.setattr(driver, "capture", spy)
-    base = ["--checkpoint", fox_ckpt, "--n-seq", "5", "--seq-len", "128", "--n-boot", "50", "--seed", "4",
-            "--no-progress", "--max-len", "96"]
+    base = ["--checkpoint", fox_ckpt, "--n-seq", "3", "--seq-len", "64", "--n-boot", "20", "--seed", "4",
+            "--no-progress", "--max-len", "48", "--workers", "2"]
     runs = {}
     for tag, more in (("one", ["--save-traces", str(tmp_path / "t.npz")]), ("streamed", ["--trace-gib", "1e-9"])):
         seen.clear()
         code, _, err = _forget(base + more + ["--json", str(tmp_path / f"{tag}.json")], capsys)
         assert code == 0, err
         runs[tag] = (json.loads((tmp_path / f"{tag}.json").read_text()), list(seen))
-    # 5 sequences 4 at a time: 2 forward passes over every layer, or 2 a layer
-    assert runs["one"][1] == [(0, 1, 2)] * 2 and runs["streamed"][1] == [(0,), (0,), (1,), (1,), (2,), (2,)]
+    assert runs["one"][1] == [(0, 1, 2)] and runs["streamed"][1] == [(0,), (1,), (2,)]   # 3 sequences a pass
     a, b = runs["one"][0], runs["streamed"][0]
     assert len(a["heads"]) == 6 and all(h["mass"]["mass_window"] is not None for h in a["heads"])
     _same(a, b)
