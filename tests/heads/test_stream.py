@@ -32,14 +32,12 @@ def _same(a, b):
                                                                        if k not in DROP}
 
 
-@pytest.fixture(scope="module")
-def fla_fox(tmp_path_factory):
-    """save_pretrained of a tiny 3-layer fla FoX LM, a byte-level BPE tokenizer trained here, and its text."""
-    pytest.importorskip("fla", reason="flash-linear-attention (requirements-models.txt)")
+def build_fla_fox(d, n_layers=3):
+    """save_pretrained of a tiny fla FoX LM of n_layers layers x 2 heads in d/model, a byte-level BPE tokenizer
+    trained here, and its text d/text.txt. Returns (model folder, text path)."""
     from fla.models import ForgettingTransformerConfig
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
-    d = tmp_path_factory.mktemp("stream_fox")
     rng = np.random.default_rng(0)
     words = ["the", "king", "is", "dead", "long", "live", "queen", "to", "be", "or", "not", "ay", "there"]
     (d / "text.txt").write_text(" ".join(rng.choice(words, 6000)) + "\n")
@@ -51,12 +49,19 @@ def fla_fox(tmp_path_factory):
     ck = d / "model"
     PreTrainedTokenizerFast(tokenizer_object=tk).save_pretrained(ck)
     torch.manual_seed(0)
-    cfg = ForgettingTransformerConfig(hidden_size=32, num_heads=2, num_hidden_layers=3, vocab_size=300,
+    cfg = ForgettingTransformerConfig(hidden_size=32, num_heads=2, num_hidden_layers=n_layers, vocab_size=300,
                                       intermediate_size=64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         AutoModelForCausalLM.from_config(cfg).save_pretrained(ck)
     return ck, d / "text.txt"
+
+
+@pytest.fixture(scope="module")
+def fla_fox(tmp_path_factory):
+    """build_fla_fox: 3 layers x 2 heads."""
+    pytest.importorskip("fla", reason="flash-linear-attention (requirements-models.txt)")
+    return build_fla_fox(tmp_path_factory.mktemp("stream_fox"))
 
 
 def _model_args(fla_fox, *more, n_seq=3):

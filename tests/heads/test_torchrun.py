@@ -1,0 +1,165 @@
+"""`forget.py --model` (4 sequences: with the per-law evaluation and its states) and `--traces` (3) under
+torchrun (2 ranks, gloo on the CPU) against one process, and a SIGTERM to the torchrun job: the heads the ranks
+finished are gathered and saved, marked partial.
+
+One job, started by torchrun (`python -m torch.distributed.run --standalone --nproc_per_node=2 test_torchrun.py
+TMP`), runs in fresh interpreters (so each analysis sets up the process group itself): --traces, then --model
+captured and analysed a layer at a time over the ranks, then --model again with rank 0 sending SIGTERM to torchrun
+in the middle of the analysis (torchrun passes it to every rank). Each rank writes what it saw to a JSON file.
+"""
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+import pytest
+import torch
+
+from conftest import REPO
+from foxwindow import outputs
+from foxwindow.heads import command, driver
+
+DROP = ("capture_s", "total_s", "partial")       # timings; every other field of the run's record agrees
+
+
+def _model_args(tmp, *more, n_seq=4):
+    return ["--model", f"{tmp}/model", "--text", f"{tmp}/text.txt", "--n-seq", str(n_seq), "--seq-len", "64",
+            "--batch", "2", "--n-boot", "30", "--seed", "5", "--workers", "1", "--no-progress", *more]
+
+
+def _worker(tmp):
+    """One rank of the job: every check, results to tmp/rank{rank}.json (errors included)."""
+    rank = int(os.environ["RANK"])
+    torch.set_num_threads(1)
+    out = {}
+
+    def check(name, argv):
+        printed = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(printed):
+                code = outputs.cli(command.main, argv)
+            out[name] = {"code": code, "printed": printed.getvalue()}
+        except BaseException:
+            out[name] = {"error": traceback.format_exc()}
+    check("traces", ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/traced2.json", "--seed", "5", "--n-boot", "30",
+                     "--no-progress", "--workers", "1"])
+    check("model", _model_args(tmp, "--json", f"{tmp}/model2.json", "--trace-gib", "1e-9"))
+    with open(f"{tmp}/rank{rank}.json", "w") as fh:
+        json.dump(out, fh)
+    # the stop: rank 0 sends SIGTERM to torchrun when it starts its second head (the second layer: both ranks
+    # are past the first), and waits there; torchrun sends SIGTERM to both ranks
+    real = driver._analyse_x
+    calls = []
+
+    def term_job(*a, **k):
+        calls.append(1)
+        if rank == 0 and len(calls) == 2:
+            os.kill(os.getppid(), signal.SIGTERM)
+            time.sleep(60)                                 # the SIGTERM arrives here
+        return real(*a, **k)
+    driver._analyse_x = term_job
+    check("stopped", _model_args(tmp, "--json", f"{tmp}/stopped2.json", "--trace-gib", "1e-9", n_seq=3))
+    with open(f"{tmp}/stop{rank}.json", "w") as fh:
+        json.dump(out["stopped"], fh)
+
+
+def _launch(tmp, limit_s=240):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           os.path.abspath(__file__), tmp]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])),
+               OMP_NUM_THREADS="1")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s, env=env)
+    with open(f"{tmp}/job_stderr.txt", "w") as fh:
+        fh.write(r.stderr)
+    return r
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """The single-process references, then the 2-rank job; returns (tmp, [rank results], [stop results], rc)."""
+    pytest.importorskip("fla", reason="flash-linear-attention (requirements-models.txt)")
+    from test_stream import build_fla_fox
+    tmp_path = tmp_path_factory.mktemp("torchrun")
+    build_fla_fox(tmp_path)
+    tmp = str(tmp_path)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for argv in (_model_args(tmp, "--json", f"{tmp}/model1.json"),
+                     _model_args(tmp, "--json", f"{tmp}/stopref.json", "--save-traces", f"{tmp}/t1.npz", n_seq=3),
+                     ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/traced1.json", "--seed", "5", "--n-boot", "30",
+                      "--no-progress", "--workers", "1"]):
+            with contextlib.redirect_stdout(io.StringIO()):
+                assert outputs.cli(command.main, argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    r = _launch(tmp)
+    ranks, stops = [], []
+    for k in range(2):
+        for name, into in ((f"rank{k}.json", ranks), (f"stop{k}.json", stops)):
+            if not os.path.exists(f"{tmp}/{name}"):
+                pytest.fail(f"rank {k} wrote no {name}; torchrun exited with {r.returncode}:\n{r.stderr[-4000:]}")
+            with open(f"{tmp}/{name}") as fh:
+                into.append(json.load(fh))
+    return tmp, ranks, stops, r.returncode
+
+
+def _ok(results, name=None):
+    for k, res in enumerate(results):
+        got = res[name] if name else res
+        if "error" in got:
+            pytest.fail(f"rank {k}, {name}:\n{got['error']}")
+    return [res[name] if name else res for res in results]
+
+
+def _json(tmp, name):
+    with open(f"{tmp}/{name}") as fh:
+        return json.load(fh)
+
+
+def _same_run(a, b):
+    assert a["heads"] == b["heads"]                                      # every number of every head
+    assert {k: v for k, v in a["info"].items() if k not in DROP} == {k: v for k, v in b["info"].items()
+                                                                       if k not in DROP}
+
+
+def test_traces_under_torchrun_equal_one_process(job):
+    tmp, ranks, _, _ = job
+    got = _ok(ranks, "traces")
+    assert [g["code"] for g in got] == [0, 0] and "Per-head window laws" in got[0]["printed"] and not got[1]["printed"]
+    one = _json(tmp, "traced1.json")
+    assert len(one["heads"]) == 6
+    _same_run(one, _json(tmp, "traced2.json"))
+
+
+def test_model_under_torchrun_layer_by_layer_equals_one_process(job):
+    tmp, ranks, _, _ = job
+    got = _ok(ranks, "model")
+    assert [g["code"] for g in got] == [0, 0] and "Per-head window laws" in got[0]["printed"] and not got[1]["printed"]
+    one = _json(tmp, "model1.json")
+    assert len(one["heads"]) == 6 and all(h["mass"]["mass_window"] is not None for h in one["heads"])
+    assert all(h["summary"] and h["at"][0]["laws"] for h in one["heads"])          # the laws and their states too
+    _same_run(one, _json(tmp, "model2.json"))
+
+
+def test_sigterm_to_the_torchrun_job_saves_the_finished_heads(job):
+    tmp, _, stops, rc = job
+    got = _ok(stops)
+    assert got[0]["code"] == 143 and rc != 0                 # rank 0 says SIGTERM; torchrun reports the stop
+    part, ref = _json(tmp, "stopped2.json"), _json(tmp, "stopref.json")
+    p = part["info"]["partial"]
+    assert p["reason"] == "SIGTERM" and p["heads_total"] == 6
+    # the first layer's two heads were done on both ranks; rank 1 may have finished its head of the second
+    labels = [h["label"] for h in part["heads"]]
+    assert labels in (["0.0", "0.1"], ["0.0", "0.1", "1.1"]), labels
+    by = {h["label"]: h for h in ref["heads"]}
+    assert all(h == by[h["label"]] for h in part["heads"])                           # as one process has them
+
+
+if __name__ == "__main__":          # a rank of the job that the `job` fixture starts with torchrun
+    _worker(sys.argv[1])
