@@ -826,6 +826,9 @@ def build_parser():
     ap.add_argument("--overwrite", action="store_true", help="replace an existing --json")
     ap.add_argument("--report", default="", help="print markdown tables of a saved JSON (no GPU needed) and stop")
     ap.add_argument("--debug", action="store_true", help="on error, show the full traceback")
+    ap.add_argument("--break-lock", action="store_true",
+                    help="remove the lock of --json that another run seems to hold (when no such run is going: a lock "
+                         "left by a run on another host or a frozen process); see docs/SAFETY.md")
     ap.add_argument("--dry-run", action="store_true",
                     help="parse arguments, import what can be imported, say which columns would run, and stop")
     return ap

@@ -338,3 +338,26 @@ def test_gpu_scripts_name_files_that_exist():
         assert paths, script
         for path in paths:
             assert os.path.exists(os.path.join(ROOT, path)), f"{script} names {path}, which does not exist"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal after the lock is that of a machine without CUDA")
+def test_break_lock_takes_a_live_looking_lock_of_the_json(tmp_path, capsys):
+    """As every writing command: a lock of --json held by a live process is refused in one line naming --break-lock;
+    with --break-lock the lock is taken (said on stderr), and the run goes on to its next check (no CUDA here)."""
+    import socket
+    import time
+
+    from conftest import run_cli
+    from foxwindow import outputs, safety
+    out = tmp_path / "k.json"
+    lock = safety.lock_path(outputs.resolve(str(out)))
+    rec = json.dumps(dict(pid=os.getppid(), host=socket.gethostname(), started=time.time()))
+    with open(lock, "w") as fh:
+        fh.write(rec)
+    rc, err = run_cli(capsys, bench.main, ["--json", str(out), "--impls", "ours"])
+    assert rc == 2 and "--break-lock" in err and "another run" in err and err.count("\n") == 1, err
+    assert os.path.exists(lock)
+    rc, err = run_cli(capsys, bench.main, ["--json", str(out), "--impls", "ours", "--break-lock"])
+    assert rc == 2 and "removing the lock" in err and "no CUDA device here" in err, err
+    assert not os.path.exists(lock) and not out.exists()
+    assert "--break-lock" in bench.build_parser().format_help()
