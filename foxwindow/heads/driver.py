@@ -487,8 +487,13 @@ def analyse_model(checkpoint=None, *, eps=None, L=None, n_seq=32, seq_len=2048, 
             # causal: rows < T see the same attention in the first T tokens
             torch.set_num_threads(1)            # as for the capture
             try:
+                # a few sequences at a time (each sequence's windows are its own): the (s, H, R, T) float64
+                # logits of `per` sequences at once, not of all S
                 for l in layers:
-                    mass[l] = mass_windows(model.blocks[l].attn, inputs[l][:, :T].cpu(), mass_L, rows)  # (S, R, H)
+                    x = inputs.pop(l)
+                    mass[l] = torch.cat([mass_windows(model.blocks[l].attn, x[s0:s0 + per, :T].cpu(), mass_L, rows)
+                                         for s0 in range(0, x.shape[0], per)], 0)                   # (S, R, H)
+                    del x
             finally:
                 torch.set_num_threads(threads)
         t_capture[0] += time.perf_counter() - t
