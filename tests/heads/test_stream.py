@@ -108,6 +108,7 @@ def test_model_stopped_during_a_capture_keeps_the_finished_layers(fla_fox, tmp_p
         return real(model, ids, *a, **k)
     monkeypatch.setattr(hf_capture, "capture_batches", term_in_second_layer)
     part = tmp_path / "part.json"
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     code, out, err = _forget(_model_args(fla_fox, "--json", str(part), "--trace-gib", "1e-9", "--no-progress"),
                              capsys)
     assert code == 143, err
@@ -115,7 +116,8 @@ def test_model_stopped_during_a_capture_keeps_the_finished_layers(fla_fox, tmp_p
     assert got["info"]["partial"] == {"reason": "SIGTERM", "heads_done": 2, "heads_total": 6}
     keys = ("layer", "head", "kappa", "sigma2", "tau", "dependence", "mass", "verdict", "prediction", "pmf")
     assert [{k: h[k] for k in keys} for h in got["heads"]] == [{k: h[k] for k in keys} for h in want["heads"][:2]]
-    assert "Per-head window laws" in out and signal.getsignal(signal.SIGTERM) is not None
+    assert "Per-head window laws" in out and "stopped by SIGTERM: 2 of 6 heads" in err
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before        # restored
 
 
 def test_model_estimate_max_minutes_and_free_space_before_the_capture(fla_fox, tmp_path, capsys, monkeypatch):
@@ -219,3 +221,20 @@ def test_trace_gib_is_checked_and_never_ignored(capsys, tmp_path):
                       (["--traces", str(tmp_path / "x.npz"), "--trace-gib", "1"], "applies to a live model")):
         code, _, err = _forget(argv, capsys)
         assert code == 2 and msg in err and err.count("\n") == 1, (argv, err)
+
+
+def test_deferred_stops_set_a_flag_and_stop_signals_inside_raise():
+    from foxwindow import parallel
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with parallel.deferred_stops() as flag:
+        assert not flag
+        os.kill(os.getpid(), signal.SIGTERM)                       # no exception: a flag
+        assert flag and flag.reason == "SIGTERM"
+        with pytest.raises(parallel.Stopped, match="SIGTERM"):      # inside stop_signals it raises again
+            with parallel.stop_signals():
+                parallel.run_jobs(lambda i: os.kill(os.getpid(), signal.SIGTERM) or i, 3)
+        with pytest.raises(KeyboardInterrupt), parallel.stop_signals():
+            os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        assert flag.reason == "Ctrl-C"
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
