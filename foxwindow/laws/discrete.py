@@ -30,7 +30,8 @@ from scipy import stats
 from foxwindow.laws import gates, lattice
 
 __all__ = ["MAX_VALUES", "MAX_STATES", "MAX_WORK", "ATOM_MIN", "MAX_CELLS",
-           "MAX_STEP_VALUES", "MAX_BRACKET_VALUES", "TooLarge", "DiscreteLaw", "find_atoms",
+           "MAX_STEP_VALUES", "MAX_BRACKET_VALUES", "TooLarge", "DiscreteLaw", "find_atoms", "count_survival",
+           "step_survival", "bracket_survival",
            "common_step", "passage", "compound", "AtomGate", "atomic_passage"]
 
 _DELTA = 1e-30                  # survival within this of 1 (below n_lo) or 0 (above n_hi) is not computed
@@ -252,7 +253,7 @@ def _walk_cdfs(m, p, K, n_last, stop):
             return
 
 
-def _lattice_survival(law, L):
+def step_survival(law, L):
     """_positive_survival's result for values on a common step g (common_step): S_n <= L iff the integer walk
     J_n = sum of the counts times m stays <= K = floor(L / g), so s_n = P(J_n <= K) is computed on the points
     0..K by adding the k shifted copies of u_{n-1} (u_n = the walk's pmf on 0..K, the mass past K gone for
@@ -280,7 +281,7 @@ def _lattice_survival(law, L):
     return 0, s, err, tails, f"exact walk on a common step ({len(m)} values, {K + 1} points)"
 
 
-def _bracket_survival(law, L):
+def bracket_survival(law, L):
     """_positive_survival's result for values with no common step: each value rounded to a multiple m_i of a step
     h, v_i = m_i h + d_i, so S_n = h J_n + D_n with n min(d) <= D_n <= n max(d) (the counts sum to n), and
         P(J_n <= floor((L - n max d) / h)) <= s_n <= P(J_n <= floor((L - n min d) / h)),
@@ -337,25 +338,25 @@ def _positive_survival(law, L):
     """(n0, s (m,), err (m,)) with s[i] = P(N_Y > n0 + i) for the walk of the positive part of law (k >= 1
     values): 1 below n0 (within _DELTA), exactly 0 past floor(L / v_min) + 1, err[i] a bound on |error|.
     More than MAX_VALUES values, or counts too many to sum: the walk on a common step of the values
-    (_lattice_survival) where they have one, else up to MAX_BRACKET_VALUES values the bracketed walk
-    (_bracket_survival), else TooLarge."""
+    (step_survival) where they have one, else up to MAX_BRACKET_VALUES values the bracketed walk
+    (bracket_survival), else TooLarge."""
     v = law.values
     if len(v) <= MAX_VALUES:
         try:
             label = ("closed form (one value)" if len(v) == 1 else "exact binomial sums" if len(v) == 2 else
                      f"exact sums over counts ({len(v)} values)")
-            return _count_survival(law, L) + (label,)
+            return count_survival(law, L) + (label,)
         except TooLarge:
             pass
     try:
-        return _lattice_survival(law, L)
+        return step_survival(law, L)
     except TooLarge:
         if len(v) > MAX_BRACKET_VALUES:
             raise
-        return _bracket_survival(law, L)
+        return bracket_survival(law, L)
 
 
-def _count_survival(law, L):
+def count_survival(law, L):
     """_positive_survival by exact sums over the counts of up to MAX_VALUES values."""
     v, p = law.values, law.probs
     fL = Fraction(float(L))

@@ -1,12 +1,14 @@
 """The hot paths of the window numerics against the plain computations they replace: the per-query windows of a
-numpy trace (gates.window_row) against searchsorted on the prefix sums."""
+numpy trace (gates.window_row) against searchsorted on the prefix sums; laws with 5-64 atoms (discrete.py's
+walks) against exact rational sums over count vectors, the previous count sums and Monte Carlo (SE tolerances)."""
 import math
 import warnings
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
-from foxwindow.laws import gates
+from foxwindow.laws import discrete, exact, gates
 
 # ----------------------------------------------------------------------------- windows of a numpy trace
 
@@ -47,7 +49,7 @@ def awkward_traces(rng):
     yield "censored throughout", np.log(rng.beta(500, 1, 400)), math.log(1e3)
 
 
-@pytest.mark.parametrize("block", [None, 1, 7, 64])
+@pytest.mark.parametrize("block", [None, 3, 64])
 def test_windows_of_awkward_traces_equal_searchsorted(monkeypatch, block):
     if block is not None:
         monkeypatch.setattr(gates, "WINDOW_BLOCK", block)         # many blocks on short traces
@@ -101,3 +103,96 @@ def test_window_row_reuses_its_buffers_across_rows():
         gates.window_row(lg, 2.0, W, cens, work)
         Wr, cr = searchsorted_windows(lg, 2.0)
         assert np.array_equal(W, Wr) and np.array_equal(cens, cr)
+
+
+# ----------------------------------------------------------------------------- laws with 5-64 atoms
+
+
+def _atoms(values, probs):
+    return discrete.AtomGate(np.array(values, dtype=np.float64), np.array(probs, dtype=np.float64), "atoms")
+
+
+def enumeration(values, probs, L):
+    """(E[W], Var[W]) in exact rationals: the law of the count vector below L, step by step."""
+    v, p, fL = [Fraction(float(x)) for x in values], [Fraction(x) for x in probs], Fraction(float(L))
+    cur, s = {(0,) * len(v): Fraction(1)}, [Fraction(1)]
+    while cur:
+        nxt = {}
+        for c, w in cur.items():
+            for i in range(len(v)):
+                c2 = c[:i] + (c[i] + 1,) + c[i + 1:]
+                if sum(ci * vi for ci, vi in zip(c2, v)) <= fL:
+                    nxt[c2] = nxt.get(c2, 0) + w * p[i]
+        cur = nxt
+        s.append(sum(cur.values(), Fraction(0)))
+    EN, E2 = sum(s), sum((2 * n + 1) * sn for n, sn in enumerate(s))
+    return float(EN - 1), float(E2 - EN * EN)
+
+
+@pytest.mark.parametrize("values,probs,L", [
+    ((0.25, 0.5, 0.75), (0.2, 0.5, 0.3), 3.0),                          # sums equal to L: ties
+    ((0.125, 0.375, 0.5, 1.25), (0.1, 0.2, 0.3, 0.4), 2.6),
+    ((0.25, 0.5, 0.75, 1.25, 2.0), (0.1, 0.2, 0.3, 0.25, 0.15), 3.0),
+    ((0.0625, 0.25, 0.3125, 0.5, 0.75), (0.3, 0.1, 0.2, 0.2, 0.2), 1.5),
+])
+def test_atoms_on_a_common_step_equal_the_exact_sums(values, probs, L):
+    mean, var = enumeration(values, probs, L)
+    law = discrete.DiscreteLaw.from_atoms(np.array(values), np.array(probs))
+    n0, s, err, _, label = discrete.step_survival(law, L)
+    assert "common step" in label and n0 == 0
+    if len(values) <= discrete.MAX_VALUES:                              # the previous route: sums over counts
+        m0, s_old, _, _ = discrete.count_survival(law, L)
+        full = np.concatenate([np.ones(m0), s_old])
+        n = min(len(full), len(s))
+        np.testing.assert_allclose(s[:n], full[:n], rtol=0, atol=1e-13)
+        assert np.all(s[n:] <= 1e-30) and np.all(full[n:] <= 1e-30)
+    r = exact.exact_first_passage(_atoms(values, probs), eps=math.exp(-L))
+    assert abs(r.mean - mean) <= r.mean_err and abs(r.var - var) <= r.var_err
+    assert r.mean_err < 1e-9 * max(mean, 1) and r.var_err < 1e-9 * max(var, 1)
+
+
+def test_atoms_without_a_common_step_are_bracketed_around_the_exact_sums():
+    rng = np.random.default_rng(21)
+    for k, L in ((5, 2.5), (6, 2.0), (8, 1.6)):
+        values = np.sort(rng.uniform(0.3, 1.0, k))                      # no common step above L / MAX_CELLS
+        probs = rng.dirichlet(np.ones(k))
+        law = discrete.DiscreteLaw.from_atoms(values, probs)
+        assert discrete.common_step(values, L) is None
+        mean, var = enumeration(values, probs, L)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", exact.AccuracyWarning)     # where the bracket is wider than tol
+            r = exact.exact_first_passage(_atoms(values, probs), eps=math.exp(-L))
+        assert "bracketed walk" in r.method
+        assert abs(r.mean - mean) <= r.mean_err and abs(r.var - var) <= r.var_err
+        assert r.mean_err < 1e-3 * mean                                 # and the bracket is narrow
+        n0, s, err, _, _ = discrete.bracket_survival(law, L)
+        assert np.all(np.diff(s) <= 0) and np.all(err >= 0)
+
+
+def mc_windows(values, probs, L, trials, rng):
+    """W = N - 1 by simulation: the first n with S_n > L, from blocks of draws."""
+    n_max = int(L / values.min()) + 2
+    W = np.empty(trials, np.int64)
+    for a in range(0, trials, 20_000):
+        x = rng.choice(values, p=probs, size=(min(20_000, trials - a), n_max))
+        W[a:a + len(x)] = np.argmax(np.cumsum(x, axis=1) > L, axis=1)      # index of the first step past L
+    return W
+
+
+@pytest.mark.parametrize("k", [16, 64])
+def test_many_atoms_against_monte_carlo(k):
+    rng = np.random.default_rng(22 + k)
+    values = np.sort(rng.uniform(0.05, 0.5, k))
+    probs = rng.dirichlet(np.ones(k))
+    L = math.log(1e3)
+    with pytest.warns(exact.AccuracyWarning, match="bracketed walk"):   # tol 1e-8 is out of its reach here
+        r = exact.exact_first_passage(_atoms(values, probs), eps=1e-3)
+    assert "bracketed walk" in r.method and r.mean_err < 1e-3 * r.mean
+    W = mc_windows(values, probs, L, 100_000, rng).astype(np.float64)
+    n = len(W)
+    se_mean = W.std() / math.sqrt(n)
+    d = (W - W.mean()) ** 2
+    se_var = d.std() / math.sqrt(n)
+    z = 3.0                                                             # two checks per gate, two gates: Bonferroni
+    assert abs(W.mean() - r.mean) <= z * se_mean + r.mean_err
+    assert abs(W.var() - r.var) <= z * se_var + r.var_err
