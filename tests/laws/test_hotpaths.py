@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from foxwindow.laws import discrete, exact, gates
+from foxwindow.laws import bench, discrete, exact, gates
 
 # ----------------------------------------------------------------------------- windows of a numpy trace
 
@@ -196,3 +196,13 @@ def test_many_atoms_against_monte_carlo(k):
     z = 3.0                                                             # two checks per gate, two gates: Bonferroni
     assert abs(W.mean() - r.mean) <= z * se_mean + r.mean_err
     assert abs(W.var() - r.var) <= z * se_var + r.var_err
+
+
+def test_the_fft_lattice_baseline_is_accurate():
+    # the benchmark's baseline of the exact moments: gamma X, whose law of W is in closed form
+    g, L = gates.GammaIncrement(4.0, 0.05), math.log(1e3)
+    r = exact.exact_first_passage(g, eps=1e-3)
+    mean, var = bench.fft_lattice(g, L, 0.2 / 64)
+    assert abs(mean - r.mean) < 1e-8 * r.mean and abs(var - r.var) < 1e-6 * r.var
+    m1, v1 = bench.fft_lattice(g, L, 0.2 / 8, richardson=False)
+    assert abs(m1 - r.mean) > 10 * abs(mean - r.mean)                 # Richardson does remove the h^2 term
