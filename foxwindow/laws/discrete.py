@@ -11,7 +11,12 @@ O(h); here atoms are handled by exact sums instead (docs/THEORY.md section 5, "A
   one value v     N_Y = floor(L/v) + 1                                                          (exact)
   k values        P(S_n <= L) as a sum over the counts of the first k - 2 values (conditional binomials)
                   of a binomial tail for the last two: exact up to states below 1e-40 (their mass is
-                  counted as error); two values need no sum, three one sum per n
+                  counted as error); two values need no sum, three one sum per n (up to MAX_VALUES = 4)
+  a common step   values that are integer multiples of one step g (as exact rationals, L / g <= MAX_CELLS):
+                  the integer walk on 0..floor(L/g), k shifted adds a step (step_survival, exact to rounding)
+  no common step  up to 64 values: each rounded to a multiple of h, S_n bracketed by n times the spread of the
+                  roundings; the midpoint, with half the bracket as its error (bracket_survival, polynomial:
+                  k L/h operations a step, h as fine as MAX_WORK allows)
 
   find_atoms       atoms of a law known only through its CDF (jumps that survive bisection to one ulp)
   DiscreteLaw      values, probabilities and the atom at 0 of a discrete law
