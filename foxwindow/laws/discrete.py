@@ -11,7 +11,12 @@ O(h); here atoms are handled by exact sums instead (docs/THEORY.md section 5, "A
   one value v     N_Y = floor(L/v) + 1                                                          (exact)
   k values        P(S_n <= L) as a sum over the counts of the first k - 2 values (conditional binomials)
                   of a binomial tail for the last two: exact up to states below 1e-40 (their mass is
-                  counted as error); two values need no sum, three one sum per n
+                  counted as error); two values need no sum, three one sum per n (up to MAX_VALUES = 4)
+  a common step   values that are integer multiples of one step g (as exact rationals, L / g <= MAX_CELLS):
+                  the integer walk on 0..floor(L/g), k shifted adds a step (step_survival, exact to rounding)
+  no common step  up to 64 values: each rounded to a multiple of h, S_n bracketed by n times the spread of the
+                  roundings; the midpoint, with half the bracket as its error (bracket_survival, polynomial:
+                  k L/h operations a step, h as fine as MAX_WORK allows)
 
   find_atoms       atoms of a law known only through its CDF (jumps that survive bisection to one ulp)
   DiscreteLaw      values, probabilities and the atom at 0 of a discrete law
@@ -20,6 +25,7 @@ O(h); here atoms are handled by exact sums instead (docs/THEORY.md section 5, "A
 Boundary ties (a sum of atoms equal to L in floating point) are decided in exact rationals of the floats.
 """
 import math
+import warnings
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -28,8 +34,10 @@ from scipy import stats
 
 from foxwindow.laws import gates, lattice
 
-__all__ = ["MAX_VALUES", "MAX_STATES", "MAX_WORK", "ATOM_MIN", "TooLarge", "DiscreteLaw", "find_atoms", "passage",
-           "compound", "AtomGate", "atomic_passage"]
+__all__ = ["MAX_VALUES", "MAX_STATES", "MAX_WORK", "ATOM_MIN", "MAX_CELLS",
+           "MAX_STEP_VALUES", "MAX_BRACKET_VALUES", "TooLarge", "DiscreteLaw", "find_atoms", "count_survival",
+           "step_survival", "bracket_survival",
+           "common_step", "passage", "compound", "AtomGate", "atomic_passage"]
 
 _DELTA = 1e-30                  # survival within this of 1 (below n_lo) or 0 (above n_hi) is not computed
 _PRUNE = 1e-40                  # count states below this probability are dropped, their mass counted as error
@@ -38,6 +46,10 @@ MAX_VALUES = 4                  # more distinct positive values: the enumeration
 MAX_STATES = 2_000_000          # count states per n (all n together: MAX_WORK) before the enumeration is refused
 MAX_WORK = 200_000_000
 ATOM_MIN = 1e-10                # a jump of the CDF below this over one ulp is not an atom
+MAX_CELLS = 1 << 20             # values on a common step: at most this many lattice points below L
+MAX_STEP_VALUES = 4096          # a common step is searched for up to this many values
+MAX_BRACKET_VALUES = 64         # up to this many values with no common step: the bracketed walk (else the lattice)
+_EPS = np.finfo(float).eps / 2  # unit roundoff
 
 
 class TooLarge(ValueError):
@@ -208,12 +220,150 @@ def _survival_n(law, L, n):
     return float(np.dot(w, tail)), max(dropped, 0.0)
 
 
+def common_step(values, L):
+    """(g, m, K) when the values are integer multiples m (k,) int64 of one step g (a Fraction: the greatest
+    common divisor of the floats as exact rationals) with K = floor(L / g) <= MAX_CELLS; else None (also for more
+    than MAX_STEP_VALUES values: not searched)."""
+    if len(values) > MAX_STEP_VALUES:
+        return None
+    fv = [Fraction(float(x)) for x in values]
+    den = math.lcm(*(f.denominator for f in fv))
+    g = Fraction(math.gcd(*(int(f * den) for f in fv)), den)
+    K = Fraction(float(L)) // g
+    if K > MAX_CELLS:
+        return None
+    return g, np.array([int(f / g) for f in fv], dtype=np.int64), int(K)
+
+
+def _walk_cdfs(m, p, K, n_last, stop):
+    """The integer walk J_n with steps m (k,) int64 >= 1 of probabilities p (k,): for n = 0, 1, ..., n_last the
+    CDF of J_n on 0..K (a (K + 1,) array; the mass past K is gone for good), yielded until stop(cdf) <= _DELTA.
+    Each step adds the k shifted copies of the pmf (k (K + 1) operations, non-negative terms only)."""
+    m_lo, m_hi = int(m.min()), int(m.max())
+    u = np.zeros(K + 1)                                    # (K + 1,) the walk's pmf on 0..K
+    u[0] = 1.0
+    lo, hi = 0, 0                                          # u is zero outside lo..hi
+    c = np.cumsum(u)
+    yield c
+    for _ in range(n_last):
+        nxt = np.zeros(K + 1)
+        for mi, pi in zip(m.tolist(), p.tolist()):
+            b = min(hi + mi, K)
+            if lo + mi <= b:
+                nxt[lo + mi:b + 1] += pi * u[lo:b - mi + 1]
+        u, lo, hi = nxt, lo + m_lo, min(hi + m_hi, K)
+        c = np.cumsum(u)
+        yield c
+        if lo > K or stop(c) <= _DELTA:
+            return
+
+
+def step_survival(law, L):
+    """_positive_survival's result for values on a common step g (common_step): S_n <= L iff the integer walk
+    J_n = sum of the counts times m stays <= K = floor(L / g), so s_n = P(J_n <= K) is computed on the points
+    0..K by adding the k shifted copies of u_{n-1} (u_n = the walk's pmf on 0..K, the mass past K gone for
+    good since m >= 1): exact up to rounding, k K operations a step, ties decided in rationals.
+    Rounding: sums of non-negative terms, each u_n(j) within (k + 1) u relative of its exact value per step
+    (u the unit roundoff), so s_n within (n (k + 1) + K + 1) u s_n (relative, with the final sum)."""
+    step = common_step(law.values, L)
+    if step is None:
+        raise TooLarge("the values have no common step of at least L / MAX_CELLS")
+    _, m, K = step
+    p = law.probs
+    kappa = float(np.dot(p, m))                            # E[m]: the walk's mean step, in steps
+    n_last = K // int(m.min()) + 1                         # J_n >= n m_min > K from here: s_n = 0 exactly
+    if min(n_last, 2 * K / kappa + 100) * len(m) * (K + 1) > MAX_WORK:
+        raise TooLarge(f"{len(m)} values on {K + 1} lattice points")
+    s = np.array([c[K] for c in _walk_cdfs(m, p, K, n_last, lambda c: c[K])])
+    n = np.arange(len(s))
+    err = s * (n * (len(m) + 1) + K + 1) * _EPS
+    # past the last computed n the survival is at most its last value, for at most n_last - n steps
+    last, n_c = float(s[-1]), len(s) - 1
+    tails = (last * (n_last - n_c), last * float(n_last + 1) ** 2)
+    if last != 0.0:
+        s = np.concatenate([s, [0.0]])
+        err = np.concatenate([err, [last]])
+    return 0, s, err, tails, f"exact walk on a common step ({len(m)} values, {K + 1} points)"
+
+
+def bracket_survival(law, L):
+    """_positive_survival's result for values with no common step: each value rounded to a multiple m_i of a step
+    h, v_i = m_i h + d_i, so S_n = h J_n + D_n with n min(d) <= D_n <= n max(d) (the counts sum to n), and
+        P(J_n <= floor((L - n max d) / h)) <= s_n <= P(J_n <= floor((L - n min d) / h)),
+    both read off the CDF of the integer walk J_n (_walk_cdfs). s_n is the midpoint, its error half the
+    bracket's width (a bound, not an estimate) plus rounding. h: as fine as MAX_WORK allows (k (K + 1)
+    operations a step, K = L / h), chosen among 256 nearby steps for the narrowest spread max d - min d."""
+    v, p = law.values, law.probs
+    k = len(v)
+    kappa = float(np.dot(p, v))
+    sd = math.sqrt(max(float(np.dot(p, (v - kappa) ** 2)), 0.0) * L / kappa ** 3)
+    steps = L / kappa + 14 * sd + 10                      # about the n the walk runs for
+    K0 = int(min(MAX_CELLS, MAX_WORK / (k * steps)))
+    if K0 < 64:
+        raise TooLarge(f"{k} values over {steps:.0f} steps leave {K0} lattice points")
+    best = None
+    for K in np.linspace(K0, 0.9 * K0, 256).astype(np.int64):   # the step whose roundings spread least
+        h = L / float(K)
+        m = np.maximum(np.rint(v / h), 1.0)
+        d = v - m * h
+        spread = float(d.max() - d.min())
+        if best is None or spread < best[0]:
+            best = (spread, h, m.astype(np.int64), d, int(K))
+    _, h, m, d, K = best
+    slack = 4 * np.finfo(float).eps * float(v.max())       # d is computed in floats: widened outward
+    d_hi, d_lo = float(d.max()) + slack, float(d.min()) - slack
+    n_last = int(math.ceil(L / float(v.min()))) + 1      # S_n >= n v_min > L from here: s_n = 0 exactly
+
+    def index(x):                                          # floor(x) clipped to -1..K
+        return int(min(max(math.floor(x), -1), K))
+
+    def up_of(c, n):                                       # the upper bound P(J_n <= floor((L - n min d) / h))
+        a_up = index((L - n * d_lo) / h * (1 + 1e-13) + 1e-9)
+        return float(c[a_up]) if a_up >= 0 else 0.0
+
+    lo, up = [], []
+    for n, c in enumerate(_walk_cdfs(m, p, K, n_last, lambda c: up[-1])):   # stop once the upper bound is 0
+        a_lo = index((L - n * d_hi) / h * (1 - 1e-13) - 1e-9)
+        lo.append(float(c[a_lo]) if a_lo >= 0 else 0.0)
+        up.append(up_of(c, n))
+    lo, up = np.array(lo), np.array(up)
+    s = 0.5 * (lo + up)
+    n = np.arange(len(s))
+    err = 0.5 * (up - lo) + up * (n * (k + 1) + K + 1) * _EPS
+    last, n_c = float(up[-1]), len(s) - 1
+    tails = (last * max(n_last - n_c, 0), last * float(n_last + 1) ** 2)
+    if s[-1] != 0.0:
+        s = np.concatenate([s, [0.0]])
+        err = np.concatenate([err, [last]])
+    return 0, s, err, tails, (f"bracketed walk ({k} values rounded to multiples of h = {h:.3g}, {K + 1} points, "
+                              f"bracket {n_c} x {d_hi - d_lo:.2g} at most)")
+
+
 def _positive_survival(law, L):
     """(n0, s (m,), err (m,)) with s[i] = P(N_Y > n0 + i) for the walk of the positive part of law (k >= 1
-    values): 1 below n0 (within _DELTA), exactly 0 past floor(L / v_min) + 1, err[i] a bound on |error|."""
+    values): 1 below n0 (within _DELTA), exactly 0 past floor(L / v_min) + 1, err[i] a bound on |error|.
+    More than MAX_VALUES values, or counts too many to sum: the walk on a common step of the values
+    (step_survival) where they have one, else up to MAX_BRACKET_VALUES values the bracketed walk
+    (bracket_survival), else TooLarge."""
+    v = law.values
+    if len(v) <= MAX_VALUES:
+        try:
+            label = ("closed form (one value)" if len(v) == 1 else "exact binomial sums" if len(v) == 2 else
+                     f"exact sums over counts ({len(v)} values)")
+            return count_survival(law, L) + (label,)
+        except TooLarge:
+            pass
+    try:
+        return step_survival(law, L)
+    except TooLarge:
+        if len(v) > MAX_BRACKET_VALUES:
+            raise
+        return bracket_survival(law, L)
+
+
+def count_survival(law, L):
+    """_positive_survival by exact sums over the counts of up to MAX_VALUES values."""
     v, p = law.values, law.probs
-    if len(v) > MAX_VALUES:
-        raise TooLarge(f"{len(v)} distinct values (exact sums up to {MAX_VALUES})")
     fL = Fraction(float(L))
     if len(v) == 1:
         w = int(fL // Fraction(float(v[0])))               # N_Y = w + 1
@@ -291,12 +441,7 @@ def passage(law, L):
     """
     if len(law.values) == 0:
         raise ValueError("every increment is 0 (every gate is 1): kappa = 0 and the walk never crosses L")
-    if len(law.values) == 1:
-        n0y, sy, ey, ty = _positive_survival(law, L)
-        label = "closed form (one value)"
-    else:
-        n0y, sy, ey, ty = _positive_survival(law, L)
-        label = "exact binomial sums" if len(law.values) == 2 else f"exact sums over counts ({len(law.values)} values)"
+    n0y, sy, ey, ty, label = _positive_survival(law, L)
     EN, VN, dE, dV = _moments(sy, n0y, ey)
     dE += ty[0]
     dV += ty[1] + 2 * EN * ty[0]
@@ -403,6 +548,13 @@ def atomic_passage(gate, eps, L, m, tol, strict, richardson, var_tol):
         n0, s, mean, var, me, ve, method = passage(law, L)
         me += lattice.FLOOR * abs(mean)
         ve += lattice.FLOOR * max(abs(var), 1.0)
+        if not (me <= tol * max(abs(mean), 1.0) and ve <= var_tol * max(abs(var), 1.0)):   # the bracketed walk
+            tols = f"{tol:g}" if var_tol == tol else f"{tol:g}, Var[W] {var_tol:g}"
+            msg = (f"{gate} at eps = {eps:g}: exact numerics reached |err E[W]| <= {me:.2g}, |err Var[W]| <= "
+                   f"{ve:.2g} (tol {tols} relative; {method})")
+            if strict:
+                raise lattice.AccuracyError(msg)
+            warnings.warn(msg, lattice.AccuracyWarning, stacklevel=3)
         return lattice.finish(gate, eps, s, n0, mean, var, method, me, ve)
     except TooLarge:
         pass

@@ -259,9 +259,15 @@ class _Lattice:
         return n * self.dropped + self.tail(n, a + 1, True)[0] if upper else self.tail(n, a, False)[0]
 
 
-def _transition_range(lat, n_guess, sd_guess):
+def _transition_range(lat, n_guess, sd_guess, hint=None):
     """n_lo, n_hi: the largest n with 1 - s_n <= _DELTA and the smallest with s_n <= _DELTA (Chernoff on the
-    lattice pmf; 1 - s_n increases and s_n decreases with n since the lattice increment is >= 0)."""
+    lattice pmf; 1 - s_n increases and s_n decreases with n since the lattice increment is >= 0).
+    hint: (n_lo, n_hi) of another resolution, taken as they are where the bounds hold there (any n_lo below the
+    largest and n_hi above the smallest are valid, only a little wider), searched for otherwise."""
+    if hint is not None:
+        lo, hi = hint
+        if (lo == 0 or lat.s_bound(lo, True) <= _DELTA) and lat.s_bound(hi, False) <= _DELTA:
+            return lo, hi
     step = max(1, int(sd_guess))
     n_lo = max(int(n_guess - 13 * sd_guess) - 2, 0)
     while n_lo > 0 and lat.s_bound(n_lo, True) > _DELTA:
@@ -359,6 +365,8 @@ def _survival_band(lat, n_lo, n_hi, shift=None):
         lP_all = np.log(P[keep_all].astype(np.complex128))
         if len(keep_all) and keep_all[0] == 0:
             lP_all[0] = math.log1p(-lat.dropped)           # total mass, exactly
+    roots = np.exp(1j * ((2 * math.pi / M) * np.arange(M)))     # (M,) e^{2 pi i t / M}
+    den_all = 1.0 - roots[keep_all]                       # (F,) 1 - e^{i th} at the kept frequencies
     c0 = 0
     if n_lo == 0:
         s[0], c0 = 1.0, 1                                  # S_0 = 0 <= L
@@ -366,7 +374,7 @@ def _survival_band(lat, n_lo, n_hi, shift=None):
         chunk = max(1, min(256, int(ns[c0]) // 4))         # few n per chunk while small n keep many frequencies
         nn = ns[c0: c0 + chunk]
         sel = max(int(nn[0]), 1) * lab[keep_all] > math.log(_DELTA_F)
-        keep, lP = keep_all[sel], lP_all[sel]
+        keep, lP, den = keep_all[sel], lP_all[sel], den_all[sel]
         om = keep.astype(np.int64)
         for i0 in range(0, len(nn), max(1, 2_000_000 // max(len(om), 1))):
             n = nn[i0: i0 + max(1, 2_000_000 // max(len(om), 1))]
@@ -375,11 +383,9 @@ def _survival_band(lat, n_lo, n_hi, shift=None):
             a = lat.K - n * lat.k0 + (0 if shift is None else shift(n))     # P(J_n <= a)
             cnt = np.clip(a - lo + 1, 0, M)                # cells of the window at or below a
             # sum_{t = lo}^{lo + cnt - 1} e^{i th t} = e^{i th lo} (1 - e^{i th cnt}) / (1 - e^{i th})
-            ph_lo = (2 * math.pi / M) * np.mod(np.outer(lo, om), M)
-            ph_cn = (2 * math.pi / M) * np.mod(np.outer(cnt, om), M)
-            den = 1.0 - np.exp(1j * (2 * math.pi / M) * om)
+            # e^{i th t} for integer t is a root of unity: read from the table, not recomputed per (n, omega)
             with np.errstate(divide="ignore", invalid="ignore"):
-                G = np.exp(1j * ph_lo) * (1.0 - np.exp(1j * ph_cn)) / den
+                G = roots[np.mod(np.outer(lo, om), M)] * (1.0 - roots[np.mod(np.outer(cnt, om), M)]) / den
             if len(om) and om[0] == 0:
                 G[:, 0] = cnt
             T = np.exp(n.astype(np.float64)[:, None] * lP[None, :]) * G
@@ -504,18 +510,25 @@ def lattice_passage(gate, eps, L, m, tol=1e-8, strict=False, richardson=True, va
     atoms = isinstance(gate, gates.EmpiricalGate)
     n_distinct = len(np.unique(gate.x)) if atoms else 0
     levels = [_level(gate, L, m, lv, support) for lv in range(1 if atoms else 3)]
+    done = {}                                              # id(lattice) -> its range, and its band per range
     while True:
         use = levels[-1:] if atoms else levels[-3:]
-        ranges = [_transition_range(lat, n_exp, sd_n) for lat in use]
-        n_lo, n_hi = min(r[0] for r in ranges), max(r[1] for r in ranges)
+        hint = None
+        for lat in use:
+            if id(lat) not in done:
+                done[id(lat)] = [_transition_range(lat, n_exp, sd_n, hint), {}]
+            hint = done[id(lat)][0]
+        n_lo, n_hi = min(done[id(lat)][0][0] for lat in use), max(done[id(lat)][0][1] for lat in use)
         if atoms:                                          # room for the bracket's thresholds L -+ n h / 2
             pad = int(n_hi * levels[-1].h / (2 * m.kappa)) + 2
             n_lo, n_hi = max(n_lo - pad, 0), n_hi + pad
         surv, bounds = [], []
         span = n_hi - n_lo + 1
         for lat in use:
-            sb, alias = _survival_band(lat, n_lo, n_hi)
-            t1, t2 = _tail_error(lat, n_lo, n_hi)
+            bands = done[id(lat)][1]
+            if (n_lo, n_hi) not in bands:                  # each lattice's band once per range
+                bands[(n_lo, n_hi)] = _survival_band(lat, n_lo, n_hi), _tail_error(lat, n_lo, n_hi)
+            (sb, alias), (t1, t2) = bands[(n_lo, n_hi)]
             # per-n bounds (aliasing, dropped frequencies, rounding) into the moments of N - n_lo; x 2 for the
             # Richardson weights (4/3 and 1/3 on two levels)
             i = np.arange(span)

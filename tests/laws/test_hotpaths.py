@@ -1,0 +1,208 @@
+"""The hot paths of the window numerics against the plain computations they replace: the per-query windows of a
+numpy trace (gates.window_row) against searchsorted on the prefix sums; laws with 5-64 atoms (discrete.py's
+walks) against exact rational sums over count vectors, the previous count sums and Monte Carlo (SE tolerances)."""
+import math
+import warnings
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from foxwindow.laws import bench, discrete, exact, gates
+
+# ----------------------------------------------------------------------------- windows of a numpy trace
+
+
+def searchsorted_windows(lg, L):
+    """The definition: W_i = i - j_i, j_i = searchsorted(c, c_i - L, side="left"), c the float64 prefix sums of -lg
+    (c_0 = 0), on the last axis."""
+    lg = np.asarray(lg, dtype=np.float64)
+    c = np.concatenate([np.zeros(lg.shape[:-1] + (1,)), np.cumsum(-lg, axis=-1)], axis=-1)
+    T = lg.shape[-1]
+    j = np.empty(lg.shape, np.int64)
+    for idx in np.ndindex(lg.shape[:-1]):
+        j[idx] = np.searchsorted(c[idx], c[idx][1:] - L, side="left")
+    return np.arange(1, T + 1) - j, j == 0
+
+
+def awkward_traces(rng):
+    """(name, log-gates, L): ties, plateaus of gates of exactly 1, subnormal and huge steps, overflowing sums."""
+    yield "smooth", np.log(rng.beta(20, 1, 3000)), math.log(1e3)
+    lg = np.log(rng.beta(5, 1, 3000))
+    lg[rng.random(3000) < 0.9] = 0.0                               # plateaus: most gates exactly 1
+    lg[1000:1600] = 0.0                                            # and one long one
+    yield "plateaus", lg, 2.0
+    yield "ties", -np.round(rng.exponential(1.0, 3000)), 3.0      # integer sums: c_k == c_i - L often
+    yield "ties, quarter steps", -np.round(4 * rng.exponential(1.0, 3000)) / 4, 1.25
+    sub = -rng.choice([0.0, 5e-324, 1e-323, 2.2250738585072014e-308, 1e-310], 2000)
+    yield "subnormal steps", sub, 1e-309
+    mixed = np.where(rng.random(2000) < 0.5, sub, np.log(rng.beta(2, 1, 2000)))
+    yield "subnormal and normal steps", mixed, 0.7
+    yield "a subnormal span", -5e-324 * rng.integers(0, 4, 300), 5e-324    # slopes 1 / 1e-323 overflow
+    yield "eps 1e-300", np.log(rng.beta(50, 1, 20000)), math.log(1e300)
+    yield "constant", np.full(500, -0.05), math.log(1e3)
+    yield "huge steps", -rng.choice([0.0, 1e-300, 1.0, 1e300], 500), 1e300
+    yield "overflowing sums", np.concatenate([[-1e308, -1e308], -rng.exponential(1.0, 200)]), 5.0
+    yield "one position, gate 1", np.array([0.0]), 1.0
+    yield "one position", np.array([-2.0]), 1.0
+    yield "two positions", np.array([-1.0, -0.0]), 1.0
+    yield "censored throughout", np.log(rng.beta(500, 1, 400)), math.log(1e3)
+
+
+@pytest.mark.parametrize("block", [None, 3, 64])
+def test_windows_of_awkward_traces_equal_searchsorted(monkeypatch, block):
+    if block is not None:
+        monkeypatch.setattr(gates, "WINDOW_BLOCK", block)         # many blocks on short traces
+    rng = np.random.default_rng(11)
+    for name, lg, L in awkward_traces(rng):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", gates.ThresholdWarning)          # the tiny L of the subnormal trace
+            W, cens = gates.windows(lg, L=L)
+        with np.errstate(invalid="ignore", over="ignore"):
+            Wr, cr = searchsorted_windows(lg, L)
+        assert W.dtype == np.int64 and cens.dtype == bool and W.shape == lg.shape, name
+        np.testing.assert_array_equal(W, Wr, err_msg=name)
+        np.testing.assert_array_equal(cens, cr, err_msg=name)
+
+
+def test_windows_of_random_short_traces_equal_searchsorted():
+    rng = np.random.default_rng(12)
+    for _ in range(300):
+        T = int(rng.integers(1, 12))
+        lg = -rng.choice([0.0, 0.5, 1.0, 2.0, rng.exponential()], T)                 # ties and plateaus
+        L = float(rng.choice([0.5, 1.0, 2.0, 3.0, rng.exponential() + 0.01]))
+        W, cens = gates.windows(lg, L=L)
+        Wr, cr = searchsorted_windows(lg, L)
+        np.testing.assert_array_equal(W, Wr)
+        np.testing.assert_array_equal(cens, cr)
+
+
+@pytest.mark.filterwarnings("ignore::foxwindow.laws.gates.ThresholdWarning")     # L = 1e-9
+def test_windows_of_many_rows_and_layouts_equal_searchsorted(monkeypatch):
+    monkeypatch.setattr(gates, "WINDOW_BLOCK", 100)
+    rng = np.random.default_rng(13)
+    lg = np.log(rng.beta(8, 1, (3, 700, 4)))                         # (B, T, H)
+    lg[:, 50:80] = 0.0
+    for L in (1e-9, 0.5, math.log(1e3), math.log(1e12)):
+        W, cens = gates.windows(lg, L=L, dim=1)
+        Wr, cr = searchsorted_windows(np.moveaxis(lg, 1, -1), L)
+        np.testing.assert_array_equal(W, np.moveaxis(Wr, -1, 1))
+        np.testing.assert_array_equal(cens, np.moveaxis(cr, -1, 1))
+    W, cens = gates.windows(lg[:, :, 0].astype(np.float32), eps=1e-2)   # (S, T), float32 summed in float64
+    Wr, cr = searchsorted_windows(lg[:, :, 0].astype(np.float32), math.log(1e2))
+    np.testing.assert_array_equal(W, Wr)
+    np.testing.assert_array_equal(cens, cr)
+
+
+def test_window_row_reuses_its_buffers_across_rows():
+    rng = np.random.default_rng(14)
+    work = gates.WindowRowBuffers(500)
+    for _ in range(3):
+        lg = np.log(rng.beta(10, 1, 500))
+        W, cens = np.empty(500, np.int64), np.empty(500, bool)
+        gates.window_row(lg, 2.0, W, cens, work)
+        Wr, cr = searchsorted_windows(lg, 2.0)
+        assert np.array_equal(W, Wr) and np.array_equal(cens, cr)
+
+
+# ----------------------------------------------------------------------------- laws with 5-64 atoms
+
+
+def _atoms(values, probs):
+    return discrete.AtomGate(np.array(values, dtype=np.float64), np.array(probs, dtype=np.float64), "atoms")
+
+
+def enumeration(values, probs, L):
+    """(E[W], Var[W]) in exact rationals: the law of the count vector below L, step by step."""
+    v, p, fL = [Fraction(float(x)) for x in values], [Fraction(x) for x in probs], Fraction(float(L))
+    cur, s = {(0,) * len(v): Fraction(1)}, [Fraction(1)]
+    while cur:
+        nxt = {}
+        for c, w in cur.items():
+            for i in range(len(v)):
+                c2 = c[:i] + (c[i] + 1,) + c[i + 1:]
+                if sum(ci * vi for ci, vi in zip(c2, v)) <= fL:
+                    nxt[c2] = nxt.get(c2, 0) + w * p[i]
+        cur = nxt
+        s.append(sum(cur.values(), Fraction(0)))
+    EN, E2 = sum(s), sum((2 * n + 1) * sn for n, sn in enumerate(s))
+    return float(EN - 1), float(E2 - EN * EN)
+
+
+@pytest.mark.parametrize("values,probs,L", [
+    ((0.25, 0.5, 0.75), (0.2, 0.5, 0.3), 3.0),                          # sums equal to L: ties
+    ((0.125, 0.375, 0.5, 1.25), (0.1, 0.2, 0.3, 0.4), 2.6),
+    ((0.25, 0.5, 0.75, 1.25, 2.0), (0.1, 0.2, 0.3, 0.25, 0.15), 3.0),
+    ((0.0625, 0.25, 0.3125, 0.5, 0.75), (0.3, 0.1, 0.2, 0.2, 0.2), 1.5),
+])
+def test_atoms_on_a_common_step_equal_the_exact_sums(values, probs, L):
+    mean, var = enumeration(values, probs, L)
+    law = discrete.DiscreteLaw.from_atoms(np.array(values), np.array(probs))
+    n0, s, err, _, label = discrete.step_survival(law, L)
+    assert "common step" in label and n0 == 0
+    if len(values) <= discrete.MAX_VALUES:                              # the previous route: sums over counts
+        m0, s_old, _, _ = discrete.count_survival(law, L)
+        full = np.concatenate([np.ones(m0), s_old])
+        n = min(len(full), len(s))
+        np.testing.assert_allclose(s[:n], full[:n], rtol=0, atol=1e-13)
+        assert np.all(s[n:] <= 1e-30) and np.all(full[n:] <= 1e-30)
+    r = exact.exact_first_passage(_atoms(values, probs), eps=math.exp(-L))
+    assert abs(r.mean - mean) <= r.mean_err and abs(r.var - var) <= r.var_err
+    assert r.mean_err < 1e-9 * max(mean, 1) and r.var_err < 1e-9 * max(var, 1)
+
+
+def test_atoms_without_a_common_step_are_bracketed_around_the_exact_sums():
+    rng = np.random.default_rng(21)
+    for k, L in ((5, 2.5), (6, 2.0), (8, 1.6)):
+        values = np.sort(rng.uniform(0.3, 1.0, k))                      # no common step above L / MAX_CELLS
+        probs = rng.dirichlet(np.ones(k))
+        law = discrete.DiscreteLaw.from_atoms(values, probs)
+        assert discrete.common_step(values, L) is None
+        mean, var = enumeration(values, probs, L)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", exact.AccuracyWarning)     # where the bracket is wider than tol
+            r = exact.exact_first_passage(_atoms(values, probs), eps=math.exp(-L))
+        assert "bracketed walk" in r.method
+        assert abs(r.mean - mean) <= r.mean_err and abs(r.var - var) <= r.var_err
+        assert r.mean_err < 1e-3 * mean                                 # and the bracket is narrow
+        n0, s, err, _, _ = discrete.bracket_survival(law, L)
+        assert np.all(np.diff(s) <= 0) and np.all(err >= 0)
+
+
+def mc_windows(values, probs, L, trials, rng):
+    """W = N - 1 by simulation: the first n with S_n > L, from blocks of draws."""
+    n_max = int(L / values.min()) + 2
+    W = np.empty(trials, np.int64)
+    for a in range(0, trials, 20_000):
+        x = rng.choice(values, p=probs, size=(min(20_000, trials - a), n_max))
+        W[a:a + len(x)] = np.argmax(np.cumsum(x, axis=1) > L, axis=1)      # index of the first step past L
+    return W
+
+
+@pytest.mark.parametrize("k", [16, 64])
+def test_many_atoms_against_monte_carlo(k):
+    rng = np.random.default_rng(22 + k)
+    values = np.sort(rng.uniform(0.05, 0.5, k))
+    probs = rng.dirichlet(np.ones(k))
+    L = math.log(1e3)
+    with pytest.warns(exact.AccuracyWarning, match="bracketed walk"):   # tol 1e-8 is out of its reach here
+        r = exact.exact_first_passage(_atoms(values, probs), eps=1e-3)
+    assert "bracketed walk" in r.method and r.mean_err < 1e-3 * r.mean
+    W = mc_windows(values, probs, L, 100_000, rng).astype(np.float64)
+    n = len(W)
+    se_mean = W.std() / math.sqrt(n)
+    d = (W - W.mean()) ** 2
+    se_var = d.std() / math.sqrt(n)
+    z = 3.0                                                             # two checks per gate, two gates: Bonferroni
+    assert abs(W.mean() - r.mean) <= z * se_mean + r.mean_err
+    assert abs(W.var() - r.var) <= z * se_var + r.var_err
+
+
+def test_the_fft_lattice_baseline_is_accurate():
+    # the benchmark's baseline of the exact moments: gamma X, whose law of W is in closed form
+    g, L = gates.GammaIncrement(4.0, 0.05), math.log(1e3)
+    r = exact.exact_first_passage(g, eps=1e-3)
+    mean, var = bench.fft_lattice(g, L, 0.2 / 64)
+    assert abs(mean - r.mean) < 1e-8 * r.mean and abs(var - r.var) < 1e-6 * r.var
+    m1, v1 = bench.fft_lattice(g, L, 0.2 / 8, richardson=False)
+    assert abs(m1 - r.mean) > 10 * abs(mean - r.mean)                 # Richardson does remove the h^2 term
