@@ -10,6 +10,8 @@ the `python forget.py` command line in command.py. Here:
   analyse_model(checkpoint, eps=) the shipped FoX model (or any of this package's checkpoints): capture the
                                   gates on held-out text, analyse, and compare decay and attention-mass windows
   analyse_traces(path, eps=)     the same from saved traces (traces.save_trace), any model's gates
+  analyse_stream(shapes, capture) analyse_layers on traces that arrive a group of layers at a time (a live model
+                                  captured group by group, plan_groups), each group freed after its heads
 
 Thresholds here are L = ln(1/eps) only (the user's eps are converted once in the command).
 Verdict states and their calibration: verdict.py's docstring and docs/VERDICT.md.
