@@ -148,11 +148,12 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
     # caller moves it between the frames around this loop.
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
-    # D >= 128: the diagonal loop (2-3 iterations a program) is not software-pipelined: on sm_90 at
-    # D 128 Triton 3.6 issues 489 instructions an iteration there unpipelined against 530 pipelined
-    # (the loop below the diagonal 400 either way); Triton 3.9 527 against 530 (409 / 406 below).
-    # At D = 64 both loops stay pipelined.
-    for n0 in tl.range(lo, hi, BLOCK_N, num_stages=1 if MASK and D >= 128 else None):
+    # D = 128: the diagonal loop (2-3 iterations a program) is not software-pipelined: on sm_90
+    # Triton 3.6 issues 489 instructions an iteration there unpipelined against 530 pipelined (the
+    # loop below the diagonal 400 either way); Triton 3.9 527 against 530 (409 / 406 below). At
+    # D = 256 it is (Triton 3.9: 594 -> 571 below the diagonal, 686 -> 687 on it; 3.6 runs that
+    # forward at 1 stage anyway), and at D <= 64 too.
+    for n0 in tl.range(lo, hi, BLOCK_N, num_stages=1 if MASK and D == 128 else None):
         n0 = tl.multiple_of(n0, BLOCK_N)
         cols = n0 + offs_n
         if MASK:  # diagonal blocks: causal mask, which also hides keys past Tk
