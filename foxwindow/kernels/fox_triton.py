@@ -123,27 +123,18 @@ def tile_cast(x, dtype: tl.constexpr, PREC: tl.constexpr):
 
 
 @triton.jit
-def seq_bounds(CU, b, TQ, TK, VARLEN: tl.constexpr):
-    # (batch row, first token, Tq, Tk) of program row b; in a packed batch (B == 1) b is a sequence
+def seq_bounds(CU, b, TQ, TK, VARLEN: tl.constexpr, SQUARE: tl.constexpr = False):
+    # (batch row, first token, Tq, Tk) of program row b; in a packed batch (B == 1) b is a sequence.
+    # SQUARE: the caller launched with TQ == TK, so queries and keys share positions (off = 0 is
+    # then known to the compiler: the gate words of query rows load as aligned vectors)
     if VARLEN:
         bos = tl.load(CU + b)
         tq = tl.load(CU + b + 1) - bos
         return b * 0, bos, tq, tq
+    elif SQUARE:
+        return b, b * 0, TQ + b * 0, TQ + b * 0
     else:
         return b, b * 0, TQ + b * 0, TK + b * 0
-
-
-@triton.jit
-def _pair_decay(hq, lq, ch_base, cl_base, cols, n_ok):
-    # c_i - c_j for every (query row, key) pair of a tile, (BLOCK_M, BLOCK_N), straight from the
-    # two words of both ends: hi_i - hi_j is one rounding of an exact difference (exact when the
-    # two are within a factor 2), lo_i - lo_j is tiny, so the sum is c_i - c_j to a few float32
-    # ulps of itself, whatever the tile's size or the gate. hq, lq: the rows' words (BLOCK_M,);
-    # cols, n_ok: the keys (BLOCK_N,) and which exist. For the tiles that touch the diagonal,
-    # where a pair i = j (decay 0) sits next to keys a tile's worth of decay away.
-    hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)
-    lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
-    return (hq[:, None] - hj[None, :]) + (lq[:, None] - lj[None, :])
 
 
 @triton.jit
@@ -157,21 +148,22 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
     # caller moves it between the frames around this loop.
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
-    # D >= 128: the diagonal loop (2-3 iterations a program) is not software-pipelined. Pipelined,
-    # its per-pair gate words cost the loop below the diagonal, where the time goes, 17-22
-    # instructions an iteration on sm_90 (D128: 427 -> 410, the diagonal loop 602 -> 631); at
-    # D = 64 the trade goes the other way (562 -> 565), so it stays pipelined there.
-    for n0 in tl.range(lo, hi, BLOCK_N, num_stages=1 if MASK and D >= 128 else None):
+    # D = 128: the diagonal loop (2-3 iterations a program) is not software-pipelined: on sm_90
+    # Triton 3.6 issues 489 instructions an iteration there unpipelined against 530 pipelined (the
+    # loop below the diagonal 400 either way); Triton 3.9 527 against 530 (409 / 406 below). At
+    # D = 256 it is (Triton 3.9: 594 -> 571 below the diagonal, 686 -> 687 on it; 3.6 runs that
+    # forward at 1 stage anyway), and at D <= 64 too.
+    for n0 in tl.range(lo, hi, BLOCK_N, num_stages=1 if MASK and D == 128 else None):
         n0 = tl.multiple_of(n0, BLOCK_N)
         cols = n0 + offs_n
         if MASK:  # diagonal blocks: causal mask, which also hides keys past Tk
             # the rows' own gate words are loaded inside (hoisted out of the loop, they cost the loop
             # below the diagonal ~20 instructions an iteration on sm_90: register pressure)
-            s, v = _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, cols, offs_d, Tk,
-                                      qk_scale, PREC)
-            m_new = tl.maximum(m_i, tl.max(s, 1))   # m_i is finite: the first block came first
+            s, v, lq = _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, cols, offs_d,
+                                          Tk, qk_scale, BLOCK_N, PREC)
+            m_new = tl.maximum(m_i, tl.max(s, 1) + lq)   # m_i is finite: the first block came first
             alpha = tl.math.exp2(m_i - m_new)
-            p = tl.math.exp2(s - m_new[:, None])
+            p = tl.math.exp2(s - (m_new - lq)[:, None])
         else:     # blocks wholly below the diagonal are in bounds and need no mask
             k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :])
             v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :])
@@ -194,17 +186,26 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
 
 
 @triton.jit
-def _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, cols, offs_d, Tk, qk_scale,
-                       PREC: tl.constexpr):
-    # a key block that touches the diagonal: its V and the scores (log2 units) with the pair's decay from
-    # the exact gate words of both ends and the causal mask (which also hides keys past Tk)
-    n_ok = cols < Tk
-    k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-    v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-    hq = tl.load(ch_base + pos_m, mask=pos_m < Tk, other=0.0)
-    lq = tl.load(cl_base + pos_m, mask=pos_m < Tk, other=0.0)
-    s = tile_dot(q, tl.trans(k), PREC) * qk_scale + _pair_decay(hq, lq, ch_base, cl_base, cols, n_ok)
-    return tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf")), v
+def _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, cols, offs_d, Tk, qk_scale,
+                       BLOCK_N: tl.constexpr, PREC: tl.constexpr):
+    # a key block that touches the diagonal: its V and the scores (log2 units) less the rows' lo words,
+    # s_ij - lo_i = q.k scale + (hi_i - hi_j) - lo_j, with the causal mask (which also hides keys past
+    # Tk). hi_i - hi_j is one rounding of an exact difference (exact when the two are within a factor
+    # 2) and lo_i, lo_j are tiny, so this is c_i - c_j to a few ulps of itself whatever the tile or the
+    # gate; lo_i (returned, (BLOCK_M,)) rides on the row max, so a pair costs two adds, not three.
+    # The gate words load without masks (_padded_words: finite past Tk and Tq); k and v need theirs.
+    # keys past Tk read the last key's k and v instead of a masked load's zeros (no zero-fill of the
+    # registers a masked load needs): the causal mask hides them from every row < Tq
+    kr = tl.minimum(cols, Tk - 1)
+    k = tl.load(k_base + kr[:, None] * s_kt + offs_d[None, :])
+    v = tl.load(v_base + kr[:, None] * s_kt + offs_d[None, :])
+    hq = tl.load(ch_base + pos_m)
+    lq = tl.load(cl_base + pos_m)
+    hj = tl.load((ch_base + n0) + tl.arange(0, BLOCK_N))     # a scalar base: one address a thread
+    lj = tl.load((cl_base + n0) + tl.arange(0, BLOCK_N))
+    s = tile_dot(q, tl.trans(k), PREC) * qk_scale + (hq[:, None] - hj[None, :]) - lj[None, :]
+    # the causal mask against the tile's own key offsets (constants of the layout, not recomputed)
+    return tl.where((pos_m - n0)[:, None] >= tl.arange(0, BLOCK_N)[None, :], s, float("-inf")), v, lq
 
 
 @triton.jit
@@ -213,10 +214,11 @@ def _fwd_first(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, Tk, qk_scal
     # the first key block n0 (masked), which starts the online softmax: (acc, m, l) from P V
     # alone, no rescaling of a zero accumulator; m the row max of the true logits
     cols = n0 + tl.arange(0, BLOCK_N)
-    s, v = _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, cols, tl.arange(0, D), Tk,
-                              qk_scale, PREC)
+    s, v, lq = _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, cols, tl.arange(0, D),
+                                  Tk, qk_scale, BLOCK_N, PREC)
     m = tl.max(s, 1)                # finite: every row (padded rows too) sees key n0 <= its position
     p = tl.math.exp2(s - m[:, None])
+    m = m + lq                      # the true logits' frame
     acc = tile_dot(tile_cast(p, v.dtype, PREC), v, PREC)
     return acc, m, tl.sum(p, 1)
 
@@ -369,7 +371,7 @@ def bwd_key_anchor(ch_base, cl_base, n0, cols, n_ok):
     # (j <= a < i): then |w_j| and |u_i| are at most the pair's decay |c_i - c_j|, and their
     # roundings are relative to it, not to the block's width of decay (with the first key as the
     # anchor, w_j spanned BLOCK_N |log g|: foxwindow/kernels/NOTES.md v7). The diagonal blocks do not use
-    # them (_pair_decay). ch_base, cl_base: one head's hi and lo gate words (float32, by
+    # them (_fwd_masked_scores). ch_base, cl_base: one head's hi and lo gate words (float32, by
     # position); cols, n_ok: the block's key positions (BLOCK_N,) and which are < Tk. Returns
     # ha, la (scalars) and w (BLOCK_N,).
     last = n0 + tl.sum(n_ok.to(tl.int32), 0) - 1
@@ -391,7 +393,7 @@ def bwd_kv_tile(dk, dv, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_
     # the keys' own gate words (0 past Tk), for the tiles on the diagonal; cols: (BLOCK_N,)
     # key positions, n_ok: which are < Tk; offs_d: (D,) arange(0, D), made by the caller outside
     # its query loop. MASK (a tile touching the diagonal) takes c_i - c_j from the words of both
-    # ends instead (_pair_decay): there w_j + u_i would add two terms of up to a tile's width of
+    # ends instead (as _fwd_masked_scores): there w_j + u_i would add two terms of up to a tile's width of
     # decay for pairs whose decay is ~0, and lse_i after them, not between them.
     # q_base, do_base: the head's (Tq, D) rows (row stride s_qt); ch_base, cl_base: its gate
     # words (by position); lse_base, z_base, delta_base: its (Tq,) float32 row terms, z the
@@ -529,7 +531,7 @@ def bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, KLO, QEND, C
                      H, GROUP, TQ, TK, qk_scale, sm_scale,
                      D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      VARLEN: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
-                     ACP: tl.constexpr):
+                     ACP: tl.constexpr, SQUARE: tl.constexpr = False):
     # one program: BLOCK_N keys of one (batch, kv head), writes DC = dc (B, H, Tk) float32 for the
     # query heads it covers, and dk, dv to DK, DV with strides s_o*. Without SPLIT it loops over
     # the GROUP query heads sharing the kv head, summing dk, dv in registers in a fixed order;
@@ -542,7 +544,7 @@ def bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, KLO, QEND, C
     heads = H if SPLIT else H // GROUP
     ho = pid_bh % heads                             # the head index of the dk, dv buffers
     hk = ho // GROUP if SPLIT else ho               # the kv head
-    b, bos, Tq, Tk = seq_bounds(CU, pid_bh // heads, TQ, TK, VARLEN)
+    b, bos, Tq, Tk = seq_bounds(CU, pid_bh // heads, TQ, TK, VARLEN, SQUARE)
     n0 = pid_n * BLOCK_N
     if n0 >= Tk:
         return
@@ -595,22 +597,26 @@ def _bwd_dq_tile(q, do, ha, la, lse_u, hq, rq, delta, pos_m, k_base, v_base, ch_
             hj = tl.load(ch_base + cols)
             lj = tl.load(cl_base + cols)
         else:
-            n_ok = cols < Tk
-            k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-            v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :], mask=n_ok[:, None], other=0.0)
-            hj = tl.load(ch_base + cols, mask=n_ok, other=0.0)
-            lj = tl.load(cl_base + cols, mask=n_ok, other=0.0)
+            # keys past Tk read the last key (no zero-filled masked loads) and the gate words load
+            # unmasked (_padded_words): the causal mask hides those keys from every row < Tq
+            kr = tl.minimum(cols, Tk - 1)
+            k = tl.load(k_base + kr[:, None] * s_kt + offs_d[None, :])
+            v = tl.load(v_base + kr[:, None] * s_kt + offs_d[None, :])
+            hj = tl.load((ch_base + n0) + tl.arange(0, BLOCK_N))
+            lj = tl.load((cl_base + n0) + tl.arange(0, BLOCK_N))
+        # the causal mask against the tile's own key offsets (constants of the layout)
+        live = (pos_m - n0)[:, None] >= tl.arange(0, BLOCK_N)[None, :]
         if HOIST:
             s = tile_dot(q, tl.trans(k), PREC) * qk_scale + ((hq[:, None] - hj[None, :]) + (rq[:, None] - lj[None, :]))
-            p = tl.math.exp2(tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf")))
+            p = tl.math.exp2(tl.where(live, s, float("-inf")))
         else:
-            r_ok = pos_m < Tk
-            hr = tl.load(ch_base + pos_m, mask=r_ok, other=0.0)
-            lr = tl.load(cl_base + pos_m, mask=r_ok, other=0.0)
-            lse = tl.load(lse_base + pos_m, mask=r_ok, other=float("inf"))
+            # unmasked (_padded_words, lse too): rows past Tq get finite values, and are never stored
+            hr = tl.load(ch_base + pos_m)
+            lr = tl.load(cl_base + pos_m)
+            lse = tl.load(lse_base + pos_m)
             rr = lr - lse
             s = tile_dot(q, tl.trans(k), PREC) * qk_scale + ((hr[:, None] - hj[None, :]) + (rr[:, None] - lj[None, :]))
-            p = tl.math.exp2(tl.where(pos_m[:, None] >= cols[None, :], s, float("-inf")))
+            p = tl.math.exp2(tl.where(live, s, float("-inf")))
     else:
         k = tl.load(k_base + cols[:, None] * s_kt + offs_d[None, :])
         v = tl.load(v_base + cols[:, None] * s_kt + offs_d[None, :])
@@ -876,9 +882,24 @@ def _gate_words(log_fgate, cu_seqlens):
                                       output_size=c.shape[1])
         c = c - before[seq][None]
     c = (c * LOG2E).transpose(1, 2).contiguous()
-    hi = c.to(torch.float32)
-    lo = (c - hi.to(torch.float64)).to(torch.float32)
+    hi, lo = _padded_words(c.shape, c.device), _padded_words(c.shape, c.device)
+    hi.copy_(c)
+    lo.copy_(c - hi.to(torch.float64))
     return hi, lo, c
+
+
+WORD_PAD = 256      # zero words after the last head's gate words: > any tile side (fwd, dK/dV, dQ)
+
+
+def _padded_words(shape, device):
+    """A contiguous float32 tensor of `shape` (B, H, T) whose storage runs WORD_PAD zeros past its
+    end. The diagonal tiles load gate words of whole key tiles and row tiles without a mask (keys
+    past Tk, rows past Tq): a word past one head's end is the next head's (finite), past the last
+    head's one of these zeros, never memory outside the buffer. The causal mask hides every such
+    key from every row < Tq, and rows past Tq are never stored (the dK/dV pass masks them itself)."""
+    n = math.prod(shape)
+    buf = torch.zeros(n + WORD_PAD, device=device, dtype=torch.float32)
+    return buf[:n].view(shape)
 
 
 def _tile_offsets(c, bn, cu_seqlens):
@@ -891,7 +912,7 @@ def _tile_offsets(c, bn, cu_seqlens):
     them a tile's width of decay, foxwindow/kernels/NOTES.md v7). A key costs one load and no arithmetic.
     The dQ pass reads it the same way (with its own tile width; v7: a key op there costs 16
     instructions a thread, a row op 2). The diagonal tiles take c_i - c_j from the two words
-    directly (_pair_decay)."""
+    directly (_fwd_masked_scores)."""
     T = c.shape[-1]
     j = torch.arange(T, device=c.device)
     if cu_seqlens is None:
@@ -922,6 +943,11 @@ def suffix_sum(dc, cu_seqlens):
 # (bwd_dq_kernel): key-mask-free whole tiles with the rows' words hoisted on 3.6 (the GPU machine's),
 # the one masked loop on 3.7 and later (measured on 3.9). Both forms compute the same P to rounding.
 DQ_SPLIT = tl.constexpr(TRITON_VERSION < (3, 7))
+# The dK/dV pass compiled for Tq == Tk (seq_bounds' SQUARE: the rows' gate words then load as aligned
+# vectors) on Triton 3.6, where that takes its diagonal loop from 455 to 435 instructions on sm_90 at
+# D 128 (below the diagonal 327 -> 330); 3.9 compiles it to more (430 -> 431, 340 -> 343), as it does
+# the forward (527 -> 572 on the diagonal) and dQ (547 -> 559), so only dK/dV on 3.6 takes it.
+DKDV_SQUARE = TRITON_VERSION < (3, 7)
 
 ROW_GRANULE = tl.constexpr(64)     # rows per granule of row_terms; every backward query tile fits in one
 
@@ -1186,7 +1212,7 @@ class _FoxAttention(torch.autograd.Function):
         o = torch.empty_like(q)
         res = q.dtype != torch.float32 and any(ctx.needs_input_grad[:4])
         o_res = torch.empty_like(q) if res else o   # (B, Tq, H, D), only kept for the backward
-        lse = torch.empty(B, H, Tq, device=q.device, dtype=torch.float32)
+        lse = _padded_words((B, H, Tq), q.device)     # the dQ pass's diagonal tiles load it unmasked
         varlen = cu_seqlens is not None
         nb = cu_seqlens.numel() - 1 if varlen else B
         prec = precision_of(q.dtype)
@@ -1240,7 +1266,7 @@ class _FoxAttention(torch.autograd.Function):
                 nb * (H if split else Hkv), q.device, D, q.dtype,
                 (q, k, v, do, ch, cl, lse, z, delta, dk, dv, dc, klo, qend, cu) + strides
                 + (dk.stride(0), dk.stride(1), dk.stride(2)) + scales,
-                dict(consts, SPLIT=split), granule=G)
+                dict(consts, SPLIT=split, SQUARE=DKDV_SQUARE and Tq == Tk), granule=G)
         _launch("dq", bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,
                 q.dtype, lambda bn: (q, k, v, do, ch, cl, _tile_offsets(c64, bn, cu_seqlens), lse, delta, dq, dr,
                                      klo, cu) + strides + scales, consts,

@@ -120,6 +120,7 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
         c["GROUP"] = 1
     if name == "dkdv":
         c["SPLIT"] = group > 1                      # as the launcher sets it
+        c["SQUARE"] = kt.DKDV_SQUARE                # Tq == Tk, as at every benchmark shape
     if name == "fwd":
         c["RES"] = dtype != "fp32"
     c.update(consts)

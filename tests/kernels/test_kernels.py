@@ -195,6 +195,40 @@ def test_deterministic():
         assert torch.equal(x, y), f"{n} differs between two runs"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_words_past_the_end_stay_hidden(monkeypatch, dtype):
+    """The diagonal tiles load gate words (and the dQ pass lse) of whole tiles without masks, past
+    Tk and Tq: what lies there is the next head's words, or fox_triton._padded_words' tail. Filled
+    with -1e30 instead of zeros (a key there would weigh 2^1e30 if any real row saw it), the results
+    still match float64: the causal mask hides those keys, and rows past Tq are never stored."""
+    from foxwindow.kernels import fox_triton as kt
+    plain = kt._padded_words
+
+    def poisoned(shape, device):
+        w = plain(shape, device)
+        n = w.numel()
+        torch.as_strided(w, (n + kt.WORD_PAD,), (1,))[n:] = -1e30     # the tail only
+        return w
+    monkeypatch.setattr(kt, "_padded_words", poisoned)
+    w = kt._padded_words((1, 2, 3), "cpu")
+    assert w.untyped_storage().nbytes() == 4 * (6 + kt.WORD_PAD) and (w == 0).all()
+    args = make(1, 37, 37, 2, 2, 32, dtype, STRONG if dtype == torch.float32 else MODERATE, seed=5)
+    check(run(*args), reference(*args), dtype)
+
+
+def test_dkdv_square_same_gradients(monkeypatch):
+    """The dK/dV pass compiled for Tq == Tk (fox_triton.DKDV_SQUARE, the form Triton 3.6 gets) gives
+    the same gradients bit for bit as the general one."""
+    from foxwindow.kernels import fox_triton as kt
+    args = make(1, 70, 70, 2, 1, 32, torch.float32, STRONG, seed=6)
+    got = {}
+    for square in (False, True):
+        monkeypatch.setattr(kt, "DKDV_SQUARE", square)
+        got[square] = run(*args)
+    for n, x, y in zip(["out", "dq", "dk", "dv", "dlog_fgate"], got[False], got[True]):
+        assert torch.equal(x, y), f"{n} differs with SQUARE"
+
+
 def _bad(**over):
     q, k, v, log_fgate, _ = make(1, 8, 8, 2, 2, 32, torch.float32, MODERATE)
     x = dict(q=q, k=k, v=v, log_fgate=log_fgate)
