@@ -20,7 +20,7 @@ from scipy import signal, special
 
 __all__ = ["threshold", "L_LOOKS_LIKE_EPS", "ThresholdWarning", "level", "levels", "increments_from_log_gates",
            "increments_from_gates", "decay_matrix", "windows", "window_row", "window_row_numpy", "WindowRowBuffers",
-           "WINDOW_BLOCK", "merge_kernel", "COMPILED", "COMPILED_MIN",
+           "WINDOW_BLOCK", "merge_kernel", "merged", "COMPILED", "COMPILED_MIN",
            "Moments", "Gate", "LogitNormalGate", "BetaGate",
            "GammaIncrement", "ConstantGate", "AR1LogitGate", "EmpiricalGate", "SEED_GATES", "ALIBI_SLOPES",
            "MCResult", "first_passage_samples", "first_passage_mc"]
@@ -244,7 +244,7 @@ def windows(log_g, *, eps=None, L=None, dim=None):
     L = level(eps, L)
     is_np = not isinstance(log_g, torch.Tensor)
     if is_np:
-        return _windows_np(_np_log_gates(log_g), L, dim)
+        return _windows_np(_as_float_array(log_g, "log-gates"), L, dim)
     x = increments_from_log_gates(log_g)
     t = x
     if dim is None:
@@ -279,17 +279,21 @@ def _check_dim(dim, shape):
 
 
 def _windows_np(lg, L, dim):
-    """windows() for numpy log-gates lg float64 (validated): row by row, the prefix sums in float64, the search
-    exact (window_row)."""
+    """windows() for numpy log-gates lg float64 contiguous (not yet validated): the prefix sums in float64, the
+    search exact; all rows in one compiled merge (which validates as it sums) or row by row (window_row_numpy)."""
     dim = _check_dim(dim, lg.shape)
     lm = np.moveaxis(lg, dim, -1)
     T = lm.shape[-1]
     rows = np.ascontiguousarray(lm.reshape(-1, T))      # (R, T)
+    kernel = _compiled_for(rows.size)
+    if kernel is None:
+        _check_log_gates(float(lg.max()), float(lg.min()))
     W = np.empty(rows.shape, np.int64)
     cens = np.empty(rows.shape, bool)
-    kernel = _compiled_for(rows.size)
-    if kernel is not None:                              # all rows in one compiled pass
-        kernel(rows, float(L), W, cens, np.empty(T + 5))
+    if kernel is not None:
+        if not kernel(rows, float(L), W, cens, _scratch(T + 5)):      # a NaN, a log-gate > 0 or -inf: say which
+            _check_log_gates(float(lg.max()), float(lg.min()))
+            raise ValueError("log-gates must be finite and <= 0")        # not reached: the check above raises
     else:
         work = WindowRowBuffers(T)
         for r in range(rows.shape[0]):
@@ -330,7 +334,8 @@ def window_row(lg, L, W, cens, work=None):
     if kernel is None or not (lg.flags.c_contiguous and W.flags.c_contiguous and cens.flags.c_contiguous
                               and W.dtype == np.int64 and cens.dtype == np.bool_):
         return window_row_numpy(lg, L, W, cens, work)
-    kernel(np.asarray(lg, dtype=np.float64)[None], float(L), W[None], cens[None], np.empty(T + 5))
+    if not kernel(np.asarray(lg, dtype=np.float64)[None], float(L), W[None], cens[None], _scratch(T + 5)):
+        raise ValueError("window_row: log-gates must be finite and <= 0 (validate them first)")
     return W, cens
 
 
@@ -384,20 +389,36 @@ COMPILED = True            # False: windows of numpy traces by window_row_numpy 
 # positions of a call from which the merge is compiled: importing numba and compiling take 2-7 s once a process
 # (measured on 2 loaded cores), about what the merge saves on 1e8 positions; merge_kernel() compiles it up front
 COMPILED_MIN = 1 << 26
-_MERGE_SIG = "void(float64[:, ::1], float64, int64[:, ::1], boolean[:, ::1], float64[::1])"
+_MERGE_SIG = "boolean(float64[:, ::1], float64, int64[:, ::1], boolean[:, ::1], float64[::1])"
 _merge = []                  # [the compiled kernel, or None without numba] once looked for
+_scratch_buf = [np.empty(0)]  # the merge's prefix sums, kept between calls (fresh pages cost about a cumsum's time)
+
+
+def _scratch(n):
+    """A float64 scratch of n entries: the kept one, grown in powers of two up to _IOTA_MAX entries."""
+    if n > _IOTA_MAX:
+        return np.empty(n)
+    if len(_scratch_buf[0]) < n:
+        _scratch_buf[0] = np.empty(min(_IOTA_MAX, 1 << n.bit_length()))
+    return _scratch_buf[0][:n]
 
 
 def _merge_rows(lg, L, W, cens, a):
     """The two-pointer merge over rows, in plain Python (merge_kernel compiles it). For each row of lg (R, T) float64
-    log-gates (validated): a_k = sum_{t<=k} lg_t summed left to right (a_0 = 0) into the scratch a (T + 5,) float64,
+    log-gates: a_k = sum_{t<=k} lg_t summed left to right (a_0 = 0) into the scratch a (T + 5,) float64,
     then W[r, i - 1] = i - j_i and cens[r, i - 1] = (j_i == 0) with j_i = #{k : a_k > a_i + L} -- the same sums
     and keys as window_row_numpy, so the same windows. a is non-increasing and a_i + L >= a_i (also at -inf), so
     j_i <= i and j_i only moves forward. The row is split in four quarters, each with its own pointer (its start
     bisected): four independent chains whose latencies overlap. Each pointer steps by counting a[j..j+3] > key
     without a branch (a non-increasing: the count is the step when under 4; -inf pads a past a_T) and walks on
-    only past that (rare)."""
+    only past that (rare). Returns False, before any window is written, where lg holds a NaN, a value > 0 or -inf
+    (the caller says which); True when done."""
     R, T = lg.shape
+    for r in range(R):                                  # the checks of _check_log_gates, one pass before any work
+        for i in range(T):
+            x = lg[r, i]
+            if not x <= 0.0 or x == -np.inf:
+                return False
     n = T // 4
     for r in range(R):
         a[0] = 0.0
@@ -451,11 +472,13 @@ def _merge_rows(lg, L, W, cens, a):
             W[r, i] = i + 1 - j
         for i in range(T):
             cens[r, i] = W[r, i] == i + 1               # j_i = 0
+    return True
 
 
 def merge_kernel():
-    """The compiled two-pointer merge, kernel(lg (R, T) float64, L float, W (R, T) int64, cens (R, T) bool,
-    a (T + 5,) float64 scratch), all C-contiguous: the windows of window_row_numpy, row by row. Compiled on the
+    """The compiled two-pointer merge, ok = kernel(lg (R, T) float64, L float, W (R, T) int64, cens (R, T) bool,
+    a (T + 5,) float64 scratch), all C-contiguous: the windows of window_row_numpy, row by row; ok False (nothing
+    written) where lg holds a NaN, a value > 0 or -inf. Compiled on the
     first call of a process (numba.njit, not cached to disk); None where numba is not installed."""
     if not _merge:
         try:
@@ -463,8 +486,13 @@ def merge_kernel():
         except ImportError:
             _merge.append(None)
         else:
-            _merge.append(numba.njit(_MERGE_SIG, cache=False, nogil=True)(_merge_rows))
+            _merge.append(numba.njit(_MERGE_SIG, cache=False)(_merge_rows))   # holding the GIL: one scratch
     return _merge[0]
+
+
+def merged():
+    """Whether this process has looked for numba and compiled the merge (merge_kernel has run)."""
+    return bool(_merge)
 
 
 def _compiled_for(n):

@@ -159,6 +159,23 @@ def test_the_compiled_merge_equals_the_numpy_path_on_many_rows_and_short_traces(
         assert np.array_equal(W, Wn) and np.array_equal(cens, cn)
 
 
+def test_the_compiled_merge_refuses_bad_log_gates_with_the_numpy_paths_message(monkeypatch):
+    _kernel()
+    for bad, msg in ((np.nan, "NaN"), (0.5, "must be <= 0"), (-np.inf, "infinite")):
+        lg = np.log(np.random.default_rng(16).beta(20, 1, (3, 50)))
+        lg[2, 7] = bad
+        for compiled in (True, False):
+            monkeypatch.setattr(gates, "COMPILED", compiled)
+            monkeypatch.setattr(gates, "COMPILED_MIN", 0)
+            with pytest.raises(ValueError, match=msg):
+                gates.windows(lg, eps=1e-3)
+        W, cens = np.full(50, -7, np.int64), np.zeros(50, bool)
+        monkeypatch.setattr(gates, "COMPILED", True)
+        with pytest.raises(ValueError, match="log-gates must be finite and <= 0"):
+            gates.window_row(lg[2], 2.0, W, cens)
+        assert np.all(W == -7)                                         # nothing written
+
+
 def test_short_windows_do_not_start_the_compile(monkeypatch):
     """A call below COMPILED_MIN positions in a process that has not compiled the merge takes the numpy path: numba
     is neither imported nor looked for (its import and compile cost seconds)."""
