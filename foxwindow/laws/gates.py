@@ -411,20 +411,18 @@ def _merge_rows(lg, L, W, cens, a):
     j_i <= i and j_i only moves forward. The row is split in four quarters, each with its own pointer (its start
     bisected): four independent chains whose latencies overlap. Each pointer steps by counting a[j..j+3] > key
     without a branch (a non-increasing: the count is the step when under 4; -inf pads a past a_T) and walks on
-    only past that (rare). Returns False, before any window is written, where lg holds a NaN, a value > 0 or -inf
-    (the caller says which); True when done."""
+    only past that (rare). Returns False where lg holds a NaN, a value > 0 or -inf (the caller says which), before
+    that row's windows are written (earlier rows' are); True when done."""
     R, T = lg.shape
-    for r in range(R):                                  # the checks of _check_log_gates, one pass before any work
-        for i in range(T):
-            x = lg[r, i]
-            if not x <= 0.0 or x == -np.inf:
-                return False
     n = T // 4
     for r in range(R):
         a[0] = 0.0
         s = 0.0
         for i in range(T):
-            s += lg[r, i]
+            x = lg[r, i]
+            if not x <= 0.0 or x == -np.inf:            # the checks of _check_log_gates, before the row's windows
+                return False
+            s += x
             a[i + 1] = s
         for m in range(4):
             a[T + 1 + m] = -np.inf
@@ -464,21 +462,24 @@ def _merge_rows(lg, L, W, cens, a):
             W[r, i1] = i1 + 1 - j1
             W[r, i2] = i2 + 1 - j2
             W[r, i3] = i3 + 1 - j3
+            cens[r, t] = j0 == 0
+            cens[r, i1] = j1 == 0
+            cens[r, i2] = j2 == 0
+            cens[r, i3] = j3 == 0
         j = j3
         for i in range(4 * n, T):                       # the last T mod 4 positions
             key = a[i + 1] + L
             while a[j] > key:
                 j += 1
             W[r, i] = i + 1 - j
-        for i in range(T):
-            cens[r, i] = W[r, i] == i + 1               # j_i = 0
+            cens[r, i] = j == 0
     return True
 
 
 def merge_kernel():
     """The compiled two-pointer merge, ok = kernel(lg (R, T) float64, L float, W (R, T) int64, cens (R, T) bool,
-    a (T + 5,) float64 scratch), all C-contiguous: the windows of window_row_numpy, row by row; ok False (nothing
-    written) where lg holds a NaN, a value > 0 or -inf. Compiled on the
+    a (T + 5,) float64 scratch), all C-contiguous: the windows of window_row_numpy, row by row; ok False where lg
+    holds a NaN, a value > 0 or -inf (that row and those after it not written). Compiled on the
     first call of a process (numba.njit, not cached to disk); None where numba is not installed."""
     if not _merge:
         try:
