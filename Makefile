@@ -3,7 +3,7 @@
 # install accepts);
 # torch is installed first, at the version requirements.txt pins (override: make TORCH_PIN=torch==X).
 PY := .venv/bin/python
-REQS := requirements.txt requirements-test.txt requirements-kernels.txt requirements-models.txt
+REQS := requirements.txt requirements-test.txt requirements-kernels.txt requirements-models.txt requirements-fast.txt
 TORCH_PIN ?= $(shell grep -E '^torch[=<>~! ]' requirements.txt)
 
 .PHONY: run test figures clean

@@ -20,8 +20,8 @@ from foxwindow.heads import driver as heads
 from foxwindow.laws import discrete, exact, gates, lawtable
 from foxwindow.models import fox as model
 
-__all__ = ["median_time", "paired_times", "fft_lattice", "fft_lattice_at", "hot_rows", "cpu_rows", "N_CPU_ROWS",
-           "gpu_rows", "main"]
+__all__ = ["median_time", "paired_times", "fft_lattice", "fft_lattice_at", "window_rows", "hot_rows", "cpu_rows",
+           "N_CPU_ROWS", "gpu_rows", "main"]
 
 _GL_U, _GL_W = np.polynomial.legendre.leggauss(12)
 _GL_U, _GL_W = (_GL_U + 1) / 2, _GL_W / 2
@@ -78,9 +78,10 @@ def fft_lattice_at(gate, L, rel_mean, rel_var, ref):
     return None
 
 
-def hot_rows(repeats, T=2_000_000):
-    """The hot paths against their baselines, timed side by side: dicts (what, seconds, baseline, base_s, ratio,
-    target, met)."""
+def window_rows(repeats, T=2_000_000):
+    """hot_rows' windows of one trace (T,), eps 1e-3: the numpy merge and the compiled merge (where numba is
+    installed) beside a bare np.cumsum and np.cumsum + np.searchsorted, alternated in one run; the compile timed
+    apart (its first call)."""
     rows = []
     rng = np.random.default_rng(0)
     lg = np.log(rng.beta(20, 1, T))                          # (T,) one trace
@@ -89,11 +90,46 @@ def hot_rows(repeats, T=2_000_000):
     def cs_search():
         c = np.concatenate([[0.0], np.cumsum(-lg)])
         return np.searchsorted(c, c[1:] - L)
-    w, cs, ss = paired_times([lambda: gates.windows(lg, L=L), lambda: np.cumsum(lg), cs_search], repeats)
-    rows.append(dict(what=f"windows of one trace, T = {T:.0e}", seconds=w, baseline="bare np.cumsum", base_s=cs,
+
+    def by(compiled):                           # gates.windows through one path or the other
+        def run():
+            keep, gates.COMPILED = gates.COMPILED, compiled
+            try:
+                return gates.windows(lg, L=L)
+            finally:
+                gates.COMPILED = keep
+        return run
+    fresh = not gates.merged()
+    t = time.perf_counter()
+    kernel = gates.merge_kernel()              # numba's import and the compile, once a process: timed apart
+    compile_s = time.perf_counter() - t
+    fns = [by(False), lambda: np.cumsum(lg), cs_search] + ([by(True)] if kernel is not None else [])
+    w, cs, ss, *wc = paired_times(fns, repeats)
+    what = f"windows of one trace, T = {T:.0e}"
+    rows.append(dict(what=f"{what}, numpy merge", seconds=w, baseline="bare np.cumsum", base_s=cs,
                      ratio=w / cs, target="<= 2", met=w / cs <= 2))
-    rows.append(dict(what=f"windows of one trace, T = {T:.0e}", seconds=w, baseline="np.cumsum + np.searchsorted",
+    rows.append(dict(what=f"{what}, numpy merge", seconds=w, baseline="np.cumsum + np.searchsorted",
                      base_s=ss, ratio=w / ss, target="-", met=None))
+    if kernel is None:
+        rows.append(dict(what=f"{what}, compiled merge: numba not installed (extra `fast`)", seconds=0.0,
+                         baseline="-", base_s=None, ratio=None, target="<= 2", met=None))
+    else:
+        import numba  # optional accelerator, imported above by merge_kernel: its version for the row
+        rows.append(dict(what=f"{what}, compiled merge (numba {numba.__version__})", seconds=wc[0],
+                         baseline="bare np.cumsum", base_s=cs, ratio=wc[0] / cs, target="<= 2", met=wc[0] / cs <= 2))
+        rows.append(dict(what=f"{what}, compiled merge (numba {numba.__version__})", seconds=wc[0],
+                         baseline="numpy merge", base_s=w, ratio=wc[0] / w, target="-", met=None))
+        rows.append(dict(what="the compiled merge's first call: numba's import and the compile" +
+                              ("" if fresh else " (compiled before this row: not timed)"),
+                         seconds=compile_s, baseline="-", base_s=None, ratio=None, target="-", met=None))
+    return rows
+
+
+def hot_rows(repeats, T=2_000_000):
+    """The hot paths against their baselines, timed side by side: dicts (what, seconds, baseline, base_s, ratio,
+    target, met)."""
+    rows = window_rows(repeats, T)
+    L = gates.threshold(1e-3)
     for g in gates.SEED_GATES:
         r = exact.exact_first_passage(g, eps=1e-3)
         ref = exact.exact_first_passage(g, eps=1e-3, tol=1e-10)

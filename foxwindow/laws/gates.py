@@ -9,6 +9,7 @@ is the first-passage index of the walk. Throughout, windows are reported as W (a
 `python forget.py` runs the per-head analysis of the shipped FoX model (see heads.py);
 `python forget.py --synthetic` prints Monte Carlo windows beside the laws for synthetic gates.
 """
+import importlib.util
 import math
 import warnings
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ import torch
 from scipy import signal, special
 
 __all__ = ["threshold", "L_LOOKS_LIKE_EPS", "ThresholdWarning", "level", "levels", "increments_from_log_gates",
-           "increments_from_gates", "decay_matrix", "windows", "window_row", "WindowRowBuffers", "WINDOW_BLOCK",
+           "increments_from_gates", "decay_matrix", "windows", "window_row", "window_row_numpy", "WindowRowBuffers",
+           "WINDOW_BLOCK", "merge_kernel", "merged", "COMPILED", "COMPILED_MIN",
            "Moments", "Gate", "LogitNormalGate", "BetaGate",
            "GammaIncrement", "ConstantGate", "AR1LogitGate", "EmpiricalGate", "SEED_GATES", "ALIBI_SLOPES",
            "MCResult", "first_passage_samples", "first_passage_mc"]
@@ -242,7 +244,7 @@ def windows(log_g, *, eps=None, L=None, dim=None):
     L = level(eps, L)
     is_np = not isinstance(log_g, torch.Tensor)
     if is_np:
-        return _windows_np(_np_log_gates(log_g), L, dim)
+        return _windows_np(_as_float_array(log_g, "log-gates"), L, dim)
     x = increments_from_log_gates(log_g)
     t = x
     if dim is None:
@@ -277,17 +279,25 @@ def _check_dim(dim, shape):
 
 
 def _windows_np(lg, L, dim):
-    """windows() for numpy log-gates lg float64 (validated): row by row, the prefix sums in float64, the search
-    exact (window_row)."""
+    """windows() for numpy log-gates lg float64 contiguous (not yet validated): the prefix sums in float64, the
+    search exact; all rows in one compiled merge (which validates as it sums) or row by row (window_row_numpy)."""
     dim = _check_dim(dim, lg.shape)
     lm = np.moveaxis(lg, dim, -1)
     T = lm.shape[-1]
-    rows = lm.reshape(-1, T)
+    rows = np.ascontiguousarray(lm.reshape(-1, T))      # (R, T)
+    kernel = _compiled_for(rows.size)
+    if kernel is None:
+        _check_log_gates(float(lg.max()), float(lg.min()))
     W = np.empty(rows.shape, np.int64)
     cens = np.empty(rows.shape, bool)
-    work = WindowRowBuffers(T)
-    for r in range(rows.shape[0]):
-        window_row(rows[r], L, W[r], cens[r], work)
+    if kernel is not None:
+        if not kernel(rows, float(L), W, cens, _scratch(T + 5)):      # a NaN, a log-gate > 0 or -inf: say which
+            _check_log_gates(float(lg.max()), float(lg.min()))
+            raise ValueError("log-gates must be finite and <= 0")        # not reached: the check above raises
+    else:
+        work = WindowRowBuffers(T)
+        for r in range(rows.shape[0]):
+            window_row_numpy(rows[r], L, W[r], cens[r], work)
     shape = lm.shape
     return np.moveaxis(W.reshape(shape), -1, dim), np.moveaxis(cens.reshape(shape), -1, dim)
 
@@ -316,8 +326,23 @@ class WindowRowBuffers:
 
 
 def window_row(lg, L, W, cens, work=None):
-    """The eps-windows of one trace: W_i = i - j_i, j_i = searchsorted(c, c_i - L, side="left") with c the float64
-    prefix sums of X = -lg (c_0 = 0), identical to that search, in time linear in T.
+    """The eps-windows of one trace, identical to window_row_numpy (same arguments): by the compiled merge
+    (merge_kernel) where numba is installed and compiled (or the row has COMPILED_MIN positions or more), else by
+    window_row_numpy."""
+    T = len(lg)
+    kernel = _compiled_for(T)
+    if kernel is None or not (lg.flags.c_contiguous and W.flags.c_contiguous and cens.flags.c_contiguous
+                              and W.dtype == np.int64 and cens.dtype == np.bool_):
+        return window_row_numpy(lg, L, W, cens, work)
+    if not kernel(np.asarray(lg, dtype=np.float64)[None], float(L), W[None], cens[None], _scratch(T + 5)):
+        raise ValueError("window_row: log-gates must be finite and <= 0 (validate them first)")
+    return W, cens
+
+
+def window_row_numpy(lg, L, W, cens, work=None):
+    """The eps-windows of one trace in numpy (the reference of the compiled merge): W_i = i - j_i,
+    j_i = searchsorted(c, c_i - L, side="left") with c the float64 prefix sums of X = -lg (c_0 = 0), identical to
+    that search, in time linear in T.
 
     lg: (T,) float64 log-gates, validated (finite, <= 0); L > 0 finite. W (T,) int64 and cens (T,) bool are
     written (cens: j_i = 0, the window reaches the trace's start). work: a WindowRowBuffers(T) to reuse between rows.
@@ -357,6 +382,130 @@ def window_row(lg, L, W, cens, work=None):
         np.equal(k, T, out=cr[a:e])                     # j_i = 0
         a = e
     return W, cens
+
+
+# the compiled merge: numba is an optional accelerator (extra `fast`); without it every row takes window_row_numpy
+COMPILED = True            # False: windows of numpy traces by window_row_numpy even where the merge is compiled
+# positions of a call from which the merge is compiled: importing numba and compiling take 6-8 s once a process
+# (measured on 2 loaded cores), about what the merge saves on 7e7 positions; merge_kernel() compiles it up front
+COMPILED_MIN = 1 << 26
+_MERGE_SIG = "boolean(float64[:, ::1], float64, int64[:, ::1], boolean[:, ::1], float64[::1])"
+_merge = []                  # [the compiled kernel, or None without numba] once looked for
+_scratch_buf = [np.empty(0)]  # the merge's prefix sums, kept between calls (fresh pages cost about a cumsum's time)
+
+
+def _scratch(n):
+    """A float64 scratch of n entries: the kept one, grown in powers of two up to _IOTA_MAX entries."""
+    if n > _IOTA_MAX:
+        return np.empty(n)
+    if len(_scratch_buf[0]) < n:
+        _scratch_buf[0] = np.empty(min(_IOTA_MAX, 1 << n.bit_length()))
+    return _scratch_buf[0][:n]
+
+
+def _merge_rows(lg, L, W, cens, a):
+    """The two-pointer merge over rows, in plain Python (merge_kernel compiles it). For each row of lg (R, T) float64
+    log-gates: a_k = sum_{t<=k} lg_t summed left to right (a_0 = 0) into the scratch a (T + 5,) float64,
+    then W[r, i - 1] = i - j_i and cens[r, i - 1] = (j_i == 0) with j_i = #{k : a_k > a_i + L} -- the same sums
+    and keys as window_row_numpy, so the same windows. a is non-increasing and a_i + L >= a_i (also at -inf), so
+    j_i <= i and j_i only moves forward. The row is split in four quarters, each with its own pointer (its start
+    bisected): four independent chains whose latencies overlap. Each pointer steps by counting a[j..j+3] > key
+    without a branch (a non-increasing: the count is the step when under 4; -inf pads a past a_T) and walks on
+    only past that (rare). Returns False where lg holds a NaN, a value > 0 or -inf (the caller says which), before
+    that row's windows are written (earlier rows' are); True when done."""
+    R, T = lg.shape
+    n = T // 4
+    for r in range(R):
+        a[0] = 0.0
+        s = 0.0
+        for i in range(T):
+            x = lg[r, i]
+            if not x <= 0.0 or x == -np.inf:            # the checks of _check_log_gates, before the row's windows
+                return False
+            s += x
+            a[i + 1] = s
+        for m in range(4):
+            a[T + 1 + m] = -np.inf
+        js = [0, 0, 0, 0]
+        for p in range(1, 4):                           # j at the quarter's first position: the first k, a_k <= key
+            key = a[p * n + 1] + L
+            lo, hi = 0, p * n + 1
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if a[mid] > key:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            js[p] = lo
+        j0, j1, j2, j3 = js[0], js[1], js[2], js[3]
+        for t in range(n):
+            i1, i2, i3 = n + t, 2 * n + t, 3 * n + t
+            k0, k1, k2, k3 = a[t + 1] + L, a[i1 + 1] + L, a[i2 + 1] + L, a[i3 + 1] + L
+            d0 = (a[j0] > k0) + (a[j0 + 1] > k0) + (a[j0 + 2] > k0) + (a[j0 + 3] > k0)
+            d1 = (a[j1] > k1) + (a[j1 + 1] > k1) + (a[j1 + 2] > k1) + (a[j1 + 3] > k1)
+            d2 = (a[j2] > k2) + (a[j2 + 1] > k2) + (a[j2 + 2] > k2) + (a[j2 + 3] > k2)
+            d3 = (a[j3] > k3) + (a[j3 + 1] > k3) + (a[j3 + 2] > k3) + (a[j3 + 3] > k3)
+            j0 += d0
+            j1 += d1
+            j2 += d2
+            j3 += d3
+            if d0 == 4 or d1 == 4 or d2 == 4 or d3 == 4:
+                while a[j0] > k0:
+                    j0 += 1
+                while a[j1] > k1:
+                    j1 += 1
+                while a[j2] > k2:
+                    j2 += 1
+                while a[j3] > k3:
+                    j3 += 1
+            W[r, t] = t + 1 - j0
+            W[r, i1] = i1 + 1 - j1
+            W[r, i2] = i2 + 1 - j2
+            W[r, i3] = i3 + 1 - j3
+            cens[r, t] = j0 == 0
+            cens[r, i1] = j1 == 0
+            cens[r, i2] = j2 == 0
+            cens[r, i3] = j3 == 0
+        j = j3
+        for i in range(4 * n, T):                       # the last T mod 4 positions
+            key = a[i + 1] + L
+            while a[j] > key:
+                j += 1
+            W[r, i] = i + 1 - j
+            cens[r, i] = j == 0
+    return True
+
+
+def merge_kernel():
+    """The compiled two-pointer merge, ok = kernel(lg (R, T) float64, L float, W (R, T) int64, cens (R, T) bool,
+    a (T + 5,) float64 scratch), all C-contiguous: the windows of window_row_numpy, row by row; ok False where lg
+    holds a NaN, a value > 0 or -inf (that row and those after it not written). Compiled on the
+    first call of a process (numba.njit, not cached to disk); None where numba is not installed."""
+    if not _merge:
+        try:
+            import numba  # optional accelerator (extra `fast`), heavy to import: only where windows need it
+        except ImportError:
+            _merge.append(None)
+        else:
+            _merge.append(numba.njit(_MERGE_SIG, cache=False)(_merge_rows))   # holding the GIL: one scratch
+    return _merge[0]
+
+
+def merged():
+    """Whether this process has looked for numba and compiled the merge (merge_kernel has run)."""
+    return bool(_merge)
+
+
+def _compiled_for(n):
+    """The compiled merge for a call of n positions: once compiled, for every call; compiled only by a call of
+    COMPILED_MIN positions or more (a short call would pay the compile for little); None without numba."""
+    if not COMPILED:
+        return None
+    if _merge:
+        return _merge[0]
+    if n < COMPILED_MIN or importlib.util.find_spec("numba") is None:
+        return None
+    return merge_kernel()
 
 
 # ----------------------------------------------------------------------------- gate distributions

@@ -51,6 +51,7 @@ def awkward_traces(rng):
 
 @pytest.mark.parametrize("block", [None, 3, 64])
 def test_windows_of_awkward_traces_equal_searchsorted(monkeypatch, block):
+    monkeypatch.setattr(gates, "COMPILED", False)                  # the numpy merge, even where numba compiled it
     if block is not None:
         monkeypatch.setattr(gates, "WINDOW_BLOCK", block)         # many blocks on short traces
     rng = np.random.default_rng(11)
@@ -79,6 +80,7 @@ def test_windows_of_random_short_traces_equal_searchsorted():
 
 @pytest.mark.filterwarnings("ignore::foxwindow.laws.gates.ThresholdWarning")     # L = 1e-9
 def test_windows_of_many_rows_and_layouts_equal_searchsorted(monkeypatch):
+    monkeypatch.setattr(gates, "COMPILED", False)
     monkeypatch.setattr(gates, "WINDOW_BLOCK", 100)
     rng = np.random.default_rng(13)
     lg = np.log(rng.beta(8, 1, (3, 700, 4)))                         # (B, T, H)
@@ -103,6 +105,86 @@ def test_window_row_reuses_its_buffers_across_rows():
         gates.window_row(lg, 2.0, W, cens, work)
         Wr, cr = searchsorted_windows(lg, 2.0)
         assert np.array_equal(W, Wr) and np.array_equal(cens, cr)
+
+
+def _kernel():
+    k = gates.merge_kernel()
+    if k is None:
+        pytest.skip("numba is not installed (the optional extra `fast`, requirements-fast.txt): no compiled merge")
+    return k
+
+
+def test_the_compiled_merge_equals_the_numpy_path_on_awkward_traces():
+    kernel = _kernel()
+    rng = np.random.default_rng(11)
+    for name, lg, L in awkward_traces(rng):
+        lg = np.ascontiguousarray(lg, dtype=np.float64)
+        T = len(lg)
+        W, cens = np.full((1, T), -7, np.int64), np.zeros((1, T), bool)
+        kernel(lg[None], float(L), W, cens, np.empty(T + 5))
+        Wn, cn = np.empty(T, np.int64), np.empty(T, bool)
+        with np.errstate(over="ignore", invalid="ignore"):
+            gates.window_row_numpy(lg, L, Wn, cn)
+            Wr, cr = searchsorted_windows(lg, L)
+        np.testing.assert_array_equal(W[0], Wn, err_msg=name)
+        np.testing.assert_array_equal(cens[0], cn, err_msg=name)
+        np.testing.assert_array_equal(W[0], Wr, err_msg=name)
+        np.testing.assert_array_equal(cens[0], cr, err_msg=name)
+
+
+def test_the_compiled_merge_equals_the_numpy_path_on_many_rows_and_short_traces(monkeypatch):
+    _kernel()
+    rng = np.random.default_rng(15)
+    lg = np.log(rng.beta(8, 1, (3, 700, 4)))                         # (B, T, H)
+    lg[:, 50:80] = 0.0
+    lg[1, :, 2] = -np.round(rng.exponential(1.0, 700))               # ties
+    for L in (0.5, 3.0, math.log(1e12)):
+        monkeypatch.setattr(gates, "COMPILED_MIN", 0)
+        W, cens = gates.windows(lg, L=L, dim=1)                        # through the compiled merge
+        monkeypatch.setattr(gates, "COMPILED", False)
+        Wn, cn = gates.windows(lg, L=L, dim=1)                         # through window_row_numpy
+        monkeypatch.undo()
+        np.testing.assert_array_equal(W, Wn)
+        np.testing.assert_array_equal(cens, cn)
+    for _ in range(200):
+        T = int(rng.integers(1, 12))
+        lg1 = -rng.choice([0.0, 0.5, 1.0, 2.0, rng.exponential()], T)
+        L = float(rng.choice([0.5, 1.0, 2.0, rng.exponential() + 0.01]))
+        W, cens = np.empty(T, np.int64), np.empty(T, bool)
+        Wn, cn = np.empty(T, np.int64), np.empty(T, bool)
+        monkeypatch.setattr(gates, "COMPILED_MIN", 0)
+        gates.window_row(lg1, L, W, cens)
+        monkeypatch.undo()
+        gates.window_row_numpy(lg1, L, Wn, cn)
+        assert np.array_equal(W, Wn) and np.array_equal(cens, cn)
+
+
+def test_the_compiled_merge_refuses_bad_log_gates_with_the_numpy_paths_message(monkeypatch):
+    _kernel()
+    for bad, msg in ((np.nan, "NaN"), (0.5, "must be <= 0"), (-np.inf, "infinite")):
+        lg = np.log(np.random.default_rng(16).beta(20, 1, (3, 50)))
+        lg[2, 7] = bad
+        for compiled in (True, False):
+            monkeypatch.setattr(gates, "COMPILED", compiled)
+            monkeypatch.setattr(gates, "COMPILED_MIN", 0)
+            with pytest.raises(ValueError, match=msg):
+                gates.windows(lg, eps=1e-3)
+        W, cens = np.full(50, -7, np.int64), np.zeros(50, bool)
+        monkeypatch.setattr(gates, "COMPILED", True)
+        with pytest.raises(ValueError, match="log-gates must be finite and <= 0"):
+            gates.window_row(lg[2], 2.0, W, cens)
+        assert np.all(W == -7)                                         # nothing written
+
+
+def test_short_windows_do_not_start_the_compile(monkeypatch):
+    """A call below COMPILED_MIN positions in a process that has not compiled the merge takes the numpy path: numba
+    is neither imported nor looked for (its import and compile cost seconds)."""
+    monkeypatch.setattr(gates, "_merge", [])                         # as in a fresh process
+    monkeypatch.setattr(gates.importlib.util, "find_spec", lambda name: pytest.fail(f"looked for {name}"))
+    lg = np.log(np.random.default_rng(0).beta(20, 1, (4, 1000)))
+    W, cens = gates.windows(lg, eps=1e-3)
+    Wr, cr = searchsorted_windows(lg, math.log(1e3))
+    assert gates._merge == [] and np.array_equal(W, Wr) and np.array_equal(cens, cr)
 
 
 # ----------------------------------------------------------------------------- laws with 5-64 atoms
