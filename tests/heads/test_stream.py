@@ -132,6 +132,15 @@ def test_model_estimate_max_minutes_and_free_space_before_the_capture(fla_fox, t
     code, _, err = _forget(_model_args(fla_fox, "--max-minutes", "1e-6", "--no-progress"), capsys)
     assert code == 2 and "past --max-minutes" in err and err.count("\n") == 1, err
     assert calls == [(1, 96)]
+    # an estimate that lets it start: the bound is past before the first group's capture, which is not run
+    calls.clear()
+    with monkeypatch.context() as m:
+        m.setattr(driver, "COST_HEAD", (0.0, 0.0, 0.0))
+        code, _, err = _forget(_model_args(fla_fox, "--max-minutes", "1e-6", "--no-progress", "--trace-gib", "1e-9",
+                                           "--json", str(tmp_path / "b.json")), capsys)
+    assert code == 3 and calls == [(1, 96)], err
+    assert json.loads((tmp_path / "b.json").read_text())["info"]["partial"] == {
+        "reason": "the time bound (--max-minutes) was reached", "heads_done": 0, "heads_total": 6}
     # --save-traces on a disk without room for 3 layers x 4 x 96 x 2 float32: one line, before the capture
     calls.clear()
     monkeypatch.setattr(safety, "_free", lambda folder: 1000)
