@@ -329,12 +329,13 @@ def window_row(lg, L, W, cens, work=None):
     """The eps-windows of one trace, identical to window_row_numpy (same arguments): by the compiled merge
     (merge_kernel) where numba is installed and compiled (or the row has COMPILED_MIN positions or more), else by
     window_row_numpy."""
+    lg = np.ascontiguousarray(lg, dtype=np.float64)     # (T,)
     T = len(lg)
     kernel = _compiled_for(T)
-    if kernel is None or not (lg.flags.c_contiguous and W.flags.c_contiguous and cens.flags.c_contiguous
+    if kernel is None or not (W.flags.c_contiguous and cens.flags.c_contiguous
                               and W.dtype == np.int64 and cens.dtype == np.bool_):
         return window_row_numpy(lg, L, W, cens, work)
-    if not kernel(np.asarray(lg, dtype=np.float64)[None], float(L), W[None], cens[None], _scratch(T + 5)):
+    if not kernel(lg[None], float(L), W[None], cens[None], _scratch(T + 5)):
         raise ValueError("window_row: log-gates must be finite and <= 0 (validate them first)")
     return W, cens
 
