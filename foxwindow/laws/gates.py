@@ -419,12 +419,20 @@ def _merge_rows(lg, L, W, cens, a):
     for r in range(R):
         a[0] = 0.0
         s = 0.0
+        hi = -np.inf
         for i in range(T):
             x = lg[r, i]
-            if not x <= 0.0 or x == -np.inf:            # the checks of _check_log_gates, before the row's windows
-                return False
             s += x
             a[i + 1] = s
+            hi = x if x > hi else hi
+        # the checks of _check_log_gates, before the row's windows, without a branch a position: a NaN makes the
+        # sum NaN, a value > 0 the max; -inf only where the sum is -inf (which an overflow also gives): look there
+        if not hi <= 0.0 or s != s:
+            return False
+        if s == -np.inf:
+            for i in range(T):
+                if lg[r, i] == -np.inf:
+                    return False
         for m in range(4):
             a[T + 1 + m] = -np.inf
         js = [0, 0, 0, 0]
