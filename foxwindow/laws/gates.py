@@ -387,7 +387,7 @@ def window_row_numpy(lg, L, W, cens, work=None):
 
 # the compiled merge: numba is an optional accelerator (extra `fast`); without it every row takes window_row_numpy
 COMPILED = True            # False: windows of numpy traces by window_row_numpy even where the merge is compiled
-# positions of a call from which the merge is compiled: importing numba and compiling take 6-8 s once a process
+# positions of a call from which the merge is compiled: importing numba and compiling take 4-8 s once a process
 # (measured on 2 loaded cores), about what the merge saves on 7e7 positions; merge_kernel() compiles it up front
 COMPILED_MIN = 1 << 26
 _MERGE_SIG = "boolean(float64[:, ::1], float64, int64[:, ::1], boolean[:, ::1], float64[::1])"
