@@ -419,15 +419,15 @@ def _merge_rows(lg, L, W, cens, a):
     for r in range(R):
         a[0] = 0.0
         s = 0.0
-        hi = -np.inf
+        top = -np.inf
         for i in range(T):
             x = lg[r, i]
             s += x
             a[i + 1] = s
-            hi = x if x > hi else hi
+            top = x if x > top else top
         # the checks of _check_log_gates, before the row's windows, without a branch a position: a NaN makes the
         # sum NaN, a value > 0 the max; -inf only where the sum is -inf (which an overflow also gives): look there
-        if not hi <= 0.0 or s != s:
+        if not top <= 0.0 or s != s:
             return False
         if s == -np.inf:
             for i in range(T):
