@@ -329,12 +329,13 @@ def window_row(lg, L, W, cens, work=None):
     """The eps-windows of one trace, identical to window_row_numpy (same arguments): by the compiled merge
     (merge_kernel) where numba is installed and compiled (or the row has COMPILED_MIN positions or more), else by
     window_row_numpy."""
+    lg = np.ascontiguousarray(lg, dtype=np.float64)     # (T,)
     T = len(lg)
     kernel = _compiled_for(T)
-    if kernel is None or not (lg.flags.c_contiguous and W.flags.c_contiguous and cens.flags.c_contiguous
+    if kernel is None or not (W.flags.c_contiguous and cens.flags.c_contiguous
                               and W.dtype == np.int64 and cens.dtype == np.bool_):
         return window_row_numpy(lg, L, W, cens, work)
-    if not kernel(np.asarray(lg, dtype=np.float64)[None], float(L), W[None], cens[None], _scratch(T + 5)):
+    if not kernel(lg[None], float(L), W[None], cens[None], _scratch(T + 5)):
         raise ValueError("window_row: log-gates must be finite and <= 0 (validate them first)")
     return W, cens
 
@@ -386,7 +387,7 @@ def window_row_numpy(lg, L, W, cens, work=None):
 
 # the compiled merge: numba is an optional accelerator (extra `fast`); without it every row takes window_row_numpy
 COMPILED = True            # False: windows of numpy traces by window_row_numpy even where the merge is compiled
-# positions of a call from which the merge is compiled: importing numba and compiling take 6-8 s once a process
+# positions of a call from which the merge is compiled: importing numba and compiling take 4-8 s once a process
 # (measured on 2 loaded cores), about what the merge saves on 7e7 positions; merge_kernel() compiles it up front
 COMPILED_MIN = 1 << 26
 _MERGE_SIG = "boolean(float64[:, ::1], float64, int64[:, ::1], boolean[:, ::1], float64[::1])"
@@ -418,12 +419,20 @@ def _merge_rows(lg, L, W, cens, a):
     for r in range(R):
         a[0] = 0.0
         s = 0.0
+        top = -np.inf
         for i in range(T):
             x = lg[r, i]
-            if not x <= 0.0 or x == -np.inf:            # the checks of _check_log_gates, before the row's windows
-                return False
             s += x
             a[i + 1] = s
+            top = x if x > top else top
+        # the checks of _check_log_gates, before the row's windows, without a branch a position: a NaN makes the
+        # sum NaN, a value > 0 the max; -inf only where the sum is -inf (which an overflow also gives): look there
+        if not top <= 0.0 or s != s:
+            return False
+        if s == -np.inf:
+            for i in range(T):
+                if lg[r, i] == -np.inf:
+                    return False
         for m in range(4):
             a[T + 1 + m] = -np.inf
         js = [0, 0, 0, 0]

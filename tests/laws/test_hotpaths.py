@@ -187,6 +187,18 @@ def test_short_windows_do_not_start_the_compile(monkeypatch):
     assert gates._merge == [] and np.array_equal(W, Wr) and np.array_equal(cens, cr)
 
 
+def test_the_bench_times_both_merges_beside_the_cumsum():
+    rows = bench.window_rows(1, T=5000)
+    base = [r for r in rows if r["baseline"] == "bare np.cumsum"]
+    assert "numpy merge" in base[0]["what"] and base[0]["base_s"] > 0 and base[0]["ratio"] > 0
+    if gates.merge_kernel() is None:
+        assert any("numba not installed" in r["what"] for r in rows)
+    else:
+        assert "compiled merge" in base[1]["what"] and base[1]["base_s"] == base[0]["base_s"]
+        assert any(r["baseline"] == "numpy merge" for r in rows)
+        assert any("first call" in r["what"] for r in rows)
+
+
 # ----------------------------------------------------------------------------- laws with 5-64 atoms
 
 
