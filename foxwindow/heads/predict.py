@@ -22,12 +22,13 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from foxwindow.heads.dependence import jackknife
 from foxwindow.laws.gates import search_left
 
-__all__ = ["BLOCK_FRACTION", "WALKS_PER_DOC", "N_CAP", "QUANTILES", "window_rows", "block_walks", "Prediction",
-           "predict", "KaplanMeier", "kaplan_meier", "OutOfSample", "out_of_sample"]
+__all__ = ["BLOCK_FRACTION", "WALKS_PER_DOC", "N_CAP", "QUANTILES", "window_rows", "window_sums", "block_walks",
+           "Prediction", "predict", "KaplanMeier", "kaplan_meier", "OutOfSample", "out_of_sample"]
 
 BLOCK_FRACTION = 0.25      # block length: a quarter of the trace
 WALKS_PER_DOC = 64         # walks per document of the fitted half or of the whole head: enough that the
@@ -55,6 +56,29 @@ def window_rows(x, Ls, r0):
     return J.transpose(0, 2, 1), cens.transpose(0, 2, 1)
 
 
+WALK_BLOCK = 1 << 21       # steps of the walks built at once (a block of walks: bounded memory)
+
+
+def _walk_chunk(xd, e, st, back, lo, hi):
+    """Steps lo..hi-1 (hi - lo,) of one walk of document xd (T,): tokens e, e - 1, ..., 0, then blocks read
+    backwards, block q from token st[q] + b - 1 down to st[q] (back = b - 1 - arange(b))."""
+    b = len(back)
+    parts = [xd[e - lo::-1][:hi - lo]] if lo <= e else []
+    j0, j1 = max(lo - e - 1, 0), hi - e - 1                               # steps past the document's start
+    if j1 > j0:
+        q0, q1 = j0 // b, (j1 - 1) // b + 1
+        parts.append(xd[(st[q0:q1, None] + back).ravel()[j0 - q0 * b:j1 - q0 * b]])
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def window_sums(W):
+    """Sums of W and of W^2 over axis 1 of integer windows W (S, R) or (S, R, n), as float64 (S,) or (S, n): exact
+    integer sums (the same numbers as the float sums of a float copy while they stay below 2^53), no float copy."""
+    W = np.asarray(W)
+    s2 = np.einsum("sr...,sr...->s...", W, W)
+    return W.sum(1).astype(np.float64), s2.astype(np.float64)
+
+
 def block_walks(x, Ls, rng, per_doc=WALKS_PER_DOC, block=None, n_cap=N_CAP, r0=None):
     """Windows of per_doc bootstrap walks per document of increments x (S, T) float64 at thresholds Ls (n,).
 
@@ -79,24 +103,36 @@ def block_walks(x, Ls, rng, per_doc=WALKS_PER_DOC, block=None, n_cap=N_CAP, r0=N
         ends = rng.integers(r0, T, size=per_doc)                           # query rows
         nb = -(-n_len // b)
         starts = rng.integers(0, T - b + 1, size=(per_doc, nb))
-        # each walk only until it is past L_max (or n_len long), its length doubled from a guess: the same draws
-        # and a prefix of the same cumulative sums, so the same windows as the whole walk
+        # the walks of a document together, chunk by chunk, each only until it is past L_max (or n_len long): a
+        # chunk's cumulative sums start from the walk's last one (the same additions in the same order as one
+        # cumsum of the whole walk), and a window is the count of sums <= L over the chunks (they never decrease)
         xd, back = x[d], b - 1 - np.arange(b)
-        K0 = int(min(n_len, 1.25 * L_max / kd + 64))
-        for m, e in enumerate(ends):
-            K = K0
-            while True:
-                if K <= e + 1:
-                    cs = np.cumsum(xd[e::-1][:K])
+        live, last, lo = np.arange(per_doc), np.zeros(per_doc), 0
+        hi = int(min(n_len, 1.1 * L_max / kd + 64))                        # the first chunk: past most windows
+        while len(live):
+            rows = max(1, WALK_BLOCK // (hi - lo))
+            for i in range(0, len(live), rows):
+                m = live[i:i + rows]
+                inside = ends[m] >= hi - 1                                  # walks still in the document
+                if inside.any():                    # their steps: contiguous slices of the reversed document
+                    first = sliding_window_view(xd[::-1], hi - lo)[T - 1 + lo - ends[m[inside]]]
+                if inside.all():
+                    steps = first
                 else:
-                    nbk = -(-(K - e - 1) // b)
-                    blk = (starts[m, :nbk, None] + back).ravel()[:K - e - 1]
-                    cs = np.cumsum(np.concatenate([xd[e::-1], xd[blk]]))
-                if K >= n_len or cs[-1] > L_max:
-                    break
-                K = min(n_len, 2 * K)
-            W[d, m] = np.searchsorted(cs, Ls, side="right")
-            cens[d, m] = cs[-1] <= Ls
+                    steps = np.empty((len(m), hi - lo))
+                    if inside.any():
+                        steps[inside] = first
+                    for k in np.flatnonzero(~inside):
+                        steps[k] = _walk_chunk(xd, ends[m[k]], starts[m[k]], back, lo, hi)
+                steps[:, 0] += last[m]
+                cs = np.cumsum(steps, axis=1, out=steps)                    # (len(m), hi - lo)
+                for k in range(len(m)):
+                    W[d, m[k]] += np.searchsorted(cs[k], Ls, side="right")
+                last[m] = cs[:, -1]
+            done = (last[live] > L_max) | (hi >= n_len)
+            cens[d, live[done]] = last[live[done], None] <= Ls[None, :]
+            live = live[~done]
+            lo, hi = hi, int(min(n_len, hi + max(256, hi // 8)))
     return W, cens
 
 
@@ -285,3 +321,4 @@ def _z(d, a, b):
 # public names for the per-law evaluation (heads/laws.py)
 pooled_moments = _pooled_moments
 coverage = _coverage
+doc_coverage = _doc_coverage
