@@ -109,8 +109,9 @@ def marginal_moments(x, Ls, cells=CELLS):
         y = x / h
         k = np.floor(y).astype(np.int64)
         f = y - k
-        p = np.bincount(np.minimum(k, M - 1), weights=1 - f, minlength=M)[:M]
-        p += np.bincount(np.minimum(k + 1, M - 1), weights=f, minlength=M)[:M]
+        kc = np.minimum(k, M - 1)
+        p = np.bincount(kc, weights=1 - f, minlength=M)[:M]
+        p[1:] += np.bincount(kc, weights=f, minlength=M)[:M - 1]          # the upper cell k + 1 (k < M - 1)
         p[M - 1] = 0.0                                                     # steps beyond 2L: out at once
         p /= len(x)
         r = 1e-10 ** (1.0 / M)                                             # damping: aliasing r^M = 1e-10
@@ -333,10 +334,10 @@ def _measured(W, C):
                    var_loo=vl, mean_loo=ml, bound=False)
         return out
     km = predict.kaplan_meier(W, C)
-    loo = [predict.kaplan_meier(np.delete(W, d, 0), np.delete(C, d, 0)).mean for d in range(S)]
-    out.update(mean=km.mean, var=None, mean_se=float(dependence.jackknife(np.array(loo))), var_se=None,
+    loo = predict.kaplan_meier_loo_means(W, C)                            # each document left out
+    out.update(mean=km.mean, var=None, mean_se=float(dependence.jackknife(loo)), var_se=None,
                quantiles={"0.05": None, "0.5": km.q50 if math.isfinite(km.q50) else None, "0.95": None},
-               var_loo=None, mean_loo=np.array(loo), bound=bool(km.mean_is_bound))
+               var_loo=None, mean_loo=loo, bound=bool(km.mean_is_bound))
     return out
 
 

@@ -28,7 +28,8 @@ from foxwindow.heads.dependence import jackknife
 from foxwindow.laws.gates import search_left
 
 __all__ = ["BLOCK_FRACTION", "WALKS_PER_DOC", "N_CAP", "QUANTILES", "window_rows", "window_sums", "block_walks",
-           "Prediction", "predict", "KaplanMeier", "kaplan_meier", "OutOfSample", "out_of_sample"]
+           "Prediction", "predict", "KaplanMeier", "kaplan_meier",
+           "kaplan_meier_loo_means", "OutOfSample", "out_of_sample"]
 
 BLOCK_FRACTION = 0.25      # block length: a quarter of the trace
 WALKS_PER_DOC = 64         # walks per document of the fitted half or of the whole head: enough that the
@@ -233,6 +234,32 @@ def kaplan_meier(W, censored):
     below = np.nonzero(surv <= 0.5)[0]
     q50 = float(below[0]) if len(below) else float("nan")
     return KaplanMeier(mean, bool(surv[-1] > 0), q50, float(tmax))
+
+
+def kaplan_meier_loo_means(W, censored):
+    """The Kaplan-Meier mean of windows W (S, R) int with censoring flags (S, R) bool with each document (row)
+    left out in turn: (S,) float64, the numbers kaplan_meier(np.delete(W, d, 0), np.delete(censored, d, 0)).mean
+    gives, from the documents' event and at-risk counts (integers: the left-out counts subtract exactly)."""
+    W = np.asarray(W, dtype=np.int64)
+    C = np.asarray(censored, dtype=bool)
+    S = W.shape[0]
+    if S < 2 or W.size == 0:
+        raise ValueError("kaplan_meier: no windows")
+    M = int(W.max()) + 1
+    key = np.arange(S)[:, None] * M + W                                   # (S, R): document and time
+    A = np.bincount(key.ravel(), minlength=S * M).reshape(S, M)
+    E = np.bincount(key[~C], minlength=S * M).reshape(S, M)
+    A, E = A.sum(0) - A, E.sum(0) - E                                     # without document d, (S, M)
+    at = np.cumsum(A[:, ::-1], axis=1)[:, ::-1]                           # times >= u
+    top = W.max(1)
+    order = np.argsort(top)
+    out = np.empty(S)
+    for d in range(S):
+        tmax = int(top[order[-1]] if order[-1] != d else top[order[-2]])  # the longest window of the others
+        ev, n_at = E[d, :tmax + 1].astype(np.float64), at[d, :tmax + 1].astype(np.float64)
+        h = np.divide(ev, n_at, out=np.zeros_like(ev), where=n_at > 0)
+        out[d] = float(np.cumprod(1 - h).sum())
+    return out
 
 
 # ----------------------------------------------------------------------------- out of sample
