@@ -22,7 +22,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from foxwindow.heads.dependence import jackknife
 from foxwindow.laws.gates import search_left
@@ -57,21 +56,6 @@ def window_rows(x, Ls, r0):
     return J.transpose(0, 2, 1), cens.transpose(0, 2, 1)
 
 
-WALK_BLOCK = 1 << 21       # steps of the walks built at once (a block of walks: bounded memory)
-
-
-def _walk_chunk(xd, e, st, back, lo, hi):
-    """Steps lo..hi-1 (hi - lo,) of one walk of document xd (T,): tokens e, e - 1, ..., 0, then blocks read
-    backwards, block q from token st[q] + b - 1 down to st[q] (back = b - 1 - arange(b))."""
-    b = len(back)
-    parts = [xd[e - lo::-1][:hi - lo]] if lo <= e else []
-    j0, j1 = max(lo - e - 1, 0), hi - e - 1                               # steps past the document's start
-    if j1 > j0:
-        q0, q1 = j0 // b, (j1 - 1) // b + 1
-        parts.append(xd[(st[q0:q1, None] + back).ravel()[j0 - q0 * b:j1 - q0 * b]])
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-
 def window_sums(W):
     """Sums of W and of W^2 over axis 1 of integer windows W (S, R) or (S, R, n), as float64 (S,) or (S, n): exact
     integer sums (the same numbers as the float sums of a float copy while they stay below 2^53), no float copy."""
@@ -87,7 +71,9 @@ def block_walks(x, Ls, rng, per_doc=WALKS_PER_DOC, block=None, n_cap=N_CAP, r0=N
     whose windows are measured), reads the document backwards from there to its start, and continues
     past the start through blocks of `block` tokens (None: BLOCK_FRACTION of T) of the same document, each
     read backwards, until it is n_cap tokens long or past every L. rng: numpy Generator.
-    Returns (W (S, per_doc, n) int64, censored (S, per_doc, n) bool: the walk stayed below L for n_cap tokens)."""
+    Returns (W (S, per_doc, n) int64, censored (S, per_doc, n) bool: the walk stayed below L for n_cap tokens).
+    The sums are differences of the document's prefix sums (a walk's window inside its document is that row's
+    window_rows window): the windows of one cumsum of each whole walk, up to the rounding of the sums."""
     S, T = x.shape
     b = min(max(1, int(block or round(BLOCK_FRACTION * T))), T)
     r0 = T // 2 if r0 is None else int(r0)
@@ -104,36 +90,27 @@ def block_walks(x, Ls, rng, per_doc=WALKS_PER_DOC, block=None, n_cap=N_CAP, r0=N
         ends = rng.integers(r0, T, size=per_doc)                           # query rows
         nb = -(-n_len // b)
         starts = rng.integers(0, T - b + 1, size=(per_doc, nb))
-        # the walks of a document together, chunk by chunk, each only until it is past L_max (or n_len long): a
-        # chunk's cumulative sums start from the walk's last one (the same additions in the same order as one
-        # cumsum of the whole walk), and a window is the count of sums <= L over the chunks (they never decrease)
-        xd, back = x[d], b - 1 - np.arange(b)
-        live, last, lo = np.arange(per_doc), np.zeros(per_doc), 0
-        hi = int(min(n_len, 1.1 * L_max / kd + 64))                        # the first chunk: past most windows
-        while len(live):
-            rows = max(1, WALK_BLOCK // (hi - lo))
-            for i in range(0, len(live), rows):
-                m = live[i:i + rows]
-                inside = ends[m] >= hi - 1                                  # walks still in the document
-                if inside.any():                    # their steps: contiguous slices of the reversed document
-                    first = sliding_window_view(xd[::-1], hi - lo)[T - 1 + lo - ends[m[inside]]]
-                if inside.all():
-                    steps = first
-                else:
-                    steps = np.empty((len(m), hi - lo))
-                    if inside.any():
-                        steps[inside] = first
-                    for k in np.flatnonzero(~inside):
-                        steps[k] = _walk_chunk(xd, ends[m[k]], starts[m[k]], back, lo, hi)
-                steps[:, 0] += last[m]
-                cs = np.cumsum(steps, axis=1, out=steps)                    # (len(m), hi - lo)
-                for k in range(len(m)):
-                    W[d, m[k]] += np.searchsorted(cs[k], Ls, side="right")
-                last[m] = cs[:, -1]
-            done = (last[live] > L_max) | (hi >= n_len)
-            cens[d, live[done]] = last[live[done], None] <= Ls[None, :]
-            live = live[~done]
-            lo, hi = hi, int(min(n_len, hi + max(256, hi // 8)))
+        # a walk's sums from the document's prefix sums c: reading back from row e, the first e + 1 steps sum to
+        # c[e + 1] - c[e + 1 - n] (the window of row e itself where it crosses L there), and a block from
+        # token s + b - 1 down to s sums to c[s + b] - c[s]; the crossing block is searched like a row
+        c = np.zeros(T + 1)
+        np.cumsum(x[d], out=c[1:])
+        i = ends + 1                                                        # (P,) steps inside the document
+        J = search_left(c, c[i, None] - Ls[None, :])                        # (P, n)
+        Wd = i[:, None] - J                                                 # the window where J > 0
+        rest = np.flatnonzero((J == 0).any(1))                              # walks past the start at some L
+        if len(rest):
+            st = starts[rest]                                               # (P', nb) block starts
+            tot = c[i[rest], None] + np.cumsum(c[st + b] - c[st], 1)        # (P', nb) sum after each block
+            Q = (tot[:, :, None] <= Ls[None, None, :]).sum(1)               # (P', n): blocks wholly below L
+            before = np.where(Q > 0, np.take_along_axis(tot, np.maximum(Q - 1, 0), 1), c[i[rest], None])
+            top = np.take_along_axis(st, np.minimum(Q, nb - 1), 1) + b      # the crossing block's first token + 1
+            j2 = search_left(c, c[top] - (Ls[None, :] - before))
+            inb = np.where(Q < nb, top - np.maximum(j2, top - b), 0)       # its steps at or below L
+            far = i[rest, None] + Q * b + inb
+            Wd[rest] = np.where(J[rest] == 0, far, Wd[rest])
+        W[d] = np.minimum(Wd, n_len)
+        cens[d] = Wd >= n_len                                               # below L for all n_len steps
     return W, cens
 
 
