@@ -221,7 +221,25 @@ def _s_cdf(L, m, v, m3):
     """P(S <= L) for a shifted-gamma (Pearson III) law with mean m, variance v, third central moment m3
     (arrays of one shape), the normal law where the skewness is within 1e-3 of 0; a right-skewed law whose
     shift is below 0 is conditioned on S >= 0 (SUPPORT). Cells far in a tail (bound below e^-TAIL_E) are
-    not evaluated (_gamma_tails)."""
+    their limit, 0 or 1, without being evaluated."""
+    sd = np.sqrt(np.maximum(v, 1e-300))
+    z = (L - m) / sd
+    # Chernoff: the tail beyond z of a standardised gamma of skewness g (and of the normal law) is at most
+    # exp(-z^2 / (2 + max(z g, 0))); a conditioned cell (SUPPORT) whose P(S <= 0) may be above e^-TAIL_E (its
+    # mean less than sqrt(2 TAIL_E) sd above 0) is evaluated
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        g = m3 / sd ** 3
+        far = z * z > TAIL_E * (2 + np.maximum(z * g, 0))
+        if SUPPORT:
+            far &= ~((g > 1e-3) & (m - 2 * sd / g < 0) & (m < math.sqrt(2 * TAIL_E) * sd))
+    out = (z > 0).astype(np.float64)
+    near = ~far
+    out[near] = _s_cdf_cells(L, m[near], v[near], m3[near])
+    return np.where(v > 0, out, (m <= L).astype(np.float64))
+
+
+def _s_cdf_cells(L, m, v, m3):
+    """_s_cdf on the cells it evaluates (1-D arrays), each tail cell of the gamma laws by _gamma_tails."""
     sd = np.sqrt(np.maximum(v, 1e-300))
     z = (L - m) / sd
     out = (z > 0).astype(np.float64)

@@ -96,7 +96,7 @@ def block_walks(x, Ls, rng, per_doc=WALKS_PER_DOC, block=None, n_cap=N_CAP, r0=N
         c = np.zeros(T + 1)
         np.cumsum(x[d], out=c[1:])
         i = ends + 1                                                        # (P,) steps inside the document
-        J = search_left(c, c[i, None] - Ls[None, :])                        # (P, n)
+        J = np.searchsorted(c, c[i, None] - Ls[None, :], side="left")       # (P, n); few queries: bisection
         Wd = i[:, None] - J                                                 # the window where J > 0
         rest = np.flatnonzero((J == 0).any(1))                              # walks past the start at some L
         if len(rest):
@@ -105,7 +105,7 @@ def block_walks(x, Ls, rng, per_doc=WALKS_PER_DOC, block=None, n_cap=N_CAP, r0=N
             Q = (tot[:, :, None] <= Ls[None, None, :]).sum(1)               # (P', n): blocks wholly below L
             before = np.where(Q > 0, np.take_along_axis(tot, np.maximum(Q - 1, 0), 1), c[i[rest], None])
             top = np.take_along_axis(st, np.minimum(Q, nb - 1), 1) + b      # the crossing block's first token + 1
-            j2 = search_left(c, c[top] - (Ls[None, :] - before))
+            j2 = np.searchsorted(c, c[top] - (Ls[None, :] - before), side="left")
             inb = np.where(Q < nb, top - np.maximum(j2, top - b), 0)       # its steps at or below L
             far = i[rest, None] + Q * b + inb
             Wd[rest] = np.where(J[rest] == 0, far, Wd[rest])

@@ -136,7 +136,7 @@ def test_s_cdf_skips_only_cells_beyond_its_tail_bound(kind, monkeypatch):
     headlaws.evaluate(_head(kind, 12, 512), LS, np.random.default_rng(0))
     assert calls
     for L, m, v, m3 in calls:
-        assert np.max(np.abs(real(L, m, v, m3) - old_s_cdf(L, m, v, m3))) <= 2 * math.exp(-headlaws.TAIL_E)
+        assert np.max(np.abs(real(L, m, v, m3) - old_s_cdf(L, m, v, m3))) <= 3 * math.exp(-headlaws.TAIL_E)
 
 
 def test_s_cdf_on_every_branch():
@@ -148,7 +148,7 @@ def test_s_cdf_on_every_branch():
     g = np.concatenate([rng.uniform(-3, 3, n // 2), rng.uniform(-2e-3, 2e-3, n - n // 2)])   # skew, both signs
     m3 = g * v ** 1.5
     for L in (0.1, 2.3, 13.8):
-        assert np.max(np.abs(headlaws._s_cdf(L, m, v, m3) - old_s_cdf(L, m, v, m3))) <= 2 * math.exp(-headlaws.TAIL_E)
+        assert np.max(np.abs(headlaws._s_cdf(L, m, v, m3) - old_s_cdf(L, m, v, m3))) <= 3 * math.exp(-headlaws.TAIL_E)
 
 
 @pytest.mark.parametrize("kind", KINDS)
