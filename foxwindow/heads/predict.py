@@ -154,8 +154,11 @@ def mc_errors(W):
 def _pooled_moments(W, cens=None):
     """Mean and variance of W (S, m, n) pooled over S and m, with jackknife-over-S SEs: four (n,) arrays."""
     S, m = W.shape[:2]
-    Wf = W.astype(np.float64)
-    s1, s2 = Wf.sum(1), (Wf * Wf).sum(1)                                  # (S, n)
+    if np.issubdtype(W.dtype, np.integer):
+        s1, s2 = window_sums(W)                                           # (S, n), exact
+    else:
+        Wf = W.astype(np.float64)
+        s1, s2 = Wf.sum(1), (Wf * Wf).sum(1)
     mean = s1.sum(0) / (S * m)
     var = s2.sum(0) / (S * m) - mean ** 2
     if S < 2:
