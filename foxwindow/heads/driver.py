@@ -190,8 +190,8 @@ def set_states(results, alpha=verdict.ALPHA):
 
 # the cost of one head (CPU seconds, one process): COST_HEAD[0] + COST_HEAD[1] S^2 + COST_HEAD[2] S T, S documents
 # of T tokens (the S^2 term: the per-law evaluation's leave-one-document-out moments); fitted on bench_scale.py's
-# grid (synthetic heads of the 760M-class mix, 2-core machine)
-COST_HEAD = (0.07, 6.2e-5, 2.4e-6)
+# grid and its 760M-class heads (synthetic heads of the 760M-class mix, 2-core machine at load 8-10)
+COST_HEAD = (0.3, 4.5e-5, 1.6e-6)
 ESTIMATE_FROM_S = 30.0                       # print the estimate when the analysis would take longer than this
 
 
