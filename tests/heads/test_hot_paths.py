@@ -30,7 +30,7 @@ def _head(kind, S, T, seed=0):
         x[rng.random((S, T)) < 0.6] = 0.0
         x[0, : T // 3] = 0.0                                       # a long run of gates of exactly 1
         return x
-    return forget.AR1LogitGate(7.5, 0.7, 0.6).sample_paths(rng, S, T)[0]      # windows past the trace start
+    return forget.AR1LogitGate(6.0, 0.7, 0.6).sample_paths(rng, S, T)[0]      # windows past the trace start
 
 
 # ----------------------------------------------------------------------------- the replaced code, frozen
