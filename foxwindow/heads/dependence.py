@@ -32,7 +32,7 @@ from foxwindow.laws import renewal
 
 __all__ = ["MAX_LAG", "LEVEL_TOL", "LEVEL_Z", "MIN_STEPS", "LATTICE_VAR", "TAIL_FRAC", "TAIL_SHARE", "jackknife",
            "loo_weights", "TauEstimate", "tau_estimate", "n_grid", "VarianceFunction", "variance_function", "Regime",
-           "level_ratio", "tail_share", "in_regime"]
+           "level_ratio", "tail_share", "tail_shares", "in_regime"]
 
 MAX_LAG = 256          # lags of the Geyer diagnostic
 LEVEL_TOL = 0.10       # tau(n) has levelled off at n when |tau(2n)/tau(n) - 1| <= 10% ...
@@ -230,6 +230,19 @@ def tail_share(x, L):
     d2 = (x - x.mean()) ** 2
     tot = d2.sum()
     return float(d2[x > TAIL_FRAC * L].sum() / tot) if tot > 0 else float("nan")
+
+
+def tail_shares(x, Ls):
+    """tail_share(x, L) for every L of Ls (a list of floats; the same numbers), the squared deviations formed once
+    and each L's sum taken over the steps above its own TAIL_FRAC L among those above the smallest one's."""
+    x = np.asarray(x, dtype=np.float64)
+    d2 = (x - x.mean()) ** 2
+    tot = d2.sum()
+    if not tot > 0:
+        return [float("nan")] * len(Ls)
+    keep = x > TAIL_FRAC * float(np.min(Ls))
+    xs, ds = x[keep], d2[keep]                                    # in order: the same elements for every L
+    return [float(ds[xs > TAIL_FRAC * float(L)].sum() / tot) for L in Ls]
 
 
 def in_regime(L, kappa, sigma2, vf, censored_frac, tail=0.0):

@@ -45,6 +45,7 @@ import math
 import os
 
 import numpy as np
+from scipy import fft as sp_fft
 from scipy import special, stats
 
 from foxwindow import outputs
@@ -108,8 +109,9 @@ def marginal_moments(x, Ls, cells=CELLS):
         y = x / h
         k = np.floor(y).astype(np.int64)
         f = y - k
-        p = np.bincount(np.minimum(k, M - 1), weights=1 - f, minlength=M)[:M]
-        p += np.bincount(np.minimum(k + 1, M - 1), weights=f, minlength=M)[:M]
+        kc = np.minimum(k, M - 1)
+        p = np.bincount(kc, weights=1 - f, minlength=M)[:M]
+        p[1:] += np.bincount(kc, weights=f, minlength=M)[:M - 1]          # the upper cell k + 1 (k < M - 1)
         p[M - 1] = 0.0                                                     # steps beyond 2L: out at once
         p /= len(x)
         r = 1e-10 ** (1.0 / M)                                             # damping: aliasing r^M = 1e-10
@@ -142,14 +144,17 @@ class BlockSums:
         t = np.arange(T + 1)
         c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1) - self.kappa_d[:, None] * t[None, :]
         c -= c[:, r0 + 1:].mean(1, keepdims=True)
-        n = 1 << int(math.ceil(math.log2(2 * (T + 1))))
+        # lags up to nw only: a transform of T + 1 + nw points (a fast length) keeps every wrapped term of the
+        # circular correlation on the zero padding; only c, c^2 and c, c^2 on the rows are transformed
+        n = sp_fft.next_fast_len(T + 1 + self.nw, real=True)
         mask = (t >= r0 + 1).astype(np.float64)
-        F = {j: np.fft.rfft(c ** j, n) for j in (1, 2, 3)}
-        A = {i: np.fft.rfft(c ** i * mask, n) for i in (1, 2, 3)}
+        c2 = c * c
+        F1, F2 = sp_fft.rfft(c, n), sp_fft.rfft(c2, n)
+        A1, A2 = sp_fft.rfft(c * mask, n), sp_fft.rfft(c2 * mask, n)
         w = np.arange(1, self.nw + 1)
 
-        def corr(i, j):                         # sum_t a^i[t] c^j[t - w], t in rows + 1, w = 1..nw
-            return np.fft.irfft(A[i] * np.conj(F[j]), n)[:, w]
+        def corr(spec):                         # sum_t a^i[t] c^j[t - w], t in rows + 1, w = 1..nw
+            return sp_fft.irfft(spec, n)[:, w]
 
         def masked(i):                          # sum over t - w: a window of the prefix sums of c^i
             cs = np.concatenate([np.zeros((S, 1)), np.cumsum(c ** i, 1)], 1)
@@ -160,8 +165,8 @@ class BlockSums:
         sa1, sa2, sa3 = a1.sum(1)[:, None], a2.sum(1)[:, None], a3.sum(1)[:, None]
         sb1, sb2, sb3 = masked(1), masked(2), masked(3)
         self.q1 = sa1 - sb1                                                  # sum S~, (S, nw)
-        self.q2 = sa2 - 2 * corr(1, 1) + sb2
-        self.q3 = sa3 - 3 * corr(2, 1) + 3 * corr(1, 2) - sb3
+        self.q2 = sa2 - 2 * corr(A1 * np.conj(F1)) + sb2
+        self.q3 = sa3 - 3 * corr(A2 * np.conj(F1) - A1 * np.conj(F2)) - sb3
         self.w = w
         self.ones = ones
 
@@ -195,10 +200,46 @@ class BlockSums:
                 a3 - 3 * a1 * a2 + 2 * a1 ** 3)
 
 
+TAIL_E = 45.0            # a gamma cell whose Chernoff tail bound is below e^-45 (3e-20) is its limit, 0 or 1
+
+
+def _gamma_tails(k, y, exact, upper=False):
+    """special.gammainc(k, y) (upper: gammaincc) for arrays k > 0, y >= 0 of one shape, evaluated only where the
+    Chernoff bound of the far tail, exp(-k (r - 1 - ln r)) with r = y / k, is above e^-TAIL_E or `exact` (bool,
+    same shape) asks for it; elsewhere the limit (0 below the bulk, 1 above; the reverse for upper), off by less
+    than that bound (3e-20)."""
+    r = y / k
+    with np.errstate(divide="ignore", invalid="ignore"):
+        far = (k * (r - 1 - np.log(r)) > TAIL_E) & ~exact                  # r = 0: log 0 = -inf, far
+    out = ((r < 1) if upper else (r > 1)).astype(np.float64)
+    near = ~far
+    out[near] = (special.gammaincc if upper else special.gammainc)(k[near], y[near])
+    return out
+
+
 def _s_cdf(L, m, v, m3):
     """P(S <= L) for a shifted-gamma (Pearson III) law with mean m, variance v, third central moment m3
     (arrays of one shape), the normal law where the skewness is within 1e-3 of 0; a right-skewed law whose
-    shift is below 0 is conditioned on S >= 0 (SUPPORT)."""
+    shift is below 0 is conditioned on S >= 0 (SUPPORT). Cells far in a tail (bound below e^-TAIL_E) are
+    their limit, 0 or 1, without being evaluated."""
+    sd = np.sqrt(np.maximum(v, 1e-300))
+    z = (L - m) / sd
+    # Chernoff: the tail beyond z of a standardised gamma of skewness g (and of the normal law) is at most
+    # exp(-z^2 / (2 + max(z g, 0))); a conditioned cell (SUPPORT) whose P(S <= 0) may be above e^-TAIL_E (its
+    # mean less than sqrt(2 TAIL_E) sd above 0) is evaluated
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        g = m3 / sd ** 3
+        far = z * z > TAIL_E * (2 + np.maximum(z * g, 0))
+        if SUPPORT:
+            far &= ~((g > 1e-3) & (m - 2 * sd / g < 0) & (m < math.sqrt(2 * TAIL_E) * sd))
+    out = (z > 0).astype(np.float64)
+    near = ~far
+    out[near] = _s_cdf_cells(L, m[near], v[near], m3[near])
+    return np.where(v > 0, out, (m <= L).astype(np.float64))
+
+
+def _s_cdf_cells(L, m, v, m3):
+    """_s_cdf on the cells it evaluates (1-D arrays), each tail cell of the gamma laws by _gamma_tails."""
     sd = np.sqrt(np.maximum(v, 1e-300))
     z = (L - m) / sd
     out = (z > 0).astype(np.float64)
@@ -208,17 +249,23 @@ def _s_cdf(L, m, v, m3):
     o = np.empty_like(zl)
     nrm = ~(pos | neg)
     o[nrm] = special.ndtr(zl[nrm])
+    ml = m[live]
     k = 4 / gl[pos] ** 2
-    o[pos] = special.gammainc(k, np.maximum(k + zl[pos] * np.sqrt(k), 0))     # (L - shift)/theta
+    exact = np.zeros(len(k), bool)
     if SUPPORT:
-        # S_w >= 0: a right-skewed law whose shift m - 2 sd/g is below 0 is conditioned on S >= 0
-        ml = m[live]
-        bad = np.nonzero(pos)[0][(ml[pos] - 2 * np.sqrt(v[live][pos]) / gl[pos] < 0)]
+        # S_w >= 0: a right-skewed law whose shift m - 2 sd/g is below 0 is conditioned on S >= 0; its P(S <= 0)
+        # f0 exact where it is not near 0, and the cell exact where 1 - f0 < 1e-3 (its tail bound divided by it)
+        below = ml[pos] - 2 * np.sqrt(v[live][pos]) / gl[pos] < 0
+        bad = np.nonzero(pos)[0][below]
         kb = 4 / gl[bad] ** 2
-        f0 = special.gammainc(kb, np.maximum(kb - (ml[bad] / np.sqrt(v[live][bad])) * np.sqrt(kb), 0))
+        y0 = np.maximum(kb - (ml[bad] / np.sqrt(v[live][bad])) * np.sqrt(kb), 0)
+        f0 = _gamma_tails(kb, y0, y0 >= kb)
+        exact[below] = 1 - f0 < 1e-3
+    o[pos] = _gamma_tails(k, np.maximum(k + zl[pos] * np.sqrt(k), 0), exact)       # (L - shift)/theta
+    if SUPPORT:
         o[bad] = np.clip((o[bad] - f0) / np.maximum(1 - f0, 1e-300), 0, 1)
     k = 4 / gl[neg] ** 2
-    o[neg] = special.gammaincc(k, np.maximum(k - zl[neg] * np.sqrt(k), 0))
+    o[neg] = _gamma_tails(k, np.maximum(k - zl[neg] * np.sqrt(k), 0), np.zeros(len(k), bool), upper=True)
     out[live] = o
     return np.where(v > 0, out, (m <= L).astype(np.float64))
 
@@ -293,8 +340,7 @@ def _measured(W, C):
     cens = float(C.mean())
     out = dict(censored_share=cens)
     if cens == 0:
-        Wf = W.astype(np.float64)
-        s1, s2 = Wf.sum(1), (Wf * Wf).sum(1)
+        s1, s2 = predict.window_sums(W)
         R = W.shape[1]
         mean = s1.sum() / (S * R)
         var = s2.sum() / (S * R) - mean ** 2
@@ -306,10 +352,10 @@ def _measured(W, C):
                    var_loo=vl, mean_loo=ml, bound=False)
         return out
     km = predict.kaplan_meier(W, C)
-    loo = [predict.kaplan_meier(np.delete(W, d, 0), np.delete(C, d, 0)).mean for d in range(S)]
-    out.update(mean=km.mean, var=None, mean_se=float(dependence.jackknife(np.array(loo))), var_se=None,
+    loo = predict.kaplan_meier_loo_means(W, C)                            # each document left out
+    out.update(mean=km.mean, var=None, mean_se=float(dependence.jackknife(loo)), var_se=None,
                quantiles={"0.05": None, "0.5": km.q50 if math.isfinite(km.q50) else None, "0.95": None},
-               var_loo=None, mean_loo=np.array(loo), bound=bool(km.mean_is_bound))
+               var_loo=None, mean_loo=loo, bound=bool(km.mean_is_bound))
     return out
 
 
@@ -344,18 +390,23 @@ def _fit_stats(x):
     return dict(kappa=kappa, sigma2=sigma2, mu3=mu3, tau=tau, tau_loo=te.tau_loo, sum_k_gamma=skg, cut=te.cut)
 
 
-def evaluate(x, Ls, rng, eps_list=None, pmf_L=None):
+def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None):
     """Every law of LAWS fitted on documents 0, 2, 4, ... of increments x (S, T) and scored on 1, 3, 5, ... at
     thresholds Ls (n,). rng: numpy Generator (the bootstrap's walks). pmf_L: the L of the pmf block (None:
-    none). Returns dict(at=[record per L], pmf=..., cells=[...]) where each record's laws carry the numbers
-    (state and claim are set by `assign_states` over the whole model)."""
+    none). windows: (W, censored) of predict.window_rows(x, Ls, T // 2), every document, when the caller has
+    them (None: computed here). Returns dict(at=[record per L], pmf=..., cells=[...]) where each record's laws
+    carry the numbers (state and claim are set by `assign_states` over the whole model)."""
     S, T = x.shape
     fit, test = np.arange(0, S, 2), np.arange(1, S, 2)
     xf, xt = x[fit], x[test]
     Sf = len(fit)
     Ls = np.asarray(Ls, dtype=np.float64)
     r0 = T // 2
-    Wt, Ct = predict.window_rows(xt, Ls, r0)
+    if windows is None:
+        Wt, Ct = predict.window_rows(xt, Ls, r0)
+        Wf_, Cf_ = predict.window_rows(xf, Ls, r0)
+    else:
+        Wt, Ct, Wf_ = windows[0][test], windows[1][test], windows[0][fit]
     meas = [_measured(Wt[:, :, k], Ct[:, :, k]) for k in range(len(Ls))]
     lw = dependence.loo_weights(Sf)
     p1, p2 = xf.sum(1), (xf * xf).sum(1)
@@ -444,9 +495,7 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None):
             d["claim"][k] = _claim_expansion(omitted, d["var"][k])
             d["why"][k] = f"inversion and overshoot O(1) term {omitted:.3g} omitted"
     # mixture
-    Wf_, Cf_ = predict.window_rows(xf, Ls, r0)
-    Wff = Wf_.astype(np.float64)
-    docs = verdict.Docs(T, T - r0, p1, p2, Wff.sum(1), (Wff * Wff).sum(1))
+    docs = verdict.Docs(T, T - r0, p1, p2, *predict.window_sums(Wf_))
     one = np.ones((1, Sf))
     _, _, P, ms, _, _ = verdict.parts(docs, vf, idx, Ls, one)
     P_loo = verdict.parts(docs, vf, idx, Ls, lw)[2]
@@ -507,13 +556,13 @@ def _cover_surv(s, W, C):
     def F(w):
         w = np.asarray(w)
         return 1 - ge[np.clip(w + 1, 0, len(ge) - 1)]
-    return float(np.mean([predict.coverage(F, W[d], C[d]).mean() for d in range(W.shape[0])]))
+    return float(np.mean(predict.doc_coverage(F, W, C)))             # each (window, censored) pair once
 
 
 def _cover_sample(pred, W, C):
     def F(w):
         return np.searchsorted(pred, w, side="right") / len(pred)
-    return float(np.mean([predict.coverage(F, W[d], C[d]).mean() for d in range(W.shape[0])]))
+    return float(np.mean(predict.doc_coverage(F, W, C)))
 
 
 def _num(v):

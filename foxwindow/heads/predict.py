@@ -26,8 +26,9 @@ import numpy as np
 from foxwindow.heads.dependence import jackknife
 from foxwindow.laws.gates import search_left
 
-__all__ = ["BLOCK_FRACTION", "WALKS_PER_DOC", "N_CAP", "QUANTILES", "window_rows", "block_walks", "Prediction",
-           "predict", "KaplanMeier", "kaplan_meier", "OutOfSample", "out_of_sample"]
+__all__ = ["BLOCK_FRACTION", "WALKS_PER_DOC", "N_CAP", "QUANTILES", "window_rows", "window_sums", "block_walks",
+           "Prediction", "predict", "KaplanMeier", "kaplan_meier",
+           "kaplan_meier_loo_means", "OutOfSample", "out_of_sample"]
 
 BLOCK_FRACTION = 0.25      # block length: a quarter of the trace
 WALKS_PER_DOC = 64         # walks per document of the fitted half or of the whole head: enough that the
@@ -55,6 +56,14 @@ def window_rows(x, Ls, r0):
     return J.transpose(0, 2, 1), cens.transpose(0, 2, 1)
 
 
+def window_sums(W):
+    """Sums of W and of W^2 over axis 1 of integer windows W (S, R) or (S, R, n), as float64 (S,) or (S, n): exact
+    integer sums (the same numbers as the float sums of a float copy while they stay below 2^53), no float copy."""
+    W = np.asarray(W)
+    s2 = np.einsum("sr...,sr...->s...", W, W)
+    return W.sum(1).astype(np.float64), s2.astype(np.float64)
+
+
 def block_walks(x, Ls, rng, per_doc=WALKS_PER_DOC, block=None, n_cap=N_CAP, r0=None):
     """Windows of per_doc bootstrap walks per document of increments x (S, T) float64 at thresholds Ls (n,).
 
@@ -62,7 +71,9 @@ def block_walks(x, Ls, rng, per_doc=WALKS_PER_DOC, block=None, n_cap=N_CAP, r0=N
     whose windows are measured), reads the document backwards from there to its start, and continues
     past the start through blocks of `block` tokens (None: BLOCK_FRACTION of T) of the same document, each
     read backwards, until it is n_cap tokens long or past every L. rng: numpy Generator.
-    Returns (W (S, per_doc, n) int64, censored (S, per_doc, n) bool: the walk stayed below L for n_cap tokens)."""
+    Returns (W (S, per_doc, n) int64, censored (S, per_doc, n) bool: the walk stayed below L for n_cap tokens).
+    The sums are differences of the document's prefix sums (a walk's window inside its document is that row's
+    window_rows window): the windows of one cumsum of each whole walk, up to the rounding of the sums."""
     S, T = x.shape
     b = min(max(1, int(block or round(BLOCK_FRACTION * T))), T)
     r0 = T // 2 if r0 is None else int(r0)
@@ -79,24 +90,27 @@ def block_walks(x, Ls, rng, per_doc=WALKS_PER_DOC, block=None, n_cap=N_CAP, r0=N
         ends = rng.integers(r0, T, size=per_doc)                           # query rows
         nb = -(-n_len // b)
         starts = rng.integers(0, T - b + 1, size=(per_doc, nb))
-        # each walk only until it is past L_max (or n_len long), its length doubled from a guess: the same draws
-        # and a prefix of the same cumulative sums, so the same windows as the whole walk
-        xd, back = x[d], b - 1 - np.arange(b)
-        K0 = int(min(n_len, 1.25 * L_max / kd + 64))
-        for m, e in enumerate(ends):
-            K = K0
-            while True:
-                if K <= e + 1:
-                    cs = np.cumsum(xd[e::-1][:K])
-                else:
-                    nbk = -(-(K - e - 1) // b)
-                    blk = (starts[m, :nbk, None] + back).ravel()[:K - e - 1]
-                    cs = np.cumsum(np.concatenate([xd[e::-1], xd[blk]]))
-                if K >= n_len or cs[-1] > L_max:
-                    break
-                K = min(n_len, 2 * K)
-            W[d, m] = np.searchsorted(cs, Ls, side="right")
-            cens[d, m] = cs[-1] <= Ls
+        # a walk's sums from the document's prefix sums c: reading back from row e, the first e + 1 steps sum to
+        # c[e + 1] - c[e + 1 - n] (the window of row e itself where it crosses L there), and a block from
+        # token s + b - 1 down to s sums to c[s + b] - c[s]; the crossing block is searched like a row
+        c = np.zeros(T + 1)
+        np.cumsum(x[d], out=c[1:])
+        i = ends + 1                                                        # (P,) steps inside the document
+        J = np.searchsorted(c, c[i, None] - Ls[None, :], side="left")       # (P, n); few queries: bisection
+        Wd = i[:, None] - J                                                 # the window where J > 0
+        rest = np.flatnonzero((J == 0).any(1))                              # walks past the start at some L
+        if len(rest):
+            st = starts[rest]                                               # (P', nb) block starts
+            tot = c[i[rest], None] + np.cumsum(c[st + b] - c[st], 1)        # (P', nb) sum after each block
+            Q = (tot[:, :, None] <= Ls[None, None, :]).sum(1)               # (P', n): blocks wholly below L
+            before = np.where(Q > 0, np.take_along_axis(tot, np.maximum(Q - 1, 0), 1), c[i[rest], None])
+            top = np.take_along_axis(st, np.minimum(Q, nb - 1), 1) + b      # the crossing block's first token + 1
+            j2 = np.searchsorted(c, c[top] - (Ls[None, :] - before), side="left")
+            inb = np.where(Q < nb, top - np.maximum(j2, top - b), 0)       # its steps at or below L
+            far = i[rest, None] + Q * b + inb
+            Wd[rest] = np.where(J[rest] == 0, far, Wd[rest])
+        W[d] = np.minimum(Wd, n_len)
+        cens[d] = Wd >= n_len                                               # below L for all n_len steps
     return W, cens
 
 
@@ -140,8 +154,11 @@ def mc_errors(W):
 def _pooled_moments(W, cens=None):
     """Mean and variance of W (S, m, n) pooled over S and m, with jackknife-over-S SEs: four (n,) arrays."""
     S, m = W.shape[:2]
-    Wf = W.astype(np.float64)
-    s1, s2 = Wf.sum(1), (Wf * Wf).sum(1)                                  # (S, n)
+    if np.issubdtype(W.dtype, np.integer):
+        s1, s2 = window_sums(W)                                           # (S, n), exact
+    else:
+        Wf = W.astype(np.float64)
+        s1, s2 = Wf.sum(1), (Wf * Wf).sum(1)
     mean = s1.sum(0) / (S * m)
     var = s2.sum(0) / (S * m) - mean ** 2
     if S < 2:
@@ -197,6 +214,32 @@ def kaplan_meier(W, censored):
     below = np.nonzero(surv <= 0.5)[0]
     q50 = float(below[0]) if len(below) else float("nan")
     return KaplanMeier(mean, bool(surv[-1] > 0), q50, float(tmax))
+
+
+def kaplan_meier_loo_means(W, censored):
+    """The Kaplan-Meier mean of windows W (S, R) int with censoring flags (S, R) bool with each document (row)
+    left out in turn: (S,) float64, the numbers kaplan_meier(np.delete(W, d, 0), np.delete(censored, d, 0)).mean
+    gives, from the documents' event and at-risk counts (integers: the left-out counts subtract exactly)."""
+    W = np.asarray(W, dtype=np.int64)
+    C = np.asarray(censored, dtype=bool)
+    S = W.shape[0]
+    if S < 2 or W.size == 0:
+        raise ValueError("kaplan_meier: no windows")
+    M = int(W.max()) + 1
+    key = np.arange(S)[:, None] * M + W                                   # (S, R): document and time
+    A = np.bincount(key.ravel(), minlength=S * M).reshape(S, M)
+    E = np.bincount(key[~C], minlength=S * M).reshape(S, M)
+    A, E = A.sum(0) - A, E.sum(0) - E                                     # without document d, (S, M)
+    at = np.cumsum(A[:, ::-1], axis=1)[:, ::-1]                           # times >= u
+    top = W.max(1)
+    order = np.argsort(top)
+    out = np.empty(S)
+    for d in range(S):
+        tmax = int(top[order[-1]] if order[-1] != d else top[order[-2]])  # the longest window of the others
+        ev, n_at = E[d, :tmax + 1].astype(np.float64), at[d, :tmax + 1].astype(np.float64)
+        h = np.divide(ev, n_at, out=np.zeros_like(ev), where=n_at > 0)
+        out[d] = float(np.cumprod(1 - h).sum())
+    return out
 
 
 # ----------------------------------------------------------------------------- out of sample
@@ -285,3 +328,4 @@ def _z(d, a, b):
 # public names for the per-law evaluation (heads/laws.py)
 pooled_moments = _pooled_moments
 coverage = _coverage
+doc_coverage = _doc_coverage

@@ -198,13 +198,12 @@ def _parts(docs, vf, idx_L, Ls, w):
     tau_L = tw[:, idx_L]                                                    # (B, n)
     v = s2d[None, :] * tw[:, -1:] / T                                       # (B, S): Var of kappa_d, stationary
     inv = 1 / kd
-    a = (s2d / kd ** 3)[None, :, None] * tau_L[:, None, :] * (1 - 6 * v / kd ** 2)[:, :, None]   # (B, S, n)
-    A = np.einsum("bs,bsn->bn", w, a) / Wt[:, None]
+    # the document terms factor into tau_L (B, n) times sums over documents (B,): no (B, S, n) array
+    A = tau_L * (np.einsum("bs,bs->b", w, (s2d / kd ** 3)[None, :] * (1 - 6 * v / kd ** 2)) / Wt)[:, None]
     m_inv, m_inv2 = _wmean(w, inv), _wmean(w, inv * inv)
     Bt = m_inv2 - m_inv ** 2 - (S - 1) / S * np.einsum("bs,bs->b", w, v / kd ** 4) / Wt
-    c = (s2d / (2 * kd ** 2))[None, :, None] * tau_L[:, None, :]            # (B, S, n): O(1) term of E_d[W]
-    cov = np.einsum("bs,bsn->bn", w, inv[None, :, None] * c) / Wt[:, None] - m_inv[:, None] * (
-        np.einsum("bs,bsn->bn", w, c) / Wt[:, None])
+    h = s2d / (2 * kd ** 2)                                                 # (S,): O(1) term of E_d[W] / tau_L
+    cov = tau_L * ((w @ (inv * h)) / Wt - m_inv * ((w @ h) / Wt))[:, None]
     Ls = np.asarray(Ls)[None, :]
     P = Ls * A + Ls ** 2 * Bt[:, None] + 2 * Ls * cov
     mean_slope = m_inv - np.einsum("bs,bs->b", w, v / kd ** 3) / Wt
@@ -252,7 +251,7 @@ def _seed_sequence(seed):
 
 
 def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, head=0, eps_list=None,
-            predict_=True):
+            predict_=True, windows=None):
     """The verdict and predictions of one head from increments x (S, T) float64 (S >= 2 documents, values >= 0)
     at thresholds Ls (n,) float > 0 (L = ln 1/eps: the only unit here).
 
@@ -260,6 +259,7 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
     (int >= 0; 0: no tests, every head pre-asymptotic or undetermined). seed: int >= 0, SeedSequence or
     None (fresh entropy: independent draws between runs). context: int tokens for P(W > context) or None.
     eps_list: the eps the user gave, recorded (default exp(-L)). predict_: False skips the predictions.
+    windows: (W, censored) of predict.window_rows(x, Ls, T // 2) when the caller has them (None: computed here).
     Returns HeadResult.
     """
     x = np.asarray(x, dtype=np.float64)
@@ -311,10 +311,9 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
 
     # windows of the rows in the second half of each sequence
     r0 = T // 2
-    Wr, Cr = predict.window_rows(x, Ls, r0)
+    Wr, Cr = predict.window_rows(x, Ls, r0) if windows is None else windows
     R = T - r0
-    Wf = Wr.astype(np.float64)
-    docs = _Docs(T, R, p1, p2, Wf.sum(1), (Wf * Wf).sum(1))
+    docs = _Docs(T, R, p1, p2, *predict.window_sums(Wr))
     cens = Cr.mean((0, 1))
     res.censored_frac = cens.tolist()
     mean = docs.s1.sum(0) / (S * R)
@@ -342,8 +341,9 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
         res.between_share = float(Bt[0] * Ls[k3] ** 2 / P[0, k3]) if P[0, k3] > 0 else float("nan")
 
     # the regime
+    tails = dependence.tail_shares(x, [float(L) for L in Ls])
     for k, L in enumerate(Ls):
-        g = dependence.in_regime(float(L), kappa, sigma2, vf, float(cens[k]), dependence.tail_share(x, float(L)))
+        g = dependence.in_regime(float(L), kappa, sigma2, vf, float(cens[k]), tails[k])
         res.in_regime.append(g.ok)
         res.regime_why.append(g.why)
         res.level_ratio.append(g.level_ratio)
