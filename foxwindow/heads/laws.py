@@ -53,8 +53,8 @@ from foxwindow.laws import gates, renewal
 
 __all__ = ["LAWS", "LEAD", "ALPHA", "CLAIM_MAX", "CLAIM_FLOOR", "CLAIM_MULT", "SECOND_ORDER_CLAIM", "MARGINAL_CLAIM",
            "LEAD_CLAIM", "HOLD_SE", "MEAN_TOL", "CELLS", "MAX_CELLS", "SUMMARY_EPS", "STATES", "Q",
-           "marginal_moments", "BlockSums", "SUPPORT", "MIXED", "lead_survival", "evaluate", "assign_states",
-           "summary", "score", "score_table", "main"]
+           "MarginalPassage", "marginal_passage", "marginal_moments", "BlockSums", "SUPPORT", "MIXED", "lead_survival",
+           "evaluate", "assign_states", "summary", "score", "score_table", "main"]
 
 LAWS = {
     "iid": ("iid two-moment", "renewal law with iid increments: E[W] = L/kappa + mu2/(2 kappa^2) - 1, "
@@ -89,19 +89,83 @@ Q = (0.05, 0.5, 0.95)
 # ----------------------------------------------------------------------------- the marginal law
 
 
-def marginal_moments(x, Ls, cells=CELLS):
-    """Exact E[W], Var[W] of the first passage over each L of Ls (n,) for iid increments with the empirical
-    law of x (any shape, float >= 0): the hat-split lattice law (spacing h = L/(K + 1/2), about `cells` per
-    min(sd, kappa)), its renewal measure u = delta_0 + p * u by one exponentially damped FFT per L, E[N] =
-    U(L), E[N^2] = 2 (u * U)(L) - U(L). Returns (mean (n,), var (n,)); NaN where the lattice would exceed
-    MAX_CELLS."""
+class MarginalPassage:
+    """The first passage over one L of iid increments with a head's empirical marginal law, on the hat-split
+    lattice of `marginal_passage` (spacing h, L = (K + 1/2) h, M cells with exponential damping r^M = 1e-10
+    against aliasing). mean, var: E[W], Var[W] from the renewal measure; `ge(w)`: P(W >= w) = P(S_w <= L) for
+    ints w (any shape), one O(M) sum per w; `quantile(p)`: W's p-quantile; `cdf(w)`: P(W <= w)."""
+
+    def __init__(self, ph, z, K, M, r):
+        self.K, self.M = K, M
+        u = 1.0 / (1.0 - ph)
+        rK = r ** K
+        f = np.arange(len(ph))
+        # x[K] of an inverse real FFT as one weighted sum over the half spectrum (numpy's irfft convention)
+        wgt = np.full(len(ph), 2.0)
+        wgt[0] = 1.0
+        if M % 2 == 0:
+            wgt[-1] = 1.0
+        e = wgt * np.exp(2j * np.pi * f * K / M) / (M * rK * (1 - z))
+        U = float(np.real(np.sum(u * e)))
+        uU = float(np.real(np.sum(u * u * e)))
+        # frequencies by decreasing |ph|: a term of ph^w e below 1e-16 of |e| is dropped, so a large w (a slow head)
+        # sums only the prefix where |ph|^w is not negligible (the dropped terms add up to < 1e-10)
+        order = np.argsort(-np.abs(ph), kind="stable")
+        self._ph, self._e = ph[order], e[order]
+        self._nlog = -np.log(np.maximum(np.abs(self._ph), 1e-300))        # increasing
+        self.mean = U - 1
+        self.var = 2 * uU - U - U * U
+        self._cache = {}
+
+    def ge(self, w):
+        """P(W >= w) = P(S_w <= L) for ints w (any shape; 1 for w <= 0), float64 array."""
+        w = np.asarray(w, dtype=np.int64)
+        out = np.ones(w.shape)
+        for v in np.unique(w[w > 0]):
+            if v not in self._cache:
+                n = int(np.searchsorted(self._nlog, 36.9 / v, side="right"))     # |ph|^v >= 1e-16
+                val = float(np.real(np.sum(self._ph[:n] ** int(v) * self._e[:n])))
+                self._cache[int(v)] = min(max(val, 0.0), 1.0)
+            out[w == v] = self._cache[int(v)]
+        return out
+
+    def cdf(self, w):
+        """P(W <= w) for ints w (any shape)."""
+        return 1.0 - self.ge(np.asarray(w, dtype=np.int64) + 1)
+
+    def quantile(self, p):
+        """Smallest w >= 0 with P(W <= w) >= p (an int), by bisection on the decreasing P(S_n <= L)."""
+        sd = math.sqrt(max(self.var, 0.0)) if math.isfinite(self.var) else 0.0
+        guess = max(self.mean, 0.0) + stats.norm.ppf(p) * sd                # the normal law's quantile
+        lo, hi = max(int(guess - sd - 2), 0), int(guess + sd + 2)          # P(W <= lo - 1) < p <= P(W <= hi)
+        while lo > 0 and self.cdf(lo - 1) >= p:
+            lo, hi = max(lo - 2 * (hi - lo), 0), lo
+        while self.cdf(hi) < p:
+            lo, hi = hi, hi + 2 * (hi - lo) + 1
+        lo = max(lo - 1, 0)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.cdf(mid) >= p:
+                hi = mid
+            else:
+                lo = mid
+        return lo if self.cdf(lo) >= p else hi
+
+
+def marginal_passage(x, Ls, cells=CELLS):
+    """The exact first passage over each L of Ls (n,) for iid increments with the empirical law of x (any shape,
+    float >= 0): the hat-split lattice law (spacing h = L/(K + 1/2), about `cells` per min(sd, kappa)), its
+    renewal measure u = delta_0 + p * u by one exponentially damped FFT per L, E[N] = U(L), E[N^2] = 2 (u * U)(L)
+    - U(L); the law of W by P(W >= w) = P(S_w <= L) on the same lattice. Returns a list over L of MarginalPassage,
+    None where the lattice would exceed MAX_CELLS."""
     x = np.asarray(x, dtype=np.float64).ravel()
     kappa, sd = x.mean(), x.std()
     base = min(sd, kappa) / cells if sd > 0 else kappa / cells
-    mean, var = np.full(len(Ls), np.nan), np.full(len(Ls), np.nan)
-    for i, L in enumerate(Ls):
+    out = []
+    for L in Ls:
         K = int(math.ceil(L / base))
         if K + 1 > MAX_CELLS // 2:
+            out.append(None)
             continue
         h = L / (K + 0.5)
         M = 1 << int(math.ceil(math.log2(2 * (K + 1))))
@@ -113,15 +177,18 @@ def marginal_moments(x, Ls, cells=CELLS):
         p[M - 1] = 0.0                                                     # steps beyond 2L: out at once
         p /= len(x)
         r = 1e-10 ** (1.0 / M)                                             # damping: aliasing r^M = 1e-10
-        rk = r ** np.arange(M)
-        ph = np.fft.rfft(p * rk)                                           # numpy: sum_k a_k z^k, real a
+        ph = np.fft.rfft(p * r ** np.arange(M))                            # numpy: sum_k a_k z^k, real a
         z = r * np.exp(-2j * np.pi * np.arange(len(ph)) / M)
-        u = 1.0 / (1.0 - ph)
-        U = np.fft.irfft(u / (1 - z), M)[K] / rk[K]
-        uU = np.fft.irfft(u * u / (1 - z), M)[K] / rk[K]
-        mean[i] = U - 1
-        var[i] = 2 * uU - U - U * U
-    return mean, var
+        out.append(MarginalPassage(ph, z, K, M, r))
+    return out
+
+
+def marginal_moments(x, Ls, cells=CELLS):
+    """E[W], Var[W] of `marginal_passage` at each L of Ls (n,): (mean (n,), var (n,)); NaN where the lattice
+    would exceed MAX_CELLS."""
+    laws = marginal_passage(x, Ls, cells)
+    return (np.array([np.nan if m is None else m.mean for m in laws]),
+            np.array([np.nan if m is None else m.var for m in laws]))
 
 
 # ----------------------------------------------------------------------------- the lead law
@@ -391,13 +458,17 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None):
         d["claim"][k] = _claim_expansion(Cs, d["var"][k])
         d["why"][k] = f"Smith's O(1) term {Cs:.3g} omitted"
     # marginal
-    mm, mv = marginal_moments(xf, Ls)
     d = laws["marginal"]
-    d["mean"], d["var"] = mm, mv
-    d["var_se"] = iid_lse * mv
-    d["claim"][:] = MARGINAL_CLAIM
-    d["why"] = ["exact for iid increments (lattice error within 1%)" if np.isfinite(v) else
-                f"lattice beyond {MAX_CELLS} cells" for v in mv]
+    for k, mp in enumerate(marginal_passage(xf, Ls)):
+        d["claim"][k] = MARGINAL_CLAIM
+        if mp is None:
+            d["why"][k] = f"lattice beyond {MAX_CELLS} cells"
+            continue
+        d["mean"][k], d["var"][k] = mp.mean, mp.var
+        d["quantiles"][k] = [mp.quantile(q) for q in Q]
+        d["cover"][k] = _cover_quantiles(mp.cdf, d["quantiles"][k], Wt[:, :, k], Ct[:, :, k])
+        d["why"][k] = "exact for iid increments (lattice error within 1%)"
+    d["var_se"] = iid_lse * d["var"]
     # V(n) of the fitted half, on a grid with every n = L/kappa
     nL = Ls / kappa
     vf = dependence.variance_function(xf, dependence.n_grid(T // 2, np.round(nL)))
@@ -507,6 +578,24 @@ def _cover_surv(s, W, C):
     def F(w):
         w = np.asarray(w)
         return 1 - ge[np.clip(w + 1, 0, len(ge) - 1)]
+    return float(np.mean([predict.coverage(F, W[d], C[d]).mean() for d in range(W.shape[0])]))
+
+
+def _cover_quantiles(cdf, q, W, C):
+    """Coverage of a law's 90% interval by held-out windows W, C (S, R) (randomised PIT, predict.coverage) from
+    its CDF `cdf` (ints -> P(W <= w)) read only where the PIT interval [F(w - 1), F(w)] can straddle 0.05 or
+    0.95: at w = q05 - 1, q05, q95 - 1, q95 (q: its 5/50/95% quantiles). Elsewhere a stand-in on the same side:
+    0 below q05 - 1 (that interval lies below 0.05), 1 above q95 (above 0.95), 0.5 in between (inside)."""
+    q05, q95 = int(q[0]), int(q[-1])
+    pts = np.unique([q05 - 1, q05, q95 - 1, q95])
+    Fp = dict(zip(pts.tolist(), cdf(pts).tolist()))
+
+    def F(w):
+        w = np.asarray(w)
+        out = np.where(w < q05 - 1, 0.0, np.where(w > q95, 1.0, 0.5))
+        for v, f in Fp.items():
+            out = np.where(w == v, f, out)
+        return out
     return float(np.mean([predict.coverage(F, W[d], C[d]).mean() for d in range(W.shape[0])]))
 
 

@@ -13,7 +13,7 @@ from foxwindow import outputs
 from foxwindow.heads import calibration as verdict_calibration
 from foxwindow.heads import driver as heads
 from foxwindow.heads import laws as headlaws
-from foxwindow.heads import table
+from foxwindow.heads import predict, table
 from foxwindow.laws import exact
 from foxwindow.laws import gates as forget
 
@@ -32,6 +32,25 @@ def test_marginal_law_matches_the_exact_first_passage_within_its_claim():
             fp = exact.exact_first_passage(g, L=L, tol=1e-4, var_tol=1e-3)
         assert mean[k] == pytest.approx(fp.mean, rel=headlaws.MARGINAL_CLAIM / 5, abs=1e-3)
         assert var[k] == pytest.approx(fp.var, rel=headlaws.MARGINAL_CLAIM)
+        # its distribution: P(W >= w) on the same lattice within 1e-3 of the exact survival, the same quantiles
+        mp = headlaws.marginal_passage(x, Ls[k:k + 1])[0]
+        w = np.arange(0, fp.offset + len(fp.survival))
+        exact_ge = np.concatenate([np.ones(fp.offset), fp.survival])
+        assert np.abs(mp.ge(w) - exact_ge).max() < 1e-3
+        assert [mp.quantile(q) for q in headlaws.Q] == [fp.quantile(q) for q in headlaws.Q]
+
+
+def test_marginal_coverage_from_four_points_equals_the_full_cdf():
+    # the 90% coverage read from the CDF at q05 - 1, q05, q95 - 1, q95 only is the randomised PIT of the full CDF
+    rng = np.random.default_rng(7)
+    x = rng.gamma(0.5, 0.6, (8, 256))
+    Ls = np.array([forget.threshold(e) for e in (1e-1, 1e-3)])
+    W, C = predict.window_rows(x[1::2], Ls, 128)
+    for k, mp in enumerate(headlaws.marginal_passage(x[0::2], Ls)):
+        q = [mp.quantile(p) for p in headlaws.Q]
+        full = np.mean([predict.coverage(mp.cdf, W[d, :, k], C[d, :, k]).mean() for d in range(4)])
+        assert headlaws._cover_quantiles(mp.cdf, q, W[:, :, k], C[:, :, k]) == pytest.approx(full, abs=1e-12)
+        assert 0.0 < full < 1.0
 
 
 class _nowarn:
