@@ -54,7 +54,7 @@ from foxwindow.laws import gates, renewal
 __all__ = ["LAWS", "LEAD", "ALPHA", "CLAIM_MAX", "CLAIM_FLOOR", "CLAIM_MULT", "SECOND_ORDER_CLAIM", "MARGINAL_CLAIM",
            "LEAD_CLAIM", "HOLD_SE", "MEAN_TOL", "CELLS", "MAX_CELLS", "SUMMARY_EPS", "STATES", "Q",
            "MarginalPassage", "marginal_passage", "marginal_moments", "BlockSums", "SUPPORT", "MIXED", "lead_survival",
-           "evaluate", "assign_states", "summary", "score", "score_table", "main"]
+           "evaluate", "assign_states", "summary", "noise_floor", "score", "score_table", "main"]
 
 LAWS = {
     "iid": ("iid two-moment", "renewal law with iid increments: E[W] = L/kappa + mu2/(2 kappa^2) - 1, "
@@ -732,13 +732,36 @@ def summary(recs):
 # ----------------------------------------------------------------------------- how close each law comes
 
 
+def noise_floor(rel_se):
+    """The median relative error that predictions exact in population would show on cells whose relative
+    sampling SEs are rel_se (n,) float (normal errors): the F with mean_i P(|rel_se_i Z| <= F) = 1/2, the median of
+    the pooled errors, by bisection. With the held-out SEs alone: a predictor that knows the true Var[W]; with
+    the held-out and the law's SEs in quadrature: a law exact in population but fitted on the fitted half."""
+    r = np.asarray(rel_se, dtype=np.float64)
+    r = r[np.isfinite(r)]
+    if not len(r):
+        return None
+    if not r.max() > 0:
+        return 0.0
+    lo, hi = 0.0, 10 * float(r.max())
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        p = np.mean(np.where(r > 0, special.erf(mid / np.maximum(r, 1e-300) / math.sqrt(2)), 1.0))
+        lo, hi = (mid, hi) if p < 0.5 else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
 def score(doc, eps_lo=min(SUMMARY_EPS), eps_hi=max(SUMMARY_EPS)):
     """Out-of-sample scores of every law over the heads and eps in [eps_lo, eps_hi] of a schema-1 document
-    (where Var[W] is measured): {law: dict(cells, med_rel_var, within_2se, coverage90, med_rel_mean, states)}.
-    within_2se: |Var_law - Var_measured| <= 2 sqrt(SE_law^2 + SE_measured^2)."""
+    (where Var[W] is measured): {law: dict(cells, med_rel_var, within_2se, coverage90, med_rel_mean, states,
+    med_rel_var_corrected, floor_true, floor_law)}.
+    within_2se: |Var_law - Var_measured| <= 2 sqrt(SE_law^2 + SE_measured^2). med_rel_var_corrected: the median of
+    sqrt(max(e^2 - s^2, 0)), e the relative error and s = SE_D (the two halves' relative SEs in quadrature, as the
+    states use it): the error beyond sampling. floor_true / floor_law: `noise_floor` of the held-out relative SEs /
+    of SE_D."""
     out = {}
     for law in doc["laws"]:
-        rel, rel_m, within, cov, states = [], [], [], [], {}
+        rel, rel_m, within, cov, states, rse_m, rse = [], [], [], [], {}, [], []
         for h in doc["heads"]:
             for rec in h["at"]:
                 if not eps_lo * (1 - 1e-9) <= rec["eps"] <= eps_hi * (1 + 1e-9):
@@ -751,21 +774,25 @@ def score(doc, eps_lo=min(SUMMARY_EPS), eps_hi=max(SUMMARY_EPS)):
                 if d["mean"] is not None and m["mean"]:
                     rel_m.append(abs(d["mean"] / m["mean"] - 1))
                 se = math.hypot(m["var_se"] or 0.0, d["var_se"] or 0.0)
+                rse_m.append((m["var_se"] or 0.0) / m["var"])
+                rse.append(math.hypot(rse_m[-1], (d["var_se"] or 0.0) / d["var"]))     # SE_D, the states' SE
                 within.append(abs(d["var"] - m["var"]) <= 2 * se)
                 if d.get("coverage90") is not None:
                     cov.append(d["coverage90"])
         out[law] = dict(cells=len(rel), med_rel_var=float(np.median(rel)) if rel else None,
                         within_2se=float(np.mean(within)) if within else None,
                         coverage90=float(np.median(cov)) if cov else None,
-                        med_rel_mean=float(np.median(rel_m)) if rel_m else None, states=states)
+                        med_rel_mean=float(np.median(rel_m)) if rel_m else None, states=states,
+                        med_rel_var_corrected=float(np.median(np.sqrt(np.maximum(np.square(rel) - np.square(rse), 0))))
+                        if rel else None, floor_true=noise_floor(rse_m), floor_law=noise_floor(rse))
     return out
 
 
 def score_table(docs):
-    """Markdown table of `score` for {name: schema-1 document}."""
-    lines = ["| law | " + " | ".join(f"{n}: med. rel. error of Var[W] | {n}: within 2 SE | {n}: 90% coverage | "
-                                     f"{n}: med. rel. error of E[W]" for n in docs) + " |",
-             "| --- |" + " --- | --- | --- | --- |" * len(docs)]
+    """Markdown table of `score` for {name: schema-1 document}, and a line per document on its sampling floor."""
+    lines = ["| law | " + " | ".join(f"{n}: med. rel. error of Var[W] | {n}: beyond sampling | {n}: within 2 SE | "
+                                     f"{n}: 90% coverage | {n}: med. rel. error of E[W]" for n in docs) + " |",
+             "| --- |" + " --- | --- | --- | --- | --- |" * len(docs)]
     sc = {n: score(d) for n, d in docs.items()}
     first = next(iter(docs.values()))
     for law in first["laws"]:
@@ -775,9 +802,18 @@ def score_table(docs):
 
             def f(v, fmt=".3f"):
                 return "-" if v is None else format(v, fmt)
-            cells += [f(s["med_rel_var"]), f"{f(s['within_2se'], '.2f')} of {s['cells']}", f(s["coverage90"]),
-                      f(s["med_rel_mean"])]
+            cells += [f(s["med_rel_var"]), f(s["med_rel_var_corrected"]),
+                      f"{f(s['within_2se'], '.2f')} of {s['cells']}", f(s["coverage90"]), f(s["med_rel_mean"])]
         lines.append(f"| {law} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for n in docs:
+        s = sc[n][LEAD]
+        d0 = next(iter(docs[n]["heads"]), {"at": [{}]})["at"][0]
+        if s["floor_true"] is not None:
+            lines.append(f"{n}: {d0.get('n_fit', '?')} fitted and {d0.get('n_test', '?')} held-out documents; the "
+                         f"median relative error of Var[W] that sampling alone gives (noise_floor): "
+                         f"{s['floor_true']:.3f} for the true Var[W] (held-out SEs), {s['floor_law']:.3f} for a law "
+                         f"exact in population fitted on the fitted half ({LEAD}'s SEs and the held-out ones)")
     return "\n".join(lines)
 
 

@@ -179,3 +179,22 @@ def test_score_command_refuses_bad_files_in_one_line(tmp_path, capsys):
         assert outputs.cli(headlaws.main, [arg]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0] and "Traceback" not in err[0], err
+
+
+def test_noise_floor_is_the_median_error_of_exact_predictions():
+    # equal SEs: the median of |N(0, r^2)| is 0.6745 r
+    assert headlaws.noise_floor([0.1] * 7) == pytest.approx(0.1 * 0.6744898, rel=1e-6)
+    # unequal SEs: the pooled median of simulated errors of an exact predictor, within its sampling error
+    rng = np.random.default_rng(11)
+    r = rng.uniform(0.01, 0.2, 40)
+    err = np.abs(r[None, :] * rng.standard_normal((4000, 40)))
+    assert headlaws.noise_floor(r) == pytest.approx(np.median(err), rel=0.02)
+    assert headlaws.noise_floor([]) is None and headlaws.noise_floor([0.0, 0.0]) == 0.0
+
+
+def test_score_reports_the_error_beyond_sampling_and_the_floor():
+    sc = headlaws.score(json.load(open(GOLDEN)), eps_lo=1e-4, eps_hi=0.5)
+    for law, s in sc.items():
+        if s["cells"]:
+            assert 0.0 <= s["med_rel_var_corrected"] <= s["med_rel_var"], law
+            assert 0.0 < s["floor_true"] <= s["floor_law"], law
