@@ -198,3 +198,14 @@ def test_score_reports_the_error_beyond_sampling_and_the_floor():
         if s["cells"]:
             assert 0.0 <= s["med_rel_var_corrected"] <= s["med_rel_var"], law
             assert 0.0 < s["floor_true"] <= s["floor_law"], law
+
+
+def test_laws_of_few_statistics_do_not_move_with_the_seed():
+    # the seed only draws the bootstrap's walks: the lead law and the marginal law have no seed-to-seed spread
+    x = _model("ar1", np.random.default_rng(12), H=1, S=8, T=256)[0]
+    Ls = np.array([forget.threshold(e) for e in (1e-2, 1e-3)])
+    a, b = (headlaws.evaluate(x, Ls, np.random.default_rng(s))["at"] for s in (1, 2))
+    for ra, rb in zip(a, b):
+        for law in (headlaws.LEAD, "marginal"):
+            assert ra["laws"][law] == rb["laws"][law]
+        assert ra["laws"]["bootstrap"]["var"] != rb["laws"]["bootstrap"]["var"]
