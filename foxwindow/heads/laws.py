@@ -49,12 +49,13 @@ from scipy import special, stats
 
 from foxwindow import outputs
 from foxwindow.heads import dependence, predict, verdict
-from foxwindow.laws import gates, renewal
+from foxwindow.laws import gates, lawtable, renewal
+from foxwindow.models import traces as trace_files
 
 __all__ = ["LAWS", "LEAD", "ALPHA", "CLAIM_MAX", "CLAIM_FLOOR", "CLAIM_MULT", "SECOND_ORDER_CLAIM", "MARGINAL_CLAIM",
            "LEAD_CLAIM", "HOLD_SE", "MEAN_TOL", "CELLS", "MAX_CELLS", "SUMMARY_EPS", "STATES", "Q",
            "MarginalPassage", "marginal_passage", "marginal_moments", "BlockSums", "SUPPORT", "MIXED", "lead_survival",
-           "evaluate", "assign_states", "summary", "noise_floor", "score", "score_table", "main"]
+           "evaluate", "assign_states", "summary", "noise_floor", "subsample_floor", "score", "score_table", "main"]
 
 LAWS = {
     "iid": ("iid two-moment", "renewal law with iid increments: E[W] = L/kappa + mu2/(2 kappa^2) - 1, "
@@ -751,6 +752,50 @@ def noise_floor(rel_se):
     return 0.5 * (lo + hi)
 
 
+def subsample_floor(heads_x, Ls, sizes, rng, reps=400):
+    """The sampling floor measured on a large capture: for each head's increments x (S, T) of heads_x, the pooled
+    Var[W] of the rows T/2..T-1 of all S documents stands for the truth; over `reps` draws of n documents (n in
+    sizes, without replacement) the median over the (head, L) cells of |Var_n / Var_all - 1| (an exact predictor
+    scored on n held-out documents) and of |Var_n / Var_n' - 1| on a second, disjoint draw of n (the fitted half's
+    own variance as the law). Cells with a censored window anywhere are left out. rng: numpy Generator.
+    Returns {n: dict(true=(median, q05, q95), split=(median, q05, q95) or None, cells)} over the draws."""
+    Ls = np.asarray(Ls, dtype=np.float64)
+    sums = []
+    for x in heads_x:
+        S, T = x.shape
+        W, C = predict.window_rows(x, Ls, T // 2)
+        Wf = W.astype(np.float64)
+        ok = ~C.any(axis=(0, 1))                                            # (n,): no censored window at this L
+        sums.append((Wf.sum(1)[:, ok], (Wf * Wf).sum(1)[:, ok], W.shape[1]))   # (S, cells) each
+    out = {}
+    for n in sizes:
+        true, split = [], []
+        for _ in range(reps):
+            e_t, e_s = [], []
+            for s1, s2, R in sums:
+                S = s1.shape[0]
+                if not s1.shape[1] or n > S:
+                    continue
+                pm = s1.sum(0) / (S * R)
+                pv = s2.sum(0) / (S * R) - pm * pm
+                idx = rng.permutation(S)
+
+                def var(ix):
+                    m = s1[ix].sum(0) / (len(ix) * R)
+                    return s2[ix].sum(0) / (len(ix) * R) - m * m
+                va = var(idx[:n])
+                e_t += list(np.abs(va / pv - 1))
+                if 2 * n <= S:
+                    e_s += list(np.abs(va / var(idx[n:2 * n]) - 1))
+            true.append(np.median(e_t))
+            if e_s:
+                split.append(np.median(e_s))
+        def q(v):
+            return ((float(np.median(v)), float(np.quantile(v, 0.05)), float(np.quantile(v, 0.95))) if v else None)
+        out[n] = dict(true=q(true), split=q(split), cells=sum(s[0].shape[1] for s in sums))
+    return out
+
+
 def score(doc, eps_lo=min(SUMMARY_EPS), eps_hi=max(SUMMARY_EPS)):
     """Out-of-sample scores of every law over the heads and eps in [eps_lo, eps_hi] of a schema-1 document
     (where Var[W] is measured): {law: dict(cells, med_rel_var, within_2se, coverage90, med_rel_mean, states,
@@ -821,8 +866,15 @@ def main(argv=None):
     """`python -m foxwindow.heads.laws NAME=heads.json ...`: the out-of-sample score table of every law."""
     p = outputs.parser("Out-of-sample scores of every law at eps 1e-2..1e-4 from schema-1 per-head JSON files "
                        "(python forget.py --json)")
-    p.add_argument("files", nargs="+", help="NAME=PATH of a per-head JSON")
+    p.add_argument("files", nargs="*", help="NAME=PATH of a per-head JSON")
+    p.add_argument("--floor", default=None, metavar="TRACES",
+                   help="instead: the sampling floor measured on a trace file (.npz of save_trace) of many documents "
+                        "(subsample_floor at eps 1e-2..1e-4: 16, 32, 64 and half of its documents, 400 draws, seed 0)")
     a = p.parse_args(argv)
+    if a.floor:
+        return _print_floor(outputs.input_file("--floor", a.floor))
+    if not a.files:
+        raise outputs.UsageError("files: give NAME=PATH of at least one per-head JSON, or --floor TRACES")
     docs = {}
     for f in a.files:
         name, _, path = f.partition("=")
@@ -837,6 +889,29 @@ def main(argv=None):
                                      "(python forget.py --json)")
         docs[name if path else os.path.basename(name)] = doc
     print(score_table(docs))
+
+
+def _print_floor(path):
+    try:
+        traces, _ = trace_files.load_traces_checked(path)
+    except ValueError as exc:
+        raise outputs.UsageError(f"--floor: {exc}") from None
+    xs = [gates.increments_from_log_gates(np.asarray(t[:, :, h], dtype=np.float64))
+          for t in traces.values() for h in range(t.shape[2])]
+    S = xs[0].shape[0]
+    eps = [e for e in lawtable.EPS_SCAN if min(SUMMARY_EPS) * (1 - 1e-9) <= e <= max(SUMMARY_EPS) * (1 + 1e-9)]
+    sizes = sorted({n for n in (16, 32, 64, S // 2) if 2 <= n <= S})
+    res = subsample_floor(xs, [gates.threshold(e) for e in eps], sizes, np.random.default_rng(0))
+    print(f"{path}: {len(xs)} heads x {S} documents, eps {max(eps):g}..{min(eps):g}; median over (head, eps) cells "
+          "of the relative error of Var[W], median [5%, 95%] over 400 draws")
+    print("| held-out documents | the true Var[W] (all documents) as the prediction | "
+          "the Var[W] of n other documents |")
+    print("| --- | --- | --- |")
+    for n, r in res.items():
+        def f(t):
+            return ("-" if t is None else f"{t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}]")
+        print(f"| {n} | {f(r['true'])} | {f(r['split'])} |")
+    print(f"{res[sizes[0]]['cells']} cells without censored windows")
 
 
 if __name__ == "__main__":

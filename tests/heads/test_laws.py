@@ -209,3 +209,14 @@ def test_laws_of_few_statistics_do_not_move_with_the_seed():
         for law in (headlaws.LEAD, "marginal"):
             assert ra["laws"][law] == rb["laws"][law]
         assert ra["laws"]["bootstrap"]["var"] != rb["laws"]["bootstrap"]["var"]
+
+
+def test_subsample_floor_shrinks_with_the_held_out_documents():
+    rng = np.random.default_rng(13)
+    xs = [rng.gamma(0.8, 0.5, (32, 128)) for _ in range(2)]
+    Ls = np.array([forget.threshold(e) for e in (1e-1, 1e-2)])
+    res = headlaws.subsample_floor(xs, Ls, (4, 16), rng, reps=60)
+    assert res[4]["cells"] == 4
+    assert res[16]["true"][0] < res[4]["true"][0] and res[4]["true"][0] < res[4]["split"][0]
+    assert res[4]["true"][1] <= res[4]["true"][0] <= res[4]["true"][2]
+    assert outputs.cli(headlaws.main, ["--floor", "none.npz"]) == 2
