@@ -179,6 +179,9 @@ def test_score_command_refuses_bad_files_in_one_line(tmp_path, capsys):
         assert outputs.cli(headlaws.main, [arg]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0] and "Traceback" not in err[0], err
+    assert outputs.cli(headlaws.main, []) == 2                               # neither a JSON nor --floor
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--floor" in err[0], err
 
 
 def test_noise_floor_is_the_median_error_of_exact_predictions():
