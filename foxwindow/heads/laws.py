@@ -54,8 +54,9 @@ from foxwindow.models import traces as trace_files
 
 __all__ = ["LAWS", "LEAD", "ALPHA", "CLAIM_MAX", "CLAIM_FLOOR", "CLAIM_MULT", "SECOND_ORDER_CLAIM", "MARGINAL_CLAIM",
            "LEAD_CLAIM", "HOLD_SE", "MEAN_TOL", "CELLS", "MAX_CELLS", "SUMMARY_EPS", "STATES", "Q",
-           "MarginalPassage", "marginal_passage", "marginal_moments", "BlockSums", "SUPPORT", "MIXED", "lead_survival",
-           "evaluate", "assign_states", "summary", "noise_floor", "subsample_floor", "score", "score_table", "main"]
+           "MarginalPassage", "marginal_passage", "marginal_moments", "marginal_pmf", "BlockSums", "SUPPORT", "MIXED",
+           "lead_survival", "evaluate", "assign_states", "summary", "noise_floor", "subsample_floor", "score",
+           "score_table", "main"]
 
 LAWS = {
     "iid": ("iid two-moment", "renewal law with iid increments: E[W] = L/kappa + mu2/(2 kappa^2) - 1, "
@@ -130,6 +131,17 @@ class MarginalPassage:
             out[w == v] = self._cache[int(v)]
         return out
 
+    def ge_upto(self, hi):
+        """P(W >= w) for w = 1..hi, (hi,) float64: `ge` by one running product ph^w over the same terms (a
+        multiply per term and w instead of a power), for a whole distribution."""
+        n = np.searchsorted(self._nlog, 36.9 / np.arange(1, hi + 1), side="right")     # terms kept at w, decreasing
+        cur = self._e[:n[0]].copy() if hi > 0 else self._e[:0]
+        out = np.empty(hi)
+        for i in range(hi):
+            cur = cur[:n[i]] * self._ph[:n[i]]                                        # ph^(i+1) e, kept terms
+            out[i] = float(np.real(cur.sum()))
+        return np.clip(out, 0.0, 1.0)
+
     def cdf(self, w):
         """P(W <= w) for ints w (any shape)."""
         return 1.0 - self.ge(np.asarray(w, dtype=np.int64) + 1)
@@ -182,6 +194,13 @@ def marginal_passage(x, Ls, cells=CELLS):
         z = r * np.exp(-2j * np.pi * np.arange(len(ph)) / M)
         out.append(MarginalPassage(ph, z, K, M, r))
     return out
+
+
+def marginal_pmf(mp, tol=1e-6):
+    """The pmf block's entry of a MarginalPassage: dict(offset, p), p[i] = P(W = offset + i) from P(W >= w) on
+    its lattice, the windows w = 0 .. the (1 - tol/10)-quantile + 1; the ends where P(W = w) <= tol dropped."""
+    hi = mp.quantile(1.0 - tol / 10) + 1
+    return _pmf_from_surv(mp.ge_upto(hi + 1), tol)                         # P(W >= w), w = 1..hi + 1
 
 
 def marginal_moments(x, Ls, cells=CELLS):
@@ -469,6 +488,8 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None):
         d["quantiles"][k] = [mp.quantile(q) for q in Q]
         d["cover"][k] = _cover_quantiles(mp.cdf, d["quantiles"][k], Wt[:, :, k], Ct[:, :, k])
         d["why"][k] = "exact for iid increments (lattice error within 1%)"
+        if k == pmf_k:
+            pmf_laws["marginal"] = marginal_pmf(mp)
     d["var_se"] = iid_lse * d["var"]
     # V(n) of the fitted half, on a grid with every n = L/kappa
     nL = Ls / kappa

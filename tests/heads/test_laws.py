@@ -42,6 +42,14 @@ def test_marginal_law_matches_the_exact_first_passage_within_its_claim():
         exact_ge = np.concatenate([np.ones(fp["n0"]), fp["survival"]])
         assert np.abs(mp.ge(w) - exact_ge).max() < 1e-3
         assert [mp.quantile(q) for q in headlaws.Q] == fp["quantiles"]
+        # the pmf block's entry: P(W = w) within 1e-3 of the exact pmf where it keeps w, the rest below its 1e-6
+        assert np.abs(mp.ge_upto(len(w)) - mp.ge(np.arange(1, len(w) + 1))).max() < 1e-12
+        pb = headlaws.marginal_pmf(mp)
+        exact_p = exact_ge - np.concatenate([exact_ge[1:], [0.0]])
+        kept = pb["offset"] + np.arange(len(pb["p"]))
+        assert abs(sum(pb["p"]) - 1) < 1e-4 and pb["offset"] <= fp["quantiles"][0]
+        assert np.abs(np.array(pb["p"]) - exact_p[kept]).max() < 1e-3
+        assert np.delete(exact_p, kept[kept < len(exact_p)]).max(initial=0.0) < 1e-3
 
 
 def test_marginal_coverage_from_four_points_equals_the_full_cdf():
@@ -134,7 +142,11 @@ def test_schema_one_document_matches_the_golden_file():
                 assert d["state"] == rg["laws"][n]["state"]
                 if d["var"] is not None:
                     assert d["var"] == pytest.approx(rg["laws"][n]["var"], rel=1e-6)
-        assert h["pmf"]["eps"] == pytest.approx(1e-3) and abs(sum(h["pmf"]["laws"][headlaws.LEAD]["p"]) - 1) < 1e-4
+        assert h["pmf"]["eps"] == pytest.approx(1e-3)
+        assert list(h["pmf"]["laws"]) == list(g["pmf"]["laws"]) == ["marginal", headlaws.LEAD, "bootstrap"]
+        for n, pl in h["pmf"]["laws"].items():
+            assert abs(sum(pl["p"]) - 1) < 1e-4 and pl["offset"] >= 0, n
+        assert h["pmf"]["laws"]["marginal"]["p"] == pytest.approx(g["pmf"]["laws"]["marginal"]["p"], abs=1e-9)
 
 
 def test_table_fits_120_columns(capsys):
