@@ -133,7 +133,7 @@ class MarginalPassage:
 
     def ge_upto(self, hi):
         """P(W >= w) for w = 1..hi, (hi,) float64: `ge` by one running product ph^w over the same terms (a
-        multiply per term and w instead of a power), for a whole distribution."""
+        multiply per term and w instead of a power; equal to `ge` within 1e-10), for a whole distribution."""
         n = np.searchsorted(self._nlog, 36.9 / np.arange(1, hi + 1), side="right")     # terms kept at w, decreasing
         cur = self._e[:n[0]].copy() if hi > 0 else self._e[:0]
         out = np.empty(hi)
