@@ -893,7 +893,7 @@ def main(argv=None):
                         "(subsample_floor at eps 1e-2..1e-4: 16, 32, 64 and half of its documents, 400 draws, seed 0)")
     a = p.parse_args(argv)
     if a.floor:
-        return _print_floor(outputs.input_file("--floor", a.floor))
+        return _print_floor(outputs.input_file("--floor", a.floor), shown=a.floor)
     if not a.files:
         raise outputs.UsageError("files: give NAME=PATH of at least one per-head JSON, or --floor TRACES")
     docs = {}
@@ -912,7 +912,8 @@ def main(argv=None):
     print(score_table(docs))
 
 
-def _print_floor(path):
+def _print_floor(path, shown=None):
+    # shown: the path as given (a relative name stays relative in the committed output)
     try:
         traces, _ = trace_files.load_traces_checked(path)
     except ValueError as exc:
@@ -923,8 +924,8 @@ def _print_floor(path):
     eps = [e for e in lawtable.EPS_SCAN if min(SUMMARY_EPS) * (1 - 1e-9) <= e <= max(SUMMARY_EPS) * (1 + 1e-9)]
     sizes = sorted({n for n in (16, 32, 64, S // 2) if 2 <= n <= S})
     res = subsample_floor(xs, [gates.threshold(e) for e in eps], sizes, np.random.default_rng(0))
-    print(f"{path}: {len(xs)} heads x {S} documents, eps {max(eps):g}..{min(eps):g}; median over (head, eps) cells "
-          "of the relative error of Var[W], median [5%, 95%] over 400 draws")
+    print(f"{shown or path}: {len(xs)} heads x {S} documents, eps {max(eps):g}..{min(eps):g}; median over (head, eps) "
+          "cells of the relative error of Var[W], median [5%, 95%] over 400 draws")
     print("| held-out documents | the true Var[W] (all documents) as the prediction | "
           "the Var[W] of n other documents |")
     print("| --- | --- | --- |")
