@@ -50,12 +50,14 @@ from scipy import special, stats
 
 from foxwindow import outputs
 from foxwindow.heads import dependence, predict, verdict
-from foxwindow.laws import gates, renewal
+from foxwindow.laws import gates, lawtable, renewal
+from foxwindow.models import traces as trace_files
 
 __all__ = ["LAWS", "LEAD", "ALPHA", "CLAIM_MAX", "CLAIM_FLOOR", "CLAIM_MULT", "SECOND_ORDER_CLAIM", "MARGINAL_CLAIM",
            "LEAD_CLAIM", "HOLD_SE", "MEAN_TOL", "CELLS", "MAX_CELLS", "SUMMARY_EPS", "STATES", "Q",
-           "marginal_moments", "BlockSums", "SUPPORT", "MIXED", "lead_survival", "evaluate", "assign_states",
-           "summary", "score", "score_table", "main"]
+           "MarginalPassage", "marginal_passage", "marginal_moments", "marginal_pmf", "BlockSums", "SUPPORT", "MIXED",
+           "lead_survival", "evaluate", "assign_states", "summary", "noise_floor", "subsample_floor", "score",
+           "score_table", "main"]
 
 LAWS = {
     "iid": ("iid two-moment", "renewal law with iid increments: E[W] = L/kappa + mu2/(2 kappa^2) - 1, "
@@ -90,19 +92,94 @@ Q = (0.05, 0.5, 0.95)
 # ----------------------------------------------------------------------------- the marginal law
 
 
-def marginal_moments(x, Ls, cells=CELLS):
-    """Exact E[W], Var[W] of the first passage over each L of Ls (n,) for iid increments with the empirical
-    law of x (any shape, float >= 0): the hat-split lattice law (spacing h = L/(K + 1/2), about `cells` per
-    min(sd, kappa)), its renewal measure u = delta_0 + p * u by one exponentially damped FFT per L, E[N] =
-    U(L), E[N^2] = 2 (u * U)(L) - U(L). Returns (mean (n,), var (n,)); NaN where the lattice would exceed
-    MAX_CELLS."""
+class MarginalPassage:
+    """The first passage over one L of iid increments with a head's empirical marginal law, on the hat-split
+    lattice of `marginal_passage` (spacing h, L = (K + 1/2) h, M cells with exponential damping r^M = 1e-10
+    against aliasing). mean, var: E[W], Var[W] from the renewal measure; `ge(w)`: P(W >= w) = P(S_w <= L) for
+    ints w (any shape), one O(M) sum per w; `quantile(p)`: W's p-quantile; `cdf(w)`: P(W <= w)."""
+
+    def __init__(self, ph, z, K, M, r):
+        self.K, self.M = K, M
+        u = 1.0 / (1.0 - ph)
+        rK = r ** K
+        f = np.arange(len(ph))
+        # x[K] of an inverse real FFT as one weighted sum over the half spectrum (numpy's irfft convention)
+        wgt = np.full(len(ph), 2.0)
+        wgt[0] = 1.0
+        if M % 2 == 0:
+            wgt[-1] = 1.0
+        e = wgt * np.exp(2j * np.pi * f * K / M) / (M * rK * (1 - z))
+        U = float(np.real(np.sum(u * e)))
+        uU = float(np.real(np.sum(u * u * e)))
+        # frequencies by decreasing |ph|: a term of ph^w e below 1e-16 of |e| is dropped, so a large w (a slow head)
+        # sums only the prefix where |ph|^w is not negligible (the dropped terms add up to < 1e-10)
+        order = np.argsort(-np.abs(ph), kind="stable")
+        self._ph, self._e = ph[order], e[order]
+        self._nlog = -np.log(np.maximum(np.abs(self._ph), 1e-300))        # increasing
+        self.mean = U - 1
+        self.var = 2 * uU - U - U * U
+        self._cache = {}
+
+    def ge(self, w):
+        """P(W >= w) = P(S_w <= L) for ints w (any shape; 1 for w <= 0), float64 array."""
+        w = np.asarray(w, dtype=np.int64)
+        out = np.ones(w.shape)
+        for v in np.unique(w[w > 0]):
+            if v not in self._cache:
+                n = int(np.searchsorted(self._nlog, 36.9 / v, side="right"))     # |ph|^v >= 1e-16
+                val = float(np.real(np.sum(self._ph[:n] ** int(v) * self._e[:n])))
+                self._cache[int(v)] = min(max(val, 0.0), 1.0)
+            out[w == v] = self._cache[int(v)]
+        return out
+
+    def ge_upto(self, hi):
+        """P(W >= w) for w = 1..hi, (hi,) float64: `ge` by one running product ph^w over the same terms (a
+        multiply per term and w instead of a power; equal to `ge` within 1e-10), for a whole distribution."""
+        n = np.searchsorted(self._nlog, 36.9 / np.arange(1, hi + 1), side="right")     # terms kept at w, decreasing
+        cur = self._e[:n[0]].copy() if hi > 0 else self._e[:0]
+        out = np.empty(hi)
+        for i in range(hi):
+            cur = cur[:n[i]] * self._ph[:n[i]]                                        # ph^(i+1) e, kept terms
+            out[i] = float(np.real(cur.sum()))
+        return np.clip(out, 0.0, 1.0)
+
+    def cdf(self, w):
+        """P(W <= w) for ints w (any shape)."""
+        return 1.0 - self.ge(np.asarray(w, dtype=np.int64) + 1)
+
+    def quantile(self, p):
+        """Smallest w >= 0 with P(W <= w) >= p (an int), by bisection on the decreasing P(S_n <= L)."""
+        sd = math.sqrt(max(self.var, 0.0)) if math.isfinite(self.var) else 0.0
+        guess = max(self.mean, 0.0) + stats.norm.ppf(p) * sd                # the normal law's quantile
+        lo, hi = max(int(guess - sd - 2), 0), int(guess + sd + 2)          # P(W <= lo - 1) < p <= P(W <= hi)
+        while lo > 0 and self.cdf(lo - 1) >= p:
+            lo, hi = max(lo - 2 * (hi - lo), 0), lo
+        while self.cdf(hi) < p:
+            lo, hi = hi, hi + 2 * (hi - lo) + 1
+        lo = max(lo - 1, 0)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.cdf(mid) >= p:
+                hi = mid
+            else:
+                lo = mid
+        return lo if self.cdf(lo) >= p else hi
+
+
+def marginal_passage(x, Ls, cells=CELLS):
+    """The exact first passage over each L of Ls (n,) for iid increments with the empirical law of x (any shape,
+    float >= 0): the hat-split lattice law (spacing h = L/(K + 1/2), about `cells` per min(sd, kappa)), its
+    renewal measure u = delta_0 + p * u by one exponentially damped FFT per L, E[N] = U(L), E[N^2] = 2 (u * U)(L)
+    - U(L); the law of W by P(W >= w) = P(S_w <= L) on the same lattice. Returns a list over L of MarginalPassage,
+    None where the lattice would exceed MAX_CELLS."""
     x = np.asarray(x, dtype=np.float64).ravel()
     kappa, sd = x.mean(), x.std()
     base = min(sd, kappa) / cells if sd > 0 else kappa / cells
-    mean, var = np.full(len(Ls), np.nan), np.full(len(Ls), np.nan)
-    for i, L in enumerate(Ls):
+    out = []
+    for L in Ls:
         K = int(math.ceil(L / base))
         if K + 1 > MAX_CELLS // 2:
+            out.append(None)
             continue
         h = L / (K + 0.5)
         M = 1 << int(math.ceil(math.log2(2 * (K + 1))))
@@ -115,15 +192,25 @@ def marginal_moments(x, Ls, cells=CELLS):
         p[M - 1] = 0.0                                                     # steps beyond 2L: out at once
         p /= len(x)
         r = 1e-10 ** (1.0 / M)                                             # damping: aliasing r^M = 1e-10
-        rk = r ** np.arange(M)
-        ph = np.fft.rfft(p * rk)                                           # numpy: sum_k a_k z^k, real a
+        ph = np.fft.rfft(p * r ** np.arange(M))                            # numpy: sum_k a_k z^k, real a
         z = r * np.exp(-2j * np.pi * np.arange(len(ph)) / M)
-        u = 1.0 / (1.0 - ph)
-        U = np.fft.irfft(u / (1 - z), M)[K] / rk[K]
-        uU = np.fft.irfft(u * u / (1 - z), M)[K] / rk[K]
-        mean[i] = U - 1
-        var[i] = 2 * uU - U - U * U
-    return mean, var
+        out.append(MarginalPassage(ph, z, K, M, r))
+    return out
+
+
+def marginal_pmf(mp, tol=1e-6):
+    """The pmf block's entry of a MarginalPassage: dict(offset, p), p[i] = P(W = offset + i) from P(W >= w) on
+    its lattice, the windows w = 0 .. the (1 - tol/10)-quantile + 1; the ends where P(W = w) <= tol dropped."""
+    hi = mp.quantile(1.0 - tol / 10) + 1
+    return _pmf_from_surv(mp.ge_upto(hi + 1), tol)                         # P(W >= w), w = 1..hi + 1
+
+
+def marginal_moments(x, Ls, cells=CELLS):
+    """E[W], Var[W] of `marginal_passage` at each L of Ls (n,): (mean (n,), var (n,)); NaN where the lattice
+    would exceed MAX_CELLS."""
+    laws = marginal_passage(x, Ls, cells)
+    return (np.array([np.nan if m is None else m.mean for m in laws]),
+            np.array([np.nan if m is None else m.var for m in laws]))
 
 
 # ----------------------------------------------------------------------------- the lead law
@@ -442,13 +529,19 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None):
         d["claim"][k] = _claim_expansion(Cs, d["var"][k])
         d["why"][k] = f"Smith's O(1) term {Cs:.3g} omitted"
     # marginal
-    mm, mv = marginal_moments(xf, Ls)
     d = laws["marginal"]
-    d["mean"], d["var"] = mm, mv
-    d["var_se"] = iid_lse * mv
-    d["claim"][:] = MARGINAL_CLAIM
-    d["why"] = ["exact for iid increments (lattice error within 1%)" if np.isfinite(v) else
-                f"lattice beyond {MAX_CELLS} cells" for v in mv]
+    for k, mp in enumerate(marginal_passage(xf, Ls)):
+        d["claim"][k] = MARGINAL_CLAIM
+        if mp is None:
+            d["why"][k] = f"lattice beyond {MAX_CELLS} cells"
+            continue
+        d["mean"][k], d["var"][k] = mp.mean, mp.var
+        d["quantiles"][k] = [mp.quantile(q) for q in Q]
+        d["cover"][k] = _cover_quantiles(mp.cdf, d["quantiles"][k], Wt[:, :, k], Ct[:, :, k])
+        d["why"][k] = "exact for iid increments (lattice error within 1%)"
+        if k == pmf_k:
+            pmf_laws["marginal"] = marginal_pmf(mp)
+    d["var_se"] = iid_lse * d["var"]
     # V(n) of the fitted half, on a grid with every n = L/kappa
     nL = Ls / kappa
     vf = dependence.variance_function(xf, dependence.n_grid(T // 2, np.round(nL)))
@@ -557,6 +650,24 @@ def _cover_surv(s, W, C):
         w = np.asarray(w)
         return 1 - ge[np.clip(w + 1, 0, len(ge) - 1)]
     return float(np.mean(predict.doc_coverage(F, W, C)))             # each (window, censored) pair once
+
+
+def _cover_quantiles(cdf, q, W, C):
+    """Coverage of a law's 90% interval by held-out windows W, C (S, R) (randomised PIT, predict.coverage) from
+    its CDF `cdf` (ints -> P(W <= w)) read only where the PIT interval [F(w - 1), F(w)] can straddle 0.05 or
+    0.95: at w = q05 - 1, q05, q95 - 1, q95 (q: its 5/50/95% quantiles). Elsewhere a stand-in on the same side:
+    0 below q05 - 1 (that interval lies below 0.05), 1 above q95 (above 0.95), 0.5 in between (inside)."""
+    q05, q95 = int(q[0]), int(q[-1])
+    pts = np.unique([q05 - 1, q05, q95 - 1, q95])
+    Fp = dict(zip(pts.tolist(), cdf(pts).tolist()))
+
+    def F(w):
+        w = np.asarray(w)
+        out = np.where(w < q05 - 1, 0.0, np.where(w > q95, 1.0, 0.5))
+        for v, f in Fp.items():
+            out = np.where(w == v, f, out)
+        return out
+    return float(np.mean([predict.coverage(F, W[d], C[d]).mean() for d in range(W.shape[0])]))
 
 
 def _cover_sample(pred, W, C):
@@ -692,13 +803,80 @@ def summary(recs):
 # ----------------------------------------------------------------------------- how close each law comes
 
 
+def noise_floor(rel_se):
+    """The median relative error that predictions exact in population would show on cells whose relative
+    sampling SEs are rel_se (n,) float (normal errors): the F with mean_i P(|rel_se_i Z| <= F) = 1/2, the median of
+    the pooled errors, by bisection. With the held-out SEs alone: a predictor that knows the true Var[W]; with
+    the held-out and the law's SEs in quadrature: a law exact in population but fitted on the fitted half."""
+    r = np.asarray(rel_se, dtype=np.float64)
+    r = r[np.isfinite(r)]
+    if not len(r):
+        return None
+    if not r.max() > 0:
+        return 0.0
+    lo, hi = 0.0, 10 * float(r.max())
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        p = np.mean(np.where(r > 0, special.erf(mid / np.maximum(r, 1e-300) / math.sqrt(2)), 1.0))
+        lo, hi = (mid, hi) if p < 0.5 else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def subsample_floor(heads_x, Ls, sizes, rng, reps=400):
+    """The sampling floor measured on a large capture: for each head's increments x (S, T) of heads_x, the pooled
+    Var[W] of the rows T/2..T-1 of all S documents stands for the truth; over `reps` draws of n documents (n in
+    sizes, without replacement) the median over the (head, L) cells of |Var_n / Var_all - 1| (an exact predictor
+    scored on n held-out documents) and of |Var_n / Var_n' - 1| on a second, disjoint draw of n (the fitted half's
+    own variance as the law). Cells with a censored window anywhere are left out. rng: numpy Generator.
+    Returns {n: dict(true=(median, q05, q95), split=(median, q05, q95) or None, cells)} over the draws."""
+    Ls = np.asarray(Ls, dtype=np.float64)
+    sums = []
+    for x in heads_x:
+        S, T = x.shape
+        W, C = predict.window_rows(x, Ls, T // 2)
+        Wf = W.astype(np.float64)
+        ok = ~C.any(axis=(0, 1))                                            # (n,): no censored window at this L
+        sums.append((Wf.sum(1)[:, ok], (Wf * Wf).sum(1)[:, ok], W.shape[1]))   # (S, cells) each
+    out = {}
+    for n in sizes:
+        true, split = [], []
+        for _ in range(reps):
+            e_t, e_s = [], []
+            for s1, s2, R in sums:
+                S = s1.shape[0]
+                if not s1.shape[1] or n > S:
+                    continue
+                pm = s1.sum(0) / (S * R)
+                pv = s2.sum(0) / (S * R) - pm * pm
+                idx = rng.permutation(S)
+
+                def var(ix):
+                    m = s1[ix].sum(0) / (len(ix) * R)
+                    return s2[ix].sum(0) / (len(ix) * R) - m * m
+                va = var(idx[:n])
+                e_t += list(np.abs(va / pv - 1))
+                if 2 * n <= S:
+                    e_s += list(np.abs(va / var(idx[n:2 * n]) - 1))
+            true.append(np.median(e_t))
+            if e_s:
+                split.append(np.median(e_s))
+        def q(v):
+            return ((float(np.median(v)), float(np.quantile(v, 0.05)), float(np.quantile(v, 0.95))) if v else None)
+        out[n] = dict(true=q(true), split=q(split), cells=sum(s[0].shape[1] for s in sums))
+    return out
+
+
 def score(doc, eps_lo=min(SUMMARY_EPS), eps_hi=max(SUMMARY_EPS)):
     """Out-of-sample scores of every law over the heads and eps in [eps_lo, eps_hi] of a schema-1 document
-    (where Var[W] is measured): {law: dict(cells, med_rel_var, within_2se, coverage90, med_rel_mean, states)}.
-    within_2se: |Var_law - Var_measured| <= 2 sqrt(SE_law^2 + SE_measured^2)."""
+    (where Var[W] is measured): {law: dict(cells, med_rel_var, within_2se, coverage90, med_rel_mean, states,
+    med_rel_var_corrected, floor_true, floor_law)}.
+    within_2se: |Var_law - Var_measured| <= 2 sqrt(SE_law^2 + SE_measured^2). med_rel_var_corrected: the median of
+    sqrt(max(e^2 - s^2, 0)), e the relative error and s = SE_D (the two halves' relative SEs in quadrature, as the
+    states use it): the error beyond sampling. floor_true / floor_law: `noise_floor` of the held-out relative SEs /
+    of SE_D."""
     out = {}
     for law in doc["laws"]:
-        rel, rel_m, within, cov, states = [], [], [], [], {}
+        rel, rel_m, within, cov, states, rse_m, rse = [], [], [], [], {}, [], []
         for h in doc["heads"]:
             for rec in h["at"]:
                 if not eps_lo * (1 - 1e-9) <= rec["eps"] <= eps_hi * (1 + 1e-9):
@@ -711,21 +889,25 @@ def score(doc, eps_lo=min(SUMMARY_EPS), eps_hi=max(SUMMARY_EPS)):
                 if d["mean"] is not None and m["mean"]:
                     rel_m.append(abs(d["mean"] / m["mean"] - 1))
                 se = math.hypot(m["var_se"] or 0.0, d["var_se"] or 0.0)
+                rse_m.append((m["var_se"] or 0.0) / m["var"])
+                rse.append(math.hypot(rse_m[-1], (d["var_se"] or 0.0) / d["var"]))     # SE_D, the states' SE
                 within.append(abs(d["var"] - m["var"]) <= 2 * se)
                 if d.get("coverage90") is not None:
                     cov.append(d["coverage90"])
         out[law] = dict(cells=len(rel), med_rel_var=float(np.median(rel)) if rel else None,
                         within_2se=float(np.mean(within)) if within else None,
                         coverage90=float(np.median(cov)) if cov else None,
-                        med_rel_mean=float(np.median(rel_m)) if rel_m else None, states=states)
+                        med_rel_mean=float(np.median(rel_m)) if rel_m else None, states=states,
+                        med_rel_var_corrected=float(np.median(np.sqrt(np.maximum(np.square(rel) - np.square(rse), 0))))
+                        if rel else None, floor_true=noise_floor(rse_m), floor_law=noise_floor(rse))
     return out
 
 
 def score_table(docs):
-    """Markdown table of `score` for {name: schema-1 document}."""
-    lines = ["| law | " + " | ".join(f"{n}: med. rel. error of Var[W] | {n}: within 2 SE | {n}: 90% coverage | "
-                                     f"{n}: med. rel. error of E[W]" for n in docs) + " |",
-             "| --- |" + " --- | --- | --- | --- |" * len(docs)]
+    """Markdown table of `score` for {name: schema-1 document}, and a line per document on its sampling floor."""
+    lines = ["| law | " + " | ".join(f"{n}: med. rel. error of Var[W] | {n}: beyond sampling | {n}: within 2 SE | "
+                                     f"{n}: 90% coverage | {n}: med. rel. error of E[W]" for n in docs) + " |",
+             "| --- |" + " --- | --- | --- | --- | --- |" * len(docs)]
     sc = {n: score(d) for n, d in docs.items()}
     first = next(iter(docs.values()))
     for law in first["laws"]:
@@ -735,9 +917,18 @@ def score_table(docs):
 
             def f(v, fmt=".3f"):
                 return "-" if v is None else format(v, fmt)
-            cells += [f(s["med_rel_var"]), f"{f(s['within_2se'], '.2f')} of {s['cells']}", f(s["coverage90"]),
-                      f(s["med_rel_mean"])]
+            cells += [f(s["med_rel_var"]), f(s["med_rel_var_corrected"]),
+                      f"{f(s['within_2se'], '.2f')} of {s['cells']}", f(s["coverage90"]), f(s["med_rel_mean"])]
         lines.append(f"| {law} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for n in docs:
+        s = sc[n][LEAD]
+        d0 = next(iter(docs[n]["heads"]), {"at": [{}]})["at"][0]
+        if s["floor_true"] is not None:
+            lines.append(f"{n}: {d0.get('n_fit', '?')} fitted and {d0.get('n_test', '?')} held-out documents; the "
+                         f"median relative error of Var[W] that sampling alone gives (noise_floor): "
+                         f"{s['floor_true']:.3f} for the true Var[W] (held-out SEs), {s['floor_law']:.3f} for a law "
+                         f"exact in population fitted on the fitted half ({LEAD}'s SEs and the held-out ones)")
     return "\n".join(lines)
 
 
@@ -745,8 +936,15 @@ def main(argv=None):
     """`python -m foxwindow.heads.laws NAME=heads.json ...`: the out-of-sample score table of every law."""
     p = outputs.parser("Out-of-sample scores of every law at eps 1e-2..1e-4 from schema-1 per-head JSON files "
                        "(python forget.py --json)")
-    p.add_argument("files", nargs="+", help="NAME=PATH of a per-head JSON")
+    p.add_argument("files", nargs="*", help="NAME=PATH of a per-head JSON")
+    p.add_argument("--floor", default=None, metavar="TRACES",
+                   help="instead: the sampling floor measured on a trace file (.npz of save_trace) of many documents "
+                        "(subsample_floor at eps 1e-2..1e-4: 16, 32, 64 and half of its documents, 400 draws, seed 0)")
     a = p.parse_args(argv)
+    if a.floor:
+        return _print_floor(outputs.input_file("--floor", a.floor), shown=a.floor)
+    if not a.files:
+        raise outputs.UsageError("files: give NAME=PATH of at least one per-head JSON, or --floor TRACES")
     docs = {}
     for f in a.files:
         name, _, path = f.partition("=")
@@ -761,6 +959,30 @@ def main(argv=None):
                                      "(python forget.py --json)")
         docs[name if path else os.path.basename(name)] = doc
     print(score_table(docs))
+
+
+def _print_floor(path, shown=None):
+    # shown: the path as given (a relative name stays relative in the committed output)
+    try:
+        traces, _ = trace_files.load_traces_checked(path)
+    except ValueError as exc:
+        raise outputs.UsageError(f"--floor: {exc}") from None
+    xs = [gates.increments_from_log_gates(np.asarray(t[:, :, h], dtype=np.float64))
+          for t in traces.values() for h in range(t.shape[2])]
+    S = xs[0].shape[0]
+    eps = [e for e in lawtable.EPS_SCAN if min(SUMMARY_EPS) * (1 - 1e-9) <= e <= max(SUMMARY_EPS) * (1 + 1e-9)]
+    sizes = sorted({n for n in (16, 32, 64, S // 2) if 2 <= n <= S})
+    res = subsample_floor(xs, [gates.threshold(e) for e in eps], sizes, np.random.default_rng(0))
+    print(f"{shown or path}: {len(xs)} heads x {S} documents, eps {max(eps):g}..{min(eps):g}; median over (head, eps) "
+          "cells of the relative error of Var[W], median [5%, 95%] over 400 draws")
+    print("| held-out documents | the true Var[W] (all documents) as the prediction | "
+          "the Var[W] of n other documents |")
+    print("| --- | --- | --- |")
+    for n, r in res.items():
+        def f(t):
+            return ("-" if t is None else f"{t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}]")
+        print(f"| {n} | {f(r['true'])} | {f(r['split'])} |")
+    print(f"{res[sizes[0]]['cells']} cells without censored windows")
 
 
 if __name__ == "__main__":

@@ -13,36 +13,56 @@ from foxwindow import outputs
 from foxwindow.heads import calibration as verdict_calibration
 from foxwindow.heads import driver as heads
 from foxwindow.heads import laws as headlaws
-from foxwindow.heads import table
+from foxwindow.heads import predict, table
 from foxwindow.laws import exact
 from foxwindow.laws import gates as forget
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(os.path.dirname(HERE), "data")
 GOLDEN = os.path.join(DATA, "heads_small.json")
+ORACLE = os.path.join(DATA, "marginal_oracle.json")
 
 
 def test_marginal_law_matches_the_exact_first_passage_within_its_claim():
-    x = np.random.default_rng(0).gamma(0.7, 0.4, 20000)
-    Ls = np.array([1.0, 4.6, 9.2])
+    # the exact oracle (laws.exact.exact_first_passage, about 4 s of CPU per L) read from
+    # tests/data/marginal_oracle.json, written by tests/data/make_marginal_oracle.py
+    sys.path.insert(0, DATA)
+    import make_marginal_oracle
+    orc = json.load(open(ORACLE))
+    assert orc["sample"] == make_marginal_oracle.SAMPLE and orc["q"] == list(headlaws.Q)
+    x = make_marginal_oracle.sample(**orc["sample"])
+    Ls = np.array([r["L"] for r in orc["at"]])
     mean, var = headlaws.marginal_moments(x, Ls)
-    g = forget.EmpiricalGate(-x)
-    for k, L in enumerate(Ls):
-        with pytest.warns(exact.AccuracyWarning) if False else _nowarn():
-            fp = exact.exact_first_passage(g, L=L, tol=1e-4, var_tol=1e-3)
-        assert mean[k] == pytest.approx(fp.mean, rel=headlaws.MARGINAL_CLAIM / 5, abs=1e-3)
-        assert var[k] == pytest.approx(fp.var, rel=headlaws.MARGINAL_CLAIM)
+    for k, (mp, fp) in enumerate(zip(headlaws.marginal_passage(x, Ls), orc["at"])):
+        assert mean[k] == pytest.approx(fp["mean"], rel=headlaws.MARGINAL_CLAIM / 5, abs=1e-3)
+        assert var[k] == pytest.approx(fp["var"], rel=headlaws.MARGINAL_CLAIM)
+        assert (mp.mean, mp.var) == (mean[k], var[k])
+        # its distribution: P(W >= w) on the same lattice within 1e-3 of the exact survival, the same quantiles
+        w = np.arange(0, fp["n0"] + len(fp["survival"]))
+        exact_ge = np.concatenate([np.ones(fp["n0"]), fp["survival"]])
+        assert np.abs(mp.ge(w) - exact_ge).max() < 1e-3
+        assert [mp.quantile(q) for q in headlaws.Q] == fp["quantiles"]
+        # the pmf block's entry: P(W = w) within 1e-3 of the exact pmf where it keeps w, the rest below its 1e-6
+        assert np.abs(mp.ge_upto(len(w)) - mp.ge(np.arange(1, len(w) + 1))).max() < 1e-12
+        pb = headlaws.marginal_pmf(mp)
+        exact_p = exact_ge - np.concatenate([exact_ge[1:], [0.0]])
+        kept = pb["offset"] + np.arange(len(pb["p"]))
+        assert abs(sum(pb["p"]) - 1) < 1e-4 and pb["offset"] <= fp["quantiles"][0]
+        assert np.abs(np.array(pb["p"]) - exact_p[kept]).max() < 1e-3
+        assert np.delete(exact_p, kept[kept < len(exact_p)]).max(initial=0.0) < 1e-3
 
 
-class _nowarn:
-    def __enter__(self):
-        import warnings
-        self.w = warnings.catch_warnings()
-        self.w.__enter__()
-        warnings.simplefilter("ignore")
-
-    def __exit__(self, *a):
-        self.w.__exit__(*a)
+def test_marginal_coverage_from_four_points_equals_the_full_cdf():
+    # the 90% coverage read from the CDF at q05 - 1, q05, q95 - 1, q95 only is the randomised PIT of the full CDF
+    rng = np.random.default_rng(7)
+    x = rng.gamma(0.5, 0.6, (8, 256))
+    Ls = np.array([forget.threshold(e) for e in (1e-1, 1e-3)])
+    W, C = predict.window_rows(x[1::2], Ls, 128)
+    for k, mp in enumerate(headlaws.marginal_passage(x[0::2], Ls)):
+        q = [mp.quantile(p) for p in headlaws.Q]
+        full = np.mean([predict.coverage(mp.cdf, W[d, :, k], C[d, :, k]).mean() for d in range(4)])
+        assert headlaws._cover_quantiles(mp.cdf, q, W[:, :, k], C[:, :, k]) == pytest.approx(full, abs=1e-12)
+        assert 0.0 < full < 1.0
 
 
 def test_block_sums_match_brute_force():
@@ -122,7 +142,11 @@ def test_schema_one_document_matches_the_golden_file():
                 assert d["state"] == rg["laws"][n]["state"]
                 if d["var"] is not None:
                     assert d["var"] == pytest.approx(rg["laws"][n]["var"], rel=1e-6)
-        assert h["pmf"]["eps"] == pytest.approx(1e-3) and abs(sum(h["pmf"]["laws"][headlaws.LEAD]["p"]) - 1) < 1e-4
+        assert h["pmf"]["eps"] == pytest.approx(1e-3)
+        assert list(h["pmf"]["laws"]) == list(g["pmf"]["laws"]) == ["marginal", headlaws.LEAD, "bootstrap"]
+        for n, pl in h["pmf"]["laws"].items():
+            assert abs(sum(pl["p"]) - 1) < 1e-4 and pl["offset"] >= 0, n
+        assert h["pmf"]["laws"]["marginal"]["p"] == pytest.approx(g["pmf"]["laws"]["marginal"]["p"], abs=1e-9)
 
 
 def test_table_fits_120_columns(capsys):
@@ -160,3 +184,47 @@ def test_score_command_refuses_bad_files_in_one_line(tmp_path, capsys):
         assert outputs.cli(headlaws.main, [arg]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0] and "Traceback" not in err[0], err
+    assert outputs.cli(headlaws.main, []) == 2                               # neither a JSON nor --floor
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--floor" in err[0], err
+
+
+def test_noise_floor_is_the_median_error_of_exact_predictions():
+    # equal SEs: the median of |N(0, r^2)| is 0.6745 r
+    assert headlaws.noise_floor([0.1] * 7) == pytest.approx(0.1 * 0.6744898, rel=1e-6)
+    # unequal SEs: the pooled median of simulated errors of an exact predictor, within its sampling error
+    rng = np.random.default_rng(11)
+    r = rng.uniform(0.01, 0.2, 40)
+    err = np.abs(r[None, :] * rng.standard_normal((4000, 40)))
+    assert headlaws.noise_floor(r) == pytest.approx(np.median(err), rel=0.02)
+    assert headlaws.noise_floor([]) is None and headlaws.noise_floor([0.0, 0.0]) == 0.0
+
+
+def test_score_reports_the_error_beyond_sampling_and_the_floor():
+    sc = headlaws.score(json.load(open(GOLDEN)), eps_lo=1e-4, eps_hi=0.5)
+    for law, s in sc.items():
+        if s["cells"]:
+            assert 0.0 <= s["med_rel_var_corrected"] <= s["med_rel_var"], law
+            assert 0.0 < s["floor_true"] <= s["floor_law"], law
+
+
+def test_laws_of_few_statistics_do_not_move_with_the_seed():
+    # the seed only draws the bootstrap's walks: the lead law and the marginal law have no seed-to-seed spread
+    x = _model("ar1", np.random.default_rng(12), H=1, S=8, T=256)[0]
+    Ls = np.array([forget.threshold(e) for e in (1e-2, 1e-3)])
+    a, b = (headlaws.evaluate(x, Ls, np.random.default_rng(s))["at"] for s in (1, 2))
+    for ra, rb in zip(a, b):
+        for law in (headlaws.LEAD, "marginal"):
+            assert ra["laws"][law] == rb["laws"][law]
+        assert ra["laws"]["bootstrap"]["var"] != rb["laws"]["bootstrap"]["var"]
+
+
+def test_subsample_floor_shrinks_with_the_held_out_documents():
+    rng = np.random.default_rng(13)
+    xs = [rng.gamma(0.8, 0.5, (32, 128)) for _ in range(2)]
+    Ls = np.array([forget.threshold(e) for e in (1e-1, 1e-2)])
+    res = headlaws.subsample_floor(xs, Ls, (4, 16), rng, reps=60)
+    assert res[4]["cells"] == 4
+    assert res[16]["true"][0] < res[4]["true"][0] and res[4]["true"][0] < res[4]["split"][0]
+    assert res[4]["true"][1] <= res[4]["true"][0] <= res[4]["true"][2]
+    assert outputs.cli(headlaws.main, ["--floor", "none.npz"]) == 2
