@@ -232,7 +232,7 @@ def _pop_labels(fam, mu, rng, T, Ls):
     its label: 'null' (within its claim, the claim stated at most CLAIM_MAX, by two population SEs), 'off'
     (beyond OFF by two population SEs) or None (neither, or not measured)."""
     x = increments(fam, mu, rng, BIG_S, T)
-    at = headlaws.evaluate(x, Ls, rng)["at"]
+    at = headlaws.evaluate(x, Ls, rng, all_docs=False)["at"]
     lab = {}
     for k, rec in enumerate(at):
         mv = rec["measured"]["var"]

@@ -52,7 +52,8 @@ from foxwindow.heads import dependence, predict, verdict
 from foxwindow.laws import gates, renewal
 
 __all__ = ["LAWS", "LEAD", "ALPHA", "CLAIM_MAX", "CLAIM_FLOOR", "CLAIM_MULT", "SECOND_ORDER_CLAIM", "MARGINAL_CLAIM",
-           "LEAD_CLAIM", "HOLD_SE", "MEAN_TOL", "CELLS", "MAX_CELLS", "SUMMARY_EPS", "STATES", "Q",
+           "LEAD_CLAIM", "HOLD_SE", "HOLD_LEVEL", "ALL_DOCS", "LOO_CELLS", "MEAN_TOL", "CELLS", "MAX_CELLS",
+           "SUMMARY_EPS", "STATES", "Q",
            "marginal_moments", "BlockSums", "SUPPORT", "MIXED", "lead_survival", "evaluate", "assign_states",
            "summary", "score", "score_table", "main"]
 
@@ -78,6 +79,9 @@ SECOND_ORDER_CLAIM = renewal.SECOND_ORDER_ACCURACY + CLAIM_FLOOR   # measured wi
 MARGINAL_CLAIM = 0.01
 LEAD_CLAIM = 0.08           # its population error on iid, AR(1) and ARMA logits: median 0.024-0.085
 HOLD_SE = 0.10             # "holds" needs SE of log(Var ratio) <= 10%
+LOO_CELLS = 4              # lattice cells of the marginal law's leave-one-out ratios (the state's test)
+ALL_DOCS = ("iid", "marginal", "three_cumulant")   # laws whose state is tested on all documents
+HOLD_LEVEL = 0.05          # "holds": the 1 - 2 HOLD_LEVEL interval of the Var ratio inside the claim (equivalence)
 MEAN_TOL = 0.02            # a mean is "explained" within 2% + 2 SE
 CELLS = 16                 # lattice cells per min(sd X, kappa) of the marginal law
 MAX_CELLS = 1 << 21
@@ -344,10 +348,11 @@ def _fit_stats(x):
     return dict(kappa=kappa, sigma2=sigma2, mu3=mu3, tau=tau, tau_loo=te.tau_loo, sum_k_gamma=skg, cut=te.cut)
 
 
-def evaluate(x, Ls, rng, eps_list=None, pmf_L=None):
+def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, all_docs=True):
     """Every law of LAWS fitted on documents 0, 2, 4, ... of increments x (S, T) and scored on 1, 3, 5, ... at
     thresholds Ls (n,). rng: numpy Generator (the bootstrap's walks). pmf_L: the L of the pmf block (None:
-    none). Returns dict(at=[record per L], pmf=..., cells=[...]) where each record's laws carry the numbers
+    none). all_docs: also the state's test of the laws of ALL_DOCS on all documents (`test_all`). Returns
+    dict(at=[record per L], pmf=..., cells=[...]) where each record's laws carry the numbers
     (state and claim are set by `assign_states` over the whole model)."""
     S, T = x.shape
     fit, test = np.arange(0, S, 2), np.arange(1, S, 2)
@@ -496,7 +501,51 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None):
     k_rse = float(dependence.jackknife(np.log(k_loo)))                     # relative SE of 1/kappa
     for n in ("iid", "dependent", "second_order", "finite_n", "mixture", "marginal"):
         laws[n]["mean_se"] = np.abs(laws[n]["mean"]) * k_rse
-    return _pack(Ls, eps_list, meas, laws, pmf_k, Wt, Ct, pmf_laws, Sf)
+    out = _pack(Ls, eps_list, meas, laws, pmf_k, Wt, Ct, pmf_laws, Sf)
+    if all_docs:
+        _add_all_doc_tests(out["at"], x, Ls)
+    return out
+
+
+def _add_all_doc_tests(at, x, Ls):
+    """The state's test of the laws of ALL_DOCS on all S documents of x (S, T): D = log(Var_measured /
+    Var_law), both from every document (rows T/2..T-1 measured, every row fitted), its SE the jackknife over
+    the documents of D itself (the law's and the windows' sampling errors share documents and partly cancel),
+    df S - 1. Set as `test_all` (dict(D, se, df) or None where Var[W] is not measured) on each record's law."""
+    S, T = x.shape
+    r0 = T // 2
+    W, C = predict.window_rows(x, Ls, r0)                                # (S, R, n)
+    R = W.shape[1]
+    p1, p2 = x.sum(1), (x * x).sum(1)
+    kappa, sigma2 = float(x.mean()), float(x.var())
+    k_loo = (p1.sum() - p1) / (x.size - T)                                 # (S,)
+    s2_loo = (p2.sum() - p2) / (x.size - T) - k_loo ** 2
+    law = {"iid": (sigma2 * Ls / kappa ** 3, s2_loo[:, None] * Ls[None, :] / k_loo[:, None] ** 3)}
+    # the marginal law: its leave-one-out change from a coarser lattice (the lattice error cancels in the ratio)
+    mv = marginal_moments(x, Ls)[1]
+    coarse = marginal_moments(x, Ls, cells=LOO_CELLS)[1]
+    loo = np.stack([marginal_moments(np.delete(x, d, 0), Ls, cells=LOO_CELLS)[1] for d in range(S)])
+    law["marginal"] = (mv, mv[None, :] * loo / coarse[None, :])
+    bs = BlockSums(x, r0)
+    wts = np.concatenate([np.ones((1, S)), dependence.loo_weights(S)])
+    lv = np.stack([_moments_from_surv(s)[1] for s in lead_survival(bs, Ls, wts, kappa)], 1)   # (S + 1, n)
+    law[LEAD] = (lv[0], lv[1:])
+    for k, rec in enumerate(at):
+        Wk = W[:, :, k].astype(np.float64)
+        s1, s2 = Wk.sum(1), (Wk * Wk).sum(1)
+        mean = s1.sum() / (S * R)
+        var = s2.sum() / (S * R) - mean ** 2
+        ml = (s1.sum() - s1) / ((S - 1) * R)
+        vl = (s2.sum() - s2) / ((S - 1) * R) - ml ** 2                    # (S,)
+        for n in ALL_DOCS:
+            full, lo = law[n][0][k], law[n][1][:, k]
+            ok = (not C[:, :, k].any() and var > 0 and np.all(vl > 0) and math.isfinite(full) and full > 0
+                  and np.all(np.isfinite(lo)) and np.all(lo > 0))
+            if not ok:
+                rec["laws"][n]["test_all"] = None
+                continue
+            se = float(dependence.jackknife(np.log(vl / lo)))
+            rec["laws"][n]["test_all"] = dict(D=math.log(var / full), se=se, df=S - 1) if se > 0 else None
 
 
 def _cover_surv(s, W, C):
@@ -572,11 +621,20 @@ def _d_se(rec, law):
     return math.log(m["var"] / lw["var"]), se, df
 
 
+def _p_outside(D, se, df, lo, hi):
+    """Two-sided p-value of "D within [lo, hi]": 2 P(t_df > distance outside / se) (1 inside)."""
+    dist = max(D - hi, lo - D, 0.0)
+    return float(min(1.0, 2 * stats.t.sf(dist / se, df))) if dist > 0 else 1.0
+
+
 def assign_states(heads_at, df, alpha=ALPHA):
-    """Set state, var_ratio, var_ratio_ci, mean_ok on every law of every record of every head (heads_at: list
-    over heads of lists of `at` records), Bonferroni over the claimed and measured cells of the model; each
-    cell's Student-t reference has the Welch-Satterthwaite degrees of freedom of its SE (at least df, the
-    documents of the smaller half - 1). Returns dict(m, alpha_test, t_crit at df, df)."""
+    """Set state, var_ratio, var_ratio_ci, mean_ok and test on every law of every record of every head (heads_at:
+    list over heads of lists of `at` records). The test of a cell: D = log(Var_measured / Var_law) with its SE,
+    on all documents (`test_all`, the laws of ALL_DOCS) where there, else the two halves (Welch-Satterthwaite
+    df, at least df = the documents of the smaller half - 1). false: Holm's step-down over the m claimed and
+    measured cells of the model at family-wise level alpha, on p = 2 P(t > distance of D outside the claim band
+    / SE); holds: the 1 - 2 HOLD_LEVEL interval D -+ t SE inside the band (an equivalence test) and SE <= HOLD_SE.
+    Returns dict(m, alpha_test (Bonferroni's alpha / m: Holm's first step), t_crit at df, df, rejected)."""
     cells = []
     for recs in heads_at:
         for rec in recs:
@@ -598,27 +656,44 @@ def assign_states(heads_at, df, alpha=ALPHA):
                     if c is not None and c > CLAIM_MAX:
                         lw["why"] += f"; stated accuracy {c:.0%} > {CLAIM_MAX:.0%}"
                     continue
+                ta = lw.get("test_all")
                 if ds is None:
                     lw["state"] = "undetermined"
                     lw["why"] += "; Var[W] not measured (censored windows)"
                     continue
-                cells.append((lw, ds, c))
+                if ta is not None:
+                    D, se, dfc, sample = ta["D"], ta["se"], ta["df"], "all documents"
+                else:
+                    D, se, dfc = ds
+                    dfc, sample = max(dfc, df), "held-out half against the fitted half"
+                lo, hi = math.log(1 - min(c, 0.99)), math.log(1 + c)
+                cells.append((lw, D, se, dfc, lo, hi, sample, _p_outside(D, se, dfc, lo, hi)))
     m = len(cells)
     a_test = alpha / max(m, 1)
     t_crit = float(stats.t.isf(a_test / 2, df))
-    for lw, (D, se, dfc), c in cells:
-        lo, hi = math.log(1 - min(c, 0.99)), math.log(1 + c)
-        tc = float(stats.t.isf(a_test / 2, max(dfc, df)))
-        lw["test"] = dict(D=D, se=se, df=dfc, t_crit=tc)
-        if D > hi + tc * se or D < lo - tc * se:
+    order = sorted(range(m), key=lambda i: cells[i][-1])
+    reject = [False] * m
+    level = [alpha] * m
+    for rank, i in enumerate(order):                   # Holm: p_(j) <= alpha / (m - j) for every j up to this one
+        level[i] = alpha / (m - rank)
+        if cells[i][-1] > level[i]:
+            break
+        reject[i] = True
+    for i in order[sum(reject):]:
+        level[i] = alpha / (m - sum(reject))
+    for i, (lw, D, se, dfc, lo, hi, sample, p) in enumerate(cells):
+        tc = float(stats.t.isf(level[i] / 2, dfc))
+        th = float(stats.t.isf(HOLD_LEVEL, dfc))
+        lw["test"] = dict(D=D, se=se, df=dfc, t_crit=tc, p=p, level=level[i], t_hold=th, sample=sample)
+        if reject[i]:
             lw["state"] = "false"
-        elif lo - se <= D <= hi + se and se <= HOLD_SE:
+        elif lo <= D - th * se and D + th * se <= hi and se <= HOLD_SE:
             lw["state"] = "holds"
         else:
             lw["state"] = "undetermined"
-            lw["why"] += ("; SE of log Var ratio %.2f > %.2f" % (se, HOLD_SE) if se > HOLD_SE else
-                          "; outside claim + 1 SE, not rejected at the family level")
-    return dict(m=m, alpha_test=a_test, t_crit=t_crit, df=df)
+            lw["why"] += ("; %d%% interval of the Var ratio (%s) not inside the claim, not rejected at the family "
+                          "level" % (round(100 * (1 - 2 * HOLD_LEVEL)), sample))
+    return dict(m=m, alpha_test=a_test, t_crit=t_crit, df=df, rejected=int(sum(reject)))
 
 
 def summary(recs):

@@ -160,3 +160,59 @@ def test_score_command_refuses_bad_files_in_one_line(tmp_path, capsys):
         assert outputs.cli(headlaws.main, [arg]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0] and "Traceback" not in err[0], err
+
+
+def _cell(D, se, claim=0.08, df=30):
+    """A crafted model of one head, one eps, one claimed law (`iid`) whose test is D, se on all documents."""
+    law = dict(mean=10.0, var=100.0, mean_se=0.1, var_se=1.0, claim=claim, why="", state="undetermined",
+               test_all=dict(D=D, se=se, df=df))
+    return dict(measured=dict(mean=10.0, var=100.0 * math.exp(D), mean_se=0.1, var_se=1.0), laws={"iid": law},
+                n_fit=df + 1, n_test=df + 1)
+
+
+def test_holds_is_an_equivalence_and_never_an_off_cell():
+    # point estimate inside claim + 1 SE (the old rule held it) but its 90% interval leaves the claim band
+    for D, se in ((0.10, 0.05), (-0.12, 0.06), (math.log(1 / 1.5) + 0.25, 0.09)):
+        at = [[_cell(D, se)]]
+        headlaws.assign_states(at, df=15)
+        assert at[0][0]["laws"]["iid"]["state"] == "undetermined", (D, se)
+    # inside the band with its whole interval: holds
+    at = [[_cell(0.01, 0.02)]]
+    headlaws.assign_states(at, df=15)
+    assert at[0][0]["laws"]["iid"]["state"] == "holds"
+    # a cell off by 1.5x never holds, however small its SE: false
+    at = [[_cell(math.log(1.5), 0.01)]]
+    headlaws.assign_states(at, df=15)
+    assert at[0][0]["laws"]["iid"]["state"] == "false"
+
+
+def test_holm_rejects_what_bonferroni_would_not_and_keeps_the_family_level():
+    band = math.log(1.08)
+    # two cells: one far outside, one whose p lies between alpha/2 (Bonferroni) and alpha (Holm's second step)
+    t_mid = float(headlaws.stats.t.isf(0.035 / 2, 30))
+    heads_at = [[_cell(band + 20 * 0.05, 0.05)], [_cell(band + t_mid * 0.05, 0.05)]]
+    fam = headlaws.assign_states(heads_at, df=15)
+    assert fam["m"] == 2 and fam["rejected"] == 2
+    assert [h[0]["laws"]["iid"]["state"] for h in heads_at] == ["false", "false"]
+    assert heads_at[1][0]["laws"]["iid"]["test"]["level"] == pytest.approx(0.05)
+    # the same second cell alone with a null cell beside it: Bonferroni's first step (0.025) does not reject it
+    heads_at = [[_cell(0.0, 0.05)], [_cell(band + t_mid * 0.05, 0.05)]]
+    fam = headlaws.assign_states(heads_at, df=15)
+    assert fam["rejected"] == 0 and heads_at[1][0]["laws"]["iid"]["state"] == "undetermined"
+
+
+def test_all_document_test_calls_the_lead_law_false_on_long_regimes_and_holds_it_on_gamma_gates():
+    rng = np.random.default_rng(11)
+    Ls = np.array([forget.threshold(e) for e in (1e-2, 1e-3)])
+    S, T = 32, 512
+    for x, want in ((rng.gamma(2.0, 0.25, (S, T)), "holds"),
+                    (verdict_calibration.increments("long_regimes", 1.5, rng, S, T), "false")):
+        at = [headlaws.evaluate(x, Ls, rng)["at"]]
+        headlaws.assign_states(at, df=S // 2 - 1)
+        for k, rec in enumerate(at[0]):
+            lw = rec["laws"][headlaws.LEAD]
+            assert lw["test_all"] is not None and lw["test"]["sample"] == "all documents"
+            assert lw["test_all"]["df"] == S - 1
+            # regimes of rates 4x apart: the lead law is off 3-20x; false at 1e-2 (|D| 1.3-3.1, SE 0.34-0.46 over
+            # seeds 0-5), never holds
+            assert lw["state"] == want or (want == "false" and k > 0 and lw["state"] == "undetermined"), lw["test"]
