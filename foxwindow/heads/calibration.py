@@ -260,7 +260,7 @@ def law_study(families, reps, S, T, seed=0, progress=False):
     """Size and power of the laws' states (headlaws.assign_states) on families: per family, a population run
     per head labels every (law, eps) cell null or off; then `reps` replicate models of len(LAW_MUS) heads, S
     documents x T tokens, each analysed as `python forget.py` does (fit on even, score on odd documents,
-    Bonferroni over the model). Returns {family: dict}."""
+    Holm over the model). Returns {family: dict}."""
     Ls = np.array([gates.threshold(e) for e in LAW_EPS])
     out = {}
     known = LAW_NULLS + LAW_POWER

@@ -21,17 +21,23 @@ held-out half), at every threshold L = ln(1/eps) of the scan. Laws (display orde
 Measured (held-out half): mean and variance of W with jackknife-over-documents SEs, Kaplan-Meier where
 some windows are censored (a measured variance only where the survival reaches 0), quantiles.
 
-States (one meaning each), on the variance; D = log(Var_measured / Var_law) with SE_D combining the
-jackknife SEs of both halves, claim c = the law's stated relative accuracy of Var[W] at this L:
-  holds         log(1 - c) - SE_D <= D <= log(1 + c) + SE_D and SE_D <= HOLD_SE (precise enough)
-  false         D outside [log(1 - c), log(1 + c)] by more than t_crit SE_D: Student t (the Welch-Satterthwaite
-                df of SE_D, each half's jackknife with its documents - 1) at the per-test level ALPHA / m, m the
-                claimed and measured (head, law, eps) cells of the whole model (Bonferroni): the chance that
-                any law of a model is called false where it is within its claim is at most ALPHA
+States (one meaning each), on the variance; D = log(Var_measured / Var_law) with its SE, claim c = the law's stated
+relative accuracy of Var[W] at this L. The laws of ALL_DOCS (iid, marginal, the lead law: plug-in functionals of
+document averages, nothing tuned) are tested on all documents: the windows of every document's rows T/2..T-1
+against the law fitted on every document, SE the jackknife over the documents of D itself (the law's and the
+windows' sampling errors share the documents and partly cancel), df S - 1; where those windows are censored, and
+for the other laws, the held-out half against the fitted half (SE the two halves' jackknife SEs in quadrature,
+Welch-Satterthwaite df). The printed ratio and its interval stay out of sample.
+  holds         the 1 - 2 HOLD_LEVEL (90%) interval D -+ t SE inside [log(1 - c), log(1 + c)] and SE <= HOLD_SE
+                (an equivalence test: a law off by more than its claim holds with chance at most HOLD_LEVEL)
+  false         D outside [log(1 - c), log(1 + c)] by a p-value 2 P(t_df > distance / SE) that Holm's step-down
+                rejects at family-wise level ALPHA over the m claimed and measured (head, law, eps) cells of the
+                whole model: the chance that any law of a model is called false where it is within its claim is
+                at most ALPHA
   not claimed   the law claims nothing at this L: its stated accuracy there is worse than CLAIM_MAX (or it
                 gives no value, e.g. a negative second-order variance)
-  undetermined  data reasons: Var[W] not measured (censored windows), or neither within claim + 2 SE nor
-                rejected (outside claim + 1 SE), or too imprecise (SE_D > HOLD_SE)
+  undetermined  data reasons: Var[W] not measured (censored windows), or neither inside the claim with its
+                interval nor rejected at the family level
 Claims (`claim_table` prints their source): iid / dependent / mixture: 1.5 x the size of the O(1) term the
 law omits relative to its value + CLAIM_FLOOR (Smith's constant for iid, C_dep for the dependent laws,
 the inversion and overshoot part for finite_n); second_order: SECOND_ORDER_CLAIM where renewal says
@@ -52,7 +58,7 @@ from foxwindow.heads import dependence, predict, verdict
 from foxwindow.laws import gates, renewal
 
 __all__ = ["LAWS", "LEAD", "ALPHA", "CLAIM_MAX", "CLAIM_FLOOR", "CLAIM_MULT", "SECOND_ORDER_CLAIM", "MARGINAL_CLAIM",
-           "LEAD_CLAIM", "HOLD_SE", "HOLD_LEVEL", "ALL_DOCS", "LOO_CELLS", "MEAN_TOL", "CELLS", "MAX_CELLS",
+           "LEAD_CLAIM", "HOLD_SE", "HOLD_LEVEL", "ALL_DOCS", "TEST_GROUPS", "MEAN_TOL", "CELLS", "MAX_CELLS",
            "SUMMARY_EPS", "STATES", "Q",
            "marginal_moments", "BlockSums", "SUPPORT", "MIXED", "lead_survival", "evaluate", "assign_states",
            "summary", "score", "score_table", "main"]
@@ -79,7 +85,7 @@ SECOND_ORDER_CLAIM = renewal.SECOND_ORDER_ACCURACY + CLAIM_FLOOR   # measured wi
 MARGINAL_CLAIM = 0.01
 LEAD_CLAIM = 0.08           # its population error on iid, AR(1) and ARMA logits: median 0.024-0.085
 HOLD_SE = 0.10             # "holds" needs SE of log(Var ratio) <= 10%
-LOO_CELLS = 4              # lattice cells of the marginal law's leave-one-out ratios (the state's test)
+TEST_GROUPS = 16           # the all-document test's jackknife: at most 16 groups of documents (its cost)
 ALL_DOCS = ("iid", "marginal", "three_cumulant")   # laws whose state is tested on all documents
 HOLD_LEVEL = 0.05          # "holds": the 1 - 2 HOLD_LEVEL interval of the Var ratio inside the claim (equivalence)
 MEAN_TOL = 0.02            # a mean is "explained" within 2% + 2 SE
@@ -507,45 +513,93 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, all_docs=True):
     return out
 
 
+def _marginal_group_var(x, Ls, groups, cells=CELLS):
+    """Var[W] of the marginal law (marginal_moments' lattice, `cells` per min(sd, kappa) of all of x) of all
+    documents of x (S, T) and of all but each group of documents (groups (S,) int, 0..G-1): (n,), (G, n); NaN
+    where the lattice would exceed MAX_CELLS. One histogram per group, one batch of FFTs per L."""
+    S, T = x.shape
+    G = int(groups.max()) + 1
+    kappa, sd = x.mean(), x.std()
+    base = min(sd, kappa) / cells if sd > 0 else kappa / cells
+    n_g = np.bincount(groups, minlength=G) * T                             # increments per group
+    full, loo = np.full(len(Ls), np.nan), np.full((G, len(Ls)), np.nan)
+    gid = np.repeat(groups, T)
+    xr = x.ravel()
+    for i, L in enumerate(Ls):
+        K = int(math.ceil(L / base))
+        if K + 1 > MAX_CELLS // 2:
+            continue
+        h = L / (K + 0.5)
+        M = 1 << int(math.ceil(math.log2(2 * (K + 1))))
+        y = xr / h
+        k = np.floor(y).astype(np.int64)
+        f = y - k
+        p = np.bincount(gid * M + np.minimum(k, M - 1), weights=1 - f, minlength=G * M)
+        p += np.bincount(gid * M + np.minimum(k + 1, M - 1), weights=f, minlength=G * M)
+        p = p.reshape(G, M)
+        tot = p.sum(0)
+        P = np.concatenate([tot[None, :], tot[None, :] - p])               # (1 + G, M): all, all but group g
+        P[:, M - 1] = 0.0                                                  # steps beyond 2L: out at once
+        P /= np.concatenate([[x.size], x.size - n_g])[:, None]
+        r = 1e-10 ** (1.0 / M)                                             # damping: aliasing r^M = 1e-10
+        rk = r ** np.arange(M)
+        ph = np.fft.rfft(P * rk, axis=1)
+        z = r * np.exp(-2j * np.pi * np.arange(ph.shape[1]) / M)
+        u = 1.0 / (1.0 - ph)
+        U = np.fft.irfft(u / (1 - z), M, axis=1)[:, K] / rk[K]
+        uU = np.fft.irfft(u * u / (1 - z), M, axis=1)[:, K] / rk[K]
+        v = 2 * uU - U - U * U
+        full[i], loo[:, i] = v[0], v[1:]
+    return full, loo
+
+
 def _add_all_doc_tests(at, x, Ls):
     """The state's test of the laws of ALL_DOCS on all S documents of x (S, T): D = log(Var_measured /
-    Var_law), both from every document (rows T/2..T-1 measured, every row fitted), its SE the jackknife over
-    the documents of D itself (the law's and the windows' sampling errors share documents and partly cancel),
-    df S - 1. Set as `test_all` (dict(D, se, df) or None where Var[W] is not measured) on each record's law."""
+    Var_law), both from every document (rows T/2..T-1 measured, every row fitted), its SE the delete-a-group
+    jackknife of D itself over G = min(S, TEST_GROUPS) groups of documents (document d in group d mod G; the
+    law's and the windows' sampling errors share the documents and partly cancel), df G - 1. Set as `test_all`
+    (dict(D, se, df, groups) or None where some of those windows are censored) on each record's law."""
     S, T = x.shape
     r0 = T // 2
+    G = min(S, TEST_GROUPS)
+    groups = np.arange(S) % G
     W, C = predict.window_rows(x, Ls, r0)                                # (S, R, n)
     R = W.shape[1]
-    p1, p2 = x.sum(1), (x * x).sum(1)
+    live = np.nonzero(~C.any(axis=(0, 1)))[0]                              # L with every window measured
+    for rec in at:
+        for n in ALL_DOCS:
+            rec["laws"][n]["test_all"] = None
+    if not len(live):
+        return
+    Ll = Ls[live]
+    onehot = (groups[None, :] == np.arange(G)[:, None]).astype(np.float64)   # (G, S)
+    p1, p2 = onehot @ x.sum(1), onehot @ (x * x).sum(1)                   # per group
+    n_g = onehot.sum(1) * T
     kappa, sigma2 = float(x.mean()), float(x.var())
-    k_loo = (p1.sum() - p1) / (x.size - T)                                 # (S,)
-    s2_loo = (p2.sum() - p2) / (x.size - T) - k_loo ** 2
-    law = {"iid": (sigma2 * Ls / kappa ** 3, s2_loo[:, None] * Ls[None, :] / k_loo[:, None] ** 3)}
-    # the marginal law: its leave-one-out change from a coarser lattice (the lattice error cancels in the ratio)
-    mv = marginal_moments(x, Ls)[1]
-    coarse = marginal_moments(x, Ls, cells=LOO_CELLS)[1]
-    loo = np.stack([marginal_moments(np.delete(x, d, 0), Ls, cells=LOO_CELLS)[1] for d in range(S)])
-    law["marginal"] = (mv, mv[None, :] * loo / coarse[None, :])
+    k_loo = (p1.sum() - p1) / (x.size - n_g)                               # (G,)
+    s2_loo = (p2.sum() - p2) / (x.size - n_g) - k_loo ** 2
+    law = {"iid": (sigma2 * Ll / kappa ** 3, s2_loo[:, None] * Ll[None, :] / k_loo[:, None] ** 3)}
+    law["marginal"] = _marginal_group_var(x, Ll, groups)
     bs = BlockSums(x, r0)
-    wts = np.concatenate([np.ones((1, S)), dependence.loo_weights(S)])
-    lv = np.stack([_moments_from_surv(s)[1] for s in lead_survival(bs, Ls, wts, kappa)], 1)   # (S + 1, n)
+    wts = np.concatenate([np.ones((1, S)), 1.0 - onehot])                  # all; all but group g
+    lv = np.stack([_moments_from_surv(s)[1] for s in lead_survival(bs, Ll, wts, kappa)], 1)   # (G + 1, n)
     law[LEAD] = (lv[0], lv[1:])
-    for k, rec in enumerate(at):
+    for j, k in enumerate(live):
         Wk = W[:, :, k].astype(np.float64)
-        s1, s2 = Wk.sum(1), (Wk * Wk).sum(1)
+        s1, s2 = onehot @ Wk.sum(1), onehot @ (Wk * Wk).sum(1)             # per group
         mean = s1.sum() / (S * R)
         var = s2.sum() / (S * R) - mean ** 2
-        ml = (s1.sum() - s1) / ((S - 1) * R)
-        vl = (s2.sum() - s2) / ((S - 1) * R) - ml ** 2                    # (S,)
+        rg = (S - onehot.sum(1)) * R
+        ml = (s1.sum() - s1) / rg
+        vl = (s2.sum() - s2) / rg - ml ** 2                                # (G,)
         for n in ALL_DOCS:
-            full, lo = law[n][0][k], law[n][1][:, k]
-            ok = (not C[:, :, k].any() and var > 0 and np.all(vl > 0) and math.isfinite(full) and full > 0
-                  and np.all(np.isfinite(lo)) and np.all(lo > 0))
-            if not ok:
-                rec["laws"][n]["test_all"] = None
+            full, lo = law[n][0][j], law[n][1][:, j]
+            if not (var > 0 and np.all(vl > 0) and math.isfinite(full) and full > 0 and np.all(np.isfinite(lo))
+                    and np.all(lo > 0)):
                 continue
             se = float(dependence.jackknife(np.log(vl / lo)))
-            rec["laws"][n]["test_all"] = dict(D=math.log(var / full), se=se, df=S - 1) if se > 0 else None
+            if se > 0:
+                at[k]["laws"][n]["test_all"] = dict(D=math.log(var / full), se=se, df=G - 1, groups=G)
 
 
 def _cover_surv(s, W, C):

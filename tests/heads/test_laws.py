@@ -13,7 +13,7 @@ from foxwindow import outputs
 from foxwindow.heads import calibration as verdict_calibration
 from foxwindow.heads import driver as heads
 from foxwindow.heads import laws as headlaws
-from foxwindow.heads import table
+from foxwindow.heads import predict, table
 from foxwindow.laws import exact
 from foxwindow.laws import gates as forget
 
@@ -212,7 +212,34 @@ def test_all_document_test_calls_the_lead_law_false_on_long_regimes_and_holds_it
         for k, rec in enumerate(at[0]):
             lw = rec["laws"][headlaws.LEAD]
             assert lw["test_all"] is not None and lw["test"]["sample"] == "all documents"
-            assert lw["test_all"]["df"] == S - 1
+            assert lw["test_all"]["df"] == min(S, headlaws.TEST_GROUPS) - 1
             # regimes of rates 4x apart: the lead law is off 3-20x; false at 1e-2 (|D| 1.3-3.1, SE 0.34-0.46 over
             # seeds 0-5), never holds
             assert lw["state"] == want or (want == "false" and k > 0 and lw["state"] == "undetermined"), lw["test"]
+
+
+def test_all_document_test_is_the_jackknife_of_d_over_groups_of_documents():
+    # D of the iid and marginal laws on all documents, and its SE by brute force: each group of documents dropped,
+    # the windows and the law refitted (the marginal law by marginal_moments on the remaining documents)
+    rng = np.random.default_rng(12)
+    S, T = 20, 256
+    x = verdict_calibration.increments("ar1", 1.0, rng, S, T)
+    Ls = np.array([forget.threshold(e) for e in (1e-1, 1e-2)])
+    at = headlaws.evaluate(x, Ls, rng)["at"]
+    G = min(S, headlaws.TEST_GROUPS)
+    W, C = predict.window_rows(x, Ls, T // 2)
+    assert not C.any()
+    for k, L in enumerate(Ls):
+        def d_of(keep):
+            Wk = W[keep, :, k].astype(np.float64)
+            v = Wk.var()
+            xs = x[keep]
+            return (math.log(v / (xs.var() * L / xs.mean() ** 3)),
+                    math.log(v / headlaws.marginal_moments(xs, [L])[1][0]))
+        full = d_of(np.arange(S))
+        loo = np.array([d_of(np.arange(S)[np.arange(S) % G != g]) for g in range(G)])   # (G, 2)
+        se = np.sqrt((G - 1) / G * ((loo - loo.mean(0)) ** 2).sum(0))
+        for j, law in enumerate(("iid", "marginal")):
+            t = at[k]["laws"][law]["test_all"]
+            assert t["df"] == G - 1 and t["D"] == pytest.approx(full[j], abs=1e-9)
+            assert t["se"] == pytest.approx(se[j], rel=0.02 if law == "marginal" else 1e-6), law
