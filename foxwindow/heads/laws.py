@@ -354,6 +354,41 @@ def _fit_stats(x):
     return dict(kappa=kappa, sigma2=sigma2, mu3=mu3, tau=tau, tau_loo=te.tau_loo, sum_k_gamma=skg, cut=te.cut)
 
 
+def _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls):
+    """The second-order law's Var[W] (Sf, n) with each fitted document dropped in turn, every fitted statistic
+    refitted (kappa, sigma^2, tau at the full fit's Geyer cut, kappa3_LR from BlockSums bs at block length n3
+    under the leave-one-out weights lw (Sf, Sf), Bartlett's sum of k gamma_k): its O(1) term C_dep is fitted
+    and its sampling error is part of the law's. NaN where a refit gives no positive variance."""
+    Sf, T = xf.shape
+    cut = st["cut"]
+    xx = renewal.lag_sums(xf, cut - 1, "sequence")                         # (Sf, cut)
+    nk = T - np.arange(cut)
+    g = (xx.sum(0, keepdims=True) - xx) / (nk * (Sf - 1))                   # each document left out
+    rho = g / g[:, :1]
+    skg = s2_loo * (rho[:, 1:] * np.arange(1, cut)).sum(1)
+    k3 = bs.moments(lw)[2][:, n3 - 1] / n3
+    out = np.full((Sf, len(Ls)), np.nan)
+    cdep = np.array([_safe(renewal.second_order_constant, k_loo[j], s2_loo[j] * st["tau_loo"][j], k3[j], skg[j])
+                     for j in range(Sf)])
+    for j in range(Sf):
+        for k, L in enumerate(Ls):
+            try:
+                out[j, k] = renewal.second_order_var(k_loo[j], s2_loo[j] * st["tau_loo"][j], k3[j], skg[j], L).var
+            except (ValueError, ZeroDivisionError):
+                pass
+    return out, cdep, k3
+
+
+def _upper(value, loo):
+    """|value| + 2 x its jackknife SE from leave-one-document-out values loo (n,): the size of a fitted O(1) term
+    that a claim is stated from (a claim from the point estimate alone is too tight wherever the term is noisy;
+    the kappa3_LR of 16 documents moves C_dep by 2x on iid gates). Inf where loo is not finite."""
+    loo = np.asarray(loo, dtype=np.float64)
+    if not (math.isfinite(value) and np.all(np.isfinite(loo))):
+        return float("inf")
+    return abs(value) + 2 * float(dependence.jackknife(loo))
+
+
 def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, all_docs=True):
     """Every law of LAWS fitted on documents 0, 2, 4, ... of increments x (S, T) and scored on 1, 3, 5, ... at
     thresholds Ls (n,). rng: numpy Generator (the bootstrap's walks). pmf_L: the L of the pmf block (None:
@@ -392,6 +427,10 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, all_docs=True):
 
     m = gates.Moments.from_raw(kappa, sigma2 + kappa ** 2, mu3)
     Cs = _safe(renewal.smith_C, m)
+    p3 = (xf ** 3).sum(1)
+    mu3_loo = (p3.sum() - p3) / (xf.size - T)
+    Cs_up = _upper(Cs, [float(renewal.smith_C(gates.Moments.from_raw(float(a), float(b + a * a), float(c))))
+                        for a, b, c in zip(k_loo, s2_loo, mu3_loo)])
     # iid
     iid_lse = rel_se(s2_loo[:, None] * Ls[None, :] / k_loo[:, None] ** 3)
     for k, L in enumerate(Ls):
@@ -399,8 +438,8 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, all_docs=True):
         d["mean"][k] = _safe(renewal.renewal_mean, m, L) - 1
         d["var"][k] = _safe(renewal.leading_var, m, L)
         d["var_se"][k] = iid_lse[k] * d["var"][k]
-        d["claim"][k] = _claim_expansion(Cs, d["var"][k])
-        d["why"][k] = f"Smith's O(1) term {Cs:.3g} omitted"
+        d["claim"][k] = _claim_expansion(Cs_up, d["var"][k])
+        d["why"][k] = f"Smith's O(1) term {Cs:.3g} (+ 2 SE: {Cs_up:.3g}) omitted"
     # marginal
     mm, mv = marginal_moments(xf, Ls)
     d = laws["marginal"]
@@ -422,19 +461,24 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, all_docs=True):
     sig_lr = sigma2 * tau
     C_dep = _safe(renewal.second_order_constant, kappa, sig_lr, kappa3_lr, st["sum_k_gamma"])
     dep_lse = rel_se(s2_loo[:, None] * st["tau_loo"][:, None] * Ls[None, :] / k_loo[:, None] ** 3)
+    so_loo, cdep_loo, k3_loo = _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls)   # every fitted term
+    C_dep_up = _upper(C_dep, cdep_loo)
     for k, L in enumerate(Ls):
         d = laws["dependent"]
         d["mean"][k] = _safe(renewal.dependent_mean_N, kappa, sig_lr, L) - 1
         d["var"][k] = _safe(renewal.dependent_var, kappa, sig_lr, L)
         d["var_se"][k] = dep_lse[k] * d["var"][k]
-        d["claim"][k] = _claim_expansion(C_dep, d["var"][k])
-        d["why"][k] = f"tau {tau:.3g}; its O(1) term C_dep {C_dep:.3g} omitted"
+        d["claim"][k] = _claim_expansion(C_dep_up, d["var"][k])
+        d["why"][k] = f"tau {tau:.3g}; its O(1) term C_dep {C_dep:.3g} (+ 2 SE: {C_dep_up:.3g}) omitted"
         d = laws["second_order"]
         d["mean"][k] = laws["dependent"]["mean"][k]
         try:
             vl = renewal.second_order_var(kappa, sig_lr, kappa3_lr, st["sum_k_gamma"], L)
             d["var"][k] = vl.var
-            d["var_se"][k] = dep_lse[k] * vl.var
+            # its SE: the jackknife of the whole law, C_dep's own sampling error (kappa3_LR, Bartlett's sum)
+            # included; a leave-one-document-out fit without a positive variance leaves it without a finite SE
+            col = so_loo[:, k]
+            d["var_se"][k] = rel_se(col) * vl.var if np.all(np.isfinite(col) & (col > 0)) else float("inf")
             d["claim"][k] = SECOND_ORDER_CLAIM if vl.in_regime else float("nan")
             d["why"][k] = "in its regime (renewal.second_order_var)" if vl.in_regime else \
                 "outside its regime (|C_dep| > 25% of the leading term)"
@@ -449,11 +493,13 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, all_docs=True):
         d["var_se"][k] = rel_se(s2_loo * tw_loo[:, idx[k]] * L / k_loo ** 3) * d["var"][k]
         c = sl / kappa ** 2
         omitted = 1 / 12 + 1.25 * c * c - 2 / 3 * kappa3_lr / kappa ** 3
+        c_loo = s2_loo * tw_loo[:, idx[k]] / k_loo ** 2
+        om_up = _upper(omitted, 1 / 12 + 1.25 * c_loo * c_loo - 2 / 3 * k3_loo / k_loo ** 3)
         if nL[k] > vf.ns[-1] * 1.05:
             d["why"][k] = f"V(n) not measured at n = L/kappa = {nL[k]:.0f} > T/2"
         else:
-            d["claim"][k] = _claim_expansion(omitted, d["var"][k])
-            d["why"][k] = f"inversion and overshoot O(1) term {omitted:.3g} omitted"
+            d["claim"][k] = _claim_expansion(om_up, d["var"][k])
+            d["why"][k] = f"inversion and overshoot O(1) term {omitted:.3g} (+ 2 SE: {om_up:.3g}) omitted"
     # mixture
     Wf_, Cf_ = predict.window_rows(xf, Ls, r0)
     Wff = Wf_.astype(np.float64)
@@ -468,8 +514,8 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, all_docs=True):
     d["var_se"] = rel_se(P_loo) * P[0]
     d["mean"] = ms[0] * Ls + np.mean(0.5 + s2d[:, None] * tw[idx][None, :] / (2 * kd[:, None] ** 2), 0) - 1
     for k in range(len(Ls)):
-        d["claim"][k] = _claim_expansion(C_dep, P[0, k]) if nL[k] <= vf.ns[-1] * 1.05 else float("nan")
-        d["why"][k] = "its O(1) term C_dep omitted" if nL[k] <= vf.ns[-1] * 1.05 else \
+        d["claim"][k] = _claim_expansion(C_dep_up, P[0, k]) if nL[k] <= vf.ns[-1] * 1.05 else float("nan")
+        d["why"][k] = "its O(1) term C_dep (+ 2 SE) omitted" if nL[k] <= vf.ns[-1] * 1.05 else \
             f"tau(n) not measured at n = L/kappa = {nL[k]:.0f} > T/2"
     # the lead law
     wts = np.concatenate([one, lw])
@@ -665,8 +711,10 @@ def _d_se(rec, law):
     m, lw = rec["measured"], rec["laws"][law]
     if m["var"] is None or lw["var"] is None or not m["var"] > 0 or not lw["var"] > 0:
         return None
+    if lw["var_se"] is None:                       # a law without a finite SE is not tested (never SE 0)
+        return None
     se_m = (m["var_se"] or 0.0) / m["var"]
-    se_l = (lw["var_se"] or 0.0) / lw["var"] if lw["var_se"] is not None else 0.0
+    se_l = lw["var_se"] / lw["var"]
     se = math.hypot(se_m, se_l)
     if not (math.isfinite(se) and se > 0):
         return None
@@ -713,7 +761,8 @@ def assign_states(heads_at, df, alpha=ALPHA):
                 ta = lw.get("test_all")
                 if ds is None:
                     lw["state"] = "undetermined"
-                    lw["why"] += "; Var[W] not measured (censored windows)"
+                    lw["why"] += ("; Var[W] not measured (censored windows)" if rec["measured"]["var"] is None else
+                                  "; no finite SE of the law (a leave-one-document-out fit gives no variance)")
                     continue
                 if ta is not None:
                     D, se, dfc, sample = ta["D"], ta["se"], ta["df"], "all documents"
