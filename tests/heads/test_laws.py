@@ -243,3 +243,41 @@ def test_all_document_test_is_the_jackknife_of_d_over_groups_of_documents():
             t = at[k]["laws"][law]["test_all"]
             assert t["df"] == G - 1 and t["D"] == pytest.approx(full[j], abs=1e-9)
             assert t["se"] == pytest.approx(se[j], rel=0.02 if law == "marginal" else 1e-6), law
+
+
+def test_second_order_se_includes_its_fitted_o1_term():
+    # iid gates at logit mean 0 (L/kappa 4.7 and 6.1): the second-order law's C_dep is fitted (kappa3_LR of block sums
+    # of 16 documents) and on this sample it is off: the law is 0.13-0.18 below the exact variance (the marginal law
+    # of a large sample). Its SE, the jackknife of the whole law, covers that; the dependent law's SE (the one it had
+    # before) is 4-6x smaller and would call it false.
+    Ls = np.array([forget.threshold(e) for e in (3e-2, 1e-2)])
+    exact_var = headlaws.marginal_moments(verdict_calibration.increments("iid", 0.0, np.random.default_rng(99),
+                                                                         128, 2048), Ls)[1]
+    rng = np.random.default_rng(4)
+    at = headlaws.evaluate(verdict_calibration.increments("iid", 0.0, rng, 32, 512), Ls, rng, all_docs=False)["at"]
+    for k, rec in enumerate(at):
+        so, dep = rec["laws"]["second_order"], rec["laws"]["dependent"]
+        err = abs(math.log(so["var"] / exact_var[k]))
+        assert err > 0.1
+        assert so["var_se"] / so["var"] > err / 2 and dep["var_se"] / dep["var"] < err / 3
+    headlaws.assign_states([at], df=15)
+    assert all(rec["laws"]["second_order"]["state"] != "false" for rec in at)
+
+
+def test_expansion_claims_are_stated_from_the_omitted_term_plus_two_se():
+    # the same iid gates: finite_n omits Smith's constant (0.083 exactly); its fitted value (kappa3_LR of 16 documents)
+    # moves by 2x from sample to sample, so the claim is stated from it + 2 SE and covers the law's exact error
+    Ls = np.array([forget.threshold(e) for e in (1e-1, 3e-2, 1e-2)])
+    big = verdict_calibration.increments("iid", 0.0, np.random.default_rng(99), 128, 2048)
+    exact_var = headlaws.marginal_moments(big, Ls)[1]
+    lead_err = 1 - big.var() * Ls / big.mean() ** 3 / exact_var              # 6-11%: Smith's constant / Var
+    assert np.all(lead_err > 0.05)
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        at = headlaws.evaluate(verdict_calibration.increments("iid", 0.0, rng, 32, 512), Ls, rng,
+                               all_docs=False)["at"]
+        for k, rec in enumerate(at):
+            for law in ("iid", "finite_n"):
+                d = rec["laws"][law]
+                assert "+ 2 SE" in d["why"]
+                assert d["claim"] >= lead_err[k], (seed, k, law, d["claim"], lead_err[k])
