@@ -38,9 +38,12 @@ Welch-Satterthwaite df). The printed ratio and its interval stay out of sample.
                 gives no value, e.g. a negative second-order variance)
   undetermined  data reasons: Var[W] not measured (censored windows), or neither inside the claim with its
                 interval nor rejected at the family level
-Claims (`claim_table` prints their source): iid / dependent / mixture: 1.5 x the size of the O(1) term the
-law omits relative to its value + CLAIM_FLOOR (Smith's constant for iid, C_dep for the dependent laws,
-the inversion and overshoot part for finite_n); second_order: SECOND_ORDER_CLAIM where renewal says
+Every law's SE is the jackknife of the law itself over the fitted documents, every fitted statistic refitted (the
+second-order law's O(1) term C_dep included). Claims (`claim_table` prints their source): iid / dependent /
+finite_n / mixture: 1.5 x the size of the O(1) term the law omits + 2 of its jackknife SEs, relative to the law's
+value, + CLAIM_FLOOR (Smith's constant for iid, C_dep for the dependent laws, the inversion and overshoot part for
+finite_n: fitted terms, C_dep from a third cumulant of block sums, so a claim from the point estimate alone would
+be too tight where the term is noisy); second_order: SECOND_ORDER_CLAIM where renewal says
 in_regime (measured against the exact chain numerics, dependent_errors.py --structures); marginal: the
 lattice error MARGINAL_CLAIM (measured against exact.exact_first_passage in the tests); three_cumulant:
 LEAD_CLAIM (its error measured on the calibration study's families with large samples, results/verdict);
