@@ -178,7 +178,7 @@ def root_seed(seed=None):
 
 
 def set_states(results, alpha=verdict.ALPHA):
-    """The laws' states over a model's heads (heads/laws.py: assign_states, Bonferroni over the model's claimed
+    """The laws' states over a model's heads (heads/laws.py: assign_states, Holm over the model's claimed
     and measured cells) and each head's summary. Returns the family's dict (m, alpha_test, t_crit, df) or None."""
     done = [r for r in results if r.laws]
     if not done:

@@ -21,20 +21,30 @@ held-out half), at every threshold L = ln(1/eps) of the scan. Laws (display orde
 Measured (held-out half): mean and variance of W with jackknife-over-documents SEs, Kaplan-Meier where
 some windows are censored (a measured variance only where the survival reaches 0), quantiles.
 
-States (one meaning each), on the variance; D = log(Var_measured / Var_law) with SE_D combining the
-jackknife SEs of both halves, claim c = the law's stated relative accuracy of Var[W] at this L:
-  holds         log(1 - c) - SE_D <= D <= log(1 + c) + SE_D and SE_D <= HOLD_SE (precise enough)
-  false         D outside [log(1 - c), log(1 + c)] by more than t_crit SE_D: Student t (the Welch-Satterthwaite
-                df of SE_D, each half's jackknife with its documents - 1) at the per-test level ALPHA / m, m the
-                claimed and measured (head, law, eps) cells of the whole model (Bonferroni): the chance that
-                any law of a model is called false where it is within its claim is at most ALPHA
+States (one meaning each), on the variance; D = log(Var_measured / Var_law) with its SE, claim c = the law's stated
+relative accuracy of Var[W] at this L. The laws of ALL_DOCS (iid, marginal, the lead law: plug-in functionals of
+document averages, nothing tuned) are tested on all documents: the windows of every document's rows T/2..T-1
+against the law fitted on every document, SE the jackknife over the documents of D itself (the law's and the
+windows' sampling errors share the documents and partly cancel), df S - 1; where those windows are censored, and
+for the other laws, the held-out half against the fitted half (SE the two halves' jackknife SEs in quadrature,
+Welch-Satterthwaite df). The printed ratio and its interval stay out of sample.
+  holds         the 1 - 2 HOLD_LEVEL (90%) interval D -+ t SE inside [log(1 - c), log(1 + c)] and SE <= HOLD_SE
+                (an equivalence test: a law off by more than its claim holds with chance at most HOLD_LEVEL)
+  false         D outside [log(1 - c), log(1 + c)] by a p-value 2 P(t_df > distance / SE) that Holm's step-down
+                rejects at family-wise level ALPHA over the m claimed and measured (head, law, eps) cells of the
+                whole model: the chance that any law of a model is called false where it is within its claim is
+                at most ALPHA
   not claimed   the law claims nothing at this L: its stated accuracy there is worse than CLAIM_MAX (or it
                 gives no value, e.g. a negative second-order variance)
-  undetermined  data reasons: Var[W] not measured (censored windows), or neither within claim + 2 SE nor
-                rejected (outside claim + 1 SE), or too imprecise (SE_D > HOLD_SE)
-Claims (`claim_table` prints their source): iid / dependent / mixture: 1.5 x the size of the O(1) term the
-law omits relative to its value + CLAIM_FLOOR (Smith's constant for iid, C_dep for the dependent laws,
-the inversion and overshoot part for finite_n); second_order: SECOND_ORDER_CLAIM where renewal says
+  undetermined  data reasons: Var[W] not measured (censored windows), or neither inside the claim with its
+                interval nor rejected at the family level
+Every law's SE is the jackknife of the law itself over the fitted documents, every fitted statistic refitted (the
+second-order law's O(1) term C_dep included). Claims (`claim_table` prints their source): iid: 1.5 x Smith's
+constant (the O(1) term it omits, a plug-in of three moments) relative to its value + CLAIM_FLOOR; dependent /
+finite_n / mixture: 1.5 x the size of the O(1) term the law omits + 2 of its jackknife SEs, relative to the law's
+value, + CLAIM_FLOOR (C_dep for the dependent laws, the inversion and overshoot part for finite_n: both rest on
+kappa3_LR, a third cumulant of block sums, so a claim from the point estimate alone is too tight where it is noisy);
+second_order: SECOND_ORDER_CLAIM where renewal says
 in_regime (measured against the exact chain numerics, dependent_errors.py --structures); marginal: the
 lattice error MARGINAL_CLAIM (measured against exact.exact_first_passage in the tests); three_cumulant:
 LEAD_CLAIM (its error measured on the calibration study's families with large samples, results/verdict);
@@ -54,7 +64,8 @@ from foxwindow.laws import gates, lawtable, renewal
 from foxwindow.models import traces as trace_files
 
 __all__ = ["LAWS", "LEAD", "ALPHA", "CLAIM_MAX", "CLAIM_FLOOR", "CLAIM_MULT", "SECOND_ORDER_CLAIM", "MARGINAL_CLAIM",
-           "LEAD_CLAIM", "HOLD_SE", "MEAN_TOL", "CELLS", "MAX_CELLS", "SUMMARY_EPS", "STATES", "Q",
+           "LEAD_CLAIM", "HOLD_SE", "HOLD_LEVEL", "ALL_DOCS", "TEST_GROUPS", "MEAN_TOL", "CELLS", "MAX_CELLS",
+           "SUMMARY_EPS", "STATES", "Q",
            "MarginalPassage", "marginal_passage", "marginal_moments", "marginal_pmf", "BlockSums", "SUPPORT", "MIXED",
            "lead_survival", "evaluate", "assign_states", "summary", "noise_floor", "subsample_floor", "score",
            "score_table", "main"]
@@ -81,6 +92,9 @@ SECOND_ORDER_CLAIM = renewal.SECOND_ORDER_ACCURACY + CLAIM_FLOOR   # measured wi
 MARGINAL_CLAIM = 0.01
 LEAD_CLAIM = 0.08           # its population error on iid, AR(1) and ARMA logits: median 0.024-0.085
 HOLD_SE = 0.10             # "holds" needs SE of log(Var ratio) <= 10%
+TEST_GROUPS = 16           # the all-document test's jackknife: at most 16 groups of documents (its cost)
+ALL_DOCS = ("iid", "marginal", "three_cumulant")   # laws whose state is tested on all documents
+HOLD_LEVEL = 0.05          # "holds": the 1 - 2 HOLD_LEVEL interval of the Var ratio inside the claim (equivalence)
 MEAN_TOL = 0.02            # a mean is "explained" within 2% + 2 SE
 CELLS = 16                 # lattice cells per min(sd X, kappa) of the marginal law
 MAX_CELLS = 1 << 21
@@ -477,12 +491,48 @@ def _fit_stats(x):
     return dict(kappa=kappa, sigma2=sigma2, mu3=mu3, tau=tau, tau_loo=te.tau_loo, sum_k_gamma=skg, cut=te.cut)
 
 
-def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None):
+def _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls):
+    """The second-order law's Var[W] (Sf, n) with each fitted document dropped in turn, every fitted statistic
+    refitted (kappa, sigma^2, tau at the full fit's Geyer cut, kappa3_LR from BlockSums bs at block length n3
+    under the leave-one-out weights lw (Sf, Sf), Bartlett's sum of k gamma_k): its O(1) term C_dep is fitted
+    and its sampling error is part of the law's. NaN where a refit gives no positive variance."""
+    Sf, T = xf.shape
+    cut = st["cut"]
+    xx = renewal.lag_sums(xf, cut - 1, "sequence")                         # (Sf, cut)
+    nk = T - np.arange(cut)
+    g = (xx.sum(0, keepdims=True) - xx) / (nk * (Sf - 1))                   # each document left out
+    rho = g / g[:, :1]
+    skg = s2_loo * (rho[:, 1:] * np.arange(1, cut)).sum(1)
+    k3 = bs.moments(lw)[2][:, n3 - 1] / n3
+    out = np.full((Sf, len(Ls)), np.nan)
+    cdep = np.array([_safe(renewal.second_order_constant, k_loo[j], s2_loo[j] * st["tau_loo"][j], k3[j], skg[j])
+                     for j in range(Sf)])
+    for j in range(Sf):
+        for k, L in enumerate(Ls):
+            try:
+                out[j, k] = renewal.second_order_var(k_loo[j], s2_loo[j] * st["tau_loo"][j], k3[j], skg[j], L).var
+            except (ValueError, ZeroDivisionError):
+                pass
+    return out, cdep, k3
+
+
+def _upper(value, loo):
+    """|value| + 2 x its jackknife SE from leave-one-document-out values loo (n,): the size of a fitted O(1) term
+    that a claim is stated from (a claim from the point estimate alone is too tight wherever the term is noisy;
+    the kappa3_LR of 16 documents moves C_dep by 2x on iid gates). Inf where loo is not finite."""
+    loo = np.asarray(loo, dtype=np.float64)
+    if not (math.isfinite(value) and np.all(np.isfinite(loo))):
+        return float("inf")
+    return abs(value) + 2 * float(dependence.jackknife(loo))
+
+
+def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True):
     """Every law of LAWS fitted on documents 0, 2, 4, ... of increments x (S, T) and scored on 1, 3, 5, ... at
     thresholds Ls (n,). rng: numpy Generator (the bootstrap's walks). pmf_L: the L of the pmf block (None:
     none). windows: (W, censored) of predict.window_rows(x, Ls, T // 2), every document, when the caller has
-    them (None: computed here). Returns dict(at=[record per L], pmf=..., cells=[...]) where each record's laws
-    carry the numbers (state and claim are set by `assign_states` over the whole model)."""
+    them (None: computed here). all_docs: also the state's test of the laws of ALL_DOCS on all documents
+    (`test_all`). Returns dict(at=[record per L], pmf=..., cells=[...]) where each record's laws carry the
+    numbers (state and claim are set by `assign_states` over the whole model)."""
     S, T = x.shape
     fit, test = np.arange(0, S, 2), np.arange(1, S, 2)
     xf, xt = x[fit], x[test]
@@ -526,7 +576,7 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None):
         d["mean"][k] = _safe(renewal.renewal_mean, m, L) - 1
         d["var"][k] = _safe(renewal.leading_var, m, L)
         d["var_se"][k] = iid_lse[k] * d["var"][k]
-        d["claim"][k] = _claim_expansion(Cs, d["var"][k])
+        d["claim"][k] = _claim_expansion(Cs, d["var"][k])     # a plug-in of three moments: its SE is within x1.5
         d["why"][k] = f"Smith's O(1) term {Cs:.3g} omitted"
     # marginal
     d = laws["marginal"]
@@ -555,19 +605,24 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None):
     sig_lr = sigma2 * tau
     C_dep = _safe(renewal.second_order_constant, kappa, sig_lr, kappa3_lr, st["sum_k_gamma"])
     dep_lse = rel_se(s2_loo[:, None] * st["tau_loo"][:, None] * Ls[None, :] / k_loo[:, None] ** 3)
+    so_loo, cdep_loo, k3_loo = _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls)   # every fitted term
+    C_dep_up = _upper(C_dep, cdep_loo)
     for k, L in enumerate(Ls):
         d = laws["dependent"]
         d["mean"][k] = _safe(renewal.dependent_mean_N, kappa, sig_lr, L) - 1
         d["var"][k] = _safe(renewal.dependent_var, kappa, sig_lr, L)
         d["var_se"][k] = dep_lse[k] * d["var"][k]
-        d["claim"][k] = _claim_expansion(C_dep, d["var"][k])
-        d["why"][k] = f"tau {tau:.3g}; its O(1) term C_dep {C_dep:.3g} omitted"
+        d["claim"][k] = _claim_expansion(C_dep_up, d["var"][k])
+        d["why"][k] = f"tau {tau:.3g}; its O(1) term C_dep {C_dep:.3g} (+ 2 SE: {C_dep_up:.3g}) omitted"
         d = laws["second_order"]
         d["mean"][k] = laws["dependent"]["mean"][k]
         try:
             vl = renewal.second_order_var(kappa, sig_lr, kappa3_lr, st["sum_k_gamma"], L)
             d["var"][k] = vl.var
-            d["var_se"][k] = dep_lse[k] * vl.var
+            # its SE: the jackknife of the whole law, C_dep's own sampling error (kappa3_LR, Bartlett's sum)
+            # included; a leave-one-document-out fit without a positive variance leaves it without a finite SE
+            col = so_loo[:, k]
+            d["var_se"][k] = rel_se(col) * vl.var if np.all(np.isfinite(col) & (col > 0)) else float("inf")
             d["claim"][k] = SECOND_ORDER_CLAIM if vl.in_regime else float("nan")
             d["why"][k] = "in its regime (renewal.second_order_var)" if vl.in_regime else \
                 "outside its regime (|C_dep| > 25% of the leading term)"
@@ -582,11 +637,13 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None):
         d["var_se"][k] = rel_se(s2_loo * tw_loo[:, idx[k]] * L / k_loo ** 3) * d["var"][k]
         c = sl / kappa ** 2
         omitted = 1 / 12 + 1.25 * c * c - 2 / 3 * kappa3_lr / kappa ** 3
+        c_loo = s2_loo * tw_loo[:, idx[k]] / k_loo ** 2
+        om_up = _upper(omitted, 1 / 12 + 1.25 * c_loo * c_loo - 2 / 3 * k3_loo / k_loo ** 3)
         if nL[k] > vf.ns[-1] * 1.05:
             d["why"][k] = f"V(n) not measured at n = L/kappa = {nL[k]:.0f} > T/2"
         else:
-            d["claim"][k] = _claim_expansion(omitted, d["var"][k])
-            d["why"][k] = f"inversion and overshoot O(1) term {omitted:.3g} omitted"
+            d["claim"][k] = _claim_expansion(om_up, d["var"][k])
+            d["why"][k] = f"inversion and overshoot O(1) term {omitted:.3g} (+ 2 SE: {om_up:.3g}) omitted"
     # mixture
     docs = verdict.Docs(T, T - r0, p1, p2, *predict.window_sums(Wf_))
     one = np.ones((1, Sf))
@@ -599,8 +656,8 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None):
     d["var_se"] = rel_se(P_loo) * P[0]
     d["mean"] = ms[0] * Ls + np.mean(0.5 + s2d[:, None] * tw[idx][None, :] / (2 * kd[:, None] ** 2), 0) - 1
     for k in range(len(Ls)):
-        d["claim"][k] = _claim_expansion(C_dep, P[0, k]) if nL[k] <= vf.ns[-1] * 1.05 else float("nan")
-        d["why"][k] = "its O(1) term C_dep omitted" if nL[k] <= vf.ns[-1] * 1.05 else \
+        d["claim"][k] = _claim_expansion(C_dep_up, P[0, k]) if nL[k] <= vf.ns[-1] * 1.05 else float("nan")
+        d["why"][k] = "its O(1) term C_dep (+ 2 SE) omitted" if nL[k] <= vf.ns[-1] * 1.05 else \
             f"tau(n) not measured at n = L/kappa = {nL[k]:.0f} > T/2"
     # the lead law
     wts = np.concatenate([one, lw])
@@ -638,7 +695,100 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None):
     k_rse = float(dependence.jackknife(np.log(k_loo)))                     # relative SE of 1/kappa
     for n in ("iid", "dependent", "second_order", "finite_n", "mixture", "marginal"):
         laws[n]["mean_se"] = np.abs(laws[n]["mean"]) * k_rse
-    return _pack(Ls, eps_list, meas, laws, pmf_k, Wt, Ct, pmf_laws, Sf)
+    out = _pack(Ls, eps_list, meas, laws, pmf_k, Wt, Ct, pmf_laws, Sf)
+    if all_docs:
+        _add_all_doc_tests(out["at"], x, Ls, windows)
+    return out
+
+
+def _marginal_group_var(x, Ls, groups, cells=CELLS):
+    """Var[W] of the marginal law (marginal_moments' lattice, `cells` per min(sd, kappa) of all of x) of all
+    documents of x (S, T) and of all but each group of documents (groups (S,) int, 0..G-1): (n,), (G, n); NaN
+    where the lattice would exceed MAX_CELLS. One histogram per group, one batch of FFTs per L."""
+    S, T = x.shape
+    G = int(groups.max()) + 1
+    kappa, sd = x.mean(), x.std()
+    base = min(sd, kappa) / cells if sd > 0 else kappa / cells
+    n_g = np.bincount(groups, minlength=G) * T                             # increments per group
+    full, loo = np.full(len(Ls), np.nan), np.full((G, len(Ls)), np.nan)
+    gid = np.repeat(groups, T)
+    xr = x.ravel()
+    for i, L in enumerate(Ls):
+        K = int(math.ceil(L / base))
+        if K + 1 > MAX_CELLS // 2:
+            continue
+        h = L / (K + 0.5)
+        M = 1 << int(math.ceil(math.log2(2 * (K + 1))))
+        y = xr / h
+        k = np.floor(y).astype(np.int64)
+        f = y - k
+        p = np.bincount(gid * M + np.minimum(k, M - 1), weights=1 - f, minlength=G * M)
+        p += np.bincount(gid * M + np.minimum(k + 1, M - 1), weights=f, minlength=G * M)
+        p = p.reshape(G, M)
+        tot = p.sum(0)
+        P = np.concatenate([tot[None, :], tot[None, :] - p])               # (1 + G, M): all, all but group g
+        P[:, M - 1] = 0.0                                                  # steps beyond 2L: out at once
+        P /= np.concatenate([[x.size], x.size - n_g])[:, None]
+        r = 1e-10 ** (1.0 / M)                                             # damping: aliasing r^M = 1e-10
+        rk = r ** np.arange(M)
+        ph = np.fft.rfft(P * rk, axis=1)
+        z = r * np.exp(-2j * np.pi * np.arange(ph.shape[1]) / M)
+        u = 1.0 / (1.0 - ph)
+        U = np.fft.irfft(u / (1 - z), M, axis=1)[:, K] / rk[K]
+        uU = np.fft.irfft(u * u / (1 - z), M, axis=1)[:, K] / rk[K]
+        v = 2 * uU - U - U * U
+        full[i], loo[:, i] = v[0], v[1:]
+    return full, loo
+
+
+def _add_all_doc_tests(at, x, Ls, windows=None):
+    """The state's test of the laws of ALL_DOCS on all S documents of x (S, T): D = log(Var_measured /
+    Var_law), both from every document (rows T/2..T-1 measured, every row fitted), its SE the delete-a-group
+    jackknife of D itself over G = min(S, TEST_GROUPS) groups of documents (document d in group d mod G; the
+    law's and the windows' sampling errors share the documents and partly cancel), df G - 1. Set as `test_all`
+    (dict(D, se, df, groups) or None where some of those windows are censored) on each record's law. windows:
+    (W, C) of predict.window_rows(x, Ls, T // 2) when the caller has them (None: computed here)."""
+    S, T = x.shape
+    r0 = T // 2
+    G = min(S, TEST_GROUPS)
+    groups = np.arange(S) % G
+    W, C = predict.window_rows(x, Ls, r0) if windows is None else windows  # (S, R, n)
+    R = W.shape[1]
+    live = np.nonzero(~C.any(axis=(0, 1)))[0]                              # L with every window measured
+    for rec in at:
+        for n in ALL_DOCS:
+            rec["laws"][n]["test_all"] = None
+    if not len(live):
+        return
+    Ll = Ls[live]
+    onehot = (groups[None, :] == np.arange(G)[:, None]).astype(np.float64)   # (G, S)
+    p1, p2 = onehot @ x.sum(1), onehot @ (x * x).sum(1)                   # per group
+    n_g = onehot.sum(1) * T
+    kappa, sigma2 = float(x.mean()), float(x.var())
+    k_loo = (p1.sum() - p1) / (x.size - n_g)                               # (G,)
+    s2_loo = (p2.sum() - p2) / (x.size - n_g) - k_loo ** 2
+    law = {"iid": (sigma2 * Ll / kappa ** 3, s2_loo[:, None] * Ll[None, :] / k_loo[:, None] ** 3)}
+    law["marginal"] = _marginal_group_var(x, Ll, groups)
+    bs = BlockSums(x, r0)
+    wts = np.concatenate([np.ones((1, S)), 1.0 - onehot])                  # all; all but group g
+    lv = np.stack([_moments_from_surv(s)[1] for s in lead_survival(bs, Ll, wts, kappa)], 1)   # (G + 1, n)
+    law[LEAD] = (lv[0], lv[1:])
+    for j, k in enumerate(live):
+        Wk = W[:, :, k].astype(np.float64)
+        s1, s2 = onehot @ Wk.sum(1), onehot @ (Wk * Wk).sum(1)             # per group
+        mean = s1.sum() / (S * R)
+        var = s2.sum() / (S * R) - mean ** 2
+        rg = (S - onehot.sum(1)) * R
+        ml = (s1.sum() - s1) / rg
+        vl = (s2.sum() - s2) / rg - ml ** 2                                # (G,)
+        for n in ALL_DOCS:
+            full, lo = law[n][0][j], law[n][1][:, j]
+            if not (var > 0 and np.all(vl > 0) and math.isfinite(full) and full > 0 and np.all(np.isfinite(lo))
+                    and np.all(lo > 0)):
+                continue
+            se = float(dependence.jackknife(np.log(vl / lo)))
+            if se > 0:
+                at[k]["laws"][n]["test_all"] = dict(D=math.log(var / full), se=se, df=G - 1, groups=G)
 
 
 def _cover_surv(s, W, C):
@@ -722,8 +872,10 @@ def _d_se(rec, law):
     m, lw = rec["measured"], rec["laws"][law]
     if m["var"] is None or lw["var"] is None or not m["var"] > 0 or not lw["var"] > 0:
         return None
+    if lw["var_se"] is None:                       # a law without a finite SE is not tested (never SE 0)
+        return None
     se_m = (m["var_se"] or 0.0) / m["var"]
-    se_l = (lw["var_se"] or 0.0) / lw["var"] if lw["var_se"] is not None else 0.0
+    se_l = lw["var_se"] / lw["var"]
     se = math.hypot(se_m, se_l)
     if not (math.isfinite(se) and se > 0):
         return None
@@ -732,11 +884,20 @@ def _d_se(rec, law):
     return math.log(m["var"] / lw["var"]), se, df
 
 
+def _p_outside(D, se, df, lo, hi):
+    """Two-sided p-value of "D within [lo, hi]": 2 P(t_df > distance outside / se) (1 inside)."""
+    dist = max(D - hi, lo - D, 0.0)
+    return float(min(1.0, 2 * stats.t.sf(dist / se, df))) if dist > 0 else 1.0
+
+
 def assign_states(heads_at, df, alpha=ALPHA):
-    """Set state, var_ratio, var_ratio_ci, mean_ok on every law of every record of every head (heads_at: list
-    over heads of lists of `at` records), Bonferroni over the claimed and measured cells of the model; each
-    cell's Student-t reference has the Welch-Satterthwaite degrees of freedom of its SE (at least df, the
-    documents of the smaller half - 1). Returns dict(m, alpha_test, t_crit at df, df)."""
+    """Set state, var_ratio, var_ratio_ci, mean_ok and test on every law of every record of every head (heads_at:
+    list over heads of lists of `at` records). The test of a cell: D = log(Var_measured / Var_law) with its SE,
+    on all documents (`test_all`, the laws of ALL_DOCS) where there, else the two halves (Welch-Satterthwaite
+    df, at least df = the documents of the smaller half - 1). false: Holm's step-down over the m claimed and
+    measured cells of the model at family-wise level alpha, on p = 2 P(t > distance of D outside the claim band
+    / SE); holds: the 1 - 2 HOLD_LEVEL interval D -+ t SE inside the band (an equivalence test) and SE <= HOLD_SE.
+    Returns dict(m, alpha_test (Bonferroni's alpha / m: Holm's first step), t_crit at df, df, rejected)."""
     cells = []
     for recs in heads_at:
         for rec in recs:
@@ -758,27 +919,45 @@ def assign_states(heads_at, df, alpha=ALPHA):
                     if c is not None and c > CLAIM_MAX:
                         lw["why"] += f"; stated accuracy {c:.0%} > {CLAIM_MAX:.0%}"
                     continue
+                ta = lw.get("test_all")
                 if ds is None:
                     lw["state"] = "undetermined"
-                    lw["why"] += "; Var[W] not measured (censored windows)"
+                    lw["why"] += ("; Var[W] not measured (censored windows)" if rec["measured"]["var"] is None else
+                                  "; no finite SE of the law (a leave-one-document-out fit gives no variance)")
                     continue
-                cells.append((lw, ds, c))
+                if ta is not None:
+                    D, se, dfc, sample = ta["D"], ta["se"], ta["df"], "all documents"
+                else:
+                    D, se, dfc = ds
+                    dfc, sample = max(dfc, df), "held-out half against the fitted half"
+                lo, hi = math.log(1 - min(c, 0.99)), math.log(1 + c)
+                cells.append((lw, D, se, dfc, lo, hi, sample, _p_outside(D, se, dfc, lo, hi)))
     m = len(cells)
     a_test = alpha / max(m, 1)
     t_crit = float(stats.t.isf(a_test / 2, df))
-    for lw, (D, se, dfc), c in cells:
-        lo, hi = math.log(1 - min(c, 0.99)), math.log(1 + c)
-        tc = float(stats.t.isf(a_test / 2, max(dfc, df)))
-        lw["test"] = dict(D=D, se=se, df=dfc, t_crit=tc)
-        if D > hi + tc * se or D < lo - tc * se:
+    order = sorted(range(m), key=lambda i: cells[i][-1])
+    reject = [False] * m
+    level = [alpha] * m
+    for rank, i in enumerate(order):                   # Holm: p_(j) <= alpha / (m - j) for every j up to this one
+        level[i] = alpha / (m - rank)
+        if cells[i][-1] > level[i]:
+            break
+        reject[i] = True
+    for i in order[sum(reject):]:
+        level[i] = alpha / (m - sum(reject))
+    for i, (lw, D, se, dfc, lo, hi, sample, p) in enumerate(cells):
+        tc = float(stats.t.isf(level[i] / 2, dfc))
+        th = float(stats.t.isf(HOLD_LEVEL, dfc))
+        lw["test"] = dict(D=D, se=se, df=dfc, t_crit=tc, p=p, level=level[i], t_hold=th, sample=sample)
+        if reject[i]:
             lw["state"] = "false"
-        elif lo - se <= D <= hi + se and se <= HOLD_SE:
+        elif lo <= D - th * se and D + th * se <= hi and se <= HOLD_SE:
             lw["state"] = "holds"
         else:
             lw["state"] = "undetermined"
-            lw["why"] += ("; SE of log Var ratio %.2f > %.2f" % (se, HOLD_SE) if se > HOLD_SE else
-                          "; outside claim + 1 SE, not rejected at the family level")
-    return dict(m=m, alpha_test=a_test, t_crit=t_crit, df=df)
+            lw["why"] += ("; %d%% interval of the Var ratio (%s) not inside the claim, not rejected at the family "
+                          "level" % (round(100 * (1 - 2 * HOLD_LEVEL)), sample))
+    return dict(m=m, alpha_test=a_test, t_crit=t_crit, df=df, rejected=int(sum(reject)))
 
 
 def summary(recs):

@@ -122,8 +122,8 @@ def print_table(results, info):
           f"bootstrap, the reference): Var_law / Var_measured with its state (H holds, F false, - not claimed, "
           f"? undetermined); mean, var: the first law that explains the mean / holds for Var[W] at every eps "
           f"1e-2..1e-4 (" + ", ".join(f"{v} {k}" for k, v in SHORT.items()) + ")"
-          + (f"; family-wise level {headlaws.ALPHA:g} per model over {fam['m']} claimed cells (each at "
-             f"{fam['alpha_test']:.2g}, t = {fam['t_crit']:.2f}); seed {info.get('seed')}" if fam else "")
+          + (f"; family-wise level {headlaws.ALPHA:g} per model over {fam['m']} claimed cells (Holm, the first "
+             f"step at {fam['alpha_test']:.2g}, t = {fam['t_crit']:.2f}); seed {info.get('seed')}" if fam else "")
           + ". Every law's numbers at every eps: --json (docs/HEADS_JSON.md).")
     shown = [e for e in REPORT_EPS if results and _at(results[0], e) is not None]
     cols = _columns(shown)
