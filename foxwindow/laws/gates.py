@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy import signal, special
+from scipy import integrate, signal, special
 
 __all__ = ["threshold", "L_LOOKS_LIKE_EPS", "ThresholdWarning", "level", "levels", "increments_from_log_gates",
            "increments_from_gates", "decay_matrix", "windows", "window_row", "window_row_numpy", "WindowRowBuffers",
@@ -598,8 +598,17 @@ class LogitNormalGate(Gate):
         # E[softplus(-(mu + s Y))^k], Y ~ N(0, 1), by the trapezoid rule on the Gaussian weight: the integrand is
         # analytic in the strip |Im y| < pi / s, so the error falls like exp(-2 pi^2 / (s dy)) (below rounding at
         # s dy <= 1/4); the range covers the weight to e^-800 and the tilt e^{-3 s y} of X ~ e^{-z} for large mu.
-        # Within 1e-15 of adaptive quadrature (epsrel 1e-13) on mu in [-3, 40], s in [0.01, 10].
+        # Within 1e-15 of adaptive quadrature (epsrel 1e-13) on mu in [-3, 40], s in [0.01, 10]; outside that
+        # range (where the grid would grow with s or the bounds were not checked) adaptive quadrature itself.
         mu, s = self.mu, self.s
+        if not (-3.0 <= mu <= 40.0 and 0.01 <= s <= 10.0):
+            raw = []
+            for k in (1, 2, 3):
+                def f(y, k=k):
+                    return _softplus(-(mu + s * y)) ** k * math.exp(-0.5 * y * y) / math.sqrt(2 * math.pi)
+                v, _ = integrate.quad(f, -np.inf, np.inf, epsabs=0.0, epsrel=1e-13, limit=200)
+                raw.append(v)
+            return Moments.from_raw(*raw)
         dy = min(0.05, 0.25 / s)
         y = np.arange(-40.0 - 3.0 * s, 40.0 + dy, dy)
         w = np.exp(-0.5 * y * y)

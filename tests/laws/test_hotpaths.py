@@ -300,3 +300,17 @@ def test_the_fft_lattice_baseline_is_accurate():
     assert abs(mean - r.mean) < 1e-8 * r.mean and abs(var - r.var) < 1e-6 * r.var
     m1, v1 = bench.fft_lattice(g, L, 0.2 / 8, richardson=False)
     assert abs(m1 - r.mean) > 10 * abs(mean - r.mean)                 # Richardson does remove the h^2 term
+
+
+def test_logit_normal_moments_outside_the_trapezoid_range_by_quadrature():
+    # the trapezoid grid grows like s: beyond its checked range (s > 10, mu outside [-3, 40]) the moments come from
+    # adaptive quadrature, at once and without a grid; at the range's edge both agree
+    import time
+    from scipy import integrate
+    for mu, s in ((1.0, 1e6), (-5.0, 2.0), (1.0, 20.0), (2.0, 10.0), (40.0, 0.01)):
+        t0 = time.perf_counter()
+        m = gates.LogitNormalGate(mu, s).moments()
+        assert time.perf_counter() - t0 < 5.0
+        want = integrate.quad(lambda y: np.logaddexp(0.0, -(mu + s * y)) * np.exp(-0.5 * y * y) / np.sqrt(2 * np.pi),
+                              -np.inf, np.inf, epsabs=0.0, epsrel=1e-13, limit=200)[0]
+        assert m.kappa == pytest.approx(want, rel=1e-9), (mu, s)
