@@ -306,6 +306,7 @@ def test_logit_normal_moments_outside_the_trapezoid_range_by_quadrature():
     # the trapezoid grid grows like s: beyond its checked range (s > 10, mu outside [-3, 40]) the moments come from
     # adaptive quadrature, at once and without a grid; at the range's edge both agree
     import time
+
     from scipy import integrate
     for mu, s in ((1.0, 1e6), (-5.0, 2.0), (1.0, 20.0), (2.0, 10.0), (40.0, 0.01)):
         t0 = time.perf_counter()
