@@ -29,6 +29,7 @@ import numpy as np
 from foxwindow import outputs, parallel
 from foxwindow.heads import driver as heads
 from foxwindow.heads import predict
+from foxwindow.laws import bench as law_bench
 from foxwindow.laws import gates as forget
 from foxwindow.models import traces
 
@@ -37,17 +38,6 @@ LS = [forget.threshold(e) for e in sorted(set(heads.EPS_SCAN) | {1e-3}, reverse=
 
 def _load():
     return "load {:.1f} / {:.1f} / {:.1f}".format(*os.getloadavg())
-
-
-def paired(fns, repeats):
-    """Median seconds of each of fns, run in turn (A B C A B C ...) `repeats` times."""
-    ts = [[] for _ in fns]
-    for _ in range(repeats):
-        for k, f in enumerate(fns):
-            t = time.perf_counter()
-            f()
-            ts[k].append(time.perf_counter() - t)
-    return [float(np.median(t)) for t in ts]
 
 
 def synthetic_heads(H, S, T, seed=0):
@@ -79,7 +69,7 @@ def hot_paths(repeats, T1=10_000_000):
     def cs_search():
         c = np.concatenate([[0.0], np.cumsum(-lg)])
         return np.searchsorted(c, c[1:] - L)
-    w, cs, ss = paired([lambda: forget.windows(lg, L=L), lambda: np.cumsum(lg), cs_search], repeats)
+    w, cs, ss = law_bench.paired_times([lambda: forget.windows(lg, L=L), lambda: np.cumsum(lg), cs_search], repeats)
     rows = [dict(what=f"windows of one trace, T = {T1:.0e}", seconds=w, baseline="bare np.cumsum", base_s=cs,
                  ratio=w / cs, target="<= 2 (rate >= 1/2 of the cumsum's)", met=w / cs <= 2),
             dict(what=f"windows of one trace, T = {T1:.0e}", seconds=w, baseline="np.cumsum + np.searchsorted",
@@ -92,7 +82,7 @@ def hot_paths(repeats, T1=10_000_000):
         c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1)
         for s in range(S):
             np.searchsorted(c[s], c[s, T // 2 + 1:, None] - Ls[None, :], side="left")
-    a, b = paired([lambda: predict.window_rows(x, Ls, 4096), old_rows], repeats)
+    a, b = law_bench.paired_times([lambda: predict.window_rows(x, Ls, 4096), old_rows], repeats)
     rows.append(dict(what="windows of a head's analysed rows, 64 x 8192, 11 L", seconds=a,
                      baseline="one np.searchsorted a document", base_s=b, ratio=a / b, target="< 1", met=a < b))
     return rows
