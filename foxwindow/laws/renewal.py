@@ -346,7 +346,8 @@ def _variance_law(lead, const, L, kappa, what, scale=None):
                             "use finite_n_var or markov_first_passage there")
     if scale is None:
         return VarianceLaw(float(v), float(lead), float(const), bool(abs(const) <= REGIME_FRACTION * lead))
-    return VarianceLaw(float(v), float(lead), float(const), bool(scale <= lead / SECOND_ORDER_MULT))
+    # "from L/kappa >= 5 ell" includes the boundary itself, where scale and lead / 5 are equal up to rounding
+    return VarianceLaw(float(v), float(lead), float(const), bool(scale <= lead / SECOND_ORDER_MULT * (1 + 1e-12)))
 
 
 BARTLETT_OMITTED = 0.03
