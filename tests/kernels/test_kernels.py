@@ -297,26 +297,33 @@ def test_gpu_varlen_full_size():
 # wgmma instructions pipelined: no C7515 advisory from ptxas and fewer waits than HGMMA. Before v4
 # the D = 256 dK/dV config and GQA dK/dV at D = 128 spilled 37 loads/stores an iteration; before
 # v6 every forward was serialised (24 waits for 24 HGMMA at D = 128).
-def test_hopper_configs_compile_without_loop_spills(tmp_path):
+# every kernel and head dim without GQA; dK/dV with GQA (its group loop is what spilled); at D = 128 packed
+# sequences with pruning compiled in, and the one-pass backward with pruning. One case a compile (some seconds
+# each), so that a failure names its build.
+HOPPER_BUILDS = {**{f"every kernel, D {d}": (["--d", str(d)], 3) for d in (64, 128, 256)},
+                 "dK/dV with GQA, D 128": (["--d", "128", "--group", "2"], 3),
+                 "packed, pruned and one-pass, D 128": (["--d", "128", "--variants"], 3 + 4)}
+
+
+@pytest.mark.parametrize("build", list(HOPPER_BUILDS))
+def test_hopper_configs_compile_without_loop_spills(tmp_path, build):
     import json
     import os
     import subprocess
     import sys
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}   # a real compile
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    rows = []
-    # every kernel and head dim without GQA; dK/dV with GQA (its group loop is what spilled); at
-    # D = 128 packed sequences with pruning compiled in, and the one-pass backward with pruning
-    for i, extra in enumerate((["--d", "64,128,256"], ["--d", "128", "--group", "2"], ["--d", "128", "--variants"])):
-        out = tmp_path / f"res{i}.json"                 # one file per run: the write guard keeps earlier ones
-        p = subprocess.run([sys.executable, "foxwindow/kernels/resources.py", *extra, "--json", str(out)],
-                           cwd=root, env=env, capture_output=True, text=True)
-        if "cuobjdump not found" in p.stderr:
-            pytest.skip("Triton's NVIDIA backend has no cuobjdump here")
-        assert p.returncode == 0, p.stderr[-2000:]
-        rows += json.loads(out.read_text())["rows"]
-    assert len(rows) == 12 + 3 + 4
-    assert {r["kernel"] for r in rows[-4:]} == {"fwd+vl+acp", "dkdv+vl+acp", "dq+vl+acp", "onepass+acp"}
+    extra, n_rows = HOPPER_BUILDS[build]
+    out = tmp_path / "res.json"
+    p = subprocess.run([sys.executable, "foxwindow/kernels/resources.py", *extra, "--json", str(out)],
+                       cwd=root, env=env, capture_output=True, text=True)
+    if "cuobjdump not found" in p.stderr:
+        pytest.skip("Triton's NVIDIA backend has no cuobjdump here")
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == n_rows
+    if "--variants" in extra:
+        assert {r["kernel"] for r in rows[-4:]} == {"fwd+vl+acp", "dkdv+vl+acp", "dq+vl+acp", "onepass+acp"}
     for r in rows:
         assert "error" not in r, r
         assert r["fits"], r
