@@ -7,7 +7,8 @@ python bench_scale.py [--quick] [--docs docs/BENCHMARKS.md] [--json out.json]
   head grid      CPU seconds of one head over an S x T grid (synthetic heads of a 760M-class mix), against the
                  cost model heads.COST_HEAD that the time estimate and --max-minutes use
   workers        one trace file analysed with --workers 1 and --workers N (N: the available processors),
-                 alternated, with the load average said; the results compared
+                 alternated, with the load average said; the results compared. The whole command (its start-up,
+                 imports and output included) and the analysis alone, in this process
   torchrun       the same file under torchrun with 2 ranks (gloo) against one process; the results compared
   760M class     peak memory (/usr/bin/time -v, max RSS) and wall time of heads of 256 documents x 16384
                  tokens, the time of 384 of them extrapolated from the measured per-head wall time
@@ -28,7 +29,7 @@ import numpy as np
 
 from foxwindow import outputs, parallel
 from foxwindow.heads import driver as heads
-from foxwindow.heads import predict
+from foxwindow.heads import predict, table
 from foxwindow.laws import bench as law_bench
 from foxwindow.laws import gates as forget
 from foxwindow.models import traces
@@ -136,6 +137,26 @@ def workers_vs_one(tmp, H, S, T, repeats):
                 identical=same, load=f"{load} before, {_load()} after")
 
 
+def analysis_workers_vs_one(H, S, T, repeats):
+    """The analysis alone (analyse_layers in this process, no start-up, imports or output): wall seconds with
+    the available processors as workers against one, alternated; the results compared."""
+    lg = {"a": synthetic_heads(H, S, T)}
+    n = parallel.default_workers()
+    got = {}
+
+    def run(w):
+        got[w], _ = heads.analyse_layers(lg, L=LS, seed=1, mass_L=math.log(1e3), workers=w)
+    a, b = law_bench.paired_times([lambda: run(n), lambda: run(1)], repeats)
+    same = [predict_json(r) for r in got[n]] == [predict_json(r) for r in got[1]]
+    return dict(what=f"{H} heads x {S} x {T}, the analysis alone (analyse_layers)", workers=n, seconds=a, one_s=b,
+                speedup=b / a, identical=same, load=_load())
+
+
+def predict_json(r):
+    """A head's record as the JSON writes it."""
+    return json.dumps(outputs.json_clean(table.head_json(r)), sort_keys=True)
+
+
 def torchrun_vs_one(tmp, H, S, T, repeats):
     path = write_traces(os.path.join(tmp, "r.npz"), 2, H, S, T)
     base = ["--traces", path, "--seed", "1", "--no-progress", "--force", "--workers", "1"]
@@ -189,11 +210,13 @@ def markdown(res):
     out += ["", "One head's CPU (analysis, predictions, decay windows of the analysed rows), synthetic heads:", "",
             "| S x T | CPU s a head | cost model (heads.COST_HEAD) |", "| --- | --- | --- |"]
     out += [f"| {g['S']} x {g['T']} | {g['cpu_per_head']:.2f} | {g['model']:.2f} |" for g in res["grid"]]
-    w, r, b = res["workers"], res["torchrun"], res["big"]
+    w, aw, r, b = res["workers"], res["analysis_workers"], res["torchrun"], res["big"]
     out += ["", "| parallel run | seconds | one process s | speedup | results identical | load |",
             "| --- | --- | --- | --- | --- | --- |",
             f"| {w['what']}, --workers {w['workers']} | {w['seconds']:.1f} | {w['one_s']:.1f} | {w['speedup']:.2f} | "
             f"{'yes' if w['identical'] else '**no**'} | {w['load']} |",
+            f"| {aw['what']}, {aw['workers']} workers | {aw['seconds']:.1f} | {aw['one_s']:.1f} | "
+            f"{aw['speedup']:.2f} | {'yes' if aw['identical'] else '**no**'} | {aw['load']} |",
             f"| {r['what']}, torchrun 2 ranks (gloo) | {r['seconds']:.1f} | {r['one_s']:.1f} | {r['speedup']:.2f} | "
             f"{'yes' if r['identical'] else '**no**'} | {r['load']} |", "",
             f"760M class: {b['heads']} heads of {b['S']} documents x {b['T']} tokens "
@@ -249,6 +272,8 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         say("workers ...")
         res["workers"] = workers_vs_one(tmp, 8, 64, 4096 if a.quick else 8192, rep)
+        say("workers, the analysis alone ...")
+        res["analysis_workers"] = analysis_workers_vs_one(8, 128, 8192 if a.quick else 16384, rep)
         say("torchrun ...")
         res["torchrun"] = torchrun_vs_one(tmp, 4, 64, 4096, rep)
         say("760M class ...")
