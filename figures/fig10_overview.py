@@ -1,7 +1,7 @@
-"""Figure 10: the per-head report's model overview (foxwindow.report.plots.plot_overview) of the per-head JSON
-that figure 6 reads (figures/heads.json, `python forget.py --json figures/heads.json`): the mean window per
-layer x head at eps = 1e-3 on a log colour scale, the decay against the attention-mass window, and each
-law's state per head. The same picture opens the HTML report of `python forget.py --report DIR`."""
+"""Figure 10: the per-head report's model overview (foxwindow.report.plots.plot_overview) of the shipped
+model's per-head result (results/laws/fox_heads.json, `python forget.py --seed 0 --json ...`; --overview-json):
+the mean window per layer x head at eps = 1e-3 on a log colour scale, the decay against the attention-mass
+window, and each law's state per head. The same picture opens the HTML report of `python forget.py --report DIR`."""
 import os
 
 import figstyle
@@ -10,7 +10,7 @@ from figstyle import Skip
 
 def make(ctx):
     from foxwindow.report import plots, schema
-    path = ctx.heads_json
+    path = ctx.overview_json
     if not os.path.exists(path):
         rel = os.path.relpath(path)
         raise Skip(f"{rel} not found (write it with `python forget.py --json {rel}`)")

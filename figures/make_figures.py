@@ -6,7 +6,8 @@ is refused over figures/; any other --out whose figure files exist needs --force
 
 Figures 1-5 are computed from the gate laws (Monte Carlo + exact renewal numerics); figure 6 reads the
 per-head JSON of the trained model, figure 7 the kernel benchmark JSON (written on a GPU), figure 8 the
-pruning JSON, figure 9 the chunk JSON and figure 10 (the report's model overview) the per-head JSON again.
+pruning JSON, figure 9 the chunk JSON and figure 10 (the report's model overview) the schema-1 per-head JSON of
+the shipped model (results/laws/fox_heads.json, `python forget.py --seed 0 --json ...`).
 A figure asked for by --only whose input JSON is absent or unusable is an error before any work; the default
 run (all figures) leaves such a figure out, says so before and after the work, and lists it as "not made"
 in the summary. Output: <out>/figN_*.png and .pdf.
@@ -46,7 +47,8 @@ NAMES = {n: m.__name__ for n, m in FIGURES.items()}
 
 # figures drawn from a JSON input: number -> (flag, attribute of the arguments)
 INPUTS = {6: ("--heads-json", "heads_json"), 7: ("--bench-json", "bench_json"), 8: ("--prune-json", "prune_json"),
-          10: ("--heads-json", "heads_json")}
+          10: ("--overview-json", "overview_json")}
+HEADS_FLAGS = ("--heads-json", "--overview-json")          # per-head results (forget.py --json)
 
 
 def _check_json_input(path, what):
@@ -60,10 +62,10 @@ def _check_json_input(path, what):
             doc = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise outputs.UsageError(f"{what}: {path} is not valid JSON ({exc})") from None
-    if what in ("--heads-json", "--prune-json") and not isinstance(doc, dict):
+    if what in (*HEADS_FLAGS, "--prune-json") and not isinstance(doc, dict):
         raise outputs.UsageError(f"{what}: {path} holds a JSON {type(doc).__name__}; expected the object that "
-                                 f"{'forget.py --json' if what == '--heads-json' else 'prune.py --json'} writes")
-    if what == "--heads-json":
+                                 f"{'forget.py --json' if what in HEADS_FLAGS else 'prune.py --json'} writes")
+    if what in HEADS_FLAGS:
         _check_heads(doc.get("heads"), path, what, named=doc.get("schema_version") is not None)
     return True
 
@@ -139,7 +141,10 @@ def main(argv=None):
                    help="Monte Carlo trials per point (default 200000, or 4000 with --fast)")
     p.add_argument("--only", type=int, nargs="+", choices=sorted(FIGURES), help="figure numbers to make (default all)")
     p.add_argument("--json", default=None, help="also write the run summary as JSON to this path")
-    p.add_argument("--heads-json", default=os.path.join(HERE, "heads.json"), help="per-head JSON for figures 6 and 10")
+    p.add_argument("--heads-json", default=os.path.join(HERE, "heads.json"),
+                   help="per-head JSON of the earlier slope verdict for figure 6")
+    p.add_argument("--overview-json", default=os.path.join(outputs.REPO, "results", "laws", "fox_heads.json"),
+                   help="per-head JSON (schema 1, forget.py --json) for figure 10")
     p.add_argument("--bench-json", default=os.path.join(HERE, "kernel_bench.json"),
                    help="kernel benchmark JSON for figure 7")
     p.add_argument("--prune-json", default=fig8_prune.DEFAULT_JSON, help="pruning JSON (prune.py) for figure 8")
@@ -155,7 +160,8 @@ def main(argv=None):
     for n, why in left.items():
         print(f"figure {n} will not be made: {why}", file=sys.stderr)
     ctx = SimpleNamespace(out=a.out, fast=a.fast, seed=a.seed, trials=trials,
-                          heads_json=a.heads_json, bench_json=a.bench_json, prune_json=a.prune_json)
+                          heads_json=a.heads_json, overview_json=a.overview_json, bench_json=a.bench_json,
+                          prune_json=a.prune_json)
     figstyle.apply()
     results = []
     t_all = time.time()

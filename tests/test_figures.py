@@ -42,7 +42,8 @@ def test_figures_6_7_missing_json(tmp_path, capsys):
     with pytest.raises(make_figures.outputs.UsageError, match="--bench-json"):
         _run(tmp_path, "--only", "7", "--bench-json", str(tmp_path / "none2.json"))
     assert not list(tmp_path.glob("*.png"))
-    ins = SimpleNamespace(heads_json=str(tmp_path / "none.json"), bench_json=str(tmp_path / "none2.json"),
+    ins = SimpleNamespace(heads_json=str(tmp_path / "none.json"), overview_json=str(tmp_path / "none4.json"),
+                          bench_json=str(tmp_path / "none2.json"),
                           prune_json=str(tmp_path / "none3.json"), given=set())
     only, left = make_figures.check_inputs(ins, [1, 6, 7, 8], asked=False)
     assert only == [1] and sorted(left) == [6, 7, 8] and "not found" in left[7]

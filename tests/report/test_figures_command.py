@@ -61,7 +61,7 @@ def test_figure_10_is_the_report_overview(tmp_path):
     try:
         import make_figures
         golden = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "heads_schema1.json")
-        (res,) = make_figures.main(["--only", "10", "--heads-json", golden, "--out", str(tmp_path)])
+        (res,) = make_figures.main(["--only", "10", "--overview-json", golden, "--out", str(tmp_path)])
         assert res["status"] == "written" and "4 heads" in res["summary"]
         assert (tmp_path / "fig10_overview.png").stat().st_size > 20_000
         assert (tmp_path / "fig10_overview.pdf").read_bytes()[:5] == b"%PDF-"
