@@ -5,6 +5,7 @@ the capture."""
 import json
 import os
 import signal
+import time
 import warnings
 
 import numpy as np
@@ -134,8 +135,16 @@ def test_model_estimate_max_minutes_and_free_space_before_the_capture(fla_fox, t
     assert calls == [(1, 96)]
     # an estimate that lets it start: the bound is past before the first group's capture, which is not run
     calls.clear()
+    class Clock:            # each reading a second after the last: the bound is past at the first check, however
+        t = 0.0             # fast this machine gets there (a real clock left it to the machine's speed)
+
+        def monotonic(self):
+            self.t += 1.0
+            return self.t
+        perf_counter = staticmethod(time.perf_counter)
     with monkeypatch.context() as m:
         m.setattr(driver, "COST_HEAD", (0.0, 0.0, 0.0))
+        m.setattr(driver, "time", Clock())
         code, _, err = _forget(_model_args(fla_fox, "--max-minutes", "1e-6", "--no-progress", "--trace-gib", "1e-9",
                                            "--json", str(tmp_path / "b.json")), capsys)
     assert code == 3 and calls == [(1, 96)], err
