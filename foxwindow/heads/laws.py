@@ -65,7 +65,7 @@ from foxwindow.models import traces as trace_files
 
 __all__ = ["LAWS", "LEAD", "ALPHA", "CLAIM_MAX", "CLAIM_FLOOR", "CLAIM_MULT", "SECOND_ORDER_CLAIM", "MARGINAL_CLAIM",
            "LEAD_CLAIM", "HOLD_SE", "HOLD_LEVEL", "ALL_DOCS", "TEST_GROUPS", "TAIL_P", "TAIL_BAND", "MEAN_TOL", "CELLS",
-           "MAX_CELLS", "SUMMARY_EPS", "STATES", "Q",
+           "MAX_CELLS", "TAIL_MAX_SHARE", "SUMMARY_EPS", "STATES", "Q",
            "MarginalPassage", "marginal_passage", "marginal_moments", "marginal_pmf", "BlockSums", "SUPPORT", "MIXED",
            "lead_survival", "evaluate", "assign_states", "summary", "noise_floor", "subsample_floor", "score",
            "score_table", "main"]
@@ -96,6 +96,7 @@ TEST_GROUPS = 16           # the all-document test's jackknife: at most 16 group
 ALL_DOCS = ("iid", "marginal", "three_cumulant")   # laws whose state is tested on all documents
 TAIL_P = 0.99              # the lead law's tail test: the measured share of windows beyond its 99% quantile ...
 TAIL_BAND = (0.5, 2.0)     # ... over 1 - TAIL_P within these factors (its population range on the null families)
+TAIL_MAX_SHARE = 0.05      # where that quantile is beyond T/2: at T/2 - 1, if the law's share beyond it is <= 5%
 HOLD_LEVEL = 0.05          # "holds": the 1 - 2 HOLD_LEVEL interval of the Var ratio inside the claim (equivalence)
 MEAN_TOL = 0.02            # a mean is "explained" within 2% + 2 SE
 CELLS = 16                 # lattice cells per min(sd X, kappa) of the marginal law
@@ -805,29 +806,42 @@ def _continuous_quantile(ge, p):
     return w + (p - (cdf[w] - pmf[w])) / max(pmf[w], 1e-300)
 
 
+def _law_beyond(ge, t):
+    """P(W + U > t) (U uniform on [0, 1)) of a law with P(W >= w) = ge[w - 1], w = 1..n, at t >= 0."""
+    w0 = int(math.floor(t))
+    at = ge[w0 - 1] if w0 >= 1 else 1.0                                    # P(W >= w0)
+    above = ge[w0] if w0 < len(ge) else 0.0                                # P(W > w0)
+    return above + (at - above) * (1.0 - (t - w0))
+
+
 def _tail_test(surv, W, onehot, r0, p=TAIL_P):
     """The lead law's tail statistic on all documents: the share of measured windows W (S, R) beyond the law's p-
-    quantile, over 1 - p (the ratio: 1 where the law's tail is right), each window read as W + U (U uniform on
-    [0, 1)) so that ties at the lattice count by their fraction. surv: P(W >= w) (1 + G, n) of the law on all
-    documents and with each of the G groups of onehot (G, S) dropped; each row's own quantile against the windows of
-    the same documents. Its SE: the delete-a-group jackknife of the ratio, at least the binomial SE of S R
-    independent windows (a share that no group moves, e.g. none beyond the quantile in any group, has jackknife SE
-    0). Only where the quantile q of the law on all documents lies below r0, the first analysed row: a window that
-    would be censored (at row r >= r0, so W >= r0 > q) is then beyond q whatever its length, so testing only where
-    no window is censored cannot favour a share of 0. Returns dict(p, q, share, ratio, se, band), or None."""
+    quantile, over the law's own share there (1 - p; the ratio: 1 where the law's tail is right), each window read
+    as W + U (U uniform on [0, 1)) so that ties at the lattice count by their fraction. Where that quantile is not
+    below r0 (the first analysed row), at r0 - 1 instead, over the law's share beyond r0 - 1, if that is at most
+    TAIL_MAX_SHARE (None otherwise): a window that would be censored (at a row r >= r0, so W >= r0) is beyond the
+    threshold whatever its length, so testing only at the L without censored windows cannot favour a share of 0.
+    surv: P(W >= w) (1 + G, n) of the law on all documents and with each of the G groups of onehot (G, S) dropped;
+    each row's own threshold against the windows of the same documents. SE: the delete-a-group jackknife of the
+    ratio, at least the binomial SE of S R independent windows (a share that no group moves, e.g. no window beyond
+    the threshold in any group, has jackknife SE 0). Returns dict(p, q, share, law_share, ratio, se, band) or None."""
     S, R = W.shape
     keep = np.concatenate([np.ones((1, S)), 1.0 - onehot])                # (1 + G, S)
     ratio = np.empty(len(keep))
-    q0 = _continuous_quantile(surv[0], p)
-    if not q0 < r0:
-        return None
+    first = None
     for r in range(len(keep)):
-        q = q0 if r == 0 else _continuous_quantile(surv[r], p)
-        w0 = int(math.floor(q))
-        beyond = (W > w0).sum(1) + (W == w0).sum(1) * (1.0 - (q - w0))    # per document
-        ratio[r] = float(keep[r] @ beyond) / (keep[r].sum() * R) / (1.0 - p)
-    floor = math.sqrt(p * (1 - p) / (S * R)) / (1 - p)
-    return dict(p=p, q=float(q0), share=float(ratio[0] * (1 - p)), ratio=float(ratio[0]),
+        t = min(_continuous_quantile(surv[r], p), r0 - 1.0)
+        law = _law_beyond(surv[r], t)
+        if r == 0:
+            if not 0 < law <= TAIL_MAX_SHARE:
+                return None
+            first = (t, law)
+        w0 = int(math.floor(t))
+        beyond = (W > w0).sum(1) + (W == w0).sum(1) * (1.0 - (t - w0))    # per document
+        ratio[r] = float(keep[r] @ beyond) / (keep[r].sum() * R) / max(law, 1e-300)
+    t, law = first
+    floor = math.sqrt(law * (1 - law) / (S * R)) / law
+    return dict(p=p, q=float(t), share=float(ratio[0] * law), law_share=float(law), ratio=float(ratio[0]),
                 se=max(float(dependence.jackknife(ratio[1:])), floor), band=list(TAIL_BAND))
 
 
