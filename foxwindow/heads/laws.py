@@ -33,7 +33,9 @@ Welch-Satterthwaite df). The printed ratio and its interval stay out of sample.
   false         D outside [log(1 - c), log(1 + c)] by a p-value 2 P(t_df > distance / SE) that Holm's step-down
                 rejects at family-wise level ALPHA over the m claimed and measured (head, law, eps) cells of the
                 whole model: the chance that any law of a model is called false where it is within its claim is
-                at most ALPHA
+                at most ALPHA. The lead law on all documents has a second statistic, its tail (`_tail_test`: the
+                share of windows beyond its TAIL_P-quantile within TAIL_BAND times 1 - TAIL_P); its cell's p is
+                2 min(p_var, p_tail) (Bonferroni over the two)
   not claimed   the law claims nothing at this L: its stated accuracy there is worse than CLAIM_MAX (or it
                 gives no value, e.g. a negative second-order variance)
   undetermined  data reasons: Var[W] not measured (censored windows), or neither inside the claim with its
