@@ -33,7 +33,9 @@ Welch-Satterthwaite df). The printed ratio and its interval stay out of sample.
   false         D outside [log(1 - c), log(1 + c)] by a p-value 2 P(t_df > distance / SE) that Holm's step-down
                 rejects at family-wise level ALPHA over the m claimed and measured (head, law, eps) cells of the
                 whole model: the chance that any law of a model is called false where it is within its claim is
-                at most ALPHA
+                at most ALPHA. The lead law on all documents has a second statistic, its tail (`_tail_test`: the
+                share of windows beyond its TAIL_P-quantile within TAIL_BAND times 1 - TAIL_P); its cell's p is
+                2 min(p_var, p_tail) (Bonferroni over the two)
   not claimed   the law claims nothing at this L: its stated accuracy there is worse than CLAIM_MAX (or it
                 gives no value, e.g. a negative second-order variance)
   undetermined  data reasons: Var[W] not measured (censored windows), or neither inside the claim with its
@@ -64,8 +66,8 @@ from foxwindow.laws import gates, lawtable, renewal
 from foxwindow.models import traces as trace_files
 
 __all__ = ["LAWS", "LEAD", "ALPHA", "CLAIM_MAX", "CLAIM_FLOOR", "CLAIM_MULT", "SECOND_ORDER_CLAIM", "MARGINAL_CLAIM",
-           "LEAD_CLAIM", "HOLD_SE", "HOLD_LEVEL", "ALL_DOCS", "TEST_GROUPS", "MEAN_TOL", "CELLS", "MAX_CELLS",
-           "SUMMARY_EPS", "STATES", "Q",
+           "LEAD_CLAIM", "HOLD_SE", "HOLD_LEVEL", "ALL_DOCS", "TEST_GROUPS", "TAIL_P", "TAIL_BAND", "MEAN_TOL", "CELLS",
+           "MAX_CELLS", "TAIL_MAX_SHARE", "SUMMARY_EPS", "STATES", "Q",
            "MarginalPassage", "marginal_passage", "marginal_moments", "marginal_pmf", "BlockSums", "SUPPORT", "MIXED",
            "lead_survival", "evaluate", "assign_states", "summary", "noise_floor", "subsample_floor", "score",
            "score_table", "main"]
@@ -94,6 +96,9 @@ LEAD_CLAIM = 0.08           # its population error on iid, AR(1) and ARMA logits
 HOLD_SE = 0.10             # "holds" needs SE of log(Var ratio) <= 10%
 TEST_GROUPS = 16           # the all-document test's jackknife: at most 16 groups of documents (its cost)
 ALL_DOCS = ("iid", "marginal", "three_cumulant")   # laws whose state is tested on all documents
+TAIL_P = 0.99              # the lead law's tail test: the measured share of windows beyond its 99% quantile ...
+TAIL_BAND = (0.5, 2.0)     # ... over 1 - TAIL_P within these factors (its population range on the null families)
+TAIL_MAX_SHARE = 0.05      # where that quantile is beyond T/2: at T/2 - 1, if the law's share beyond it is <= 5%
 HOLD_LEVEL = 0.05          # "holds": the 1 - 2 HOLD_LEVEL interval of the Var ratio inside the claim (equivalence)
 MEAN_TOL = 0.02            # a mean is "explained" within 2% + 2 SE
 CELLS = 16                 # lattice cells per min(sd X, kappa) of the marginal law
@@ -771,7 +776,8 @@ def _add_all_doc_tests(at, x, Ls, windows=None):
     law["marginal"] = _marginal_group_var(x, Ll, groups)
     bs = BlockSums(x, r0)
     wts = np.concatenate([np.ones((1, S)), 1.0 - onehot])                  # all; all but group g
-    lv = np.stack([_moments_from_surv(s)[1] for s in lead_survival(bs, Ll, wts, kappa)], 1)   # (G + 1, n)
+    surv = lead_survival(bs, Ll, wts, kappa)
+    lv = np.stack([_moments_from_surv(s)[1] for s in surv], 1)           # (G + 1, n)
     law[LEAD] = (lv[0], lv[1:])
     for j, k in enumerate(live):
         Wk = W[:, :, k].astype(np.float64)
@@ -789,6 +795,56 @@ def _add_all_doc_tests(at, x, Ls, windows=None):
             se = float(dependence.jackknife(np.log(vl / lo)))
             if se > 0:
                 at[k]["laws"][n]["test_all"] = dict(D=math.log(var / full), se=se, df=G - 1, groups=G)
+                if n == LEAD:
+                    at[k]["laws"][n]["test_all"]["tail"] = _tail_test(surv[j], W[:, :, k], onehot, r0)
+
+
+def _continuous_quantile(ge, p):
+    """The p-quantile of W + U (U uniform on [0, 1), independent) from P(W >= w), w = 1..n (n,): a float in
+    [w, w + 1) where w is W's p-quantile (so that P(W + U > q) = 1 - p exactly)."""
+    cdf = 1.0 - np.concatenate([ge, [0.0]])                                # P(W <= w), w = 0..n
+    pmf = np.diff(np.concatenate([[0.0], cdf]))
+    w = min(int(np.searchsorted(cdf, p, side="right")), len(cdf) - 1)      # P(W <= w - 1) <= p < P(W <= w)
+    return w + (p - (cdf[w] - pmf[w])) / max(pmf[w], 1e-300)
+
+
+def _law_beyond(ge, t):
+    """P(W + U > t) (U uniform on [0, 1)) of a law with P(W >= w) = ge[w - 1], w = 1..n, at t >= 0."""
+    w0 = int(math.floor(t))
+    at = ge[w0 - 1] if w0 >= 1 else 1.0                                    # P(W >= w0)
+    above = ge[w0] if w0 < len(ge) else 0.0                                # P(W > w0)
+    return above + (at - above) * (1.0 - (t - w0))
+
+
+def _tail_test(surv, W, onehot, r0, p=TAIL_P):
+    """The lead law's tail statistic on all documents: the share of measured windows W (S, R) beyond the law's p-
+    quantile, over the law's own share there (1 - p; the ratio: 1 where the law's tail is right), each window read
+    as W + U (U uniform on [0, 1)) so that ties at the lattice count by their fraction. Where that quantile is not
+    below r0 (the first analysed row), at r0 - 1 instead, over the law's share beyond r0 - 1, if that is at most
+    TAIL_MAX_SHARE (None otherwise): a window that would be censored (at a row r >= r0, so W >= r0) is beyond the
+    threshold whatever its length, so testing only at the L without censored windows cannot favour a share of 0.
+    surv: P(W >= w) (1 + G, n) of the law on all documents and with each of the G groups of onehot (G, S) dropped;
+    each row's own threshold against the windows of the same documents. SE: the delete-a-group jackknife of the
+    ratio, at least the binomial SE of S R independent windows (a share that no group moves, e.g. no window beyond
+    the threshold in any group, has jackknife SE 0). Returns dict(p, q, share, law_share, ratio, se, band) or None."""
+    S, R = W.shape
+    keep = np.concatenate([np.ones((1, S)), 1.0 - onehot])                # (1 + G, S)
+    ratio = np.empty(len(keep))
+    first = None
+    for r in range(len(keep)):
+        t = min(_continuous_quantile(surv[r], p), r0 - 1.0)
+        law = _law_beyond(surv[r], t)
+        if r == 0:
+            if not 0 < law <= TAIL_MAX_SHARE:
+                return None
+            first = (t, law)
+        w0 = int(math.floor(t))
+        beyond = (W > w0).sum(1) + (W == w0).sum(1) * (1.0 - (t - w0))    # per document
+        ratio[r] = float(keep[r] @ beyond) / (keep[r].sum() * R) / max(law, 1e-300)
+    t, law = first
+    floor = math.sqrt(law * (1 - law) / (S * R)) / law
+    return dict(p=p, q=float(t), share=float(ratio[0] * law), law_share=float(law), ratio=float(ratio[0]),
+                se=max(float(dependence.jackknife(ratio[1:])), floor), band=list(TAIL_BAND))
 
 
 def _cover_surv(s, W, C):
@@ -931,7 +987,13 @@ def assign_states(heads_at, df, alpha=ALPHA):
                     D, se, dfc = ds
                     dfc, sample = max(dfc, df), "held-out half against the fitted half"
                 lo, hi = math.log(1 - min(c, 0.99)), math.log(1 + c)
-                cells.append((lw, D, se, dfc, lo, hi, sample, _p_outside(D, se, dfc, lo, hi)))
+                p_var = _p_outside(D, se, dfc, lo, hi)
+                tail = (ta or {}).get("tail")
+                if tail is not None:                   # Bonferroni over the cell's two statistics
+                    p_tail = _p_outside(tail["ratio"], tail["se"], dfc, *tail["band"])
+                    cells.append((lw, D, se, dfc, lo, hi, sample, p_var, p_tail, min(1.0, 2 * min(p_var, p_tail))))
+                else:
+                    cells.append((lw, D, se, dfc, lo, hi, sample, p_var, None, p_var))
     m = len(cells)
     a_test = alpha / max(m, 1)
     t_crit = float(stats.t.isf(a_test / 2, df))
@@ -945,12 +1007,17 @@ def assign_states(heads_at, df, alpha=ALPHA):
         reject[i] = True
     for i in order[sum(reject):]:
         level[i] = alpha / (m - sum(reject))
-    for i, (lw, D, se, dfc, lo, hi, sample, p) in enumerate(cells):
+    for i, (lw, D, se, dfc, lo, hi, sample, p_var, p_tail, p) in enumerate(cells):
         tc = float(stats.t.isf(level[i] / 2, dfc))
         th = float(stats.t.isf(HOLD_LEVEL, dfc))
         lw["test"] = dict(D=D, se=se, df=dfc, t_crit=tc, p=p, level=level[i], t_hold=th, sample=sample)
+        if p_tail is not None:
+            lw["test"].update(p_var=p_var, p_tail=p_tail)
         if reject[i]:
             lw["state"] = "false"
+            if p_tail is not None:
+                lw["why"] += ("; rejected by its %s" % ("tail (the share beyond its %g%% quantile)" % (100 * TAIL_P)
+                                                         if p_tail < p_var else "variance"))
         elif lo <= D - th * se and D + th * se <= hi and se <= HOLD_SE:
             lw["state"] = "holds"
         else:

@@ -286,6 +286,59 @@ def test_all_document_test_calls_the_lead_law_false_on_long_regimes_and_holds_it
             assert lw["state"] == want or (want == "false" and k > 0 and lw["state"] == "undetermined"), lw["test"]
 
 
+def test_tail_share_is_one_for_the_law_itself_and_near_zero_for_a_law_with_a_spurious_tail():
+    # the continuous quantile q of W + U has P(W + U > q) = 1 - p exactly (a geometric law, P(W >= w) = a^w)
+    a = 0.8
+    ge = a ** np.arange(1, 400)
+    for p in (0.5, 0.9, headlaws.TAIL_P):
+        q = headlaws._continuous_quantile(ge, p)
+        w0 = math.floor(q)
+        assert a ** (w0 + 1) + a ** w0 * (1 - a) * (1 - (q - w0)) == pytest.approx(1 - p, abs=1e-12)
+    # windows drawn from that law: the share beyond its 99% quantile is 1% (ratio within 4 SE of 1, inside the band);
+    # against a law with a heavier tail (a = 0.9, its 99% quantile beyond nearly every window) it is near 0
+    rng = np.random.default_rng(21)
+    S, R, G = 32, 256, headlaws.TEST_GROUPS
+    W = rng.geometric(1 - a, (S, R)) - 1
+    onehot = (np.arange(S)[None, :] % G == np.arange(G)[:, None]).astype(np.float64)
+    t = headlaws._tail_test(np.tile(ge, (G + 1, 1)), W, onehot, r0=256)
+    assert abs(t["ratio"] - 1) <= 4 * t["se"] and t["band"][0] < t["ratio"] < t["band"][1]
+    assert t["se"] >= (1 - 1e-9) * math.sqrt(headlaws.TAIL_P * (1 - headlaws.TAIL_P) / (S * R)) / (1 - headlaws.TAIL_P)
+    assert t["share"] == pytest.approx(t["ratio"] * (1 - headlaws.TAIL_P))
+    heavy = headlaws._tail_test(np.tile(0.9 ** np.arange(1, 400), (G + 1, 1)), W, onehot, r0=256)
+    # its 99% quantile (43.7) beyond r0 = 40: tested at 39 instead (the law's share beyond it 0.015), or not at all
+    # where the law's share beyond r0 - 1 exceeds TAIL_MAX_SHARE (r0 = 20: 0.12)
+    at39 = headlaws._tail_test(np.tile(0.9 ** np.arange(1, 400), (G + 1, 1)), W, onehot, r0=40)
+    assert at39["q"] == 39 and at39["law_share"] == pytest.approx(0.9 ** 39) and at39["ratio"] < 0.05
+    assert headlaws._tail_test(np.tile(0.9 ** np.arange(1, 400), (G + 1, 1)), W, onehot, r0=20) is None
+    assert heavy["ratio"] < 0.05 and headlaws._p_outside(heavy["ratio"], heavy["se"], G - 1, *heavy["band"]) < 1e-3
+
+
+def test_tail_test_calls_the_lead_law_false_on_document_rates_where_the_variance_test_cannot():
+    # documents of different rates (logit mean 0, sd 1 between documents; seed 9): the lead law's pooled S_w puts
+    # about 1% of W beyond every measured window, and one slow document carries its variance error (|D| 1.5-1.9,
+    # SE 1.1: p 0.1-0.2, not rejected); no window lies beyond its 99% quantile, and that rejects
+    rng = np.random.default_rng(9)
+    Ls = np.array([forget.threshold(e) for e in (1e-2, 1e-3)])
+    S, T = 32, 512
+    at = [headlaws.evaluate(verdict_calibration.increments("document_rates", 0.0, rng, S, T), Ls, rng)["at"]]
+    headlaws.assign_states(at, df=S // 2 - 1)
+    for rec in at[0]:
+        lw = rec["laws"][headlaws.LEAD]
+        t, tail = lw["test"], lw["test_all"]["tail"]
+        assert lw["state"] == "false" and "tail" in lw["why"], t
+        assert t["p_var"] > t["level"] and 2 * t["p_tail"] <= t["level"] and t["p"] == 2 * t["p_tail"]
+        assert tail["ratio"] < tail["band"][0] and tail["p"] == headlaws.TAIL_P
+    # iid gamma gates (the law exact): the share beyond the law's 99% quantile within its band, the law holds
+    rng = np.random.default_rng(11)
+    at = [headlaws.evaluate(rng.gamma(2.0, 0.25, (S, T)), Ls, rng)["at"]]
+    headlaws.assign_states(at, df=S // 2 - 1)
+    for rec in at[0]:
+        lw = rec["laws"][headlaws.LEAD]
+        tail = lw["test_all"]["tail"]
+        assert tail["band"][0] < tail["ratio"] < tail["band"][1] and lw["test"]["p_tail"] > 0.05
+        assert lw["state"] == "holds"
+
+
 def test_all_document_test_is_the_jackknife_of_d_over_groups_of_documents():
     # D of the iid and marginal laws on all documents, and its SE by brute force: each group of documents dropped,
     # the windows and the law refitted (the marginal law by marginal_moments on the remaining documents)
