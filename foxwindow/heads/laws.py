@@ -243,7 +243,10 @@ class BlockSums:
         self.S, self.R, self.nw = S, T - r0, T // 2
         self.kappa_d = x.sum(1) / T
         t = np.arange(T + 1)
-        c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1) - self.kappa_d[:, None] * t[None, :]
+        c = np.empty((S, T + 1))
+        c[:, 0] = 0.0
+        np.cumsum(x, 1, out=c[:, 1:])
+        c -= self.kappa_d[:, None] * t[None, :]
         c -= c[:, r0 + 1:].mean(1, keepdims=True)
         # lags up to nw only: a transform of T + 1 + nw points (a fast length) keeps every wrapped term of the
         # circular correlation on the zero padding; only c, c^2 and c, c^2 on the rows are transformed
@@ -257,19 +260,29 @@ class BlockSums:
         def corr(spec):                         # sum_t a^i[t] c^j[t - w], t in rows + 1, w = 1..nw
             return sp_fft.irfft(spec, n)[:, w]
 
-        def masked(i):                          # sum over t - w: a window of the prefix sums of c^i
-            cs = np.concatenate([np.zeros((S, 1)), np.cumsum(c ** i, 1)], 1)
+        cs = np.empty((S, T + 2))
+        cs[:, 0] = 0.0
+
+        def masked(ci):                         # sum over t - w: a window of the prefix sums of c^i
+            np.cumsum(ci, 1, out=cs[:, 1:])
             return cs[:, T + 1 - w] - cs[:, r0 + 1 - w]
 
         ones = float(self.R)
-        a1, a2, a3 = (c[:, r0 + 1:] ** i for i in (1, 2, 3))
-        sa1, sa2, sa3 = a1.sum(1)[:, None], a2.sum(1)[:, None], a3.sum(1)[:, None]
-        sb1, sb2, sb3 = masked(1), masked(2), masked(3)
-        self.q1 = sa1 - sb1                                                  # sum S~, (S, nw)
-        self.q2 = sa2 - 2 * corr(A1 * np.conj(F1)) + sb2
-        self.q3 = sa3 - 3 * corr(A2 * np.conj(F1) - A1 * np.conj(F2)) - sb3
+        c3 = c ** 3
+        sa1, sa2, sa3 = (a[:, r0 + 1:].sum(1)[:, None] for a in (c, c2, c3))
+        self.q1 = sa1 - masked(c)                                            # sum S~, (S, nw)
+        self.q2 = sa2 - 2 * corr(A1 * np.conj(F1)) + masked(c2)
+        self.q3 = sa3 - 3 * corr(A2 * np.conj(F1) - A1 * np.conj(F2)) - masked(c3)
         self.w = w
         self.ones = ones
+
+    def rows(self, idx):
+        """The BlockSums of documents idx (an index array) alone: every sum here is a document's own, so these are
+        the numbers BlockSums(x[idx], r0) gives (the transforms, cumsums and sums are taken row by row)."""
+        out = object.__new__(BlockSums)
+        out.S, out.R, out.nw, out.w, out.ones = len(idx), self.R, self.nw, self.w, self.ones
+        out.kappa_d, out.q1, out.q2, out.q3 = self.kappa_d[idx], self.q1[idx], self.q2[idx], self.q3[idx]
+        return out
 
     def moments(self, wts):
         """Pooled mean, variance, third central moment of S_w (B, nw) under document weights wts (B, S).
@@ -598,7 +611,10 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True)
     tw = vf.tau_within()
     idx = np.array([vf.index(n) for n in nL])
     tw_loo = vf.tau_within(lw)
-    bs = BlockSums(xf, r0)
+    # the lead law's block sums of every document once where the all-document test needs them (an L without a
+    # censored window), the fitted half's their rows
+    bs_all = BlockSums(x, r0) if all_docs and (windows is None or not windows[1].any(axis=(0, 1)).all()) else None
+    bs = BlockSums(xf, r0) if bs_all is None else bs_all.rows(fit)
     n3 = int(min(bs.nw, max(16, 4 * st["cut"], T // 8)))
     _, v_b, m3_b = bs.moments(np.ones((1, Sf)))
     kappa3_lr = float(m3_b[0, n3 - 1] / n3)
@@ -697,41 +713,63 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True)
         laws[n]["mean_se"] = np.abs(laws[n]["mean"]) * k_rse
     out = _pack(Ls, eps_list, meas, laws, pmf_k, Wt, Ct, pmf_laws, Sf)
     if all_docs:
-        _add_all_doc_tests(out["at"], x, Ls, windows)
+        _add_all_doc_tests(out["at"], x, Ls, windows, bs_all)
     return out
+
+
+def _lattice_cells(x, h, M, xmax):
+    """The hat-split lattice weights of increments x (1-D, in order) at spacing h on M cells, the cell index clamped
+    to M - 1 (marginal_passage's): (nb,) float64 sums over x of the weight 1 - f at cell k = floor(x / h) and f at
+    k + 1, nb = min(floor(xmax / h) + 2, M) cells (the cells beyond hold nothing), xmax = x.max(). Each cell adds its
+    terms in the order of x, as np.bincount over all M cells does."""
+    y = x / h
+    fl = np.floor(y)
+    np.subtract(y, fl, out=y)                                                # f
+    k = fl.astype(np.intp)
+    top = int(math.floor(xmax / h))                                          # = k.max(): x / h is monotone in x
+    if top + 1 <= M - 1:                                                     # no clamp: the upper cell is k + 1
+        lo = np.bincount(k, weights=1 - y, minlength=top + 2)
+        lo[1:] += np.bincount(k, weights=y, minlength=top + 1)[:top + 1]
+        return lo
+    kc = np.minimum(k, M - 1)
+    p = np.bincount(kc, weights=1 - y, minlength=M)[:M]
+    p += np.bincount(np.minimum(k + 1, M - 1), weights=y, minlength=M)[:M]
+    return p
 
 
 def _marginal_group_var(x, Ls, groups, cells=CELLS):
     """Var[W] of the marginal law (marginal_moments' lattice, `cells` per min(sd, kappa) of all of x) of all
     documents of x (S, T) and of all but each group of documents (groups (S,) int, 0..G-1): (n,), (G, n); NaN
-    where the lattice would exceed MAX_CELLS. One histogram per group, one batch of FFTs per L."""
+    where the lattice would exceed MAX_CELLS. One histogram per group (on the cells the increments reach), one
+    batch of FFTs per L."""
     S, T = x.shape
     G = int(groups.max()) + 1
     kappa, sd = x.mean(), x.std()
     base = min(sd, kappa) / cells if sd > 0 else kappa / cells
     n_g = np.bincount(groups, minlength=G) * T                             # increments per group
     full, loo = np.full(len(Ls), np.nan), np.full((G, len(Ls)), np.nan)
-    gid = np.repeat(groups, T)
-    xr = x.ravel()
+    xg = [x[groups == g].ravel() for g in range(G)]                        # each group's increments, in order
+    xmax = [float(v.max()) if v.size else 0.0 for v in xg]
+    size = np.concatenate([[x.size], x.size - n_g])[:, None]
     for i, L in enumerate(Ls):
         K = int(math.ceil(L / base))
         if K + 1 > MAX_CELLS // 2:
             continue
         h = L / (K + 0.5)
         M = 1 << int(math.ceil(math.log2(2 * (K + 1))))
-        y = xr / h
-        k = np.floor(y).astype(np.int64)
-        f = y - k
-        p = np.bincount(gid * M + np.minimum(k, M - 1), weights=1 - f, minlength=G * M)
-        p += np.bincount(gid * M + np.minimum(k + 1, M - 1), weights=f, minlength=G * M)
-        p = p.reshape(G, M)
+        cg = [_lattice_cells(v, h, M, m) for v, m in zip(xg, xmax)]
+        nb = max(len(c) for c in cg)
+        p = np.zeros((G, nb))
+        for g, c in enumerate(cg):
+            p[g, :len(c)] = c
         tot = p.sum(0)
-        P = np.concatenate([tot[None, :], tot[None, :] - p])               # (1 + G, M): all, all but group g
-        P[:, M - 1] = 0.0                                                  # steps beyond 2L: out at once
-        P /= np.concatenate([[x.size], x.size - n_g])[:, None]
+        P = np.concatenate([tot[None, :], tot[None, :] - p])               # (1 + G, nb): all, all but group g
+        if nb == M:
+            P[:, M - 1] = 0.0                                              # steps beyond 2L: out at once
+        P /= size
         r = 1e-10 ** (1.0 / M)                                             # damping: aliasing r^M = 1e-10
         rk = r ** np.arange(M)
-        ph = np.fft.rfft(P * rk, axis=1)
+        ph = np.fft.rfft(P * rk[:nb], M, axis=1)                           # the cells beyond nb are 0
         z = r * np.exp(-2j * np.pi * np.arange(ph.shape[1]) / M)
         u = 1.0 / (1.0 - ph)
         U = np.fft.irfft(u / (1 - z), M, axis=1)[:, K] / rk[K]
@@ -741,13 +779,14 @@ def _marginal_group_var(x, Ls, groups, cells=CELLS):
     return full, loo
 
 
-def _add_all_doc_tests(at, x, Ls, windows=None):
+def _add_all_doc_tests(at, x, Ls, windows=None, bs=None):
     """The state's test of the laws of ALL_DOCS on all S documents of x (S, T): D = log(Var_measured /
     Var_law), both from every document (rows T/2..T-1 measured, every row fitted), its SE the delete-a-group
     jackknife of D itself over G = min(S, TEST_GROUPS) groups of documents (document d in group d mod G; the
     law's and the windows' sampling errors share the documents and partly cancel), df G - 1. Set as `test_all`
     (dict(D, se, df, groups) or None where some of those windows are censored) on each record's law. windows:
-    (W, C) of predict.window_rows(x, Ls, T // 2) when the caller has them (None: computed here)."""
+    (W, C) of predict.window_rows(x, Ls, T // 2) when the caller has them (None: computed here); bs: BlockSums(x,
+    T // 2) likewise."""
     S, T = x.shape
     r0 = T // 2
     G = min(S, TEST_GROUPS)
@@ -769,7 +808,7 @@ def _add_all_doc_tests(at, x, Ls, windows=None):
     s2_loo = (p2.sum() - p2) / (x.size - n_g) - k_loo ** 2
     law = {"iid": (sigma2 * Ll / kappa ** 3, s2_loo[:, None] * Ll[None, :] / k_loo[:, None] ** 3)}
     law["marginal"] = _marginal_group_var(x, Ll, groups)
-    bs = BlockSums(x, r0)
+    bs = BlockSums(x, r0) if bs is None else bs
     wts = np.concatenate([np.ones((1, S)), 1.0 - onehot])                  # all; all but group g
     lv = np.stack([_moments_from_surv(s)[1] for s in lead_survival(bs, Ll, wts, kappa)], 1)   # (G + 1, n)
     law[LEAD] = (lv[0], lv[1:])
