@@ -189,6 +189,7 @@ def marginal_passage(x, Ls, cells=CELLS):
     x = np.asarray(x, dtype=np.float64).ravel()
     kappa, sd = x.mean(), x.std()
     base = min(sd, kappa) / cells if sd > 0 else kappa / cells
+    xmax = float(x.max())
     out = []
     for L in Ls:
         K = int(math.ceil(L / base))
@@ -197,16 +198,12 @@ def marginal_passage(x, Ls, cells=CELLS):
             continue
         h = L / (K + 0.5)
         M = 1 << int(math.ceil(math.log2(2 * (K + 1))))
-        y = x / h
-        k = np.floor(y).astype(np.int64)
-        f = y - k
-        kc = np.minimum(k, M - 1)
-        p = np.bincount(kc, weights=1 - f, minlength=M)[:M]
-        p[1:] += np.bincount(kc, weights=f, minlength=M)[:M - 1]          # the upper cell k + 1 (k < M - 1)
-        p[M - 1] = 0.0                                                     # steps beyond 2L: out at once
+        p = _lattice_cells(x, h, M, xmax)                                  # the cells the increments reach
+        if len(p) == M:
+            p[M - 1] = 0.0                                                 # steps beyond 2L: out at once
         p /= len(x)
         r = 1e-10 ** (1.0 / M)                                             # damping: aliasing r^M = 1e-10
-        ph = np.fft.rfft(p * r ** np.arange(M))                            # numpy: sum_k a_k z^k, real a
+        ph = np.fft.rfft(p * r ** np.arange(len(p)), M)                    # numpy: sum_k a_k z^k, real a
         z = r * np.exp(-2j * np.pi * np.arange(len(ph)) / M)
         out.append(MarginalPassage(ph, z, K, M, r))
     return out
@@ -248,17 +245,31 @@ class BlockSums:
         np.cumsum(x, 1, out=c[:, 1:])
         c -= self.kappa_d[:, None] * t[None, :]
         c -= c[:, r0 + 1:].mean(1, keepdims=True)
-        # lags up to nw only: a transform of T + 1 + nw points (a fast length) keeps every wrapped term of the
-        # circular correlation on the zero padding; only c, c^2 and c, c^2 on the rows are transformed
-        n = sp_fft.next_fast_len(T + 1 + self.nw, real=True)
-        mask = (t >= r0 + 1).astype(np.float64)
         c2 = c * c
-        F1, F2 = sp_fft.rfft(c, n), sp_fft.rfft(c2, n)
-        A1, A2 = sp_fft.rfft(c * mask, n), sp_fft.rfft(c2 * mask, n)
         w = np.arange(1, self.nw + 1)
+        if r0 >= self.nw:
+            # the rows' terms a^i[t], t = r0+1..T, against c^j[t - w], t - w in 1..T-1 (w <= nw <= r0): both shifted
+            # to start at 0, the sum at w is the correlation at lag r0 - w in 0..r0-1, and no term wraps on a
+            # transform of T - 1 points (a fast length: T itself where T is a power of two)
+            n = sp_fft.next_fast_len(T - 1, real=True)
+            F1, F2 = sp_fft.rfft(c[:, 1:T], n), sp_fft.rfft(c2[:, 1:T], n)
+            A1, A2 = sp_fft.rfft(c[:, r0 + 1:], n), sp_fft.rfft(c2[:, r0 + 1:], n)
+            lag = r0 - w
 
-        def corr(spec):                         # sum_t a^i[t] c^j[t - w], t in rows + 1, w = 1..nw
-            return sp_fft.irfft(spec, n)[:, w]
+            def corr(a, f, b=None, g=None):     # sum_t a[t] f[t - w] (- sum_t b[t] g[t - w]), w = 1..nw
+                spec = f * np.conj(a) if b is None else f * np.conj(a) - g * np.conj(b)
+                return sp_fft.irfft(spec, n)[:, lag]
+        else:
+            # lags up to nw only: a transform of T + 1 + nw points (a fast length) keeps every wrapped term of the
+            # circular correlation on the zero padding; only c, c^2 and c, c^2 on the rows are transformed
+            n = sp_fft.next_fast_len(T + 1 + self.nw, real=True)
+            mask = (t >= r0 + 1).astype(np.float64)
+            F1, F2 = sp_fft.rfft(c, n), sp_fft.rfft(c2, n)
+            A1, A2 = sp_fft.rfft(c * mask, n), sp_fft.rfft(c2 * mask, n)
+
+            def corr(a, f, b=None, g=None):     # sum_t a[t] f[t - w] (- sum_t b[t] g[t - w]), w = 1..nw
+                spec = a * np.conj(f) if b is None else a * np.conj(f) - b * np.conj(g)
+                return sp_fft.irfft(spec, n)[:, w]
 
         cs = np.empty((S, T + 2))
         cs[:, 0] = 0.0
@@ -268,11 +279,11 @@ class BlockSums:
             return cs[:, T + 1 - w] - cs[:, r0 + 1 - w]
 
         ones = float(self.R)
-        c3 = c ** 3
+        c3 = c2 * c                                                          # (a product: no pow pass)
         sa1, sa2, sa3 = (a[:, r0 + 1:].sum(1)[:, None] for a in (c, c2, c3))
         self.q1 = sa1 - masked(c)                                            # sum S~, (S, nw)
-        self.q2 = sa2 - 2 * corr(A1 * np.conj(F1)) + masked(c2)
-        self.q3 = sa3 - 3 * corr(A2 * np.conj(F1) - A1 * np.conj(F2)) - masked(c3)
+        self.q2 = sa2 - 2 * corr(A1, F1) + masked(c2)
+        self.q3 = sa3 - 3 * corr(A2, F1, A1, F2) - masked(c3)
         self.w = w
         self.ones = ones
 
@@ -284,26 +295,32 @@ class BlockSums:
         out.kappa_d, out.q1, out.q2, out.q3 = self.kappa_d[idx], self.q1[idx], self.q2[idx], self.q3[idx]
         return out
 
-    def moments(self, wts):
-        """Pooled mean, variance, third central moment of S_w (B, nw) under document weights wts (B, S).
+    def moments(self, wts, cols=None):
+        """Pooled mean, variance, third central moment of S_w (B, nw) under document weights wts (B, S); cols: only
+        those block lengths (an index array into w = 1..nw: (B, len(cols)) each; None: every w).
 
         Each document's power sums of S_w - m0 around a reference mean m0 (the equal-weight pooled mean) are
         formed once; the moments under every weight row are then three matrix products and a shift from m0
         to that row's own mean (small beside the spread, so no cancellation)."""
-        R, w = self.R, self.w[None, :]
+        q1, q2, q3, w = self.q1, self.q2, self.q3, self.w
+        if cols is not None:
+            q1, q2, q3, w = q1[:, cols], q2[:, cols], q3[:, cols], w[cols]
+        R, w = self.R, w[None, :]
         N = wts.sum(1)[:, None] * R
         shift = self.kappa_d[:, None] * w                                    # (S, nw)
-        s1 = self.q1 + R * shift                                             # sum S per document
+        s1 = q1 + R * shift                                                  # sum S per document
         m = (wts @ s1) / N                                                   # pooled mean
         m0 = s1.sum(0) / (self.S * R)                                        # reference mean, (nw,)
         e = shift - m0                                                       # S - m0 = S~ + e
-        p1 = self.q1 + R * e
-        p2 = self.q2 + 2 * e * self.q1 + R * e * e
-        p3 = self.q3 + 3 * e * self.q2 + 3 * e * e * self.q1 + R * e ** 3
+        e2 = e * e
+        p1 = q1 + R * e
+        p2 = q2 + 2 * e * q1 + R * e2
+        p3 = q3 + 3 * e * q2 + 3 * e2 * q1 + R * (e2 * e)
         w1, w2, w3 = wts @ p1, wts @ p2, wts @ p3
         u = m - m0                                                           # (B, nw)
-        v = (w2 - 2 * u * w1 + u * u * N) / N
-        m3 = (w3 - 3 * u * w2 + 3 * u * u * w1 - u ** 3 * N) / N
+        u2 = u * u
+        v = (w2 - 2 * u * w1 + u2 * N) / N
+        m3 = (w3 - 3 * u * w2 + 3 * u2 * w1 - (u2 * u) * N) / N
         return m, v, m3
 
     def doc_moments(self):
@@ -497,7 +514,8 @@ def _fit_stats(x):
     S, T = x.shape
     kappa = float(x.mean())
     sigma2 = float(x.var())
-    mu3 = float(np.mean(x ** 3))
+    x2 = x * x
+    mu3 = float(np.mean(np.multiply(x2, x, out=x2)))                          # E X^3 (no pow pass)
     te = dependence.tau_estimate(x, "sequence")
     tau = te.tau
     skg = sigma2 * float(np.sum(np.arange(1, te.cut) * te.rho[1:te.cut]))
@@ -516,7 +534,7 @@ def _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls):
     g = (xx.sum(0, keepdims=True) - xx) / (nk * (Sf - 1))                   # each document left out
     rho = g / g[:, :1]
     skg = s2_loo * (rho[:, 1:] * np.arange(1, cut)).sum(1)
-    k3 = bs.moments(lw)[2][:, n3 - 1] / n3
+    k3 = bs.moments(lw, [n3 - 1])[2][:, 0] / n3
     out = np.full((Sf, len(Ls)), np.nan)
     cdep = np.array([_safe(renewal.second_order_constant, k_loo[j], s2_loo[j] * st["tau_loo"][j], k3[j], skg[j])
                      for j in range(Sf)])
@@ -616,8 +634,7 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True)
     bs_all = BlockSums(x, r0) if all_docs and (windows is None or not windows[1].any(axis=(0, 1)).all()) else None
     bs = BlockSums(xf, r0) if bs_all is None else bs_all.rows(fit)
     n3 = int(min(bs.nw, max(16, 4 * st["cut"], T // 8)))
-    _, v_b, m3_b = bs.moments(np.ones((1, Sf)))
-    kappa3_lr = float(m3_b[0, n3 - 1] / n3)
+    kappa3_lr = float(bs.moments(np.ones((1, Sf)), [n3 - 1])[2][0, 0] / n3)
     sig_lr = sigma2 * tau
     C_dep = _safe(renewal.second_order_constant, kappa, sig_lr, kappa3_lr, st["sum_k_gamma"])
     dep_lse = rel_se(s2_loo[:, None] * st["tau_loo"][:, None] * Ls[None, :] / k_loo[:, None] ** 3)
@@ -856,7 +873,7 @@ def _cover_quantiles(cdf, q, W, C):
         for v, f in Fp.items():
             out = np.where(w == v, f, out)
         return out
-    return float(np.mean([predict.coverage(F, W[d], C[d]).mean() for d in range(W.shape[0])]))
+    return float(np.mean(predict.doc_coverage(F, W, C)))             # each (window, censored) pair once
 
 
 def _cover_sample(pred, W, C):
