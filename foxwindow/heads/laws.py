@@ -348,34 +348,50 @@ def _gamma_tails(k, y, exact, upper=False):
     return out
 
 
-def _s_cdf(L, m, v, m3):
+def _s_parts(m, v, m3):
+    """The parts of _s_cdf's cells that do not depend on L (arrays of m's shape): sd, the skewness g, the
+    conditioned cells that are always evaluated (SUPPORT; None without it), and whether every v > 0."""
+    sd = np.sqrt(np.maximum(v, 1e-300))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        g = m3 / sd ** 3
+        keep = ((g > 1e-3) & (m - 2 * sd / g < 0) & (m < math.sqrt(2 * TAIL_E) * sd)) if SUPPORT else None
+    return sd, g, keep, bool(np.all(v > 0))
+
+
+def _s_cdf(L, m, v, m3, parts=None):
     """P(S <= L) for a shifted-gamma (Pearson III) law with mean m, variance v, third central moment m3
     (arrays of one shape), the normal law where the skewness is within 1e-3 of 0; a right-skewed law whose
     shift is below 0 is conditioned on S >= 0 (SUPPORT). Cells far in a tail (bound below e^-TAIL_E) are
-    their limit, 0 or 1, without being evaluated."""
-    sd = np.sqrt(np.maximum(v, 1e-300))
+    their limit, 0 or 1, without being evaluated. parts: _s_parts(m, v, m3) when the caller has them (the same
+    cells at several L; None: formed here)."""
+    sd, g, keep, vpos = _s_parts(m, v, m3) if parts is None else parts
     z = (L - m) / sd
     # Chernoff: the tail beyond z of a standardised gamma of skewness g (and of the normal law) is at most
     # exp(-z^2 / (2 + max(z g, 0))); a conditioned cell (SUPPORT) whose P(S <= 0) may be above e^-TAIL_E (its
     # mean less than sqrt(2 TAIL_E) sd above 0) is evaluated
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        g = m3 / sd ** 3
-        far = z * z > TAIL_E * (2 + np.maximum(z * g, 0))
-        if SUPPORT:
-            far &= ~((g > 1e-3) & (m - 2 * sd / g < 0) & (m < math.sqrt(2 * TAIL_E) * sd))
+        bound = z * g                                       # TAIL_E (2 + max(z g, 0)), in place
+        np.maximum(bound, 0, out=bound)
+        bound += 2
+        bound *= TAIL_E
+        far = z * z > bound
+        if keep is not None:
+            far &= ~keep
     out = (z > 0).astype(np.float64)
     near = ~far
-    out[near] = _s_cdf_cells(L, m[near], v[near], m3[near])
-    return np.where(v > 0, out, (m <= L).astype(np.float64))
+    out[near] = _s_cdf_cells(L, m[near], v[near], m3[near], sd[near], z[near], g[near])
+    return out if vpos else np.where(v > 0, out, (m <= L).astype(np.float64))
 
 
-def _s_cdf_cells(L, m, v, m3):
-    """_s_cdf on the cells it evaluates (1-D arrays), each tail cell of the gamma laws by _gamma_tails."""
-    sd = np.sqrt(np.maximum(v, 1e-300))
-    z = (L - m) / sd
+def _s_cdf_cells(L, m, v, m3, sd=None, z=None, g=None):
+    """_s_cdf on the cells it evaluates (1-D arrays), each tail cell of the gamma laws by _gamma_tails; sd, z, g:
+    those of _s_cdf for these cells when the caller has them (None: formed here, the same numbers)."""
+    if sd is None:
+        sd = np.sqrt(np.maximum(v, 1e-300))
+        z = (L - m) / sd
     out = (z > 0).astype(np.float64)
     live = (np.abs(z) < 60) & (v > 0)
-    zl, gl = z[live], m3[live] / sd[live] ** 3
+    zl, gl = z[live], (m3[live] / sd[live] ** 3 if g is None else g[live])
     pos, neg = gl > 1e-3, gl < -1e-3
     o = np.empty_like(zl)
     nrm = ~(pos | neg)
@@ -419,19 +435,28 @@ def lead_survival(bs, Ls, wts, kappa, w_cap=predict.N_CAP, mixed=None):
     nw = bs.nw
     h = nw // 2
     sl = [(a[:, -1] - a[:, h - 1]) / (nw - h) for a in (m, v, m3)]
-    out = []
+    tops = []
     for L in Ls:
         n_L = L / kappa
         v_L = float(v[:, -1].max()) + max(float(sl[1].max()), 0) * max(n_L - nw, 0)
-        w_max = int(min(w_cap, max(64, 1.2 * n_L + 30 * math.sqrt(max(v_L, 1e-12)) / kappa + 64)))
-        if w_max <= nw:
-            mm, vv, tt = m[:, :w_max], v[:, :w_max], m3[:, :w_max]
-        else:
-            e = np.arange(nw + 1, w_max + 1)[None, :] - nw
-            mm = np.concatenate([m, m[:, -1:] + sl[0][:, None] * e], 1)
-            vv = np.concatenate([v, v[:, -1:] + np.maximum(sl[1], 0)[:, None] * e], 1)
-            tt = np.concatenate([m3, m3[:, -1:] + sl[2][:, None] * e], 1)
-        s = _s_cdf(L, mm, vv, tt)
+        tops.append(int(min(w_cap, max(64, 1.2 * n_L + 30 * math.sqrt(max(v_L, 1e-12)) / kappa + 64))))
+    # the cells up to the largest w_max once: a cell's m, v, m3 (and sd, skewness) depend on w alone, not on L
+    w_top = max(tops, default=0)
+    if w_top <= nw:
+        mm, vv, tt = m[:, :w_top], v[:, :w_top], m3[:, :w_top]
+    else:
+        e = np.arange(nw + 1, w_top + 1)[None, :] - nw
+        mm = np.concatenate([m, m[:, -1:] + sl[0][:, None] * e], 1)
+        vv = np.concatenate([v, v[:, -1:] + np.maximum(sl[1], 0)[:, None] * e], 1)
+        tt = np.concatenate([m3, m3[:, -1:] + sl[2][:, None] * e], 1)
+    sd, g, keep, _ = _s_parts(mm, vv, tt)
+    nonpos = np.flatnonzero(~np.all(vv > 0, axis=0))
+    first_nonpos = int(nonpos[0]) if len(nonpos) else w_top                 # columns before it: every v > 0
+    out = []
+    for L, w_max in zip(Ls, tops):
+        c = slice(0, w_max)
+        s = _s_cdf(L, mm[:, c], vv[:, c], tt[:, c],
+                   (sd[:, c], g[:, c], None if keep is None else keep[:, c], w_max <= first_nonpos))
         if mixed:
             s = (wts @ s) / wts.sum(1)[:, None]
         out.append(np.minimum.accumulate(np.clip(s, 0, 1), axis=1))

@@ -129,14 +129,16 @@ def test_s_cdf_skips_only_cells_beyond_its_tail_bound(kind, monkeypatch):
     calls = []
     real = headlaws._s_cdf
 
-    def spy(L, m, v, m3):
-        calls.append((L, m, v, m3))
-        return real(L, m, v, m3)
+    def spy(L, m, v, m3, parts=None):
+        calls.append((L, m, v, m3, parts))
+        return real(L, m, v, m3, parts)
     monkeypatch.setattr(headlaws, "_s_cdf", spy)
     headlaws.evaluate(_head(kind, 12, 512), LS, np.random.default_rng(0))
     assert calls
-    for L, m, v, m3 in calls:
-        assert np.max(np.abs(real(L, m, v, m3) - old_s_cdf(L, m, v, m3))) <= 3 * math.exp(-headlaws.TAIL_E)
+    for L, m, v, m3, parts in calls:
+        got = real(L, m, v, m3, parts)
+        assert np.max(np.abs(got - old_s_cdf(L, m, v, m3))) <= 3 * math.exp(-headlaws.TAIL_E)
+        assert np.array_equal(got, real(L, m, v, m3))          # the caller's L-independent parts: the same cells
 
 
 def test_s_cdf_on_every_branch():
