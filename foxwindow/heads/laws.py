@@ -601,6 +601,7 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True)
     else:
         Wt, Ct, Wf_ = windows[0][test], windows[1][test], windows[0][fit]
     meas = [_measured(Wt[:, :, k], Ct[:, :, k]) for k in range(len(Ls))]
+    covers = {}                             # k: [(law, coverage from the counts of L_k's windows)], scored at the end
     lw = dependence.loo_weights(Sf)
     p1, p2 = xf.sum(1), (xf * xf).sum(1)
     kappa, sigma2 = float(xf.mean()), float(xf.var())
@@ -643,7 +644,8 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True)
             continue
         d["mean"][k], d["var"][k] = mp.mean, mp.var
         d["quantiles"][k] = [mp.quantile(q) for q in Q]
-        d["cover"][k] = _cover_quantiles(mp.cdf, d["quantiles"][k], Wt[:, :, k], Ct[:, :, k])
+        covers.setdefault(k, []).append(("marginal", lambda c, k=k, F=_quantile_cdf(mp.cdf, d["quantiles"][k]):
+                                         float(np.mean(predict.doc_coverage(F, Wt[:, :, k], Ct[:, :, k], c)))))
         d["why"][k] = "exact for iid increments (lattice error within 1%)"
         if k == pmf_k:
             pmf_laws["marginal"] = marginal_pmf(mp)
@@ -731,7 +733,7 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True)
         n_far = Ls[k] / kappa
         d["why"][k] = "three measured cumulants of S_w" + (
             "; continued linearly beyond T/2" if n_far > bs.nw else "")
-        d["cover"][k] = _cover_surv(s[0], Wt[:, :, k], Ct[:, :, k])
+        covers.setdefault(k, []).append((LEAD, lambda c, k=k, s0=s[0]: _cover_surv(s0, Wt[:, :, k], Ct[:, :, k], c)))
         if k == pmf_k:
             pmf_laws[LEAD] = _pmf_from_surv(s[0])
     # the bootstrap (reference)
@@ -745,11 +747,16 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True)
         far = nL[k] > r0
         d["claim"][k] = float("nan") if far else 0.0
         d["why"][k] = "walks continue past the trace start by blocks (not claimed)" if far else "resampling"
-        d["cover"][k] = _cover_sample(np.sort(flat), Wt[:, :, k], Ct[:, :, k])
+        covers.setdefault(k, []).append(("bootstrap", lambda c, k=k, srt=np.sort(flat):
+                                         _cover_sample(srt, Wt[:, :, k], Ct[:, :, k], c)))
         if k == pmf_k:
             p = np.bincount(flat) / len(flat)
             nz = np.nonzero(p)[0]
             pmf_laws["bootstrap"] = dict(offset=int(nz[0]), p=[float(v) for v in p[nz[0]:nz[-1] + 1]])
+    for k, jobs in covers.items():          # the held-out windows' (window, censored) counts once an L, every law
+        c = predict.coverage_counts(Wt[:, :, k], Ct[:, :, k])
+        for law, job in jobs:
+            laws[law]["cover"][k] = job(c)
     k_rse = float(dependence.jackknife(np.log(k_loo)))                     # relative SE of 1/kappa
     for n in ("iid", "dependent", "second_order", "finite_n", "mixture", "marginal"):
         laws[n]["mean_se"] = np.abs(laws[n]["mean"]) * k_rse
@@ -872,7 +879,7 @@ def _add_all_doc_tests(at, x, Ls, windows=None, bs=None):
                 at[k]["laws"][n]["test_all"] = dict(D=math.log(var / full), se=se, df=G - 1, groups=G)
 
 
-def _cover_surv(s, W, C):
+def _cover_surv(s, W, C, counts=None):
     """Coverage of the law's 90% interval by held-out windows W, C (S, R) (randomised PIT, predict.coverage),
     from P(W >= w), w = 1.. (n_w,)."""
     ge = np.concatenate([[1.0], s, [0.0]])
@@ -880,14 +887,20 @@ def _cover_surv(s, W, C):
     def F(w):
         w = np.asarray(w)
         return 1 - ge[np.clip(w + 1, 0, len(ge) - 1)]
-    return float(np.mean(predict.doc_coverage(F, W, C)))             # each (window, censored) pair once
+    return float(np.mean(predict.doc_coverage(F, W, C, counts)))     # each (window, censored) pair once
 
 
-def _cover_quantiles(cdf, q, W, C):
+def _cover_quantiles(cdf, q, W, C, counts=None):
     """Coverage of a law's 90% interval by held-out windows W, C (S, R) (randomised PIT, predict.coverage) from
     its CDF `cdf` (ints -> P(W <= w)) read only where the PIT interval [F(w - 1), F(w)] can straddle 0.05 or
-    0.95: at w = q05 - 1, q05, q95 - 1, q95 (q: its 5/50/95% quantiles). Elsewhere a stand-in on the same side:
-    0 below q05 - 1 (that interval lies below 0.05), 1 above q95 (above 0.95), 0.5 in between (inside)."""
+    0.95 (_quantile_cdf). counts: predict.coverage_counts(W, C) when the caller has them."""
+    return float(np.mean(predict.doc_coverage(_quantile_cdf(cdf, q), W, C, counts)))   # each pair once
+
+
+def _quantile_cdf(cdf, q):
+    """The stand-in CDF of _cover_quantiles: `cdf` at w = q05 - 1, q05, q95 - 1, q95 (q: the law's 5/50/95%
+    quantiles), elsewhere a value on the same side: 0 below q05 - 1 (that interval lies below 0.05), 1 above q95
+    (above 0.95), 0.5 in between (inside). Holds those four values only, not the law."""
     q05, q95 = int(q[0]), int(q[-1])
     pts = np.unique([q05 - 1, q05, q95 - 1, q95])
     Fp = dict(zip(pts.tolist(), cdf(pts).tolist()))
@@ -898,13 +911,13 @@ def _cover_quantiles(cdf, q, W, C):
         for v, f in Fp.items():
             out = np.where(w == v, f, out)
         return out
-    return float(np.mean(predict.doc_coverage(F, W, C)))             # each (window, censored) pair once
+    return F
 
 
-def _cover_sample(pred, W, C):
+def _cover_sample(pred, W, C, counts=None):
     def F(w):
         return np.searchsorted(pred, w, side="right") / len(pred)
-    return float(np.mean(predict.doc_coverage(F, W, C)))
+    return float(np.mean(predict.doc_coverage(F, W, C, counts)))
 
 
 def _num(v):
