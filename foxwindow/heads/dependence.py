@@ -135,7 +135,7 @@ class VarianceFunction:
         # document's mean is cc_{j+n} - cc_j, and the sums over blocks come from prefix sums of cc in O(1)
         cc = np.zeros((S, T + 1))
         np.cumsum(x, 1, out=cc[:, 1:])
-        cc -= np.arange(T + 1) * kd[:, None]
+        cc -= np.arange(T + 1, dtype=np.float64) * kd[:, None]                  # (float: no cast a cell)
         pc = np.zeros((S, T + 2))
         np.cumsum(cc, 1, out=pc[:, 1:])                                           # pc_k = sum_{j<k} cc_j
         buf = np.empty((S, T + 1))

@@ -227,6 +227,12 @@ def marginal_moments(x, Ls, cells=CELLS):
 # ----------------------------------------------------------------------------- the lead law
 
 
+def _reversed(a, hi, n):
+    """Columns hi, hi - 1, ..., hi - n + 1 of a 2-D array (hi - n + 1 >= 0), as a view: a[:, hi + 1 - (1..n)]
+    without a gather."""
+    return a[:, hi - n + 1:hi + 1][:, ::-1]
+
+
 class BlockSums:
     """Moments of S_w = the w increments up to row r (inclusive), rows r0..T-1, w = 1..T//2, per document.
 
@@ -239,7 +245,7 @@ class BlockSums:
         S, T = x.shape
         self.S, self.R, self.nw = S, T - r0, T // 2
         self.kappa_d = x.sum(1) / T
-        t = np.arange(T + 1)
+        t = np.arange(T + 1, dtype=np.float64)                               # (float: no cast a cell)
         c = np.empty((S, T + 1))
         c[:, 0] = 0.0
         np.cumsum(x, 1, out=c[:, 1:])
@@ -254,11 +260,10 @@ class BlockSums:
             n = sp_fft.next_fast_len(T - 1, real=True)
             F1, F2 = sp_fft.rfft(c[:, 1:T], n), sp_fft.rfft(c2[:, 1:T], n)
             A1, A2 = sp_fft.rfft(c[:, r0 + 1:], n), sp_fft.rfft(c2[:, r0 + 1:], n)
-            lag = r0 - w
 
             def corr(a, f, b=None, g=None):     # sum_t a[t] f[t - w] (- sum_t b[t] g[t - w]), w = 1..nw
                 spec = f * np.conj(a) if b is None else f * np.conj(a) - g * np.conj(b)
-                return sp_fft.irfft(spec, n)[:, lag]
+                return _reversed(sp_fft.irfft(spec, n), r0 - 1, self.nw)
         else:
             # lags up to nw only: a transform of T + 1 + nw points (a fast length) keeps every wrapped term of the
             # circular correlation on the zero padding; only c, c^2 and c, c^2 on the rows are transformed
@@ -276,6 +281,8 @@ class BlockSums:
 
         def masked(ci):                         # sum over t - w: a window of the prefix sums of c^i
             np.cumsum(ci, 1, out=cs[:, 1:])
+            if r0 + 1 - self.nw >= 0:
+                return _reversed(cs, T, self.nw) - _reversed(cs, r0, self.nw)
             return cs[:, T + 1 - w] - cs[:, r0 + 1 - w]
 
         ones = float(self.R)
@@ -818,11 +825,14 @@ def _marginal_group_var(x, Ls, groups, cells=CELLS):
         P /= size
         r = 1e-10 ** (1.0 / M)                                             # damping: aliasing r^M = 1e-10
         rk = r ** np.arange(M)
-        ph = np.fft.rfft(P * rk[:nb], M, axis=1)                           # the cells beyond nb are 0
-        z = r * np.exp(-2j * np.pi * np.arange(ph.shape[1]) / M)
-        u = 1.0 / (1.0 - ph)
-        U = np.fft.irfft(u / (1 - z), M, axis=1)[:, K] / rk[K]
-        uU = np.fft.irfft(u * u / (1 - z), M, axis=1)[:, K] / rk[K]
+        u = np.fft.rfft(P * rk[:nb], M, axis=1)                            # ph; the cells beyond nb are 0
+        omz = 1 - r * np.exp(-2j * np.pi * np.arange(u.shape[1]) / M)      # 1 - z
+        np.subtract(1.0, u, out=u)                                         # u = 1 / (1 - ph), in place
+        np.divide(1.0, u, out=u)
+        U = np.fft.irfft(u / omz, M, axis=1)[:, K] / rk[K]
+        np.multiply(u, u, out=u)
+        np.divide(u, omz, out=u)
+        uU = np.fft.irfft(u, M, axis=1)[:, K] / rk[K]
         v = 2 * uU - U - U * U
         full[i], loo[:, i] = v[0], v[1:]
     return full, loo
