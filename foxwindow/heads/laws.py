@@ -541,27 +541,33 @@ def _claim_expansion(omitted, var):
     return CLAIM_MULT * abs(omitted) / var + CLAIM_FLOOR
 
 
-def _fit_stats(x):
-    """The statistics the moment laws need, from documents x (S, T): dict of floats and arrays."""
+def _fit_stats(x, sums=None, rows=None):
+    """The statistics the moment laws need, from documents x (S, T): dict of floats and arrays. sums, rows: x is
+    documents rows of the head whose dependence.DocSums are given (its lag sums are read there)."""
     S, T = x.shape
     kappa = float(x.mean())
     sigma2 = float(x.var())
     x2 = x * x
     mu3 = float(np.mean(np.multiply(x2, x, out=x2)))                          # E X^3 (no pow pass)
-    te = dependence.tau_estimate(x, "sequence")
+    te = dependence.tau_estimate(x, "sequence", sums=sums, rows=rows)
     tau = te.tau
     skg = sigma2 * float(np.sum(np.arange(1, te.cut) * te.rho[1:te.cut]))
     return dict(kappa=kappa, sigma2=sigma2, mu3=mu3, tau=tau, tau_loo=te.tau_loo, sum_k_gamma=skg, cut=te.cut)
 
 
-def _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls):
+def _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls, sums=None, fit=None):
     """The second-order law's Var[W] (Sf, n) with each fitted document dropped in turn, every fitted statistic
     refitted (kappa, sigma^2, tau at the full fit's Geyer cut, kappa3_LR from BlockSums bs at block length n3
     under the leave-one-out weights lw (Sf, Sf), Bartlett's sum of k gamma_k): its O(1) term C_dep is fitted
-    and its sampling error is part of the law's. NaN where a refit gives no positive variance."""
+    and its sampling error is part of the law's. NaN where a refit gives no positive variance. sums, fit: the head's
+    dependence.DocSums and the fitted rows xf of it (its lag sums read there: a longer transform than cut - 1
+    lags needs, so equal to rounding)."""
     Sf, T = xf.shape
     cut = st["cut"]
-    xx = renewal.lag_sums(xf, cut - 1, "sequence")                         # (Sf, cut)
+    if sums is not None:                # the head's lag sums (Geyer's, up to MAX_LAG), the fitted rows
+        xx = sums.lag_sums(min(dependence.MAX_LAG, T - 1))[fit][:, :cut]
+    else:
+        xx = renewal.lag_sums(xf, cut - 1, "sequence")                     # (Sf, cut)
     nk = T - np.arange(cut)
     g = (xx.sum(0, keepdims=True) - xx) / (nk * (Sf - 1))                   # each document left out
     rho = g / g[:, :1]
@@ -589,12 +595,13 @@ def _upper(value, loo):
     return abs(value) + 2 * float(dependence.jackknife(loo))
 
 
-def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True):
+def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True, sums=None):
     """Every law of LAWS fitted on documents 0, 2, 4, ... of increments x (S, T) and scored on 1, 3, 5, ... at
     thresholds Ls (n,). rng: numpy Generator (the bootstrap's walks). pmf_L: the L of the pmf block (None:
     none). windows: (W, censored) of predict.window_rows(x, Ls, T // 2), every document, when the caller has
     them (None: computed here). all_docs: also the state's test of the laws of ALL_DOCS on all documents
-    (`test_all`). Returns dict(at=[record per L], pmf=..., cells=[...]) where each record's laws carry the
+    (`test_all`). sums: dependence.DocSums(x) shared with the verdict (None: formed here where needed).
+    Returns dict(at=[record per L], pmf=..., cells=[...]) where each record's laws carry the
     numbers (state and claim are set by `assign_states` over the whole model)."""
     S, T = x.shape
     fit, test = np.arange(0, S, 2), np.arange(1, S, 2)
@@ -624,7 +631,7 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True)
         for n in LAWS:
             laws[n]["why"] = ["no forgetting or a constant gate in the fitted half"] * len(Ls)
         return _pack(Ls, eps_list, meas, laws, pmf_k, Wt, Ct, pmf_laws, Sf)
-    st = _fit_stats(xf)
+    st = _fit_stats(xf, sums, fit)
     mu3, tau = st["mu3"], st["tau"]
 
     def rel_se(v_loo):
@@ -659,7 +666,7 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True)
     d["var_se"] = iid_lse * d["var"]
     # V(n) of the fitted half, on a grid with every n = L/kappa
     nL = Ls / kappa
-    vf = dependence.variance_function(xf, dependence.n_grid(T // 2, np.round(nL)))
+    vf = dependence.variance_function(xf, dependence.n_grid(T // 2, np.round(nL)), sums, fit)
     tw = vf.tau_within()
     idx = np.array([vf.index(n) for n in nL])
     tw_loo = vf.tau_within(lw)
@@ -672,7 +679,7 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True)
     sig_lr = sigma2 * tau
     C_dep = _safe(renewal.second_order_constant, kappa, sig_lr, kappa3_lr, st["sum_k_gamma"])
     dep_lse = rel_se(s2_loo[:, None] * st["tau_loo"][:, None] * Ls[None, :] / k_loo[:, None] ** 3)
-    so_loo, cdep_loo, k3_loo = _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls)   # every fitted term
+    so_loo, cdep_loo, k3_loo = _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls, sums, fit)
     C_dep_up = _upper(C_dep, cdep_loo)
     for k, L in enumerate(Ls):
         d = laws["dependent"]
