@@ -193,9 +193,10 @@ def set_states(results, alpha=verdict.ALPHA):
 
 
 # the cost of one head (CPU seconds, one process): COST_HEAD[0] + COST_HEAD[1] S^2 + COST_HEAD[2] S T, S documents
-# of T tokens (the S^2 term: the per-law evaluation's leave-one-document-out moments); fitted on bench_scale.py's
-# grid and its 760M-class heads (synthetic heads of the 760M-class mix, 2-core machine at load 8-10)
-COST_HEAD = (0.3, 4.5e-5, 1.6e-6)
+# of T tokens (the S^2 term: the per-law evaluation's leave-one-document-out moments); fitted by hand to one head's
+# CPU at 32 x 2048 .. 256 x 16384 (synthetic heads of bench_scale.py's mix, in-process, 2-core machine at load 4-7;
+# docs/BENCHMARKS.md), within -6% .. +30% of each (S^2 and S T grow together on that grid)
+COST_HEAD = (0.2, 2.5e-5, 1.0e-6)
 ESTIMATE_FROM_S = 30.0                       # print the estimate when the analysis would take longer than this
 
 
