@@ -295,8 +295,9 @@ class BlockSums:
         self.ones = ones
 
     def rows(self, idx):
-        """The BlockSums of documents idx (an index array) alone: every sum here is a document's own, so these are
-        the numbers BlockSums(x[idx], r0) gives (the transforms, cumsums and sums are taken row by row)."""
+        """The BlockSums of documents idx (an index array) alone: every sum here is a document's own (the
+        transforms, cumsums and sums are taken row by row), so these are the numbers of BlockSums(x[idx], r0) up to
+        rounding (identical on the usual shapes; numpy may sum a row's mean in an order set by the array's shape)."""
         out = object.__new__(BlockSums)
         out.S, out.R, out.nw, out.w, out.ones = len(idx), self.R, self.nw, self.w, self.ones
         out.kappa_d, out.q1, out.q2, out.q3 = self.kappa_d[idx], self.q1[idx], self.q2[idx], self.q3[idx]
