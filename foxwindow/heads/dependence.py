@@ -31,7 +31,8 @@ import numpy as np
 from foxwindow.laws import renewal
 
 __all__ = ["MAX_LAG", "LEVEL_TOL", "LEVEL_Z", "MIN_STEPS", "LATTICE_VAR", "TAIL_FRAC", "TAIL_SHARE", "jackknife",
-           "loo_weights", "TauEstimate", "tau_estimate", "n_grid", "VarianceFunction", "variance_function", "Regime",
+           "loo_weights", "TauEstimate", "tau_estimate", "n_grid", "VarianceFunction", "variance_function", "DocSums",
+           "Regime",
            "level_ratio", "tail_share", "tail_shares", "in_regime"]
 
 MAX_LAG = 256          # lags of the Geyer diagnostic
@@ -80,15 +81,20 @@ class TauEstimate:
     rho: np.ndarray
 
 
-def tau_estimate(x, centre="sequence", max_lag=MAX_LAG):
+def tau_estimate(x, centre="sequence", max_lag=MAX_LAG, sums=None, rows=None):
     """Geyer's tau of increments x (S, T) float (S >= 2 sequences), pooled over sequences with (T - k) S pairs
     per lag (renewal.acf(x, K, pooled=True, centre=centre)). centre: "sequence" (each sequence about its
-    own mean) or "grand". max_lag: int >= 1, capped at T - 1. Returns TauEstimate."""
+    own mean) or "grand". max_lag: int >= 1, capped at T - 1. sums, rows: x is documents `rows` (an index array;
+    None: all) of the head whose DocSums `sums` are given, whose sequence-centred lag sums are then read instead
+    of formed (the same numbers). Returns TauEstimate."""
     x = _traces(x)
     S, T = x.shape
     K = min(int(max_lag), T - 1)
     nk = (T - np.arange(K + 1)) * 1.0
-    xx = renewal.lag_sums(x, K, centre)                                      # (S, K+1)
+    if sums is not None and centre == "sequence":
+        xx = sums.lag_sums(K) if rows is None else sums.lag_sums(K)[rows]
+    else:
+        xx = renewal.lag_sums(x, K, centre)                                  # (S, K+1)
     g = xx.sum(0) / (nk * S)
     if g[0] <= 0:
         raise ValueError("tau_estimate: constant increments (variance 0) have no autocorrelation")
@@ -120,13 +126,16 @@ class VarianceFunction:
       se(f): the jackknife-over-sequences standard error of any such function f(w) -> (S, ...) values.
     """
 
-    def __init__(self, x, ns=None):
+    def __init__(self, x, ns=None, sums=None, rows=None):
         x = _traces(x)
         S, T = x.shape
         self.S, self.T = S, T
         self.ns = n_grid(T // 2) if ns is None else np.unique(np.concatenate([np.asarray(ns, np.int64), [1]]))
         if self.ns.min() < 1 or self.ns.max() > T // 2:
             raise ValueError(f"ns must lie in [1, T/2] = [1, {T // 2}]; got [{self.ns.min()}, {self.ns.max()}]")
+        if sums is not None:                    # the head's DocSums: its columns at ns, these documents' rows
+            self._from_sums(sums, rows)
+            return
         m = len(self.ns)
         self.A1, self.A2, self.Q = (np.empty((S, m)) for _ in range(3))
         self.p1 = x.sum(1)
@@ -135,7 +144,7 @@ class VarianceFunction:
         # document's mean is cc_{j+n} - cc_j, and the sums over blocks come from prefix sums of cc in O(1)
         cc = np.zeros((S, T + 1))
         np.cumsum(x, 1, out=cc[:, 1:])
-        cc -= np.arange(T + 1) * kd[:, None]
+        cc -= np.arange(T + 1, dtype=np.float64) * kd[:, None]                  # (float: no cast a cell)
         pc = np.zeros((S, T + 2))
         np.cumsum(cc, 1, out=pc[:, 1:])                                           # pc_k = sum_{j<k} cc_j
         buf = np.empty((S, T + 1))
@@ -147,6 +156,19 @@ class VarianceFunction:
         nk = self.ns[None, :] * kd[:, None]
         self.A1 = E + nk * cnt
         self.A2 = self.Q + 2 * nk * E + nk * nk * cnt
+        self.cnt = cnt
+
+    def _from_sums(self, sums, rows):
+        Q, E = sums.block_columns(self.ns)
+        self.p1 = sums.p1 if rows is None else sums.p1[rows]
+        if rows is not None:
+            Q, E = Q[rows], E[rows]
+        kd = self.p1 / self.T
+        cnt = (self.T - self.ns + 1).astype(np.float64)
+        nk = self.ns[None, :] * kd[:, None]
+        self.Q = Q
+        self.A1 = E + nk * cnt
+        self.A2 = Q + 2 * nk * E + nk * nk * cnt
         self.cnt = cnt
 
     def _w(self, w):
@@ -185,9 +207,52 @@ class VarianceFunction:
         return int(np.argmin(np.abs(np.log(self.ns) - math.log(max(n, 1.0)))))
 
 
-def variance_function(x, ns=None):
-    """V(n) of increments x (S, T) (see VarianceFunction). ns: block lengths (ints in [1, T/2]); None: n_grid."""
-    return VarianceFunction(x, ns)
+def variance_function(x, ns=None, sums=None, rows=None):
+    """V(n) of increments x (S, T) (see VarianceFunction). ns: block lengths (ints in [1, T/2]); None: n_grid.
+    sums, rows: x is documents `rows` (an index array; None: all) of the head whose DocSums `sums` are given: its
+    block sums are read from there (each block length formed once a head, on every document; the same numbers)."""
+    return VarianceFunction(x, ns, sums, rows)
+
+
+class DocSums:
+    """Per-document sums of one head's increments x (S, T) that its verdict and its per-law evaluation both read
+    (the verdict on every document, the laws on the fitted half), formed once on every document: the
+    sequence-centred lag sums of Geyer's tau and V(n)'s block sums of squares, a block length at a time as they are
+    asked for. Every number is a document's own, taken row by row, so the rows of a subset are the numbers the
+    subset's own arrays give."""
+
+    def __init__(self, x):
+        self.x = _traces(x)
+        self.S, self.T = self.x.shape
+        self.p1 = self.x.sum(1)
+        self._lags, self._Q, self._E = {}, {}, {}
+        self._cc = None
+
+    def lag_sums(self, K):
+        """renewal.lag_sums(x, K, "sequence"), (S, K + 1), formed once."""
+        if K not in self._lags:
+            self._lags[K] = renewal.lag_sums(self.x, K, "sequence")
+        return self._lags[K]
+
+    def block_columns(self, ns):
+        """V(n)'s per-document sums at block lengths ns (ints in [1, T/2]): Q (S, m), the sums of squares of the
+        centred block sums, and E (S, m), the sums of the centred block sums (VarianceFunction's)."""
+        S, T = self.S, self.T
+        if self._cc is None:
+            kd = self.p1 / T
+            cc = np.zeros((S, T + 1))
+            np.cumsum(self.x, 1, out=cc[:, 1:])
+            cc -= np.arange(T + 1, dtype=np.float64) * kd[:, None]
+            pc = np.zeros((S, T + 2))
+            np.cumsum(cc, 1, out=pc[:, 1:])
+            self._cc, self._pc, self._buf = cc, pc, np.empty((S, T + 1))
+        cc, pc, buf = self._cc, self._pc, self._buf
+        for n in (int(v) for v in ns):
+            if n not in self._Q:
+                e = np.subtract(cc[:, n:], cc[:, :-n], out=buf[:, :T + 1 - n])
+                self._Q[n] = np.einsum("ij,ij->i", e, e)
+                self._E[n] = (pc[:, -1] - pc[:, n]) - pc[:, T + 1 - n]
+        return (np.stack([self._Q[int(n)] for n in ns], 1), np.stack([self._E[int(n)] for n in ns], 1))
 
 
 # ----------------------------------------------------------------------------- the regime a law claims

@@ -27,8 +27,8 @@ from scipy import stats
 from tqdm import tqdm
 
 from foxwindow import outputs, parallel
+from foxwindow.heads import dependence, predict, verdict
 from foxwindow.heads import laws as headlaws
-from foxwindow.heads import predict, verdict
 from foxwindow.heads.verdict import HeadResult  # noqa: F401  (the result type of every driver)
 from foxwindow.laws import gates, lawtable
 from foxwindow.models import adapters, lstm_gates
@@ -123,11 +123,12 @@ def _analyse_x(x, *, eps=None, L=None, z=None, layer=0, head=0, n_heads=1, n_boo
         raise ValueError(f"n_boot must be an int >= 0; got {n_boot!r}")
     ss = verdict.seed_sequence(seed)
     windows = predict.window_rows(x, Ls, T // 2)                   # the analysed rows' windows, once for both
+    sums = dependence.DocSums(x)                                   # lag sums and V(n)'s block sums, once for both
     r = verdict.analyse(x, Ls, n_heads=n_heads, n_boot=int(n_boot), seed=ss, context=context, layer=layer,
-                        head=head, eps_list=eps_list, windows=windows)
+                        head=head, eps_list=eps_list, windows=windows, sums=sums)
     if laws and S >= verdict.MIN_DOCS:
         rng = np.random.default_rng(np.random.SeedSequence(ss.entropy, spawn_key=tuple(ss.spawn_key) + (29,)))
-        r.laws = headlaws.evaluate(x, Ls, rng, r.eps_list, pmf_L, windows=windows)
+        r.laws = headlaws.evaluate(x, Ls, rng, r.eps_list, pmf_L, windows=windows, sums=sums)
     return r
 
 
@@ -192,9 +193,10 @@ def set_states(results, alpha=verdict.ALPHA):
 
 
 # the cost of one head (CPU seconds, one process): COST_HEAD[0] + COST_HEAD[1] S^2 + COST_HEAD[2] S T, S documents
-# of T tokens (the S^2 term: the per-law evaluation's leave-one-document-out moments); fitted on bench_scale.py's
-# grid and its 760M-class heads (synthetic heads of the 760M-class mix, 2-core machine at load 8-10)
-COST_HEAD = (0.3, 4.5e-5, 1.6e-6)
+# of T tokens (the S^2 term: the per-law evaluation's leave-one-document-out moments); fitted by hand to one head's
+# CPU at 32 x 2048 .. 256 x 16384 (synthetic heads of bench_scale.py's mix, in-process, 2-core machine at load 4-7;
+# docs/BENCHMARKS.md), within -6% .. +30% of each (S^2 and S T grow together on that grid)
+COST_HEAD = (0.2, 2.5e-5, 1.0e-6)
 ESTIMATE_FROM_S = 30.0                       # print the estimate when the analysis would take longer than this
 
 

@@ -194,6 +194,7 @@ def marginal_passage(x, Ls, cells=CELLS):
     x = np.asarray(x, dtype=np.float64).ravel()
     kappa, sd = x.mean(), x.std()
     base = min(sd, kappa) / cells if sd > 0 else kappa / cells
+    xmax = float(x.max())
     out = []
     for L in Ls:
         K = int(math.ceil(L / base))
@@ -202,16 +203,12 @@ def marginal_passage(x, Ls, cells=CELLS):
             continue
         h = L / (K + 0.5)
         M = 1 << int(math.ceil(math.log2(2 * (K + 1))))
-        y = x / h
-        k = np.floor(y).astype(np.int64)
-        f = y - k
-        kc = np.minimum(k, M - 1)
-        p = np.bincount(kc, weights=1 - f, minlength=M)[:M]
-        p[1:] += np.bincount(kc, weights=f, minlength=M)[:M - 1]          # the upper cell k + 1 (k < M - 1)
-        p[M - 1] = 0.0                                                     # steps beyond 2L: out at once
+        p = _lattice_cells(x, h, M, xmax)                                  # the cells the increments reach
+        if len(p) == M:
+            p[M - 1] = 0.0                                                 # steps beyond 2L: out at once
         p /= len(x)
         r = 1e-10 ** (1.0 / M)                                             # damping: aliasing r^M = 1e-10
-        ph = np.fft.rfft(p * r ** np.arange(M))                            # numpy: sum_k a_k z^k, real a
+        ph = np.fft.rfft(p * r ** np.arange(len(p)), M)                    # numpy: sum_k a_k z^k, real a
         z = r * np.exp(-2j * np.pi * np.arange(len(ph)) / M)
         out.append(MarginalPassage(ph, z, K, M, r))
     return out
@@ -235,6 +232,12 @@ def marginal_moments(x, Ls, cells=CELLS):
 # ----------------------------------------------------------------------------- the lead law
 
 
+def _reversed(a, hi, n):
+    """Columns hi, hi - 1, ..., hi - n + 1 of a 2-D array (hi - n + 1 >= 0), as a view: a[:, hi + 1 - (1..n)]
+    without a gather."""
+    return a[:, hi - n + 1:hi + 1][:, ::-1]
+
+
 class BlockSums:
     """Moments of S_w = the w increments up to row r (inclusive), rows r0..T-1, w = 1..T//2, per document.
 
@@ -247,55 +250,90 @@ class BlockSums:
         S, T = x.shape
         self.S, self.R, self.nw = S, T - r0, T // 2
         self.kappa_d = x.sum(1) / T
-        t = np.arange(T + 1)
-        c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1) - self.kappa_d[:, None] * t[None, :]
+        t = np.arange(T + 1, dtype=np.float64)                               # (float: no cast a cell)
+        c = np.empty((S, T + 1))
+        c[:, 0] = 0.0
+        np.cumsum(x, 1, out=c[:, 1:])
+        c -= self.kappa_d[:, None] * t[None, :]
         c -= c[:, r0 + 1:].mean(1, keepdims=True)
-        # lags up to nw only: a transform of T + 1 + nw points (a fast length) keeps every wrapped term of the
-        # circular correlation on the zero padding; only c, c^2 and c, c^2 on the rows are transformed
-        n = sp_fft.next_fast_len(T + 1 + self.nw, real=True)
-        mask = (t >= r0 + 1).astype(np.float64)
         c2 = c * c
-        F1, F2 = sp_fft.rfft(c, n), sp_fft.rfft(c2, n)
-        A1, A2 = sp_fft.rfft(c * mask, n), sp_fft.rfft(c2 * mask, n)
         w = np.arange(1, self.nw + 1)
+        if r0 >= self.nw:
+            # the rows' terms a^i[t], t = r0+1..T, against c^j[t - w], t - w in 1..T-1 (w <= nw <= r0): both shifted
+            # to start at 0, the sum at w is the correlation at lag r0 - w in 0..r0-1, and no term wraps on a
+            # transform of T - 1 points (a fast length: T itself where T is a power of two)
+            n = sp_fft.next_fast_len(T - 1, real=True)
+            F1, F2 = sp_fft.rfft(c[:, 1:T], n), sp_fft.rfft(c2[:, 1:T], n)
+            A1, A2 = sp_fft.rfft(c[:, r0 + 1:], n), sp_fft.rfft(c2[:, r0 + 1:], n)
 
-        def corr(spec):                         # sum_t a^i[t] c^j[t - w], t in rows + 1, w = 1..nw
-            return sp_fft.irfft(spec, n)[:, w]
+            def corr(a, f, b=None, g=None):     # sum_t a[t] f[t - w] (- sum_t b[t] g[t - w]), w = 1..nw
+                spec = f * np.conj(a) if b is None else f * np.conj(a) - g * np.conj(b)
+                return _reversed(sp_fft.irfft(spec, n), r0 - 1, self.nw)
+        else:
+            # lags up to nw only: a transform of T + 1 + nw points (a fast length) keeps every wrapped term of the
+            # circular correlation on the zero padding; only c, c^2 and c, c^2 on the rows are transformed
+            n = sp_fft.next_fast_len(T + 1 + self.nw, real=True)
+            mask = (t >= r0 + 1).astype(np.float64)
+            F1, F2 = sp_fft.rfft(c, n), sp_fft.rfft(c2, n)
+            A1, A2 = sp_fft.rfft(c * mask, n), sp_fft.rfft(c2 * mask, n)
 
-        def masked(i):                          # sum over t - w: a window of the prefix sums of c^i
-            cs = np.concatenate([np.zeros((S, 1)), np.cumsum(c ** i, 1)], 1)
+            def corr(a, f, b=None, g=None):     # sum_t a[t] f[t - w] (- sum_t b[t] g[t - w]), w = 1..nw
+                spec = a * np.conj(f) if b is None else a * np.conj(f) - b * np.conj(g)
+                return sp_fft.irfft(spec, n)[:, w]
+
+        cs = np.empty((S, T + 2))
+        cs[:, 0] = 0.0
+
+        def masked(ci):                         # sum over t - w: a window of the prefix sums of c^i
+            np.cumsum(ci, 1, out=cs[:, 1:])
+            if r0 + 1 - self.nw >= 0:
+                return _reversed(cs, T, self.nw) - _reversed(cs, r0, self.nw)
             return cs[:, T + 1 - w] - cs[:, r0 + 1 - w]
 
         ones = float(self.R)
-        a1, a2, a3 = (c[:, r0 + 1:] ** i for i in (1, 2, 3))
-        sa1, sa2, sa3 = a1.sum(1)[:, None], a2.sum(1)[:, None], a3.sum(1)[:, None]
-        sb1, sb2, sb3 = masked(1), masked(2), masked(3)
-        self.q1 = sa1 - sb1                                                  # sum S~, (S, nw)
-        self.q2 = sa2 - 2 * corr(A1 * np.conj(F1)) + sb2
-        self.q3 = sa3 - 3 * corr(A2 * np.conj(F1) - A1 * np.conj(F2)) - sb3
+        c3 = c2 * c                                                          # (a product: no pow pass)
+        sa1, sa2, sa3 = (a[:, r0 + 1:].sum(1)[:, None] for a in (c, c2, c3))
+        self.q1 = sa1 - masked(c)                                            # sum S~, (S, nw)
+        self.q2 = sa2 - 2 * corr(A1, F1) + masked(c2)
+        self.q3 = sa3 - 3 * corr(A2, F1, A1, F2) - masked(c3)
         self.w = w
         self.ones = ones
 
-    def moments(self, wts):
-        """Pooled mean, variance, third central moment of S_w (B, nw) under document weights wts (B, S).
+    def rows(self, idx):
+        """The BlockSums of documents idx (an index array) alone: every sum here is a document's own (the
+        transforms, cumsums and sums are taken row by row), so these are the numbers of BlockSums(x[idx], r0) up to
+        rounding (identical on the usual shapes; numpy may sum a row's mean in an order set by the array's shape)."""
+        out = object.__new__(BlockSums)
+        out.S, out.R, out.nw, out.w, out.ones = len(idx), self.R, self.nw, self.w, self.ones
+        out.kappa_d, out.q1, out.q2, out.q3 = self.kappa_d[idx], self.q1[idx], self.q2[idx], self.q3[idx]
+        return out
+
+    def moments(self, wts, cols=None):
+        """Pooled mean, variance, third central moment of S_w (B, nw) under document weights wts (B, S); cols: only
+        those block lengths (an index array into w = 1..nw: (B, len(cols)) each; None: every w).
 
         Each document's power sums of S_w - m0 around a reference mean m0 (the equal-weight pooled mean) are
         formed once; the moments under every weight row are then three matrix products and a shift from m0
         to that row's own mean (small beside the spread, so no cancellation)."""
-        R, w = self.R, self.w[None, :]
+        q1, q2, q3, w = self.q1, self.q2, self.q3, self.w
+        if cols is not None:
+            q1, q2, q3, w = q1[:, cols], q2[:, cols], q3[:, cols], w[cols]
+        R, w = self.R, w[None, :]
         N = wts.sum(1)[:, None] * R
         shift = self.kappa_d[:, None] * w                                    # (S, nw)
-        s1 = self.q1 + R * shift                                             # sum S per document
+        s1 = q1 + R * shift                                                  # sum S per document
         m = (wts @ s1) / N                                                   # pooled mean
         m0 = s1.sum(0) / (self.S * R)                                        # reference mean, (nw,)
         e = shift - m0                                                       # S - m0 = S~ + e
-        p1 = self.q1 + R * e
-        p2 = self.q2 + 2 * e * self.q1 + R * e * e
-        p3 = self.q3 + 3 * e * self.q2 + 3 * e * e * self.q1 + R * e ** 3
+        e2 = e * e
+        p1 = q1 + R * e
+        p2 = q2 + 2 * e * q1 + R * e2
+        p3 = q3 + 3 * e * q2 + 3 * e2 * q1 + R * (e2 * e)
         w1, w2, w3 = wts @ p1, wts @ p2, wts @ p3
         u = m - m0                                                           # (B, nw)
-        v = (w2 - 2 * u * w1 + u * u * N) / N
-        m3 = (w3 - 3 * u * w2 + 3 * u * u * w1 - u ** 3 * N) / N
+        u2 = u * u
+        v = (w2 - 2 * u * w1 + u2 * N) / N
+        m3 = (w3 - 3 * u * w2 + 3 * u2 * w1 - (u2 * u) * N) / N
         return m, v, m3
 
     def doc_moments(self):
@@ -323,34 +361,50 @@ def _gamma_tails(k, y, exact, upper=False):
     return out
 
 
-def _s_cdf(L, m, v, m3):
+def _s_parts(m, v, m3):
+    """The parts of _s_cdf's cells that do not depend on L (arrays of m's shape): sd, the skewness g, the
+    conditioned cells that are always evaluated (SUPPORT; None without it), and whether every v > 0."""
+    sd = np.sqrt(np.maximum(v, 1e-300))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        g = m3 / sd ** 3
+        keep = ((g > 1e-3) & (m - 2 * sd / g < 0) & (m < math.sqrt(2 * TAIL_E) * sd)) if SUPPORT else None
+    return sd, g, keep, bool(np.all(v > 0))
+
+
+def _s_cdf(L, m, v, m3, parts=None):
     """P(S <= L) for a shifted-gamma (Pearson III) law with mean m, variance v, third central moment m3
     (arrays of one shape), the normal law where the skewness is within 1e-3 of 0; a right-skewed law whose
     shift is below 0 is conditioned on S >= 0 (SUPPORT). Cells far in a tail (bound below e^-TAIL_E) are
-    their limit, 0 or 1, without being evaluated."""
-    sd = np.sqrt(np.maximum(v, 1e-300))
+    their limit, 0 or 1, without being evaluated. parts: _s_parts(m, v, m3) when the caller has them (the same
+    cells at several L; None: formed here)."""
+    sd, g, keep, vpos = _s_parts(m, v, m3) if parts is None else parts
     z = (L - m) / sd
     # Chernoff: the tail beyond z of a standardised gamma of skewness g (and of the normal law) is at most
     # exp(-z^2 / (2 + max(z g, 0))); a conditioned cell (SUPPORT) whose P(S <= 0) may be above e^-TAIL_E (its
     # mean less than sqrt(2 TAIL_E) sd above 0) is evaluated
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        g = m3 / sd ** 3
-        far = z * z > TAIL_E * (2 + np.maximum(z * g, 0))
-        if SUPPORT:
-            far &= ~((g > 1e-3) & (m - 2 * sd / g < 0) & (m < math.sqrt(2 * TAIL_E) * sd))
+        bound = z * g                                       # TAIL_E (2 + max(z g, 0)), in place
+        np.maximum(bound, 0, out=bound)
+        bound += 2
+        bound *= TAIL_E
+        far = z * z > bound
+        if keep is not None:
+            far &= ~keep
     out = (z > 0).astype(np.float64)
     near = ~far
-    out[near] = _s_cdf_cells(L, m[near], v[near], m3[near])
-    return np.where(v > 0, out, (m <= L).astype(np.float64))
+    out[near] = _s_cdf_cells(L, m[near], v[near], m3[near], sd[near], z[near], g[near])
+    return out if vpos else np.where(v > 0, out, (m <= L).astype(np.float64))
 
 
-def _s_cdf_cells(L, m, v, m3):
-    """_s_cdf on the cells it evaluates (1-D arrays), each tail cell of the gamma laws by _gamma_tails."""
-    sd = np.sqrt(np.maximum(v, 1e-300))
-    z = (L - m) / sd
+def _s_cdf_cells(L, m, v, m3, sd=None, z=None, g=None):
+    """_s_cdf on the cells it evaluates (1-D arrays), each tail cell of the gamma laws by _gamma_tails; sd, z, g:
+    those of _s_cdf for these cells when the caller has them (None: formed here, the same numbers)."""
+    if sd is None:
+        sd = np.sqrt(np.maximum(v, 1e-300))
+        z = (L - m) / sd
     out = (z > 0).astype(np.float64)
     live = (np.abs(z) < 60) & (v > 0)
-    zl, gl = z[live], m3[live] / sd[live] ** 3
+    zl, gl = z[live], (m3[live] / sd[live] ** 3 if g is None else g[live])
     pos, neg = gl > 1e-3, gl < -1e-3
     o = np.empty_like(zl)
     nrm = ~(pos | neg)
@@ -394,19 +448,28 @@ def lead_survival(bs, Ls, wts, kappa, w_cap=predict.N_CAP, mixed=None):
     nw = bs.nw
     h = nw // 2
     sl = [(a[:, -1] - a[:, h - 1]) / (nw - h) for a in (m, v, m3)]
-    out = []
+    tops = []
     for L in Ls:
         n_L = L / kappa
         v_L = float(v[:, -1].max()) + max(float(sl[1].max()), 0) * max(n_L - nw, 0)
-        w_max = int(min(w_cap, max(64, 1.2 * n_L + 30 * math.sqrt(max(v_L, 1e-12)) / kappa + 64)))
-        if w_max <= nw:
-            mm, vv, tt = m[:, :w_max], v[:, :w_max], m3[:, :w_max]
-        else:
-            e = np.arange(nw + 1, w_max + 1)[None, :] - nw
-            mm = np.concatenate([m, m[:, -1:] + sl[0][:, None] * e], 1)
-            vv = np.concatenate([v, v[:, -1:] + np.maximum(sl[1], 0)[:, None] * e], 1)
-            tt = np.concatenate([m3, m3[:, -1:] + sl[2][:, None] * e], 1)
-        s = _s_cdf(L, mm, vv, tt)
+        tops.append(int(min(w_cap, max(64, 1.2 * n_L + 30 * math.sqrt(max(v_L, 1e-12)) / kappa + 64))))
+    # the cells up to the largest w_max once: a cell's m, v, m3 (and sd, skewness) depend on w alone, not on L
+    w_top = max(tops, default=0)
+    if w_top <= nw:
+        mm, vv, tt = m[:, :w_top], v[:, :w_top], m3[:, :w_top]
+    else:
+        e = np.arange(nw + 1, w_top + 1)[None, :] - nw
+        mm = np.concatenate([m, m[:, -1:] + sl[0][:, None] * e], 1)
+        vv = np.concatenate([v, v[:, -1:] + np.maximum(sl[1], 0)[:, None] * e], 1)
+        tt = np.concatenate([m3, m3[:, -1:] + sl[2][:, None] * e], 1)
+    sd, g, keep, _ = _s_parts(mm, vv, tt)
+    nonpos = np.flatnonzero(~np.all(vv > 0, axis=0))
+    first_nonpos = int(nonpos[0]) if len(nonpos) else w_top                 # columns before it: every v > 0
+    out = []
+    for L, w_max in zip(Ls, tops):
+        c = slice(0, w_max)
+        s = _s_cdf(L, mm[:, c], vv[:, c], tt[:, c],
+                   (sd[:, c], g[:, c], None if keep is None else keep[:, c], w_max <= first_nonpos))
         if mixed:
             s = (wts @ s) / wts.sum(1)[:, None]
         out.append(np.minimum.accumulate(np.clip(s, 0, 1), axis=1))
@@ -484,31 +547,38 @@ def _claim_expansion(omitted, var):
     return CLAIM_MULT * abs(omitted) / var + CLAIM_FLOOR
 
 
-def _fit_stats(x):
-    """The statistics the moment laws need, from documents x (S, T): dict of floats and arrays."""
+def _fit_stats(x, sums=None, rows=None):
+    """The statistics the moment laws need, from documents x (S, T): dict of floats and arrays. sums, rows: x is
+    documents rows of the head whose dependence.DocSums are given (its lag sums are read there)."""
     S, T = x.shape
     kappa = float(x.mean())
     sigma2 = float(x.var())
-    mu3 = float(np.mean(x ** 3))
-    te = dependence.tau_estimate(x, "sequence")
+    x2 = x * x
+    mu3 = float(np.mean(np.multiply(x2, x, out=x2)))                          # E X^3 (no pow pass)
+    te = dependence.tau_estimate(x, "sequence", sums=sums, rows=rows)
     tau = te.tau
     skg = sigma2 * float(np.sum(np.arange(1, te.cut) * te.rho[1:te.cut]))
     return dict(kappa=kappa, sigma2=sigma2, mu3=mu3, tau=tau, tau_loo=te.tau_loo, sum_k_gamma=skg, cut=te.cut)
 
 
-def _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls):
+def _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls, sums=None, fit=None):
     """The second-order law's Var[W] (Sf, n) with each fitted document dropped in turn, every fitted statistic
     refitted (kappa, sigma^2, tau at the full fit's Geyer cut, kappa3_LR from BlockSums bs at block length n3
     under the leave-one-out weights lw (Sf, Sf), Bartlett's sum of k gamma_k): its O(1) term C_dep is fitted
-    and its sampling error is part of the law's. NaN where a refit gives no positive variance."""
+    and its sampling error is part of the law's. NaN where a refit gives no positive variance. sums, fit: the head's
+    dependence.DocSums and the fitted rows xf of it (its lag sums read there: a longer transform than cut - 1
+    lags needs, so equal to rounding)."""
     Sf, T = xf.shape
     cut = st["cut"]
-    xx = renewal.lag_sums(xf, cut - 1, "sequence")                         # (Sf, cut)
+    if sums is not None:                # the head's lag sums (Geyer's, up to MAX_LAG), the fitted rows
+        xx = sums.lag_sums(min(dependence.MAX_LAG, T - 1))[fit][:, :cut]
+    else:
+        xx = renewal.lag_sums(xf, cut - 1, "sequence")                     # (Sf, cut)
     nk = T - np.arange(cut)
     g = (xx.sum(0, keepdims=True) - xx) / (nk * (Sf - 1))                   # each document left out
     rho = g / g[:, :1]
     skg = s2_loo * (rho[:, 1:] * np.arange(1, cut)).sum(1)
-    k3 = bs.moments(lw)[2][:, n3 - 1] / n3
+    k3 = bs.moments(lw, [n3 - 1])[2][:, 0] / n3
     out = np.full((Sf, len(Ls)), np.nan)
     cdep = np.array([_safe(renewal.second_order_constant, k_loo[j], s2_loo[j] * st["tau_loo"][j], k3[j], skg[j])
                      for j in range(Sf)])
@@ -531,12 +601,13 @@ def _upper(value, loo):
     return abs(value) + 2 * float(dependence.jackknife(loo))
 
 
-def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True):
+def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True, sums=None):
     """Every law of LAWS fitted on documents 0, 2, 4, ... of increments x (S, T) and scored on 1, 3, 5, ... at
     thresholds Ls (n,). rng: numpy Generator (the bootstrap's walks). pmf_L: the L of the pmf block (None:
     none). windows: (W, censored) of predict.window_rows(x, Ls, T // 2), every document, when the caller has
     them (None: computed here). all_docs: also the state's test of the laws of ALL_DOCS on all documents
-    (`test_all`). Returns dict(at=[record per L], pmf=..., cells=[...]) where each record's laws carry the
+    (`test_all`). sums: dependence.DocSums(x) shared with the verdict (None: formed here where needed).
+    Returns dict(at=[record per L], pmf=..., cells=[...]) where each record's laws carry the
     numbers (state and claim are set by `assign_states` over the whole model)."""
     S, T = x.shape
     fit, test = np.arange(0, S, 2), np.arange(1, S, 2)
@@ -550,6 +621,7 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True)
     else:
         Wt, Ct, Wf_ = windows[0][test], windows[1][test], windows[0][fit]
     meas = [_measured(Wt[:, :, k], Ct[:, :, k]) for k in range(len(Ls))]
+    covers = {}                             # k: [(law, coverage from the counts of L_k's windows)], scored at the end
     lw = dependence.loo_weights(Sf)
     p1, p2 = xf.sum(1), (xf * xf).sum(1)
     kappa, sigma2 = float(xf.mean()), float(xf.var())
@@ -565,7 +637,7 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True)
         for n in LAWS:
             laws[n]["why"] = ["no forgetting or a constant gate in the fitted half"] * len(Ls)
         return _pack(Ls, eps_list, meas, laws, pmf_k, Wt, Ct, pmf_laws, Sf)
-    st = _fit_stats(xf)
+    st = _fit_stats(xf, sums, fit)
     mu3, tau = st["mu3"], st["tau"]
 
     def rel_se(v_loo):
@@ -592,25 +664,28 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True)
             continue
         d["mean"][k], d["var"][k] = mp.mean, mp.var
         d["quantiles"][k] = [mp.quantile(q) for q in Q]
-        d["cover"][k] = _cover_quantiles(mp.cdf, d["quantiles"][k], Wt[:, :, k], Ct[:, :, k])
+        covers.setdefault(k, []).append(("marginal", lambda c, k=k, F=_quantile_cdf(mp.cdf, d["quantiles"][k]):
+                                         float(np.mean(predict.doc_coverage(F, Wt[:, :, k], Ct[:, :, k], c)))))
         d["why"][k] = "exact for iid increments (lattice error within 1%)"
         if k == pmf_k:
             pmf_laws["marginal"] = marginal_pmf(mp)
     d["var_se"] = iid_lse * d["var"]
     # V(n) of the fitted half, on a grid with every n = L/kappa
     nL = Ls / kappa
-    vf = dependence.variance_function(xf, dependence.n_grid(T // 2, np.round(nL)))
+    vf = dependence.variance_function(xf, dependence.n_grid(T // 2, np.round(nL)), sums, fit)
     tw = vf.tau_within()
     idx = np.array([vf.index(n) for n in nL])
     tw_loo = vf.tau_within(lw)
-    bs = BlockSums(xf, r0)
+    # the lead law's block sums of every document once where the all-document test needs them (an L without a
+    # censored window), the fitted half's their rows
+    bs_all = BlockSums(x, r0) if all_docs and (windows is None or not windows[1].any(axis=(0, 1)).all()) else None
+    bs = BlockSums(xf, r0) if bs_all is None else bs_all.rows(fit)
     n3 = int(min(bs.nw, max(16, 4 * st["cut"], T // 8)))
-    _, v_b, m3_b = bs.moments(np.ones((1, Sf)))
-    kappa3_lr = float(m3_b[0, n3 - 1] / n3)
+    kappa3_lr = float(bs.moments(np.ones((1, Sf)), [n3 - 1])[2][0, 0] / n3)
     sig_lr = sigma2 * tau
     C_dep = _safe(renewal.second_order_constant, kappa, sig_lr, kappa3_lr, st["sum_k_gamma"])
     dep_lse = rel_se(s2_loo[:, None] * st["tau_loo"][:, None] * Ls[None, :] / k_loo[:, None] ** 3)
-    so_loo, cdep_loo, k3_loo = _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls)   # every fitted term
+    so_loo, cdep_loo, k3_loo = _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls, sums, fit)
     C_dep_up = _upper(C_dep, cdep_loo)
     for k, L in enumerate(Ls):
         d = laws["dependent"]
@@ -678,7 +753,7 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True)
         n_far = Ls[k] / kappa
         d["why"][k] = "three measured cumulants of S_w" + (
             "; continued linearly beyond T/2" if n_far > bs.nw else "")
-        d["cover"][k] = _cover_surv(s[0], Wt[:, :, k], Ct[:, :, k])
+        covers.setdefault(k, []).append((LEAD, lambda c, k=k, s0=s[0]: _cover_surv(s0, Wt[:, :, k], Ct[:, :, k], c)))
         if k == pmf_k:
             pmf_laws[LEAD] = _pmf_from_surv(s[0])
     # the bootstrap (reference)
@@ -692,67 +767,98 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True)
         far = nL[k] > r0
         d["claim"][k] = float("nan") if far else 0.0
         d["why"][k] = "walks continue past the trace start by blocks (not claimed)" if far else "resampling"
-        d["cover"][k] = _cover_sample(np.sort(flat), Wt[:, :, k], Ct[:, :, k])
+        covers.setdefault(k, []).append(("bootstrap", lambda c, k=k, srt=np.sort(flat):
+                                         _cover_sample(srt, Wt[:, :, k], Ct[:, :, k], c)))
         if k == pmf_k:
             p = np.bincount(flat) / len(flat)
             nz = np.nonzero(p)[0]
             pmf_laws["bootstrap"] = dict(offset=int(nz[0]), p=[float(v) for v in p[nz[0]:nz[-1] + 1]])
+    for k, jobs in covers.items():          # the held-out windows' (window, censored) counts once an L, every law
+        c = predict.coverage_counts(Wt[:, :, k], Ct[:, :, k])
+        for law, job in jobs:
+            laws[law]["cover"][k] = job(c)
     k_rse = float(dependence.jackknife(np.log(k_loo)))                     # relative SE of 1/kappa
     for n in ("iid", "dependent", "second_order", "finite_n", "mixture", "marginal"):
         laws[n]["mean_se"] = np.abs(laws[n]["mean"]) * k_rse
     out = _pack(Ls, eps_list, meas, laws, pmf_k, Wt, Ct, pmf_laws, Sf)
     if all_docs:
-        _add_all_doc_tests(out["at"], x, Ls, windows)
+        _add_all_doc_tests(out["at"], x, Ls, windows, bs_all)
     return out
+
+
+def _lattice_cells(x, h, M, xmax):
+    """The hat-split lattice weights of increments x (1-D, in order) at spacing h on M cells, the cell index clamped
+    to M - 1 (marginal_passage's): (nb,) float64 sums over x of the weight 1 - f at cell k = floor(x / h) and f at
+    k + 1, nb = min(floor(xmax / h) + 2, M) cells (the cells beyond hold nothing), xmax = x.max(). Each cell adds its
+    terms in the order of x, as np.bincount over all M cells does."""
+    y = x / h
+    fl = np.floor(y)
+    np.subtract(y, fl, out=y)                                                # f
+    k = fl.astype(np.intp)
+    top = int(math.floor(xmax / h))                                          # = k.max(): x / h is monotone in x
+    if top + 1 <= M - 1:                                                     # no clamp: the upper cell is k + 1
+        lo = np.bincount(k, weights=1 - y, minlength=top + 2)
+        lo[1:] += np.bincount(k, weights=y, minlength=top + 1)[:top + 1]
+        return lo
+    kc = np.minimum(k, M - 1)
+    p = np.bincount(kc, weights=1 - y, minlength=M)[:M]
+    p += np.bincount(np.minimum(k + 1, M - 1), weights=y, minlength=M)[:M]
+    return p
 
 
 def _marginal_group_var(x, Ls, groups, cells=CELLS):
     """Var[W] of the marginal law (marginal_moments' lattice, `cells` per min(sd, kappa) of all of x) of all
     documents of x (S, T) and of all but each group of documents (groups (S,) int, 0..G-1): (n,), (G, n); NaN
-    where the lattice would exceed MAX_CELLS. One histogram per group, one batch of FFTs per L."""
+    where the lattice would exceed MAX_CELLS. One histogram per group (on the cells the increments reach), one
+    batch of FFTs per L."""
     S, T = x.shape
     G = int(groups.max()) + 1
     kappa, sd = x.mean(), x.std()
     base = min(sd, kappa) / cells if sd > 0 else kappa / cells
     n_g = np.bincount(groups, minlength=G) * T                             # increments per group
     full, loo = np.full(len(Ls), np.nan), np.full((G, len(Ls)), np.nan)
-    gid = np.repeat(groups, T)
-    xr = x.ravel()
+    xg = [x[groups == g].ravel() for g in range(G)]                        # each group's increments, in order
+    xmax = [float(v.max()) if v.size else 0.0 for v in xg]
+    size = np.concatenate([[x.size], x.size - n_g])[:, None]
     for i, L in enumerate(Ls):
         K = int(math.ceil(L / base))
         if K + 1 > MAX_CELLS // 2:
             continue
         h = L / (K + 0.5)
         M = 1 << int(math.ceil(math.log2(2 * (K + 1))))
-        y = xr / h
-        k = np.floor(y).astype(np.int64)
-        f = y - k
-        p = np.bincount(gid * M + np.minimum(k, M - 1), weights=1 - f, minlength=G * M)
-        p += np.bincount(gid * M + np.minimum(k + 1, M - 1), weights=f, minlength=G * M)
-        p = p.reshape(G, M)
+        cg = [_lattice_cells(v, h, M, m) for v, m in zip(xg, xmax)]
+        nb = max(len(c) for c in cg)
+        p = np.zeros((G, nb))
+        for g, c in enumerate(cg):
+            p[g, :len(c)] = c
         tot = p.sum(0)
-        P = np.concatenate([tot[None, :], tot[None, :] - p])               # (1 + G, M): all, all but group g
-        P[:, M - 1] = 0.0                                                  # steps beyond 2L: out at once
-        P /= np.concatenate([[x.size], x.size - n_g])[:, None]
+        P = np.concatenate([tot[None, :], tot[None, :] - p])               # (1 + G, nb): all, all but group g
+        if nb == M:
+            P[:, M - 1] = 0.0                                              # steps beyond 2L: out at once
+        P /= size
         r = 1e-10 ** (1.0 / M)                                             # damping: aliasing r^M = 1e-10
         rk = r ** np.arange(M)
-        ph = np.fft.rfft(P * rk, axis=1)
-        z = r * np.exp(-2j * np.pi * np.arange(ph.shape[1]) / M)
-        u = 1.0 / (1.0 - ph)
-        U = np.fft.irfft(u / (1 - z), M, axis=1)[:, K] / rk[K]
-        uU = np.fft.irfft(u * u / (1 - z), M, axis=1)[:, K] / rk[K]
+        u = np.fft.rfft(P * rk[:nb], M, axis=1)                            # ph; the cells beyond nb are 0
+        omz = 1 - r * np.exp(-2j * np.pi * np.arange(u.shape[1]) / M)      # 1 - z
+        np.subtract(1.0, u, out=u)                                         # u = 1 / (1 - ph), in place
+        np.divide(1.0, u, out=u)
+        U = np.fft.irfft(u / omz, M, axis=1)[:, K] / rk[K]
+        np.multiply(u, u, out=u)
+        np.divide(u, omz, out=u)
+        uU = np.fft.irfft(u, M, axis=1)[:, K] / rk[K]
         v = 2 * uU - U - U * U
         full[i], loo[:, i] = v[0], v[1:]
     return full, loo
 
 
-def _add_all_doc_tests(at, x, Ls, windows=None):
+def _add_all_doc_tests(at, x, Ls, windows=None, bs=None):
     """The state's test of the laws of ALL_DOCS on all S documents of x (S, T): D = log(Var_measured /
     Var_law), both from every document (rows T/2..T-1 measured, every row fitted), its SE the delete-a-group
     jackknife of D itself over G = min(S, TEST_GROUPS) groups of documents (document d in group d mod G; the
     law's and the windows' sampling errors share the documents and partly cancel), df G - 1. Set as `test_all`
     (dict(D, se, df, groups) or None where some of those windows are censored) on each record's law. windows:
-    (W, C) of predict.window_rows(x, Ls, T // 2) when the caller has them (None: computed here)."""
+    (W, C) of predict.window_rows(x, Ls, T // 2) when the caller has them (None: computed here); bs: BlockSums(x,
+    T // 2) likewise."""
     S, T = x.shape
     r0 = T // 2
     G = min(S, TEST_GROUPS)
@@ -774,7 +880,7 @@ def _add_all_doc_tests(at, x, Ls, windows=None):
     s2_loo = (p2.sum() - p2) / (x.size - n_g) - k_loo ** 2
     law = {"iid": (sigma2 * Ll / kappa ** 3, s2_loo[:, None] * Ll[None, :] / k_loo[:, None] ** 3)}
     law["marginal"] = _marginal_group_var(x, Ll, groups)
-    bs = BlockSums(x, r0)
+    bs = BlockSums(x, r0) if bs is None else bs
     wts = np.concatenate([np.ones((1, S)), 1.0 - onehot])                  # all; all but group g
     surv = lead_survival(bs, Ll, wts, kappa)
     lv = np.stack([_moments_from_surv(s)[1] for s in surv], 1)           # (G + 1, n)
@@ -847,7 +953,7 @@ def _tail_test(surv, W, onehot, r0, p=TAIL_P):
                 se=max(float(dependence.jackknife(ratio[1:])), floor), band=list(TAIL_BAND))
 
 
-def _cover_surv(s, W, C):
+def _cover_surv(s, W, C, counts=None):
     """Coverage of the law's 90% interval by held-out windows W, C (S, R) (randomised PIT, predict.coverage),
     from P(W >= w), w = 1.. (n_w,)."""
     ge = np.concatenate([[1.0], s, [0.0]])
@@ -855,14 +961,20 @@ def _cover_surv(s, W, C):
     def F(w):
         w = np.asarray(w)
         return 1 - ge[np.clip(w + 1, 0, len(ge) - 1)]
-    return float(np.mean(predict.doc_coverage(F, W, C)))             # each (window, censored) pair once
+    return float(np.mean(predict.doc_coverage(F, W, C, counts)))     # each (window, censored) pair once
 
 
-def _cover_quantiles(cdf, q, W, C):
+def _cover_quantiles(cdf, q, W, C, counts=None):
     """Coverage of a law's 90% interval by held-out windows W, C (S, R) (randomised PIT, predict.coverage) from
     its CDF `cdf` (ints -> P(W <= w)) read only where the PIT interval [F(w - 1), F(w)] can straddle 0.05 or
-    0.95: at w = q05 - 1, q05, q95 - 1, q95 (q: its 5/50/95% quantiles). Elsewhere a stand-in on the same side:
-    0 below q05 - 1 (that interval lies below 0.05), 1 above q95 (above 0.95), 0.5 in between (inside)."""
+    0.95 (_quantile_cdf). counts: predict.coverage_counts(W, C) when the caller has them."""
+    return float(np.mean(predict.doc_coverage(_quantile_cdf(cdf, q), W, C, counts)))   # each pair once
+
+
+def _quantile_cdf(cdf, q):
+    """The stand-in CDF of _cover_quantiles: `cdf` at w = q05 - 1, q05, q95 - 1, q95 (q: the law's 5/50/95%
+    quantiles), elsewhere a value on the same side: 0 below q05 - 1 (that interval lies below 0.05), 1 above q95
+    (above 0.95), 0.5 in between (inside). Holds those four values only, not the law."""
     q05, q95 = int(q[0]), int(q[-1])
     pts = np.unique([q05 - 1, q05, q95 - 1, q95])
     Fp = dict(zip(pts.tolist(), cdf(pts).tolist()))
@@ -873,13 +985,13 @@ def _cover_quantiles(cdf, q, W, C):
         for v, f in Fp.items():
             out = np.where(w == v, f, out)
         return out
-    return float(np.mean([predict.coverage(F, W[d], C[d]).mean() for d in range(W.shape[0])]))
+    return F
 
 
-def _cover_sample(pred, W, C):
+def _cover_sample(pred, W, C, counts=None):
     def F(w):
         return np.searchsorted(pred, w, side="right") / len(pred)
-    return float(np.mean(predict.doc_coverage(F, W, C)))
+    return float(np.mean(predict.doc_coverage(F, W, C, counts)))
 
 
 def _num(v):

@@ -28,7 +28,7 @@ from foxwindow.laws.gates import search_left
 
 __all__ = ["BLOCK_FRACTION", "WALKS_PER_DOC", "N_CAP", "QUANTILES", "window_rows", "window_sums", "block_walks",
            "Prediction", "predict", "KaplanMeier", "kaplan_meier",
-           "kaplan_meier_loo_means", "OutOfSample", "out_of_sample"]
+           "kaplan_meier_loo_means", "OutOfSample", "out_of_sample", "coverage_counts"]
 
 BLOCK_FRACTION = 0.25      # block length: a quarter of the trace
 WALKS_PER_DOC = 64         # walks per document of the fitted half or of the whole head: enough that the
@@ -304,15 +304,25 @@ def out_of_sample(x, W_rows, cens_rows, Ls, rng, per_doc=2 * WALKS_PER_DOC, bloc
     return out
 
 
-def _doc_coverage(F, w, cens):
-    """Mean _coverage over the columns of held-out windows w (k, R) int >= 0 with censoring flags (k, R): the
-    coverage of each distinct (window, censored) pair once, weighted by its count in each row. Returns (k,)."""
+def coverage_counts(w, cens):
+    """The counts _doc_coverage weights its table by: (k, 2, top) int64, the number of each (censored, window)
+    pair in each row of held-out windows w (k, R) int >= 0 with censoring flags (k, R), top = w.max() + 1. They
+    depend on the windows alone: one array serves every law scored on the same windows."""
     k, R = w.shape
     top = int(w.max()) + 1
+    key = (np.arange(k)[:, None] * 2 + cens) * top + w
+    return np.bincount(key.ravel(), minlength=2 * k * top).reshape(k, 2, top)
+
+
+def _doc_coverage(F, w, cens, counts=None):
+    """Mean _coverage over the columns of held-out windows w (k, R) int >= 0 with censoring flags (k, R): the
+    coverage of each distinct (window, censored) pair once, weighted by its count in each row (counts:
+    coverage_counts(w, cens) when the caller has them; None: counted here). Returns (k,)."""
+    k, R = w.shape
+    counts = coverage_counts(w, cens) if counts is None else counts
+    top = counts.shape[2]
     v = np.arange(top)
     table = np.stack([_coverage(F, v, np.zeros(top, bool)), _coverage(F, v, np.ones(top, bool))])   # (2, top)
-    key = (np.arange(k)[:, None] * 2 + cens) * top + w
-    counts = np.bincount(key.ravel(), minlength=2 * k * top).reshape(k, 2, top)
     return np.einsum("kct,ct->k", counts, table) / R
 
 

@@ -251,7 +251,7 @@ def _seed_sequence(seed):
 
 
 def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, head=0, eps_list=None,
-            predict_=True, windows=None):
+            predict_=True, windows=None, sums=None):
     """The verdict and predictions of one head from increments x (S, T) float64 (S >= 2 documents, values >= 0)
     at thresholds Ls (n,) float > 0 (L = ln 1/eps: the only unit here).
 
@@ -260,6 +260,7 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
     None (fresh entropy: independent draws between runs). context: int tokens for P(W > context) or None.
     eps_list: the eps the user gave, recorded (default exp(-L)). predict_: False skips the predictions.
     windows: (W, censored) of predict.window_rows(x, Ls, T // 2) when the caller has them (None: computed here).
+    sums: dependence.DocSums(x) when the caller shares them with the per-law evaluation (None: formed here).
     Returns HeadResult.
     """
     x = np.asarray(x, dtype=np.float64)
@@ -283,7 +284,10 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
         res.reasons.append("no forgetting (gate = 1)" if kappa <= 0 else
                            "constant gate: lattice (ALiBi) window W = floor(L/m)")
         return res
-    res.excess_kurtosis = float(np.mean((x - kappa) ** 4) / sigma2 ** 2 - 3)
+    d2 = x - kappa
+    d2 *= d2
+    res.excess_kurtosis = float(np.mean(np.multiply(d2, d2, out=d2)) / sigma2 ** 2 - 3)   # products, no pow pass
+    del d2
     # a drift of kappa along the positions (trend, change point) breaks every stationary law: documents are
     # independent, so the t-test of the per-document half differences holds for any dependence within them
     half = x[:, T // 2:].mean(1) - x[:, :T // 2].mean(1)
@@ -291,14 +295,14 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
     if res.se_position_shift > 0:
         res.p_position = float(2 * stats.t.sf(abs(res.position_shift) / res.se_position_shift, S - 1))
     for centre, attr in (("sequence", "tau"), ("grand", "tau_grand")):
-        t = dependence.tau_estimate(x, centre)
+        t = dependence.tau_estimate(x, centre, sums=sums)
         setattr(res, attr, t.tau)
         setattr(res, "se_" + attr, t.se)
 
     # V(n) on a grid with every n_L and 2 n_L
     nL = Ls / kappa
     vf = dependence.variance_function(x, dependence.n_grid(T // 2, np.concatenate([np.round(nL),
-                                                                                  np.round(2 * nL)])))
+                                                                                  np.round(2 * nL)])), sums)
     tw = vf.tau_within()
     res.n_list = vf.ns.tolist()
     res.tau_n = tw.tolist()
@@ -327,7 +331,9 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
         res.km_mean.append(km.mean)
         res.km_median.append(km.q50)
         res.km_bound.append(km.median_bound)
-    curves = law_curves(kappa, sigma2, float(np.mean(x ** 3)), tw[idx_L], Ls)
+    x3 = x * x
+    curves = law_curves(kappa, sigma2, float(np.mean(np.multiply(x3, x, out=x3))), tw[idx_L], Ls)
+    del x3
     res.law_mean, res.law_var_iid, res.law_var_lr = curves["mean"], curves["var_iid"], curves["var_lr"]
     kd_ok = bool(np.all(p1 > 0))
     if kd_ok:

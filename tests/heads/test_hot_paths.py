@@ -129,14 +129,16 @@ def test_s_cdf_skips_only_cells_beyond_its_tail_bound(kind, monkeypatch):
     calls = []
     real = headlaws._s_cdf
 
-    def spy(L, m, v, m3):
-        calls.append((L, m, v, m3))
-        return real(L, m, v, m3)
+    def spy(L, m, v, m3, parts=None):
+        calls.append((L, m, v, m3, parts))
+        return real(L, m, v, m3, parts)
     monkeypatch.setattr(headlaws, "_s_cdf", spy)
     headlaws.evaluate(_head(kind, 12, 512), LS, np.random.default_rng(0))
     assert calls
-    for L, m, v, m3 in calls:
-        assert np.max(np.abs(real(L, m, v, m3) - old_s_cdf(L, m, v, m3))) <= 3 * math.exp(-headlaws.TAIL_E)
+    for L, m, v, m3, parts in calls:
+        got = real(L, m, v, m3, parts)
+        assert np.max(np.abs(got - old_s_cdf(L, m, v, m3))) <= 3 * math.exp(-headlaws.TAIL_E)
+        assert np.array_equal(got, real(L, m, v, m3))          # the caller's L-independent parts: the same cells
 
 
 def test_s_cdf_on_every_branch():
@@ -223,3 +225,44 @@ def test_block_walks_from_prefix_sums_equal_one_cumsum_a_walk(kind, n_cap):
             ref[1].append(cs[-1] <= LS)
     assert np.array_equal(got[0].reshape(-1, len(LS)), np.array(ref[0]))
     assert np.array_equal(got[1].reshape(-1, len(LS)), np.array(ref[1]))
+
+
+def old_lattice_cells(x, h, M):
+    """The marginal laws' hat-split cells by one bincount over all M cells (the code _lattice_cells replaced)."""
+    y = x / h
+    k = np.floor(y).astype(np.int64)
+    f = y - k
+    p = np.bincount(np.minimum(k, M - 1), weights=1 - f, minlength=M)
+    p += np.bincount(np.minimum(k + 1, M - 1), weights=f, minlength=M)
+    return p
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_lattice_cells_and_block_sums_rows(kind):
+    x = _head(kind, 12, 1024)
+    xr = x.ravel()
+    for h, M in ((1e-3, 1 << 16), (0.05, 1 << 9), (0.3, 8)):              # the last: steps past 2L (clamped)
+        got = headlaws._lattice_cells(xr, h, M, float(xr.max()))
+        ref = old_lattice_cells(xr, h, M)
+        assert np.array_equal(got, ref[:len(got)]) and not ref[len(got):].any()
+    bs, fit = headlaws.BlockSums(x, 512), np.arange(0, 12, 2)
+    sub, ref = bs.rows(fit), headlaws.BlockSums(x[fit], 512)
+    for a, b in ((sub.q1, ref.q1), (sub.q2, ref.q2), (sub.q3, ref.q3), (sub.kappa_d, ref.kappa_d)):
+        assert np.max(np.abs(a - b)) <= 1e-14 * np.max(np.abs(b))          # row by row: identical up to rounding
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_shared_doc_sums_give_each_subsets_numbers(kind):
+    """V(n) and Geyer's tau of the fitted half read from the head's DocSums equal those of the half's own arrays."""
+    x = _head(kind, 14, 2048)
+    sums, fit = dependence.DocSums(x), np.arange(0, 14, 2)
+    ns = dependence.n_grid(1024, [37, 500])
+    for rows, xs in ((None, x), (fit, x[fit])):
+        a, b = dependence.variance_function(xs, ns, sums, rows), dependence.variance_function(xs, ns)
+        for u, v in ((a.Q, b.Q), (a.A1, b.A1), (a.A2, b.A2), (a.p1, b.p1), (a.cnt, b.cnt)):
+            np.testing.assert_allclose(u, v, rtol=1e-13, atol=1e-13 * np.abs(v).max())
+        np.testing.assert_allclose(a.tau_within(dependence.loo_weights(len(xs))),
+                                   b.tau_within(dependence.loo_weights(len(xs))), rtol=1e-12)
+        ta, tb = dependence.tau_estimate(xs, "sequence", sums=sums, rows=rows), dependence.tau_estimate(xs, "sequence")
+        assert ta.cut == tb.cut and ta.tau == pytest.approx(tb.tau, rel=1e-13)
+        np.testing.assert_allclose(ta.tau_loo, tb.tau_loo, rtol=1e-13)
