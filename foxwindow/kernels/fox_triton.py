@@ -59,9 +59,9 @@ import triton.language as tl
 
 __all__ = ["LOG2E", "interpreting", "tile_dot", "tile_cast", "seq_bounds", "fwd_kernel", "bwd_key_block",
            "bwd_key_anchor", "bwd_kv_tile", "bwd_dkdv_kernel", "bwd_dq_kernel", "HOPPER", "AMPERE", "NEWER", "SAFE",
-           "SWEEP_CANDIDATES", "set_config", "suffix_sum", "ROW_GRANULE", "row_terms", "bwd_delta", "dkdv_buffers",
-           "dkdv_sum", "PruningPlan", "acp_plan", "BACKWARDS", "ONE_PASS_BACKWARD", "register_one_pass_backward",
-           "backward_mode", "precision_of", "fallback_reason", "fox_attention_triton"]
+           "SWEEP_CANDIDATES", "set_config", "suffix_sum", "ROW_GRANULE", "row_terms", "row_lo_terms", "bwd_delta",
+           "dkdv_buffers", "dkdv_sum", "PruningPlan", "acp_plan", "BACKWARDS", "ONE_PASS_BACKWARD",
+           "register_one_pass_backward", "backward_mode", "precision_of", "fallback_reason", "fox_attention_triton"]
 
 LOG2E = 1.4426950408889634
 TRITON_VERSION = tuple(int(x) for x in triton.__version__.split(".")[:2])     # (major, minor)
@@ -383,9 +383,9 @@ def bwd_key_anchor(ch_base, cl_base, n0, cols, n_ok):
 
 
 @triton.jit
-def bwd_kv_tile(dk, dv, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_base, ch_base, cl_base, lse_base,
+def bwd_kv_tile(dk, dv, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_base, ch_base, cl_base, rq_base,
                  z_base, delta_base, s_qt, m0, Tq, off, qk_scale, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
-                 PREC: tl.constexpr, FULL: tl.constexpr = False):
+                 PREC: tl.constexpr, FULL: tl.constexpr = False, KEY_LO: tl.constexpr = True):
     # One key block against query block m0, the part both backwards share (this one's dK/dV pass
     # and fox_bwd_onepass's single pass): P^T and dS^T as (BLOCK_N, BLOCK_M) tiles, added into dv
     # and dk. k, v: (BLOCK_N, D) in the input dtype; dk, dv: (BLOCK_N, D) float32; w: (BLOCK_N,)
@@ -396,13 +396,17 @@ def bwd_kv_tile(dk, dv, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_
     # ends instead (as _fwd_masked_scores): there w_j + u_i would add two terms of up to a tile's width of
     # decay for pairs whose decay is ~0, and lse_i after them, not between them.
     # q_base, do_base: the head's (Tq, D) rows (row stride s_qt); ch_base, cl_base: its gate
-    # words (by position); lse_base, z_base, delta_base: its (Tq,) float32 row terms, z the
+    # words (by position); rq_base, z_base, delta_base: its (Tq,) float32 row terms, rq the rows' lo
+    # words less lse_i (row_lo_terms, for the diagonal tiles), z the
     # log-sum-exp against the row's granule (row_terms): below the diagonal a row then costs one
     # add, z_i + (c_g - c_a), instead of four ((hi_i - ha) + (lo_i - la) - lse_i; at BLOCK_M = 32
     # and 8 warps a thread holds 8 of the tile's query columns, so each row op is 8 instructions).
     # FULL (not MASK): the caller knows every row of the tile is < Tq, so no load is masked (on
     # Triton 3.6 the masked loads of a pipelined loop cost a predicate per row chunk each iteration:
     # sm_90, D 128, the loop below the diagonal 452 -> ... instructions).
+    # KEY_LO=False (MASK tiles of the dK/dV pass, 16-bit inputs): the keys' lo words stay out of the
+    # logit, so P^T, dS^T, dk, dv and dc come out without the factor 2^-lo_j a key row, which the caller
+    # applies once after its diagonal loop (_bwd_dkdv_head).
     # Returns dk, dv, dS^T (BLOCK_N, BLOCK_M) float32 and its one rounding to q's dtype (shared by
     # dK and, in the one-pass kernel, dQ), the query rows (BLOCK_M,) and their mask rows < Tq.
     rows = m0 + tl.arange(0, BLOCK_M)
@@ -418,17 +422,21 @@ def bwd_kv_tile(dk, dv, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_
         # rows past Tq get lse = +inf (z = -inf), hence P = 0: they add nothing to dk, dv, dc (nor dq)
         delta = tl.load(delta_base + rows, mask=m_ok, other=0.0)
     if MASK:
+        # rq_i = lo_i - lse_i, the row's lo word less lse_i (row_lo_terms: the same float32 subtraction
+        # the dQ pass makes for its diagonal tiles, so both passes round the logit alike), -inf past Tq
         if FULL:
-            lse = tl.load(lse_base + rows)
+            rq = tl.load(rq_base + rows)
             hq = tl.load(ch_base + pos_m)
-            lq = tl.load(cl_base + pos_m)
         else:
-            lse = tl.load(lse_base + rows, mask=m_ok, other=float("inf"))
+            rq = tl.load(rq_base + rows, mask=m_ok, other=float("-inf"))
             hq = tl.load(ch_base + pos_m, mask=m_ok, other=0.0)
-            lq = tl.load(cl_base + pos_m, mask=m_ok, other=0.0)
-        rq = lq - lse       # the row's lo word less lse_i: as the dQ pass forms its diagonal tiles
-        sT = tile_dot(k, tl.trans(q), PREC) * qk_scale + ((hq[None, :] - hj[:, None]) + (rq[None, :] - lj[:, None]))
-        sT = tl.where(pos_m[None, :] >= cols[:, None], sT, float("-inf"))
+        if KEY_LO:
+            sT = tile_dot(k, tl.trans(q), PREC) * qk_scale + ((hq[None, :] - hj[:, None]) + (rq[None, :] - lj[:, None]))
+        else:
+            sT = tile_dot(k, tl.trans(q), PREC) * qk_scale + ((hq[None, :] - hj[:, None]) + rq[None, :])
+        # the causal mask pos_i >= j as row offsets within the tile (constants of the layout) against
+        # each key's offset from the tile's first row: two subtractions a tile, not one a query column
+        sT = tl.where(tl.arange(0, BLOCK_M)[None, :] >= (cols - (m0 + off))[:, None], sT, float("-inf"))
     else:
         # z_i = (c_i - c_g) - lse_i, g the first row of the row's granule (ROW_GRANULE rows, which
         # hold whole query tiles); sg = c_g - c_a one scalar for the tile. The caller starts these
@@ -453,12 +461,13 @@ def bwd_kv_tile(dk, dv, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_
 
 @triton.jit
 def _bwd_dkdv_step(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_base, ch_base, cl_base,
-                   lse_base, z_base, delta_base, s_qt, m0, Tq, off, qk_scale,
-                   BLOCK_M: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr):
+                   rq_base, z_base, delta_base, s_qt, m0, Tq, off, qk_scale,
+                   BLOCK_M: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr,
+                   KEY_LO: tl.constexpr = True):
     # one key block against query block m0: dk, dv and dc_j -= colsum_j(dS)
     dk, dv, dsT, _, rows, _ = bwd_kv_tile(dk, dv, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_base,
-                                           ch_base, cl_base, lse_base, z_base, delta_base, s_qt, m0, Tq,
-                                           off, qk_scale, BLOCK_M, MASK, PREC, FULL)
+                                           ch_base, cl_base, rq_base, z_base, delta_base, s_qt, m0, Tq,
+                                           off, qk_scale, BLOCK_M, MASK, PREC, FULL, KEY_LO)
     if MASK and (PREC == "ieee" or PREC == "exact"):    # float32: the pair i = j enters neither
         dsT = tl.where(rows[None, :] + off > cols[:, None], dsT, 0.0)     # sum of dc (_bwd_dq_tile)
     return dk, dv, dc - tl.sum(dsT, 1)
@@ -466,23 +475,23 @@ def _bwd_dkdv_step(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_ba
 
 @triton.jit
 def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, q_base, do_base, ch_base, cl_base,
-                    lse_base, z_base, delta_base, s_qt, lo, hi, Tq, off, qk_scale,
+                    rq_base, z_base, delta_base, s_qt, lo, hi, Tq, off, qk_scale,
                     D: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
-                    PREC: tl.constexpr, FULL: tl.constexpr):
+                    PREC: tl.constexpr, FULL: tl.constexpr, KEY_LO: tl.constexpr = True):
     # P^T and dS^T for one key block against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles;
-    # FULL: every row of [lo, hi) is < Tq (bwd_kv_tile)
+    # FULL: every row of [lo, hi) is < Tq; KEY_LO: bwd_kv_tile's
     offs_d = tl.arange(0, D)
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
         dk, dv, dc = _bwd_dkdv_step(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_base,
-                                    ch_base, cl_base, lse_base, z_base, delta_base, s_qt, m0, Tq, off,
-                                    qk_scale, BLOCK_M, MASK, PREC, FULL)
+                                    ch_base, cl_base, rq_base, z_base, delta_base, s_qt, m0, Tq, off,
+                                    qk_scale, BLOCK_M, MASK, PREC, FULL, KEY_LO)
     return dk, dv, dc
 
 
 @triton.jit
-def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
-                   Q, DO, CH, CL, LSE, Z, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch, s_lb, s_lh,
+def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, first, b64, bos, t64,
+                   Q, DO, CH, CL, RQ, Z, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch, s_lb, s_lh,
                    Tq, off, qk_scale, D: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr,
                    ACP: tl.constexpr):
     # the contribution of query head h to one key block's dk, dv; writes that head's dc
@@ -502,23 +511,39 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
     # them (on Triton 3.6 the masked loads of the pipelined loop cost sm_90, D 128, 452 -> 326
     # instructions an iteration below the diagonal and 631 -> ... on it).
     m_even = (Tq // BLOCK_M) * BLOCK_M
+    d_hi = tl.minimum(tl.minimum(m_full, m_end), m_even)
+    if PREC == "ieee" or PREC == "exact":
+        dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, Q + q_off, DO + q_off,
+                                     CH + c_off, CL + c_off, RQ + l_off, Z + l_off, DELTA + l_off, s_qt,
+                                     m_lo, d_hi, Tq, off, qk_scale, D, BLOCK_M, True, PREC, True)
+    else:
+        # 16-bit inputs: the diagonal loop leaves the keys' lo words out of its logits (one add a
+        # score less: sm_90, D 128, 403 -> 387 instructions an iteration on Triton 3.9) and its share of
+        # dk, dv, dc is multiplied by 2^-lo_j here, once per key row. The float32 path keeps lo_j in
+        # every logit, so that this pass and the dQ pass form the diagonal's dS alike (the gate gradient).
+        if not first:       # the other heads' dk, dv (GQA without SPLIT) must not take this head's f
+            dk = dk * tl.math.exp2(lj)[:, None]
+            dv = dv * tl.math.exp2(lj)[:, None]
+        dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, Q + q_off, DO + q_off,
+                                     CH + c_off, CL + c_off, RQ + l_off, Z + l_off, DELTA + l_off, s_qt,
+                                     m_lo, d_hi, Tq, off, qk_scale, D, BLOCK_M, True, PREC, True, False)
+        f = tl.math.exp2(-lj)                           # (BLOCK_N,), 1 past Tk (lj = 0)
+        dk = dk * f[:, None]
+        dv = dv * f[:, None]
+        dc = dc * f
     dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, Q + q_off, DO + q_off,
-                                 CH + c_off, CL + c_off, LSE + l_off, Z + l_off, DELTA + l_off, s_qt,
-                                 m_lo, tl.minimum(tl.minimum(m_full, m_end), m_even), Tq, off, qk_scale,
-                                 D, BLOCK_M, True, PREC, True)
-    dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, Q + q_off, DO + q_off,
-                                 CH + c_off, CL + c_off, LSE + l_off, Z + l_off, DELTA + l_off, s_qt,
+                                 CH + c_off, CL + c_off, RQ + l_off, Z + l_off, DELTA + l_off, s_qt,
                                  m_full, tl.minimum(m_end, m_even), Tq, off, qk_scale,
                                  D, BLOCK_M, False, PREC, True)
     if m_even < m_end:      # straight code, not a loop
         if m_even < m_full:
             dk, dv, dc = _bwd_dkdv_step(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, tl.arange(0, D),
-                                        Q + q_off, DO + q_off, CH + c_off, CL + c_off, LSE + l_off,
+                                        Q + q_off, DO + q_off, CH + c_off, CL + c_off, RQ + l_off,
                                         Z + l_off, DELTA + l_off, s_qt, m_even, Tq, off, qk_scale, BLOCK_M,
                                         True, PREC, False)
         else:
             dk, dv, dc = _bwd_dkdv_step(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, tl.arange(0, D),
-                                        Q + q_off, DO + q_off, CH + c_off, CL + c_off, LSE + l_off,
+                                        Q + q_off, DO + q_off, CH + c_off, CL + c_off, RQ + l_off,
                                         Z + l_off, DELTA + l_off, s_qt, m_even, Tq, off, qk_scale, BLOCK_M,
                                         False, PREC, False)
     tl.store(DC + c_off + cols, dc, mask=n_ok)
@@ -526,7 +551,7 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, KLO, QEND, CU,
+def bwd_dkdv_kernel(Q, K, V, DO, CH, CL, RQ, Z, DELTA, DK, DV, DC, KLO, QEND, CU,
                      s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh, s_ob, s_ot, s_oh,
                      H, GROUP, TQ, TK, qk_scale, sm_scale,
                      D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -560,13 +585,13 @@ def bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, KLO, QEND, C
     m_lo = (tl.maximum(n0 - off, 0) // BLOCK_M) * BLOCK_M
     m_full = bwd_direct_end(n0, off, BLOCK_M, BLOCK_N)
     if SPLIT:
-        dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, ho, b64, bos, t64,
-                                Q, DO, CH, CL, LSE, Z, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch,
+        dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, ho, True, b64, bos, t64,
+                                Q, DO, CH, CL, RQ, Z, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch,
                                 s_lb, s_lh, Tq, off, qk_scale, D, BLOCK_M, PREC, ACP)
     else:
         for g in range(GROUP):
-            dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, hk * GROUP + g,
-                                    b64, bos, t64, Q, DO, CH, CL, LSE, Z, DELTA, DC, QEND, s_qb,
+            dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, hk * GROUP + g, g == 0,
+                                    b64, bos, t64, Q, DO, CH, CL, RQ, Z, DELTA, DC, QEND, s_qb,
                                     s_qt, s_qh, s_cb, s_ch, s_lb, s_lh, Tq, off, qk_scale, D,
                                     BLOCK_M, PREC, ACP)
     o_ptr = b64 * s_ob + t64 * s_ot + ho * s_oh + cols[:, None] * s_ot + offs_d[None, :]
@@ -975,6 +1000,19 @@ def row_terms(ch, cl, lse, Tk, cu_seqlens=None):
     return z
 
 
+def row_lo_terms(cl, lse, Tk, cu_seqlens=None):
+    """rq_i = lo_i - lse_i per query row: its gate's lo word (queries are the last Tq of Tk positions)
+    less its log2-sum-exp, one float32 subtraction, as the dQ pass forms it in its diagonal tiles, so
+    that the key-block passes (bwd_kv_tile) load one row term there instead of two and subtract
+    nothing. cl: (B, H, Tk) float32; lse: (B, H, Tq) float32. Returns (B, H, Tq) float32, lse's
+    strides."""
+    Tq = lse.shape[-1]
+    pos = torch.arange(Tq, device=lse.device) + (Tk - Tq if cu_seqlens is None else 0)
+    rq = torch.empty_like(lse)
+    rq.copy_(cl[..., pos] - lse)
+    return rq
+
+
 def bwd_delta(o, o_res, do, lse):
     """Delta_i = rowsum(dO_i * O_i) for both backwards (the delta kernel explains why O's
     rounding residual joins in).
@@ -1253,6 +1291,7 @@ class _FoxAttention(torch.autograd.Function):
         cu = cu_seqlens if varlen else lse
         delta = bwd_delta(o, o_res if ctx.res else None, do, lse)
         z = row_terms(ch, cl, lse, Tk, cu_seqlens)
+        rq = row_lo_terms(cl, lse, Tk, cu_seqlens)
         c64 = ch.double() + cl.double()             # c as the forward's float64 cumsum, to ~2^-48
         dq = torch.empty_like(q)
         dk, dv, split = dkdv_buffers(k, v, H)      # GQA: per-query-head float32 parts, summed below
@@ -1264,7 +1303,7 @@ class _FoxAttention(torch.autograd.Function):
         consts = dict(D=D, VARLEN=varlen, PREC=prec, ACP=G is not None)
         _launch("dkdv", bwd_dkdv_kernel, ctx.max_seqlen if varlen else Tk,
                 nb * (H if split else Hkv), q.device, D, q.dtype,
-                (q, k, v, do, ch, cl, lse, z, delta, dk, dv, dc, klo, qend, cu) + strides
+                (q, k, v, do, ch, cl, rq, z, delta, dk, dv, dc, klo, qend, cu) + strides
                 + (dk.stride(0), dk.stride(1), dk.stride(2)) + scales,
                 dict(consts, SPLIT=split, SQUARE=DKDV_SQUARE and Tq == Tk), granule=G)
         _launch("dq", bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,
