@@ -138,29 +138,36 @@ def seq_bounds(CU, b, TQ, TK, VARLEN: tl.constexpr, SQUARE: tl.constexpr = False
 
 
 @triton.jit
-def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base, e_base, s_kt,
+def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base, hl_base, e_base, s_kt,
                lo, hi, Tk, qk_scale,
-               D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
+               D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr,
+               ALIGN: tl.constexpr):
     # MASK (the diagonal blocks): m_i is the row max of the true logits (c_i - c_j included),
     # which stays O(|q.k|) whatever the gate and the tile, and so does the stored lse =
     # m_i + log2(l_i) (foxwindow/kernels/NOTES.md, v7). Otherwise (blocks below the diagonal) m_i is in the
     # anchor's frame, the true max minus u_i = c_i - c_a (a the query block's first row): the
-    # caller moves it between the frames around this loop.
+    # caller moves it between the frames around this loop. BLOCK_N: this loop's key tile (the diagonal
+    # loop's may be wider than the kernel's, fwd_diag_n); ALIGN: what every n0 is a multiple of.
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
-    # D = 128: the diagonal loop (2-3 iterations a program) is not software-pipelined: on sm_90
-    # Triton 3.6 issues 489 instructions an iteration there unpipelined against 530 pipelined (the
-    # loop below the diagonal 400 either way); Triton 3.9 527 against 530 (409 / 406 below). At
+    # D = 128: the diagonal loop (1-2 iterations of 128 x 128 a program, fwd_diag_n) is not
+    # software-pipelined: on sm_90 Triton 3.6 issues 895 instructions an iteration there unpipelined
+    # against 974 pipelined (the loop below the diagonal 402 / 426); Triton 3.9 874 against 964, with
+    # 68 spill loads and stores (412 below either way; with 128 x 64 tiles 489 / 530 and 527 / 530). At
     # D = 256 it is (Triton 3.9: 594 -> 571 below the diagonal, 686 -> 687 on it; 3.6 runs that
     # forward at 1 stage anyway), and at D <= 64 too.
     for n0 in tl.range(lo, hi, BLOCK_N, num_stages=1 if MASK and D == 128 else None):
-        n0 = tl.multiple_of(n0, BLOCK_N)
+        n0 = tl.multiple_of(n0, ALIGN)
         cols = n0 + offs_n
         if MASK:  # diagonal blocks: causal mask, which also hides keys past Tk
             # the rows' own gate words are loaded inside (hoisted out of the loop, they cost the loop
             # below the diagonal ~20 instructions an iteration on sm_90: register pressure)
-            s, v, lq = _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, cols, offs_d,
-                                          Tk, qk_scale, BLOCK_N, PREC)
+            if BLOCK_N > ALIGN:     # wide diagonal tiles (fwd_diag_n): the words as pairs where that pays
+                s, v, lq = _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, hl_base, s_kt, n0,
+                                              cols, offs_d, Tk, qk_scale, BLOCK_N, PREC, WORDS_PAIRED)
+            else:
+                s, v, lq = _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, hl_base, s_kt, n0,
+                                              cols, offs_d, Tk, qk_scale, BLOCK_N, PREC, False)
             m_new = tl.maximum(m_i, tl.max(s, 1) + lq)   # m_i is finite: the first block came first
             alpha = tl.math.exp2(m_i - m_new)
             p = tl.math.exp2(s - (m_new - lq)[:, None])
@@ -186,8 +193,8 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
 
 
 @triton.jit
-def _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, cols, offs_d, Tk, qk_scale,
-                       BLOCK_N: tl.constexpr, PREC: tl.constexpr):
+def _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, hl_base, s_kt, n0, cols, offs_d, Tk, qk_scale,
+                       BLOCK_N: tl.constexpr, PREC: tl.constexpr, PAIRED: tl.constexpr):
     # a key block that touches the diagonal: its V and the scores (log2 units) less the rows' lo words,
     # s_ij - lo_i = q.k scale + (hi_i - hi_j) - lo_j, with the causal mask (which also hides keys past
     # Tk). hi_i - hi_j is one rounding of an exact difference (exact when the two are within a factor
@@ -201,8 +208,11 @@ def _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, col
     v = tl.load(v_base + kr[:, None] * s_kt + offs_d[None, :])
     hq = tl.load(ch_base + pos_m)
     lq = tl.load(cl_base + pos_m)
-    hj = tl.load((ch_base + n0) + tl.arange(0, BLOCK_N))     # a scalar base: one address a thread
-    lj = tl.load((cl_base + n0) + tl.arange(0, BLOCK_N))
+    if PAIRED:    # the keys' words as (hi, lo) pairs, one 8-byte word a key (_paired_words)
+        hj, lj = tl.split(tl.load(hl_base + 2 * cols[:, None] + tl.arange(0, 2)[None, :]))
+    else:
+        hj = tl.load((ch_base + n0) + tl.arange(0, BLOCK_N))
+        lj = tl.load((cl_base + n0) + tl.arange(0, BLOCK_N))
     s = tile_dot(q, tl.trans(k), PREC) * qk_scale + (hq[:, None] - hj[None, :]) - lj[None, :]
     # the causal mask against the tile's own key offsets (constants of the layout, not recomputed)
     return tl.where((pos_m - n0)[:, None] >= tl.arange(0, BLOCK_N)[None, :], s, float("-inf")), v, lq
@@ -214,8 +224,8 @@ def _fwd_first(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, Tk, qk_scal
     # the first key block n0 (masked), which starts the online softmax: (acc, m, l) from P V
     # alone, no rescaling of a zero accumulator; m the row max of the true logits
     cols = n0 + tl.arange(0, BLOCK_N)
-    s, v, lq = _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, cols, tl.arange(0, D),
-                                  Tk, qk_scale, BLOCK_N, PREC)
+    s, v, lq = _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, ch_base, s_kt, n0, cols,
+                                  tl.arange(0, D), Tk, qk_scale, BLOCK_N, PREC, False)
     m = tl.max(s, 1)                # finite: every row (padded rows too) sees key n0 <= its position
     p = tl.math.exp2(s - m[:, None])
     m = m + lq                      # the true logits' frame
@@ -224,13 +234,16 @@ def _fwd_first(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, Tk, qk_scal
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, KLO, CU,
+def fwd_kernel(Q, K, V, CH, CL, HL, E, O, ORES, LSE, KLO, CU,
                 s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                 H, GROUP, TQ, TK, qk_scale,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                VARLEN: tl.constexpr, PREC: tl.constexpr, RES: tl.constexpr, ACP: tl.constexpr):
+                VARLEN: tl.constexpr, PREC: tl.constexpr, RES: tl.constexpr, ACP: tl.constexpr,
+                DIAG_N: tl.constexpr = 0):
     # one program: BLOCK_M queries of one (batch, head). q, o: (B, Tq, H, D); k, v: (B, Tk, Hkv, D),
-    # all with stride 1 on D. CH, CL: hi and lo words of log2(e) * c, (B, H, Tk) float32; E: the
+    # all with stride 1 on D. CH, CL: hi and lo words of log2(e) * c, (B, H, Tk) float32 (HL: the same
+    # interleaved, (B, H, Tk, 2), for the diagonal tiles under WORDS_PAIRED); DIAG_N: the diagonal
+    # loop's key tile (fwd_diag_n; 0: BLOCK_N); E: the
     # same c as an offset within each key tile, c_n0 - c_j (B, H, Tk) float32 (_tile_offsets).
     # LSE: (B, H, Tq) float32, the row's log2-sum-exp, kept for the backward. ORES (if RES): the
     # rounding residual of O in O's dtype, so that the backward's Delta sees O to ~u^2.
@@ -286,13 +299,15 @@ def fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, KLO, CU,
     below = n_full > n_lo + BLOCK_N
     m_i = tl.where(below, m_i - u, m_i)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
-                               CH + c_off, CL + c_off, E + c_off, s_kt, n_lo + BLOCK_N, n_full, Tk,
-                               qk_scale, D, BLOCK_N, False, PREC)
+                               CH + c_off, CL + c_off, HL + 2 * c_off, E + c_off, s_kt, n_lo + BLOCK_N, n_full,
+                               Tk, qk_scale, D, BLOCK_N, False, PREC, BLOCK_N)
     m_i = tl.where(below, m_i + u, m_i)
+    # the diagonal: key tiles of DIAG_N (fwd_diag_n: BLOCK_M where the registers allow, one tile for
+    # the BLOCK_M x BLOCK_M square instead of BLOCK_M / BLOCK_N, with one rescale of acc, not several)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
-                               CH + c_off, CL + c_off, E + c_off, s_kt,
+                               CH + c_off, CL + c_off, HL + 2 * c_off, E + c_off, s_kt,
                                tl.maximum(n_full, n_lo + BLOCK_N), tl.minimum(a + BLOCK_M, Tk),
-                               Tk, qk_scale, D, BLOCK_N, True, PREC)
+                               Tk, qk_scale, D, BLOCK_N if DIAG_N == 0 else DIAG_N, True, PREC, BLOCK_N)
 
     acc = acc / l_i[:, None]
     o_ptr = b64 * s_qb + t64 * s_qt + h * s_qh + offs_m[:, None] * s_qt + offs_d[None, :]
@@ -877,7 +892,8 @@ def _launch(name, kernel, n_rows, n_prog, device, D, dtype, args, consts, granul
         grid = (triton.cdiv(max(n_rows, 1), tile), n_prog)
         try:
             a = args(bn) if callable(args) else args
-            kernel[grid](*a, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **consts)
+            kw = dict(consts, DIAG_N=fwd_diag_n(bm, bn, warps, D)) if name == "fwd" else consts
+            kernel[grid](*a, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **kw)
             return
         except triton.runtime.errors.OutOfResources:
             if i == len(chain) - 1:
@@ -927,6 +943,16 @@ def _padded_words(shape, device):
     return buf[:n].view(shape)
 
 
+def _paired_words(ch, cl):
+    """hi and lo (B, H, T) float32 interleaved, (B, H, T, 2), in a _padded_words buffer (WORD_PAD / 2
+    pairs past the end, more than a diagonal key tile, fwd_diag_n <= 128): the forward's diagonal
+    tiles load a key's two words as one 8-byte word (WORDS_PAIRED)."""
+    hl = _padded_words((*ch.shape, 2), ch.device)
+    hl[..., 0] = ch
+    hl[..., 1] = cl
+    return hl
+
+
 def _tile_offsets(c, bn, cu_seqlens):
     """c as an offset within each key tile of width bn: e_j = c_L - c_j, L the last key of j's tile
     (tiles restart at each packed sequence; a sequence's last tile ends at its last key), from
@@ -973,6 +999,23 @@ DQ_SPLIT = tl.constexpr(TRITON_VERSION < (3, 7))
 # D 128 (below the diagonal 327 -> 330); 3.9 compiles it to more (430 -> 431, 340 -> 343), as it does
 # the forward (527 -> 572 on the diagonal) and dQ (547 -> 559), so only dK/dV on 3.6 takes it.
 DKDV_SQUARE = TRITON_VERSION < (3, 7)
+# The forward's diagonal tiles read the keys' gate words as (hi, lo) pairs from one interleaved buffer
+# (_paired_words: one 8-byte load a key instead of two 4-byte ones) on Triton 3.7 and later, where the
+# two separate loads of a 128-key tile cost sm_90 (D 128) 32 address computations an iteration; 3.6
+# folds those into the loads' offsets and compiles the pairs to more (diagonal loop 921 -> 931).
+WORDS_PAIRED = tl.constexpr(TRITON_VERSION >= (3, 7))
+
+
+def fwd_diag_n(block_m, block_n, num_warps, D):
+    """The key tile of the forward's diagonal loop: BLOCK_M (the whole BLOCK_M x BLOCK_M square of a
+    query tile's diagonal in one iteration, and one rescale of the accumulator instead of BLOCK_M /
+    BLOCK_N) where its scores stay within 64 float32 registers a thread and D <= 128, else BLOCK_N.
+    sm_90, D 128, (128, 64, 8 warps): 128 instead of 64, the diagonal loop 489 instructions a 128 x 64
+    tile (0.478 a score) -> 895 a 128 x 128 one (0.437) on Triton 3.6, 527 (0.515) -> 874 (0.427) on 3.9
+    (the official kernel 0.489 / 0.454); the loop below the diagonal 400 -> 402 and 409 -> 412."""
+    if block_m > block_n and block_m * block_m <= 64 * 32 * num_warps and D <= 128:
+        return block_m
+    return block_n
 
 ROW_GRANULE = tl.constexpr(64)     # rows per granule of row_terms; every backward query tile fits in one
 
@@ -1247,6 +1290,7 @@ class _FoxAttention(torch.autograd.Function):
         B, Tq, H, D = q.shape
         Tk, Hkv = k.shape[1], k.shape[2]
         ch, cl, c64 = _gate_words(log_fgate, cu_seqlens)
+        hl = _paired_words(ch, cl) if TRITON_VERSION >= (3, 7) else ch     # WORDS_PAIRED (else unused)
         o = torch.empty_like(q)
         res = q.dtype != torch.float32 and any(ctx.needs_input_grad[:4])
         o_res = torch.empty_like(q) if res else o   # (B, Tq, H, D), only kept for the backward
@@ -1259,7 +1303,7 @@ class _FoxAttention(torch.autograd.Function):
         klo, qend = (plan.key_start, plan.query_end) if acp else (lse, lse)   # (unused if not acp)
         G = plan.granule if acp else None
         _launch("fwd", fwd_kernel, max_seqlen if varlen else Tq, nb * H, q.device, D, q.dtype,
-                lambda bn: (q, k, v, ch, cl, _tile_offsets(c64, bn, cu_seqlens), o, o_res, lse, klo, cu,
+                lambda bn: (q, k, v, ch, cl, hl, _tile_offsets(c64, bn, cu_seqlens), o, o_res, lse, klo, cu,
                             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
                             k.stride(2), ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1),
                             H, H // Hkv, Tq, Tk, sm_scale * LOG2E),
