@@ -866,6 +866,14 @@ def _config(name, device, D):
     return table[D][name] if table is not None and D in table else SAFE[name]
 
 
+def _arch(device):
+    """Compute capability x 10 of a CUDA device outside the interpreter, else None (fwd_diag_n)."""
+    if interpreting() or device.type != "cuda":
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor
+
+
 def _launch_configs(name, device, D, dtype):
     """The configs _launch tries in order: the device's, then SAFE, then _TINY, minus those that
     already ran out of resources for this kernel, device, head dim and dtype."""
@@ -892,7 +900,7 @@ def _launch(name, kernel, n_rows, n_prog, device, D, dtype, args, consts, granul
         grid = (triton.cdiv(max(n_rows, 1), tile), n_prog)
         try:
             a = args(bn) if callable(args) else args
-            kw = dict(consts, DIAG_N=fwd_diag_n(bm, bn, warps, D)) if name == "fwd" else consts
+            kw = dict(consts, DIAG_N=fwd_diag_n(bm, bn, warps, D, _arch(device))) if name == "fwd" else consts
             kernel[grid](*a, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **kw)
             return
         except triton.runtime.errors.OutOfResources:
@@ -1006,14 +1014,17 @@ DKDV_SQUARE = TRITON_VERSION < (3, 7)
 WORDS_PAIRED = tl.constexpr(TRITON_VERSION >= (3, 7))
 
 
-def fwd_diag_n(block_m, block_n, num_warps, D):
+def fwd_diag_n(block_m, block_n, num_warps, D, arch=None):
     """The key tile of the forward's diagonal loop: BLOCK_M (the whole BLOCK_M x BLOCK_M square of a
     query tile's diagonal in one iteration, and one rescale of the accumulator instead of BLOCK_M /
-    BLOCK_N) where its scores stay within 64 float32 registers a thread and D <= 128, else BLOCK_N.
+    BLOCK_N) where its scores stay within 64 float32 registers a thread and D <= 128, on sm_90 (arch,
+    compute capability x 10) and in the interpreter (arch None), else BLOCK_N. sm_100 compiles the wide
+    tile of its D <= 64 table (128, 64, 8 warps) with 224-231 spill loads and stores inside loops.
     sm_90, D 128, (128, 64, 8 warps): 128 instead of 64, the diagonal loop 489 instructions a 128 x 64
     tile (0.478 a score) -> 895 a 128 x 128 one (0.437) on Triton 3.6, 527 (0.515) -> 874 (0.427) on 3.9
     (the official kernel 0.489 / 0.454); the loop below the diagonal 400 -> 402 and 409 -> 412."""
-    if block_m > block_n and block_m * block_m <= 64 * 32 * num_warps and D <= 128:
+    if (arch is None or arch // 10 == 9) and block_m > block_n and block_m * block_m <= 64 * 32 * num_warps \
+            and D <= 128:
         return block_m
     return block_n
 

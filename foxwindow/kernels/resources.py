@@ -123,7 +123,7 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
         c["SQUARE"] = kt.DKDV_SQUARE                # Tq == Tk, as at every benchmark shape
     if name == "fwd":
         c["RES"] = dtype != "fp32"
-        c["DIAG_N"] = kt.fwd_diag_n(bm, bn, warps, D)    # as the launcher sets it
+        c["DIAG_N"] = kt.fwd_diag_n(bm, bn, warps, D, arch)    # as the launcher sets it
     c.update(consts)
     c = {a: x for a, x in c.items() if a in fn.arg_names}
     sig = {}
