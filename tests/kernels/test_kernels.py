@@ -340,15 +340,15 @@ def test_hopper_configs_compile_without_loop_spills(tmp_path, build):
     # the dQ pass's diagonal loop, still above it (D 128: 0.531 on 3.6, 0.534 on 3.9)
     official = {("fwd", 64): 0.471, ("fwd", 128): 0.454, ("dkdv", 64): 0.632, ("dkdv", 128): 0.778,
                 ("dq", 64): 0.425, ("dq", 128): 0.466}
-    checked = 0
-    for r in rows[:9]:
-        if (r["kernel"], r["D"]) in official:
+    if build in ("every kernel, D 64", "every kernel, D 128"):
+        checked = 0
+        for r in rows:
             loops = dict(zip(resources.LOOP_ROLES[r["kernel"]], r["ins_per_score"]))
             for role, x in loops.items():
                 if (r["kernel"], role) != ("dq", "diagonal"):
                     assert x <= official[(r["kernel"], r["D"])], (role, r)
                     checked += 1
-    assert checked == 10
+        assert checked == 5
 
 
 @pytest.mark.skipif(CUDA, reason="an ahead-of-time reading; the GPU times the kernels instead")
