@@ -62,6 +62,7 @@ from .fox_triton import (
     dkdv_sum,
     interpreting,
     precision_of,
+    row_lo_terms,
     row_terms,
     seq_bounds,
     suffix_sum,
@@ -117,7 +118,7 @@ def _release_add(counter, ASM: tl.constexpr):
 
 @triton.jit
 def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, q_base, do_base, ch_base, cl_base,
-                   lse_base, z_base, delta_base, wq_base, wr_base, sem_base, dq_base, dr_base, klo_base, n,
+                   rq_base, z_base, delta_base, wq_base, wr_base, sem_base, dq_base, dr_base, klo_base, n,
                    n_kb, s_qt, s_wd, lo, hi, Tq, off, qk_scale, sm_scale,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
                    PREC: tl.constexpr, ORDERED: tl.constexpr, ASM_WAIT: tl.constexpr,
@@ -140,7 +141,7 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, q_base, do_base, ch_
         m0 = tl.multiple_of(m0, BLOCK_M)
         # P^T, dS^T and dK, dV as in the two-pass dK/dV loop; ds16: dS^T rounded once, for dK and dQ
         dk, dv, dsT, ds16, rows, m_ok = bwd_kv_tile(dk, dv, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base,
-                                                     do_base, ch_base, cl_base, lse_base, z_base, delta_base,
+                                                     do_base, ch_base, cl_base, rq_base, z_base, delta_base,
                                                      s_qt, m0, Tq, off, qk_scale, BLOCK_M, MASK, PREC)
         # dQ's partial transposed, K^T dS: (D, BLOCK_M), so that the product's M dimension is D
         # (64-row wgmma tiles need M >= 64; BLOCK_M is 16-32 here)
@@ -175,7 +176,7 @@ def _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, q_base, do_base, ch_
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, WQ, WR, SEM, DQ, DR, KLO, QEND, CU,
+def bwd_onepass_kernel(Q, K, V, DO, CH, CL, RQ, Z, DELTA, DK, DV, DC, WQ, WR, SEM, DQ, DR, KLO, QEND, CU,
                         s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                         s_ob, s_ot, s_oh, s_wb, s_wh, s_wn, s_wd, s_rb, s_rh, s_rn, s_sb, s_sh,
                         H, GROUP, TQ, TK, qk_scale, sm_scale, h0, hc,
@@ -185,7 +186,8 @@ def bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, WQ, WR, S
                         ACP: tl.constexpr = False):
     # one program: BLOCK_N keys, one batch row (or packed sequence) and one query head h of the
     # chunk [h0, h0 + hc). q, do: (B, Tq, H, D); k, v: (B, Tk, Hkv, D); CH, CL: the hi and lo words
-    # of log2(e) * c, (B, H, Tk) float32; LSE, DELTA: (B, H, Tq) float32. Writes
+    # of log2(e) * c, (B, H, Tk) float32; RQ, Z, DELTA: (B, H, Tq) float32 row terms (row_lo_terms,
+    # row_terms, bwd_delta). Writes
     #   DK, DV: (B, Tk, H, D) float32 parts under GQA (summed over the group by the caller), else
     #           (B, Tk, Hkv, D) in k's dtype, both at head index h with strides s_o*;
     #   DC:     (B, H, Tk) float32, -colsum(dS);
@@ -244,13 +246,13 @@ def bwd_onepass_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, WQ, WR, S
     else:
         m_end = Tq
     dk, dv, dc = _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, Q + q_off, DO + q_off,
-                                CH + c_off, CL + c_off, LSE + l_off, Z + l_off, DELTA + l_off,
+                                CH + c_off, CL + c_off, RQ + l_off, Z + l_off, DELTA + l_off,
                                 WQ + w_off, WR + r_off, sem_base, DQ + q_off, DR + l_off, KLO + l_off,
                                 n, n_kb, s_qt, s_wd, m_lo, tl.minimum(m_full, m_end), Tq, off, qk_scale,
                                 sm_scale, D, BLOCK_M, BLOCK_N, True, PREC, ORDERED, ASM_WAIT, ARRIVALS,
                                 ACP)
     dk, dv, dc = _onepass_inner(dk, dv, dc, k, v, w, ha, la, cols, n_ok, Q + q_off, DO + q_off,
-                                CH + c_off, CL + c_off, LSE + l_off, Z + l_off, DELTA + l_off,
+                                CH + c_off, CL + c_off, RQ + l_off, Z + l_off, DELTA + l_off,
                                 WQ + w_off, WR + r_off, sem_base, DQ + q_off, DR + l_off, KLO + l_off,
                                 n, n_kb, s_qt, s_wd, m_full, m_end, Tq, off, qk_scale, sm_scale,
                                 D, BLOCK_M, BLOCK_N, False, PREC, ORDERED, ASM_WAIT, ARRIVALS, ACP)
@@ -427,6 +429,7 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
     cu = cu_seqlens if varlen else lse              # any pointer: unused when not varlen
     delta = bwd_delta(o, o_res, do, lse)           # (B, H, Tq)
     z = row_terms(ch, cl, lse, Tk, cu_seqlens)     # (B, H, Tq), fox_triton.bwd_kv_tile
+    rq = row_lo_terms(cl, lse, Tk, cu_seqlens)     # (B, H, Tq), its diagonal tiles' row term
 
     dk, dv, _ = dkdv_buffers(k, v, H)              # GQA: per-query-head float32 parts, summed below
     dq = torch.empty_like(q)
@@ -453,7 +456,7 @@ def fox_bwd_onepass(q, k, v, o, o_res, do, lse, ch, cl, sm_scale, cu_seqlens=Non
                 sem = torch.zeros(nb if ordered else 1, hcur, triton.cdiv(max(n_rows, 1), bm) if ordered else 1,
                                   device=q.device, dtype=torch.int32)
                 bwd_onepass_kernel[(n_blocks, nb * hcur)](
-                    q, k, v, do, ch, cl, lse, z, delta, dk, dv, dc, wq, wr, sem, dq, dr, klo, qend, cu,
+                    q, k, v, do, ch, cl, rq, z, delta, dk, dv, dc, wq, wr, sem, dq, dr, klo, qend, cu,
                     q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                     ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1),
                     dk.stride(0), dk.stride(1), dk.stride(2),

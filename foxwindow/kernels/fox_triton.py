@@ -59,9 +59,9 @@ import triton.language as tl
 
 __all__ = ["LOG2E", "interpreting", "tile_dot", "tile_cast", "seq_bounds", "fwd_kernel", "bwd_key_block",
            "bwd_key_anchor", "bwd_kv_tile", "bwd_dkdv_kernel", "bwd_dq_kernel", "HOPPER", "AMPERE", "NEWER", "SAFE",
-           "SWEEP_CANDIDATES", "set_config", "suffix_sum", "ROW_GRANULE", "row_terms", "bwd_delta", "dkdv_buffers",
-           "dkdv_sum", "PruningPlan", "acp_plan", "BACKWARDS", "ONE_PASS_BACKWARD", "register_one_pass_backward",
-           "backward_mode", "precision_of", "fallback_reason", "fox_attention_triton"]
+           "SWEEP_CANDIDATES", "set_config", "suffix_sum", "ROW_GRANULE", "row_terms", "row_lo_terms", "bwd_delta",
+           "dkdv_buffers", "dkdv_sum", "PruningPlan", "acp_plan", "BACKWARDS", "ONE_PASS_BACKWARD",
+           "register_one_pass_backward", "backward_mode", "precision_of", "fallback_reason", "fox_attention_triton"]
 
 LOG2E = 1.4426950408889634
 TRITON_VERSION = tuple(int(x) for x in triton.__version__.split(".")[:2])     # (major, minor)
@@ -138,29 +138,36 @@ def seq_bounds(CU, b, TQ, TK, VARLEN: tl.constexpr, SQUARE: tl.constexpr = False
 
 
 @triton.jit
-def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base, e_base, s_kt,
+def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base, hl_base, e_base, s_kt,
                lo, hi, Tk, qk_scale,
-               D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr):
+               D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr,
+               ALIGN: tl.constexpr):
     # MASK (the diagonal blocks): m_i is the row max of the true logits (c_i - c_j included),
     # which stays O(|q.k|) whatever the gate and the tile, and so does the stored lse =
     # m_i + log2(l_i) (foxwindow/kernels/NOTES.md, v7). Otherwise (blocks below the diagonal) m_i is in the
     # anchor's frame, the true max minus u_i = c_i - c_a (a the query block's first row): the
-    # caller moves it between the frames around this loop.
+    # caller moves it between the frames around this loop. BLOCK_N: this loop's key tile (the diagonal
+    # loop's may be wider than the kernel's, fwd_diag_n); ALIGN: what every n0 is a multiple of.
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, D)
-    # D = 128: the diagonal loop (2-3 iterations a program) is not software-pipelined: on sm_90
-    # Triton 3.6 issues 489 instructions an iteration there unpipelined against 530 pipelined (the
-    # loop below the diagonal 400 either way); Triton 3.9 527 against 530 (409 / 406 below). At
+    # D = 128: the diagonal loop (1-2 iterations of 128 x 128 a program, fwd_diag_n) is not
+    # software-pipelined: on sm_90 Triton 3.6 issues 895 instructions an iteration there unpipelined
+    # against 974 pipelined (the loop below the diagonal 402 / 426); Triton 3.9 874 against 964, with
+    # 68 spill loads and stores (412 below either way; with 128 x 64 tiles 489 / 530 and 527 / 530). At
     # D = 256 it is (Triton 3.9: 594 -> 571 below the diagonal, 686 -> 687 on it; 3.6 runs that
     # forward at 1 stage anyway), and at D <= 64 too.
     for n0 in tl.range(lo, hi, BLOCK_N, num_stages=1 if MASK and D == 128 else None):
-        n0 = tl.multiple_of(n0, BLOCK_N)
+        n0 = tl.multiple_of(n0, ALIGN)
         cols = n0 + offs_n
         if MASK:  # diagonal blocks: causal mask, which also hides keys past Tk
             # the rows' own gate words are loaded inside (hoisted out of the loop, they cost the loop
             # below the diagonal ~20 instructions an iteration on sm_90: register pressure)
-            s, v, lq = _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, cols, offs_d,
-                                          Tk, qk_scale, BLOCK_N, PREC)
+            if BLOCK_N > ALIGN:     # wide diagonal tiles (fwd_diag_n): the words as pairs where that pays
+                s, v, lq = _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, hl_base, s_kt, n0,
+                                              cols, offs_d, Tk, qk_scale, BLOCK_N, PREC, WORDS_PAIRED)
+            else:
+                s, v, lq = _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, hl_base, s_kt, n0,
+                                              cols, offs_d, Tk, qk_scale, BLOCK_N, PREC, False)
             m_new = tl.maximum(m_i, tl.max(s, 1) + lq)   # m_i is finite: the first block came first
             alpha = tl.math.exp2(m_i - m_new)
             p = tl.math.exp2(s - (m_new - lq)[:, None])
@@ -186,8 +193,8 @@ def _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, k_base, v_base, ch_base, cl_base
 
 
 @triton.jit
-def _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, cols, offs_d, Tk, qk_scale,
-                       BLOCK_N: tl.constexpr, PREC: tl.constexpr):
+def _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, hl_base, s_kt, n0, cols, offs_d, Tk, qk_scale,
+                       BLOCK_N: tl.constexpr, PREC: tl.constexpr, PAIRED: tl.constexpr):
     # a key block that touches the diagonal: its V and the scores (log2 units) less the rows' lo words,
     # s_ij - lo_i = q.k scale + (hi_i - hi_j) - lo_j, with the causal mask (which also hides keys past
     # Tk). hi_i - hi_j is one rounding of an exact difference (exact when the two are within a factor
@@ -201,8 +208,11 @@ def _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, col
     v = tl.load(v_base + kr[:, None] * s_kt + offs_d[None, :])
     hq = tl.load(ch_base + pos_m)
     lq = tl.load(cl_base + pos_m)
-    hj = tl.load((ch_base + n0) + tl.arange(0, BLOCK_N))     # a scalar base: one address a thread
-    lj = tl.load((cl_base + n0) + tl.arange(0, BLOCK_N))
+    if PAIRED:    # the keys' words as (hi, lo) pairs, one 8-byte word a key (_paired_words)
+        hj, lj = tl.split(tl.load(hl_base + 2 * cols[:, None] + tl.arange(0, 2)[None, :]))
+    else:
+        hj = tl.load((ch_base + n0) + tl.arange(0, BLOCK_N))
+        lj = tl.load((cl_base + n0) + tl.arange(0, BLOCK_N))
     s = tile_dot(q, tl.trans(k), PREC) * qk_scale + (hq[:, None] - hj[None, :]) - lj[None, :]
     # the causal mask against the tile's own key offsets (constants of the layout, not recomputed)
     return tl.where((pos_m - n0)[:, None] >= tl.arange(0, BLOCK_N)[None, :], s, float("-inf")), v, lq
@@ -214,8 +224,8 @@ def _fwd_first(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, Tk, qk_scal
     # the first key block n0 (masked), which starts the online softmax: (acc, m, l) from P V
     # alone, no rescaling of a zero accumulator; m the row max of the true logits
     cols = n0 + tl.arange(0, BLOCK_N)
-    s, v, lq = _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, cols, tl.arange(0, D),
-                                  Tk, qk_scale, BLOCK_N, PREC)
+    s, v, lq = _fwd_masked_scores(q, pos_m, k_base, v_base, ch_base, cl_base, ch_base, s_kt, n0, cols,
+                                  tl.arange(0, D), Tk, qk_scale, BLOCK_N, PREC, False)
     m = tl.max(s, 1)                # finite: every row (padded rows too) sees key n0 <= its position
     p = tl.math.exp2(s - m[:, None])
     m = m + lq                      # the true logits' frame
@@ -224,13 +234,16 @@ def _fwd_first(q, pos_m, k_base, v_base, ch_base, cl_base, s_kt, n0, Tk, qk_scal
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, KLO, CU,
+def fwd_kernel(Q, K, V, CH, CL, HL, E, O, ORES, LSE, KLO, CU,
                 s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                 H, GROUP, TQ, TK, qk_scale,
                 D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                VARLEN: tl.constexpr, PREC: tl.constexpr, RES: tl.constexpr, ACP: tl.constexpr):
+                VARLEN: tl.constexpr, PREC: tl.constexpr, RES: tl.constexpr, ACP: tl.constexpr,
+                DIAG_N: tl.constexpr = 0):
     # one program: BLOCK_M queries of one (batch, head). q, o: (B, Tq, H, D); k, v: (B, Tk, Hkv, D),
-    # all with stride 1 on D. CH, CL: hi and lo words of log2(e) * c, (B, H, Tk) float32; E: the
+    # all with stride 1 on D. CH, CL: hi and lo words of log2(e) * c, (B, H, Tk) float32 (HL: the same
+    # interleaved, (B, H, Tk, 2), for the diagonal tiles under WORDS_PAIRED); DIAG_N: the diagonal
+    # loop's key tile (fwd_diag_n; 0: BLOCK_N); E: the
     # same c as an offset within each key tile, c_n0 - c_j (B, H, Tk) float32 (_tile_offsets).
     # LSE: (B, H, Tq) float32, the row's log2-sum-exp, kept for the backward. ORES (if RES): the
     # rounding residual of O in O's dtype, so that the backward's Delta sees O to ~u^2.
@@ -286,13 +299,15 @@ def fwd_kernel(Q, K, V, CH, CL, E, O, ORES, LSE, KLO, CU,
     below = n_full > n_lo + BLOCK_N
     m_i = tl.where(below, m_i - u, m_i)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
-                               CH + c_off, CL + c_off, E + c_off, s_kt, n_lo + BLOCK_N, n_full, Tk,
-                               qk_scale, D, BLOCK_N, False, PREC)
+                               CH + c_off, CL + c_off, HL + 2 * c_off, E + c_off, s_kt, n_lo + BLOCK_N, n_full,
+                               Tk, qk_scale, D, BLOCK_N, False, PREC, BLOCK_N)
     m_i = tl.where(below, m_i + u, m_i)
+    # the diagonal: key tiles of DIAG_N (fwd_diag_n: BLOCK_M where the registers allow, one tile for
+    # the BLOCK_M x BLOCK_M square instead of BLOCK_M / BLOCK_N, with one rescale of acc, not several)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, ha, la, pos_m, K + kv_off, V + kv_off,
-                               CH + c_off, CL + c_off, E + c_off, s_kt,
+                               CH + c_off, CL + c_off, HL + 2 * c_off, E + c_off, s_kt,
                                tl.maximum(n_full, n_lo + BLOCK_N), tl.minimum(a + BLOCK_M, Tk),
-                               Tk, qk_scale, D, BLOCK_N, True, PREC)
+                               Tk, qk_scale, D, BLOCK_N if DIAG_N == 0 else DIAG_N, True, PREC, BLOCK_N)
 
     acc = acc / l_i[:, None]
     o_ptr = b64 * s_qb + t64 * s_qt + h * s_qh + offs_m[:, None] * s_qt + offs_d[None, :]
@@ -383,9 +398,9 @@ def bwd_key_anchor(ch_base, cl_base, n0, cols, n_ok):
 
 
 @triton.jit
-def bwd_kv_tile(dk, dv, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_base, ch_base, cl_base, lse_base,
+def bwd_kv_tile(dk, dv, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_base, ch_base, cl_base, rq_base,
                  z_base, delta_base, s_qt, m0, Tq, off, qk_scale, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
-                 PREC: tl.constexpr, FULL: tl.constexpr = False):
+                 PREC: tl.constexpr, FULL: tl.constexpr = False, KEY_LO: tl.constexpr = True):
     # One key block against query block m0, the part both backwards share (this one's dK/dV pass
     # and fox_bwd_onepass's single pass): P^T and dS^T as (BLOCK_N, BLOCK_M) tiles, added into dv
     # and dk. k, v: (BLOCK_N, D) in the input dtype; dk, dv: (BLOCK_N, D) float32; w: (BLOCK_N,)
@@ -396,13 +411,17 @@ def bwd_kv_tile(dk, dv, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_
     # ends instead (as _fwd_masked_scores): there w_j + u_i would add two terms of up to a tile's width of
     # decay for pairs whose decay is ~0, and lse_i after them, not between them.
     # q_base, do_base: the head's (Tq, D) rows (row stride s_qt); ch_base, cl_base: its gate
-    # words (by position); lse_base, z_base, delta_base: its (Tq,) float32 row terms, z the
+    # words (by position); rq_base, z_base, delta_base: its (Tq,) float32 row terms, rq the rows' lo
+    # words less lse_i (row_lo_terms, for the diagonal tiles), z the
     # log-sum-exp against the row's granule (row_terms): below the diagonal a row then costs one
     # add, z_i + (c_g - c_a), instead of four ((hi_i - ha) + (lo_i - la) - lse_i; at BLOCK_M = 32
     # and 8 warps a thread holds 8 of the tile's query columns, so each row op is 8 instructions).
     # FULL (not MASK): the caller knows every row of the tile is < Tq, so no load is masked (on
     # Triton 3.6 the masked loads of a pipelined loop cost a predicate per row chunk each iteration:
     # sm_90, D 128, the loop below the diagonal 452 -> ... instructions).
+    # KEY_LO=False (MASK tiles of the dK/dV pass, 16-bit inputs): the keys' lo words stay out of the
+    # logit, so P^T, dS^T, dk, dv and dc come out without the factor 2^-lo_j a key row, which the caller
+    # applies once after its diagonal loop (_bwd_dkdv_head).
     # Returns dk, dv, dS^T (BLOCK_N, BLOCK_M) float32 and its one rounding to q's dtype (shared by
     # dK and, in the one-pass kernel, dQ), the query rows (BLOCK_M,) and their mask rows < Tq.
     rows = m0 + tl.arange(0, BLOCK_M)
@@ -418,17 +437,21 @@ def bwd_kv_tile(dk, dv, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_
         # rows past Tq get lse = +inf (z = -inf), hence P = 0: they add nothing to dk, dv, dc (nor dq)
         delta = tl.load(delta_base + rows, mask=m_ok, other=0.0)
     if MASK:
+        # rq_i = lo_i - lse_i, the row's lo word less lse_i (row_lo_terms: the same float32 subtraction
+        # the dQ pass makes for its diagonal tiles, so both passes round the logit alike), -inf past Tq
         if FULL:
-            lse = tl.load(lse_base + rows)
+            rq = tl.load(rq_base + rows)
             hq = tl.load(ch_base + pos_m)
-            lq = tl.load(cl_base + pos_m)
         else:
-            lse = tl.load(lse_base + rows, mask=m_ok, other=float("inf"))
+            rq = tl.load(rq_base + rows, mask=m_ok, other=float("-inf"))
             hq = tl.load(ch_base + pos_m, mask=m_ok, other=0.0)
-            lq = tl.load(cl_base + pos_m, mask=m_ok, other=0.0)
-        rq = lq - lse       # the row's lo word less lse_i: as the dQ pass forms its diagonal tiles
-        sT = tile_dot(k, tl.trans(q), PREC) * qk_scale + ((hq[None, :] - hj[:, None]) + (rq[None, :] - lj[:, None]))
-        sT = tl.where(pos_m[None, :] >= cols[:, None], sT, float("-inf"))
+        if KEY_LO:
+            sT = tile_dot(k, tl.trans(q), PREC) * qk_scale + ((hq[None, :] - hj[:, None]) + (rq[None, :] - lj[:, None]))
+        else:
+            sT = tile_dot(k, tl.trans(q), PREC) * qk_scale + ((hq[None, :] - hj[:, None]) + rq[None, :])
+        # the causal mask pos_i >= j as row offsets within the tile (constants of the layout) against
+        # each key's offset from the tile's first row: two subtractions a tile, not one a query column
+        sT = tl.where(tl.arange(0, BLOCK_M)[None, :] >= (cols - (m0 + off))[:, None], sT, float("-inf"))
     else:
         # z_i = (c_i - c_g) - lse_i, g the first row of the row's granule (ROW_GRANULE rows, which
         # hold whole query tiles); sg = c_g - c_a one scalar for the tile. The caller starts these
@@ -453,12 +476,13 @@ def bwd_kv_tile(dk, dv, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_
 
 @triton.jit
 def _bwd_dkdv_step(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_base, ch_base, cl_base,
-                   lse_base, z_base, delta_base, s_qt, m0, Tq, off, qk_scale,
-                   BLOCK_M: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr):
+                   rq_base, z_base, delta_base, s_qt, m0, Tq, off, qk_scale,
+                   BLOCK_M: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, FULL: tl.constexpr,
+                   KEY_LO: tl.constexpr = True):
     # one key block against query block m0: dk, dv and dc_j -= colsum_j(dS)
     dk, dv, dsT, _, rows, _ = bwd_kv_tile(dk, dv, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_base,
-                                           ch_base, cl_base, lse_base, z_base, delta_base, s_qt, m0, Tq,
-                                           off, qk_scale, BLOCK_M, MASK, PREC, FULL)
+                                           ch_base, cl_base, rq_base, z_base, delta_base, s_qt, m0, Tq,
+                                           off, qk_scale, BLOCK_M, MASK, PREC, FULL, KEY_LO)
     if MASK and (PREC == "ieee" or PREC == "exact"):    # float32: the pair i = j enters neither
         dsT = tl.where(rows[None, :] + off > cols[:, None], dsT, 0.0)     # sum of dc (_bwd_dq_tile)
     return dk, dv, dc - tl.sum(dsT, 1)
@@ -466,23 +490,23 @@ def _bwd_dkdv_step(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_ba
 
 @triton.jit
 def _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, q_base, do_base, ch_base, cl_base,
-                    lse_base, z_base, delta_base, s_qt, lo, hi, Tq, off, qk_scale,
+                    rq_base, z_base, delta_base, s_qt, lo, hi, Tq, off, qk_scale,
                     D: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
-                    PREC: tl.constexpr, FULL: tl.constexpr):
+                    PREC: tl.constexpr, FULL: tl.constexpr, KEY_LO: tl.constexpr = True):
     # P^T and dS^T for one key block against query blocks [lo, hi): (BLOCK_N, BLOCK_M) tiles;
-    # FULL: every row of [lo, hi) is < Tq (bwd_kv_tile)
+    # FULL: every row of [lo, hi) is < Tq; KEY_LO: bwd_kv_tile's
     offs_d = tl.arange(0, D)
     for m0 in range(lo, hi, BLOCK_M):
         m0 = tl.multiple_of(m0, BLOCK_M)
         dk, dv, dc = _bwd_dkdv_step(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, offs_d, q_base, do_base,
-                                    ch_base, cl_base, lse_base, z_base, delta_base, s_qt, m0, Tq, off,
-                                    qk_scale, BLOCK_M, MASK, PREC, FULL)
+                                    ch_base, cl_base, rq_base, z_base, delta_base, s_qt, m0, Tq, off,
+                                    qk_scale, BLOCK_M, MASK, PREC, FULL, KEY_LO)
     return dk, dv, dc
 
 
 @triton.jit
-def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
-                   Q, DO, CH, CL, LSE, Z, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch, s_lb, s_lh,
+def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, first, b64, bos, t64,
+                   Q, DO, CH, CL, RQ, Z, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch, s_lb, s_lh,
                    Tq, off, qk_scale, D: tl.constexpr, BLOCK_M: tl.constexpr, PREC: tl.constexpr,
                    ACP: tl.constexpr):
     # the contribution of query head h to one key block's dk, dv; writes that head's dc
@@ -502,23 +526,39 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
     # them (on Triton 3.6 the masked loads of the pipelined loop cost sm_90, D 128, 452 -> 326
     # instructions an iteration below the diagonal and 631 -> ... on it).
     m_even = (Tq // BLOCK_M) * BLOCK_M
+    d_hi = tl.minimum(tl.minimum(m_full, m_end), m_even)
+    if PREC == "ieee" or PREC == "exact":
+        dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, Q + q_off, DO + q_off,
+                                     CH + c_off, CL + c_off, RQ + l_off, Z + l_off, DELTA + l_off, s_qt,
+                                     m_lo, d_hi, Tq, off, qk_scale, D, BLOCK_M, True, PREC, True)
+    else:
+        # 16-bit inputs: the diagonal loop leaves the keys' lo words out of its logits (one add a
+        # score less: sm_90, D 128, 403 -> 387 instructions an iteration on Triton 3.9) and its share of
+        # dk, dv, dc is multiplied by 2^-lo_j here, once per key row. The float32 path keeps lo_j in
+        # every logit, so that this pass and the dQ pass form the diagonal's dS alike (the gate gradient).
+        if not first:       # the other heads' dk, dv (GQA without SPLIT) must not take this head's f
+            dk = dk * tl.math.exp2(lj)[:, None]
+            dv = dv * tl.math.exp2(lj)[:, None]
+        dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, Q + q_off, DO + q_off,
+                                     CH + c_off, CL + c_off, RQ + l_off, Z + l_off, DELTA + l_off, s_qt,
+                                     m_lo, d_hi, Tq, off, qk_scale, D, BLOCK_M, True, PREC, True, False)
+        f = tl.math.exp2(-lj)                           # (BLOCK_N,), 1 past Tk (lj = 0)
+        dk = dk * f[:, None]
+        dv = dv * f[:, None]
+        dc = dc * f
     dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, Q + q_off, DO + q_off,
-                                 CH + c_off, CL + c_off, LSE + l_off, Z + l_off, DELTA + l_off, s_qt,
-                                 m_lo, tl.minimum(tl.minimum(m_full, m_end), m_even), Tq, off, qk_scale,
-                                 D, BLOCK_M, True, PREC, True)
-    dk, dv, dc = _bwd_dkdv_inner(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, Q + q_off, DO + q_off,
-                                 CH + c_off, CL + c_off, LSE + l_off, Z + l_off, DELTA + l_off, s_qt,
+                                 CH + c_off, CL + c_off, RQ + l_off, Z + l_off, DELTA + l_off, s_qt,
                                  m_full, tl.minimum(m_end, m_even), Tq, off, qk_scale,
                                  D, BLOCK_M, False, PREC, True)
     if m_even < m_end:      # straight code, not a loop
         if m_even < m_full:
             dk, dv, dc = _bwd_dkdv_step(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, tl.arange(0, D),
-                                        Q + q_off, DO + q_off, CH + c_off, CL + c_off, LSE + l_off,
+                                        Q + q_off, DO + q_off, CH + c_off, CL + c_off, RQ + l_off,
                                         Z + l_off, DELTA + l_off, s_qt, m_even, Tq, off, qk_scale, BLOCK_M,
                                         True, PREC, False)
         else:
             dk, dv, dc = _bwd_dkdv_step(dk, dv, dc, k, v, w, ha, la, hj, lj, cols, n_ok, tl.arange(0, D),
-                                        Q + q_off, DO + q_off, CH + c_off, CL + c_off, LSE + l_off,
+                                        Q + q_off, DO + q_off, CH + c_off, CL + c_off, RQ + l_off,
                                         Z + l_off, DELTA + l_off, s_qt, m_even, Tq, off, qk_scale, BLOCK_M,
                                         False, PREC, False)
     tl.store(DC + c_off + cols, dc, mask=n_ok)
@@ -526,7 +566,7 @@ def _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, h, b64, bos, t64,
 
 
 @triton.jit(do_not_specialize=["TQ", "TK"])   # one compile for all lengths
-def bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, KLO, QEND, CU,
+def bwd_dkdv_kernel(Q, K, V, DO, CH, CL, RQ, Z, DELTA, DK, DV, DC, KLO, QEND, CU,
                      s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh, s_ob, s_ot, s_oh,
                      H, GROUP, TQ, TK, qk_scale, sm_scale,
                      D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -560,13 +600,13 @@ def bwd_dkdv_kernel(Q, K, V, DO, CH, CL, LSE, Z, DELTA, DK, DV, DC, KLO, QEND, C
     m_lo = (tl.maximum(n0 - off, 0) // BLOCK_M) * BLOCK_M
     m_full = bwd_direct_end(n0, off, BLOCK_M, BLOCK_N)
     if SPLIT:
-        dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, ho, b64, bos, t64,
-                                Q, DO, CH, CL, LSE, Z, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch,
+        dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, ho, True, b64, bos, t64,
+                                Q, DO, CH, CL, RQ, Z, DELTA, DC, QEND, s_qb, s_qt, s_qh, s_cb, s_ch,
                                 s_lb, s_lh, Tq, off, qk_scale, D, BLOCK_M, PREC, ACP)
     else:
         for g in range(GROUP):
-            dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, hk * GROUP + g,
-                                    b64, bos, t64, Q, DO, CH, CL, LSE, Z, DELTA, DC, QEND, s_qb,
+            dk, dv = _bwd_dkdv_head(dk, dv, k, v, cols, n_ok, n0, m_lo, m_full, hk * GROUP + g, g == 0,
+                                    b64, bos, t64, Q, DO, CH, CL, RQ, Z, DELTA, DC, QEND, s_qb,
                                     s_qt, s_qh, s_cb, s_ch, s_lb, s_lh, Tq, off, qk_scale, D,
                                     BLOCK_M, PREC, ACP)
     o_ptr = b64 * s_ob + t64 * s_ot + ho * s_oh + cols[:, None] * s_ot + offs_d[None, :]
@@ -826,6 +866,14 @@ def _config(name, device, D):
     return table[D][name] if table is not None and D in table else SAFE[name]
 
 
+def _arch(device):
+    """Compute capability x 10 of a CUDA device outside the interpreter, else None (fwd_diag_n)."""
+    if interpreting() or device.type != "cuda":
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor
+
+
 def _launch_configs(name, device, D, dtype):
     """The configs _launch tries in order: the device's, then SAFE, then _TINY, minus those that
     already ran out of resources for this kernel, device, head dim and dtype."""
@@ -852,7 +900,8 @@ def _launch(name, kernel, n_rows, n_prog, device, D, dtype, args, consts, granul
         grid = (triton.cdiv(max(n_rows, 1), tile), n_prog)
         try:
             a = args(bn) if callable(args) else args
-            kernel[grid](*a, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **consts)
+            kw = dict(consts, DIAG_N=fwd_diag_n(bm, bn, warps, D, _arch(device))) if name == "fwd" else consts
+            kernel[grid](*a, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **kw)
             return
         except triton.runtime.errors.OutOfResources:
             if i == len(chain) - 1:
@@ -902,6 +951,16 @@ def _padded_words(shape, device):
     return buf[:n].view(shape)
 
 
+def _paired_words(ch, cl):
+    """hi and lo (B, H, T) float32 interleaved, (B, H, T, 2), in a _padded_words buffer (WORD_PAD / 2
+    pairs past the end, more than a diagonal key tile, fwd_diag_n <= 128): the forward's diagonal
+    tiles load a key's two words as one 8-byte word (WORDS_PAIRED)."""
+    hl = _padded_words((*ch.shape, 2), ch.device)
+    hl[..., 0] = ch
+    hl[..., 1] = cl
+    return hl
+
+
 def _tile_offsets(c, bn, cu_seqlens):
     """c as an offset within each key tile of width bn: e_j = c_L - c_j, L the last key of j's tile
     (tiles restart at each packed sequence; a sequence's last tile ends at its last key), from
@@ -948,6 +1007,26 @@ DQ_SPLIT = tl.constexpr(TRITON_VERSION < (3, 7))
 # D 128 (below the diagonal 327 -> 330); 3.9 compiles it to more (430 -> 431, 340 -> 343), as it does
 # the forward (527 -> 572 on the diagonal) and dQ (547 -> 559), so only dK/dV on 3.6 takes it.
 DKDV_SQUARE = TRITON_VERSION < (3, 7)
+# The forward's diagonal tiles read the keys' gate words as (hi, lo) pairs from one interleaved buffer
+# (_paired_words: one 8-byte load a key instead of two 4-byte ones) on Triton 3.7 and later, where the
+# two separate loads of a 128-key tile cost sm_90 (D 128) 32 address computations an iteration; 3.6
+# folds those into the loads' offsets and compiles the pairs to more (diagonal loop 921 -> 931).
+WORDS_PAIRED = tl.constexpr(TRITON_VERSION >= (3, 7))
+
+
+def fwd_diag_n(block_m, block_n, num_warps, D, arch=None):
+    """The key tile of the forward's diagonal loop: BLOCK_M (the whole BLOCK_M x BLOCK_M square of a
+    query tile's diagonal in one iteration, and one rescale of the accumulator instead of BLOCK_M /
+    BLOCK_N) where its scores stay within 64 float32 registers a thread and D <= 128, on sm_90 (arch,
+    compute capability x 10) and in the interpreter (arch None), else BLOCK_N. sm_100 compiles the wide
+    tile of its D <= 64 table (128, 64, 8 warps) with 224-231 spill loads and stores inside loops.
+    sm_90, D 128, (128, 64, 8 warps): 128 instead of 64, the diagonal loop 489 instructions a 128 x 64
+    tile (0.478 a score) -> 895 a 128 x 128 one (0.437) on Triton 3.6, 527 (0.515) -> 874 (0.427) on 3.9
+    (the official kernel 0.489 / 0.454); the loop below the diagonal 400 -> 402 and 409 -> 412."""
+    if (arch is None or arch // 10 == 9) and block_m > block_n and block_m * block_m <= 64 * 32 * num_warps \
+            and D <= 128:
+        return block_m
+    return block_n
 
 ROW_GRANULE = tl.constexpr(64)     # rows per granule of row_terms; every backward query tile fits in one
 
@@ -973,6 +1052,19 @@ def row_terms(ch, cl, lse, Tk, cu_seqlens=None):
     z = torch.empty_like(lse)
     z.copy_(((ch[..., pos] - ch[..., g]) + (cl[..., pos] - cl[..., g])) - lse)
     return z
+
+
+def row_lo_terms(cl, lse, Tk, cu_seqlens=None):
+    """rq_i = lo_i - lse_i per query row: its gate's lo word (queries are the last Tq of Tk positions)
+    less its log2-sum-exp, one float32 subtraction, as the dQ pass forms it in its diagonal tiles, so
+    that the key-block passes (bwd_kv_tile) load one row term there instead of two and subtract
+    nothing. cl: (B, H, Tk) float32; lse: (B, H, Tq) float32. Returns (B, H, Tq) float32, lse's
+    strides."""
+    Tq = lse.shape[-1]
+    pos = torch.arange(Tq, device=lse.device) + (Tk - Tq if cu_seqlens is None else 0)
+    rq = torch.empty_like(lse)
+    rq.copy_(cl[..., pos] - lse)
+    return rq
 
 
 def bwd_delta(o, o_res, do, lse):
@@ -1209,6 +1301,7 @@ class _FoxAttention(torch.autograd.Function):
         B, Tq, H, D = q.shape
         Tk, Hkv = k.shape[1], k.shape[2]
         ch, cl, c64 = _gate_words(log_fgate, cu_seqlens)
+        hl = _paired_words(ch, cl) if TRITON_VERSION >= (3, 7) else ch     # WORDS_PAIRED (else unused)
         o = torch.empty_like(q)
         res = q.dtype != torch.float32 and any(ctx.needs_input_grad[:4])
         o_res = torch.empty_like(q) if res else o   # (B, Tq, H, D), only kept for the backward
@@ -1221,7 +1314,7 @@ class _FoxAttention(torch.autograd.Function):
         klo, qend = (plan.key_start, plan.query_end) if acp else (lse, lse)   # (unused if not acp)
         G = plan.granule if acp else None
         _launch("fwd", fwd_kernel, max_seqlen if varlen else Tq, nb * H, q.device, D, q.dtype,
-                lambda bn: (q, k, v, ch, cl, _tile_offsets(c64, bn, cu_seqlens), o, o_res, lse, klo, cu,
+                lambda bn: (q, k, v, ch, cl, hl, _tile_offsets(c64, bn, cu_seqlens), o, o_res, lse, klo, cu,
                             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
                             k.stride(2), ch.stride(0), ch.stride(1), lse.stride(0), lse.stride(1),
                             H, H // Hkv, Tq, Tk, sm_scale * LOG2E),
@@ -1253,6 +1346,7 @@ class _FoxAttention(torch.autograd.Function):
         cu = cu_seqlens if varlen else lse
         delta = bwd_delta(o, o_res if ctx.res else None, do, lse)
         z = row_terms(ch, cl, lse, Tk, cu_seqlens)
+        rq = row_lo_terms(cl, lse, Tk, cu_seqlens)
         c64 = ch.double() + cl.double()             # c as the forward's float64 cumsum, to ~2^-48
         dq = torch.empty_like(q)
         dk, dv, split = dkdv_buffers(k, v, H)      # GQA: per-query-head float32 parts, summed below
@@ -1264,7 +1358,7 @@ class _FoxAttention(torch.autograd.Function):
         consts = dict(D=D, VARLEN=varlen, PREC=prec, ACP=G is not None)
         _launch("dkdv", bwd_dkdv_kernel, ctx.max_seqlen if varlen else Tk,
                 nb * (H if split else Hkv), q.device, D, q.dtype,
-                (q, k, v, do, ch, cl, lse, z, delta, dk, dv, dc, klo, qend, cu) + strides
+                (q, k, v, do, ch, cl, rq, z, delta, dk, dv, dc, klo, qend, cu) + strides
                 + (dk.stride(0), dk.stride(1), dk.stride(2)) + scales,
                 dict(consts, SPLIT=split, SQUARE=DKDV_SQUARE and Tq == Tk), granule=G)
         _launch("dq", bwd_dq_kernel, ctx.max_seqlen if varlen else Tq, nb * H, q.device, D,

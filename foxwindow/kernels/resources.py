@@ -123,6 +123,7 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
         c["SQUARE"] = kt.DKDV_SQUARE                # Tq == Tk, as at every benchmark shape
     if name == "fwd":
         c["RES"] = dtype != "fp32"
+        c["DIAG_N"] = kt.fwd_diag_n(bm, bn, warps, D, arch)    # as the launcher sets it
     c.update(consts)
     c = {a: x for a, x in c.items() if a in fn.arg_names}
     sig = {}
@@ -187,7 +188,11 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
     row["fits"] = row["smem"] <= SMEM_LIMITS.get(arch, SMEM_LIMITS[90])
     # issue slots a score costs in each loop: one iteration's instructions x warps over the
     # scores it covers (a BLOCK_M x BLOCK_N tile in every kernel here)
-    row["ins_per_score"] = [round(n * warps / (bm * bn), 3) for n in row["loop_sizes"]]
+    # (the forward's diagonal loop, its second, runs key tiles of fwd_diag_n keys)
+    widths = [bn] * len(row["loop_sizes"])
+    if fn is kt.fwd_kernel and len(widths) == 2:
+        widths[1] = c.get("DIAG_N") or bn
+    row["ins_per_score"] = [round(n * warps / (bm * w), 3) for n, w in zip(row["loop_sizes"], widths)]
     return row
 
 
