@@ -214,6 +214,9 @@ def variance_function(x, ns=None, sums=None, rows=None):
     return VarianceFunction(x, ns, sums, rows)
 
 
+BLOCK_ROWS = 16             # DocSums.block_columns: documents a pass (each row's sum is its own: the same numbers)
+
+
 class DocSums:
     """Per-document sums of one head's increments x (S, T) that its verdict and its per-law evaluation both read
     (the verdict on every document, the laws on the fitted half), formed once on every document: the
@@ -245,12 +248,16 @@ class DocSums:
             cc -= np.arange(T + 1, dtype=np.float64) * kd[:, None]
             pc = np.zeros((S, T + 2))
             np.cumsum(cc, 1, out=pc[:, 1:])
-            self._cc, self._pc, self._buf = cc, pc, np.empty((S, T + 1))
+            self._cc, self._pc, self._buf = cc, pc, np.empty((min(S, BLOCK_ROWS), T + 1))
         cc, pc, buf = self._cc, self._pc, self._buf
+        B = len(buf)
         for n in (int(v) for v in ns):
             if n not in self._Q:
-                e = np.subtract(cc[:, n:], cc[:, :-n], out=buf[:, :T + 1 - n])
-                self._Q[n] = np.einsum("ij,ij->i", e, e)
+                q = np.empty(S)
+                for a in range(0, S, B):                     # BLOCK_ROWS documents at a time: e stays in cache
+                    e = np.subtract(cc[a:a + B, n:], cc[a:a + B, :-n], out=buf[:min(B, S - a), :T + 1 - n])
+                    q[a:a + B] = np.einsum("ij,ij->i", e, e)
+                self._Q[n] = q
                 self._E[n] = (pc[:, -1] - pc[:, n]) - pc[:, T + 1 - n]
         return (np.stack([self._Q[int(n)] for n in ns], 1), np.stack([self._E[int(n)] for n in ns], 1))
 

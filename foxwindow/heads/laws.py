@@ -886,8 +886,8 @@ def _add_all_doc_tests(at, x, Ls, windows=None, bs=None):
     lv = np.stack([_moments_from_surv(s)[1] for s in surv], 1)           # (G + 1, n)
     law[LEAD] = (lv[0], lv[1:])
     for j, k in enumerate(live):
-        Wk = W[:, :, k].astype(np.float64)
-        s1, s2 = onehot @ Wk.sum(1), onehot @ (Wk * Wk).sum(1)             # per group
+        d1, d2 = predict.window_sums(W[:, :, k])                           # exact integer sums, no float copy
+        s1, s2 = onehot @ d1, onehot @ d2                                  # per group
         mean = s1.sum() / (S * R)
         var = s2.sum() / (S * R) - mean ** 2
         rg = (S - onehot.sum(1)) * R
@@ -937,6 +937,7 @@ def _tail_test(surv, W, onehot, r0, p=TAIL_P):
     keep = np.concatenate([np.ones((1, S)), 1.0 - onehot])                # (1 + G, S)
     ratio = np.empty(len(keep))
     first = None
+    counts = {}                                                           # w0 -> per-document (W > w0, W == w0)
     for r in range(len(keep)):
         t = min(_continuous_quantile(surv[r], p), r0 - 1.0)
         law = _law_beyond(surv[r], t)
@@ -945,7 +946,10 @@ def _tail_test(surv, W, onehot, r0, p=TAIL_P):
                 return None
             first = (t, law)
         w0 = int(math.floor(t))
-        beyond = (W > w0).sum(1) + (W == w0).sum(1) * (1.0 - (t - w0))    # per document
+        if w0 not in counts:                                              # the groups' thresholds mostly share w0
+            counts[w0] = ((W > w0).sum(1), (W == w0).sum(1))
+        gt, eq = counts[w0]
+        beyond = gt + eq * (1.0 - (t - w0))                               # per document
         ratio[r] = float(keep[r] @ beyond) / (keep[r].sum() * R) / max(law, 1e-300)
     t, law = first
     floor = math.sqrt(law * (1 - law) / (S * R)) / law

@@ -11,9 +11,9 @@ import pytest
 
 from foxwindow import outputs
 from foxwindow.heads import calibration as verdict_calibration
+from foxwindow.heads import dependence, predict, table
 from foxwindow.heads import driver as heads
 from foxwindow.heads import laws as headlaws
-from foxwindow.heads import predict, table
 from foxwindow.laws import exact
 from foxwindow.laws import gates as forget
 
@@ -311,6 +311,30 @@ def test_tail_share_is_one_for_the_law_itself_and_near_zero_for_a_law_with_a_spu
     assert at39["q"] == 39 and at39["law_share"] == pytest.approx(0.9 ** 39) and at39["ratio"] < 0.05
     assert headlaws._tail_test(np.tile(0.9 ** np.arange(1, 400), (G + 1, 1)), W, onehot, r0=20) is None
     assert heavy["ratio"] < 0.05 and headlaws._p_outside(heavy["ratio"], heavy["se"], G - 1, *heavy["band"]) < 1e-3
+
+
+def test_tail_test_groups_with_different_thresholds_read_their_own_counts():
+    # each group's law its own geometric rate, so the rows' quantile floors differ (some shared, some not): the
+    # jackknife ratios are those of counting each row's windows beyond its own threshold directly
+    rng = np.random.default_rng(5)
+    S, R, G = 24, 128, 8
+    W = rng.geometric(0.2, (S, R)) - 1
+    onehot = (np.arange(S)[None, :] % G == np.arange(G)[:, None]).astype(np.float64)
+    a = 0.8 + 0.004 * rng.integers(0, 4, G + 1)
+    surv = a[:, None] ** np.arange(1, 400)[None, :]
+    got = headlaws._tail_test(surv, W, onehot, r0=256)
+    keep = np.concatenate([np.ones((1, S)), 1.0 - onehot])
+    ratio = []
+    for r in range(G + 1):
+        t = headlaws._continuous_quantile(surv[r], headlaws.TAIL_P)
+        w0 = math.floor(t)
+        beyond = (W > w0).sum(1) + (W == w0).sum(1) * (1.0 - (t - w0))
+        ratio.append(float(keep[r] @ beyond) / (keep[r].sum() * R) / headlaws._law_beyond(surv[r], t))
+    floors = {math.floor(headlaws._continuous_quantile(s, headlaws.TAIL_P)) for s in surv}
+    assert len(floors) > 1
+    assert got["ratio"] == ratio[0]
+    floor = math.sqrt(got["law_share"] * (1 - got["law_share"]) / (S * R)) / got["law_share"]
+    assert got["se"] == max(float(dependence.jackknife(np.array(ratio[1:]))), floor)
 
 
 def test_tail_test_calls_the_lead_law_false_on_document_rates_where_the_variance_test_cannot():
