@@ -205,7 +205,9 @@ def test_two_layers_with_one_name_are_refused(capsys, tmp_path):
     t = _raw_trace(tmp_path / "dup.npz", [_gates(seed=4), _gates(seed=5)], ["L0", "L0"])
     prune = ["--U", "1", "--kind", "softmax", "--out", str(tmp_path / "P")]
     for name, argv in (("forget", ["--n-boot", "0"]), ("chunks", []), ("prune", prune)):
-        _one_line(capsys, _cmd(name), ["--traces", t, *argv], "'L0'", "2 times")
+        msg = _one_line(capsys, _cmd(name), ["--traces", t, *argv], "'L0'", "2 times")
+        assert str(t) in msg, msg                                # the file whose names clash
+    assert not (tmp_path / "P").exists()                         # refused before prune made its folder
 
 
 def test_model_flags_without_a_model_are_refused(capsys, tmp_path):
@@ -376,7 +378,8 @@ def test_ctrl_c_during_start_up_is_one_line(capsys, monkeypatch):
         raise KeyboardInterrupt
     monkeypatch.setattr(cli.importlib, "import_module", interrupted)
     for name in ("forget", "train", "chunks", "prune"):
-        _one_line(capsys, _cmd(name), [], "interrupted", rc=130)
+        msg = _one_line(capsys, _cmd(name), [], "interrupted", rc=130)
+        assert "earlier files are intact" in msg, (name, msg)
 
 
 def test_a_full_disk_is_one_line_naming_the_file(capsys, tmp_path, monkeypatch):
@@ -438,7 +441,9 @@ def test_truncated_and_foreign_safetensors_named(capsys, tmp_path):
                         (lambda: f.write_bytes(b"PK\x03\x04 not a safetensors file at all"), ("model.safetensors",)),
                         (lambda: f.write_bytes(b"\x05"), ("model.safetensors",))):
         make()
+        before = f.read_bytes()
         _one_line(capsys, _cmd("forget"), ["--model", str(d), "--n-seq", "3", "--seq-len", "32"], *words)
+        assert f.read_bytes() == before                          # the input is read, never rewritten
 
 
 def test_dependent_errors_values_refused_before_the_work(capsys):
@@ -463,6 +468,7 @@ def test_figures_heads_json_shapes(capsys, tmp_path):
         bad.write_text(json.dumps(doc))
         _one_line(capsys, fig, ["--only", "6", "--fast", "--heads-json", str(bad), "--out", str(tmp_path / "F")],
                   *words)
+        assert not list(tmp_path.glob("F/*.png")), "a figure was drawn from a refused input"
 
 
 def test_reach_notes_must_be_text_before_the_training(capsys, tmp_path):
