@@ -28,6 +28,7 @@ is within its own claim there, "off" where its Var ratio is beyond 1.5x. Size: r
 
     python -m foxwindow.heads.calibration --laws [--reps 20] [--n-seq 16] [--seq-len 512]
 """
+import json
 import math
 import os
 import sys
@@ -342,6 +343,86 @@ def law_tables(res, S, T):
     return "\n".join(size) + "\n\n" + "\n".join(power) + "\n\n" + "\n".join(check) + note
 
 
+def population_table(res):
+    """Markdown: per family (rows) and law (columns), the median over its heads and eps of abs(Var_law / Var_measured
+    - 1) on the population runs (`population_ratio` of law_study's result)."""
+    laws = list(headlaws.LAWS)
+    rows = ["| family | " + " | ".join(laws) + " |", "| --- |" + " --- |" * len(laws)]
+    for fam, r in res.items():
+        pr = r["population_ratio"]
+        cells = []
+        for law in laws:
+            v = [x for k, x in pr.items() if k.split("@")[0] == law and x is not None]
+            cells.append(f"{np.median(np.abs(np.array(v) - 1)):.3f}" if v else "-")
+        rows.append(f"| {fam} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+LEAD_VARIANTS = {"pooled": False, "documents": True, "rates": "rates"}   # headlaws.MIXED: the lead law's forms
+
+
+def lead_variants(families, seed=0, T=512):
+    """The lead law's population Var ratios under each of its forms (LEAD_VARIANTS: S_w pooled over the documents,
+    the default; a mixture of the documents, each its own three cumulants; each its own mean with the documents'
+    average shape) on the population runs of law_study (the same draws: BIG_S documents x T tokens a head, fitted
+    on half, scored on half). Returns {family: {variant: [ratio, ...]}} over the heads LAW_MUS x eps LAW_EPS."""
+    Ls = np.array([gates.threshold(e) for e in LAW_EPS])
+    known = LAW_NULLS + LAW_POWER
+    out = {}
+    saved = headlaws.MIXED
+    try:
+        for fam in families:
+            out[fam] = {}
+            for name, mixed in LEAD_VARIANTS.items():
+                headlaws.MIXED = mixed
+                rng = np.random.default_rng([seed, 29, known.index(fam)])   # law_study's draws of this family
+                rs = []
+                for mu in LAW_MUS:
+                    at = headlaws.evaluate(increments(fam, mu, rng, BIG_S, T), Ls, rng, all_docs=False)["at"]
+                    for rec in at:
+                        mv, v = rec["measured"]["var"], rec["laws"][headlaws.LEAD]["var"]
+                        rs.append(v / mv if mv and v else float("nan"))
+                out[fam][name] = rs
+    finally:
+        headlaws.MIXED = saved
+    return out
+
+
+def lead_variants_table(res):
+    """Markdown of lead_variants: per family and form, the median of abs(ratio - 1) and the share of cells beyond
+    OFF either way."""
+    names = list(LEAD_VARIANTS)
+    rows = ["| family | " + " | ".join(f"{n}: median error, beyond {OFF}x" for n in names) + " |",
+            "| --- |" + " --- |" * len(names)]
+    for fam, r in res.items():
+        cells = []
+        for n in names:
+            v = np.array([x for x in r[n] if math.isfinite(x)])
+            cells.append(f"{np.median(np.abs(v - 1)):.3f}, {np.mean(np.abs(np.log(v)) > math.log(OFF)):.2f}"
+                         if len(v) else "-")
+        rows.append(f"| {fam} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def _law_result(path):
+    """The `results` of a saved --laws study (laws_calibration.json), checked before use."""
+    real = outputs.input_file("--population", path)
+    try:
+        with open(real) as fh:
+            doc = json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise outputs.UsageError(f"--population: {path} is not valid JSON ({exc})") from None
+    res = doc.get("results") if isinstance(doc, dict) else None
+    if not (isinstance(res, dict) and res and all(isinstance(r, dict) and isinstance(r.get("population_ratio"), dict)
+                                                  for r in res.values())):
+        raise outputs.UsageError(f"--population: {path} is not a --laws calibration result (laws_calibration.json)")
+    for fam, r in res.items():
+        for k, v in r["population_ratio"].items():
+            if not (v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))):
+                raise outputs.UsageError(f"--population: {path}: population_ratio {k!r} of {fam!r} is not a number")
+    return res
+
+
 def main(argv=None):
     p = outputs.parser("Size and power of the per-head verdict (or, with --laws, of the laws' states) on null "
                        "and power gate families")
@@ -355,7 +436,16 @@ def main(argv=None):
     p.add_argument("--families", nargs="+", default=None, help="families to run")
     p.add_argument("--out", default="results/verdict", help="folder for the .json and .md results")
     p.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    p.add_argument("--population", metavar="JSON", default=None,
+                   help="print the laws' population errors (median abs(Var ratio - 1) per family and law) of a "
+                        "saved --laws result and stop")
+    p.add_argument("--lead-variants", action="store_true",
+                   help="print the lead law's population errors under each of its forms (pooled, a mixture of "
+                        "the documents, each document's own rate) on --families and stop (writes nothing)")
     a = p.parse_args(argv)
+    if a.population:
+        print(population_table(_law_result(a.population)))
+        return 0
     known = LAW_NULLS + LAW_POWER if a.laws else NULLS + POWER
     a.families = a.families or list(known)
     a.n_seq = a.n_seq or (16 if a.laws else 32)
@@ -366,6 +456,11 @@ def main(argv=None):
     bad = [f for f in a.families if f not in known]
     if bad:
         raise outputs.UsageError(f"--families: unknown {bad}; known: {', '.join(known)}")
+    if a.lead_variants:
+        if not a.laws:
+            raise outputs.UsageError("--lead-variants goes with --laws")
+        print(lead_variants_table(lead_variants(a.families, a.seed)))
+        return 0
     stem = "laws_calibration" if a.laws else "calibration"
     js = outputs.check_writable(os.path.join(a.out, stem + ".json"), force=a.force, what="--out")
     md = outputs.check_writable(os.path.join(a.out, stem + ".md"), force=a.force, what="--out")

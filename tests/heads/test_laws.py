@@ -172,6 +172,35 @@ def test_law_study_runs_small_and_calls_the_iid_law_false_on_regimes():
     assert "false where claimed" in text
 
 
+
+def test_lead_variants_document_rates_pooled_runs_away_mixture_does_not():
+    """--lead-variants on the document-rates family (law_study's population draws, 128 x 512 tokens a head): the
+    pooled S_w law's Var[W] is beyond 1.5x on every cell with a measured Var[W] (median error 7.75 in
+    docs/LAWS.md), the mixture of the documents' own laws within 1.5x on every such cell; the table names every form, and MIXED is restored."""
+    before = headlaws.MIXED
+    res = verdict_calibration.lead_variants(["document_rates"])["document_rates"]
+    assert headlaws.MIXED == before
+    pooled, docs = np.array(res["pooled"]), np.array(res["documents"])
+    assert len(pooled) == len(verdict_calibration.LAW_MUS) * len(verdict_calibration.LAW_EPS)
+    ok = np.isfinite(pooled)                                               # the cells with a measured Var[W]
+    assert np.array_equal(ok, np.isfinite(docs)) and ok.sum() >= 10
+    assert np.all(np.abs(np.log(pooled[ok])) > math.log(1.5)) and np.all(np.abs(np.log(docs[ok])) < math.log(1.5))
+    text = verdict_calibration.lead_variants_table({"document_rates": res})
+    assert all(n in text for n in verdict_calibration.LEAD_VARIANTS)
+
+
+def test_population_table_reads_the_committed_study_and_refuses_other_json(tmp_path, capsys):
+    path = os.path.join(outputs.REPO, "results", "verdict", "laws_calibration.json")
+    assert outputs.cli(verdict_calibration.main, ["--population", path]) == 0
+    out = capsys.readouterr().out
+    assert "| document_rates |" in out and all(law in out.splitlines()[0] for law in headlaws.LAWS)
+    bad = tmp_path / "other.json"
+    bad.write_text('{"results": {"iid": {"population_ratio": {"iid@0.1@0": "x"}}}}')
+    for arg, words in ((str(bad), "is not a number"), (str(tmp_path / "none.json"), "not found")):
+        assert outputs.cli(verdict_calibration.main, ["--population", arg]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0]
+
 def test_score_command_refuses_bad_files_in_one_line(tmp_path, capsys):
     """python -m foxwindow.heads.laws: a missing file, a file that is not JSON and a JSON of another shape are one
     line each, exit 2, before any work."""
