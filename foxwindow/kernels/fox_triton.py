@@ -718,7 +718,7 @@ def _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, hq, rq, delta, pos_m, k_base, v_
                   D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr,
                   FULL: tl.constexpr = False, HOIST: tl.constexpr = True, E_N: tl.constexpr = 0):
     # the wide diagonal tile (E_N: dq_diag_n) unpipelined: pipelined, its 128 x 128 scores and dP beside
-    # dq's accumulator spill (sm_90, D 128, Triton 3.9: 4 spill loads an iteration)
+    # dq's accumulator spill (sm_90, D 128, Triton 3.9: 4 spill loads an iteration; unpipelined none)
     for n0 in tl.range(lo, hi, BLOCK_N, num_stages=1 if E_N != 0 else None):
         n0 = tl.multiple_of(n0, BLOCK_N)
         dq_j, dr_j = _bwd_dq_tile(q, do, ha, la, lse_u, hq, rq, delta, pos_m, k_base, v_base, ch_base,
@@ -1009,8 +1009,10 @@ def _tile_offsets(c, bn, cu_seqlens):
     decay c_j - c_i in size, so their roundings are relative to it (the first key as the base made
     them a tile's width of decay, foxwindow/kernels/NOTES.md v7). A key costs one load and no arithmetic.
     The dQ pass reads it the same way (with its own tile width; v7: a key op there costs 16
-    instructions a thread, a row op 2). The diagonal tiles take c_i - c_j from the two words
-    directly (_fwd_masked_scores)."""
+    instructions a thread, a row op 2), and for 16-bit inputs in its diagonal tiles too, masked
+    (_bwd_dq_tile; dq_diag_n's wide tile is two of these tiles). The forward's diagonal tiles take
+    c_i - c_j from the two words directly (_fwd_masked_scores). In a _padded_words buffer: the dQ
+    diagonal tiles load e_j of whole key tiles past Tk without clamping the index."""
     T = c.shape[-1]
     j = torch.arange(T, device=c.device)
     if cu_seqlens is None:
@@ -1068,6 +1070,7 @@ def fwd_diag_n(block_m, block_n, num_warps, D, arch=None):
             and D <= 128:
         return block_m
     return block_n
+
 
 def dq_diag_n(block_m, block_n, num_warps, D, arch=None, dtype=torch.bfloat16):
     """The key tile of the dQ pass's diagonal loop: BLOCK_M = 2 BLOCK_N (the tile of two of e's key
