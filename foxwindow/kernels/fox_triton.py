@@ -617,7 +617,8 @@ def bwd_dkdv_kernel(Q, K, V, DO, CH, CL, RQ, Z, DELTA, DK, DV, DC, KLO, QEND, CU
 @triton.jit
 def _bwd_dq_tile(q, do, ha, la, lse_u, hq, rq, delta, pos_m, k_base, v_base, ch_base, cl_base, e_base,
                  lse_base, s_kt, n0, Tk, qk_scale, D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
-                 PREC: tl.constexpr, FULL: tl.constexpr = False, HOIST: tl.constexpr = True):
+                 PREC: tl.constexpr, FULL: tl.constexpr = False, HOIST: tl.constexpr = True,
+                 E_N: tl.constexpr = 0):
     # one key block's dq term dS K and rowsum(dS): (BLOCK_M, D), (BLOCK_M,). Below the diagonal
     # P = exp2(q.k scale + w_j - lse_u_i), w_j = c_a - c_j and lse_u_i = lse_i - (c_i - c_a) with
     # a the block's first row: every key precedes a (j <= a <= i), so both terms are at most the
@@ -657,15 +658,23 @@ def _bwd_dq_tile(q, do, ha, la, lse_u, hq, rq, delta, pos_m, k_base, v_base, ch_
             # (c_j - c_L), not the pair's: at log g = -10 and 64 keys ~6e-5 in log2 units, a relative
             # 4e-5 in P, against 16-bit rounding of 2^-8 (2^-11 for fp16). float32 keeps the two words,
             # whose rounding is the pair's (the gate gradient's bound, test_tiles).
-            if FULL:
-                ej = tl.load(e_base + cols)
-                nl = n0 + BLOCK_N - 1
-            else:
-                ej = tl.load(e_base + tl.minimum(cols, Tk - 1))
-                nl = tl.minimum(n0 + BLOCK_N, Tk) - 1
+            # (e_base is a _padded_words buffer: keys past Tk load finite words, masked as above)
+            ej = tl.load(e_base + cols)
+            EW: tl.constexpr = BLOCK_N if E_N == 0 else E_N     # the width of e's tiles
+            nl = n0 + EW - 1 if FULL else tl.minimum(n0 + EW, Tk) - 1
             sh = (ha - tl.load(ch_base + nl)) + (la - tl.load(cl_base + nl))
             s = tile_dot(q, tl.trans(k), PREC) * qk_scale + ej[None, :]
-            p = tl.math.exp2(tl.where(live, s - (lse_u - sh)[:, None], float("-inf")))
+            if EW == BLOCK_N:
+                x = (lse_u - sh)[:, None]
+            else:
+                # a tile of two of e's tiles (dq_diag_n): each half's keys against its own last key
+                # L_h, so each column takes its half's row term; which half a column is in is a
+                # constant of the layout, so the select is resolved at compile time
+                tl.static_assert(BLOCK_N == 2 * EW)
+                nl2 = n0 + BLOCK_N - 1 if FULL else tl.minimum(n0 + BLOCK_N, Tk) - 1
+                sh2 = (ha - tl.load(ch_base + nl2)) + (la - tl.load(cl_base + nl2))
+                x = tl.where((tl.arange(0, BLOCK_N) < EW)[None, :], (lse_u - sh)[:, None], (lse_u - sh2)[:, None])
+            p = tl.math.exp2(tl.where(live, s - x, float("-inf")))
         elif HOIST:
             s = tile_dot(q, tl.trans(k), PREC) * qk_scale + ((hq[:, None] - hj[None, :]) + (rq[:, None] - lj[None, :]))
             p = tl.math.exp2(tl.where(live, s, float("-inf")))
@@ -707,12 +716,14 @@ def _bwd_dq_tile(q, do, ha, la, lse_u, hq, rq, delta, pos_m, k_base, v_base, ch_
 def _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, hq, rq, delta, pos_m, k_base, v_base, ch_base, cl_base,
                   e_base, lse_base, s_kt, lo, hi, Tk, qk_scale,
                   D: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr,
-                  FULL: tl.constexpr = False, HOIST: tl.constexpr = True):
-    for n0 in range(lo, hi, BLOCK_N):
+                  FULL: tl.constexpr = False, HOIST: tl.constexpr = True, E_N: tl.constexpr = 0):
+    # the wide diagonal tile (E_N: dq_diag_n) unpipelined: pipelined, its 128 x 128 scores and dP beside
+    # dq's accumulator spill (sm_90, D 128, Triton 3.9: 4 spill loads an iteration; unpipelined none)
+    for n0 in tl.range(lo, hi, BLOCK_N, num_stages=1 if E_N != 0 else None):
         n0 = tl.multiple_of(n0, BLOCK_N)
         dq_j, dr_j = _bwd_dq_tile(q, do, ha, la, lse_u, hq, rq, delta, pos_m, k_base, v_base, ch_base,
                                   cl_base, e_base, lse_base, s_kt, n0, Tk, qk_scale, D, BLOCK_N, MASK, PREC,
-                                  FULL, HOIST)
+                                  FULL, HOIST, E_N)
         dq += dq_j
         dr += dr_j
     return dq, dr
@@ -723,8 +734,9 @@ def bwd_dq_kernel(Q, K, V, DO, CH, CL, E, LSE, DELTA, DQ, DR, KLO, CU,
                    s_qb, s_qt, s_qh, s_kb, s_kt, s_kh, s_cb, s_ch, s_lb, s_lh,
                    H, GROUP, TQ, TK, qk_scale, sm_scale,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   VARLEN: tl.constexpr, PREC: tl.constexpr, ACP: tl.constexpr):
-    # one program: BLOCK_M queries of one (batch, head), the same key range and order as the forward
+                   VARLEN: tl.constexpr, PREC: tl.constexpr, ACP: tl.constexpr, DIAG_N: tl.constexpr = 0):
+    # one program: BLOCK_M queries of one (batch, head), the same key range and order as the forward;
+    # DIAG_N: the key tile of the diagonal loop (dq_diag_n; 0: BLOCK_N)
     pid_m = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_bh = tl.program_id(1)
     h = pid_bh % H
@@ -793,9 +805,14 @@ def bwd_dq_kernel(Q, K, V, DO, CH, CL, E, LSE, DELTA, DQ, DR, KLO, CU,
             dr += dr_j
     else:
         # Triton 3.9 compiles that form to more (616 -> 695): there one masked loop, as before
-        dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, hq, rq, delta, pos_m, K + kv_off, V + kv_off,
-                               CH + c_off, CL + c_off, E + c_off, LSE + l_off - off, s_kt, d_lo, d_hi, Tk,
-                               qk_scale, D, BLOCK_N, True, PREC, False, False)
+        if DIAG_N == 0 or DIAG_N == BLOCK_N:
+            dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, hq, rq, delta, pos_m, K + kv_off, V + kv_off,
+                                   CH + c_off, CL + c_off, E + c_off, LSE + l_off - off, s_kt, d_lo, d_hi, Tk,
+                                   qk_scale, D, BLOCK_N, True, PREC, False, False)
+        else:
+            dq, dr = _bwd_dq_inner(dq, dr, q, do, ha, la, lse_u, hq, rq, delta, pos_m, K + kv_off, V + kv_off,
+                                   CH + c_off, CL + c_off, E + c_off, LSE + l_off - off, s_kt, d_lo, d_hi, Tk,
+                                   qk_scale, D, DIAG_N, True, PREC, False, False, BLOCK_N)
     tl.store(DQ + q_ptr, tile_cast(dq * sm_scale, DQ.dtype.element_ty, PREC), mask=m_ok[:, None])
     tl.store(DR + l_off + offs_m, dr, mask=m_ok)
 
@@ -920,7 +937,9 @@ def _launch(name, kernel, n_rows, n_prog, device, D, dtype, args, consts, granul
         grid = (triton.cdiv(max(n_rows, 1), tile), n_prog)
         try:
             a = args(bn) if callable(args) else args
-            kw = dict(consts, DIAG_N=fwd_diag_n(bm, bn, warps, D, _arch(device))) if name == "fwd" else consts
+            kw = (dict(consts, DIAG_N=fwd_diag_n(bm, bn, warps, D, _arch(device))) if name == "fwd" else
+                  dict(consts, DIAG_N=dq_diag_n(bm, bn, warps, D, _arch(device), dtype)) if name == "dq" else
+                  consts)
             kernel[grid](*a, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages, **kw)
             return
         except triton.runtime.errors.OutOfResources:
@@ -990,8 +1009,10 @@ def _tile_offsets(c, bn, cu_seqlens):
     decay c_j - c_i in size, so their roundings are relative to it (the first key as the base made
     them a tile's width of decay, foxwindow/kernels/NOTES.md v7). A key costs one load and no arithmetic.
     The dQ pass reads it the same way (with its own tile width; v7: a key op there costs 16
-    instructions a thread, a row op 2). The diagonal tiles take c_i - c_j from the two words
-    directly (_fwd_masked_scores)."""
+    instructions a thread, a row op 2), and for 16-bit inputs in its diagonal tiles too, masked
+    (_bwd_dq_tile; dq_diag_n's wide tile is two of these tiles). The forward's diagonal tiles take
+    c_i - c_j from the two words directly (_fwd_masked_scores). In a _padded_words buffer: the dQ
+    diagonal tiles load e_j of whole key tiles past Tk without clamping the index."""
     T = c.shape[-1]
     j = torch.arange(T, device=c.device)
     if cu_seqlens is None:
@@ -1001,7 +1022,9 @@ def _tile_offsets(c, bn, cu_seqlens):
         bos = torch.repeat_interleave(cu_seqlens[:-1].long(), lens, output_size=T)
         eos = torch.repeat_interleave(cu_seqlens[1:].long(), lens, output_size=T)
         base = torch.minimum(j - (j - bos) % bn + bn - 1, eos - 1)
-    return (c[..., base] - c).to(torch.float32).contiguous()
+    e = _padded_words(c.shape, c.device)
+    e.copy_(c[..., base] - c)
+    return e
 
 
 def suffix_sum(dc, cu_seqlens):
@@ -1047,6 +1070,24 @@ def fwd_diag_n(block_m, block_n, num_warps, D, arch=None):
             and D <= 128:
         return block_m
     return block_n
+
+
+def dq_diag_n(block_m, block_n, num_warps, D, arch=None, dtype=torch.bfloat16):
+    """The key tile of the dQ pass's diagonal loop: BLOCK_M = 2 BLOCK_N (the tile of two of e's key
+    tiles, each against its own last key, _bwd_dq_tile's E_N; the loop unpipelined) for 16-bit inputs
+    on Triton 3.7 and later (not DQ_SPLIT), where the BLOCK_M x BLOCK_M scores fit 64 float32
+    registers a thread, at D 128 on sm_90 (arch, compute capability x 10) and at D <= 128 in the
+    interpreter (arch None: the tile tests), else BLOCK_N. sm_90, D 128, (128, 64, 8 warps), Triton
+    3.9: the diagonal loop 493 instructions a 128 x 64 tile (0.481 a score, the official kernel 0.473)
+    -> 850 a 128 x 128 one (0.415); pipelined it spills (4 loads an iteration). At D 64 the 128 x 64
+    tile reads fewer a score (0.409; 128 x 128 0.456 before v10's row terms); float32 keeps the two
+    words of each end on the diagonal, whose tiles are BLOCK_N wide."""
+    wide = (arch is None and D <= 128) or (arch is not None and arch // 10 == 9 and D == 128)
+    if not DQ_SPLIT and wide and precision_of(dtype) not in ("ieee", "exact") and block_m == 2 * block_n \
+            and block_m * block_m <= 64 * 32 * num_warps:
+        return block_m
+    return block_n
+
 
 ROW_GRANULE = tl.constexpr(64)     # rows per granule of row_terms; every backward query tile fits in one
 

@@ -124,6 +124,8 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
     if name == "fwd":
         c["RES"] = dtype != "fp32"
         c["DIAG_N"] = kt.fwd_diag_n(bm, bn, warps, D, arch)    # as the launcher sets it
+    if name == "dq" and not official:
+        c["DIAG_N"] = kt.dq_diag_n(bm, bn, warps, D, arch, kt.torch.float32 if dtype == "fp32" else kt.torch.bfloat16)
     c.update(consts)
     c = {a: x for a, x in c.items() if a in fn.arg_names}
     sig = {}
@@ -188,9 +190,10 @@ def compile_sm90(name, D, cfg, dtype="bf16", group=1, fn=None, arch=90, **consts
     row["fits"] = row["smem"] <= SMEM_LIMITS.get(arch, SMEM_LIMITS[90])
     # issue slots a score costs in each loop: one iteration's instructions x warps over the
     # scores it covers (a BLOCK_M x BLOCK_N tile in every kernel here)
-    # (the forward's diagonal loop, its second, runs key tiles of fwd_diag_n keys)
+    # (the forward's and the dQ pass's diagonal loops, their second, run key tiles of fwd_diag_n and
+    # dq_diag_n keys)
     widths = [bn] * len(row["loop_sizes"])
-    if fn is kt.fwd_kernel and len(widths) == 2:
+    if fn in (kt.fwd_kernel, kt.bwd_dq_kernel) and len(widths) == 2:
         widths[1] = c.get("DIAG_N") or bn
     row["ins_per_score"] = [round(n * warps / (bm * w), 3) for n, w in zip(row["loop_sizes"], widths)]
     return row
