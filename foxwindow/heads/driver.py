@@ -569,6 +569,9 @@ def analyse_traces(path, *, eps=None, L=None, mass_eps=None, mass_L=None, n_boot
     Ls = gates.levels(eps, L, default=EPS_SCAN)
     mass_L = _mass_level(mass_eps, mass_L)
     traces, meta = open_traces(path)
+    # no model in this process: freed arrays may stay in its heap for the next head (as in forked workers), which
+    # saves the page faults of every large temporary when heads are analysed here (--workers 1, a torchrun rank)
+    parallel.tune_allocator()
     if distributed.launched():
         distributed.setup("cpu")                # the process group of the ranks sharing the heads
     T0 = next(iter(traces.values())).shape[1]
