@@ -46,8 +46,9 @@ def tune_allocator():
     """Keep freed large arrays in this process's heap (glibc mallopt: mmap and trim thresholds of 1 GiB), so
     that the per-head analysis reuses its memory instead of faulting fresh pages in for every big temporary
     (measured at 256 x 16384 tokens a head: system time 2.95 s -> 0.94 s for two heads, the same peak). Set in
-    the forked workers only: in the parent, which may hold a model and its captures, memory kept in the heap
-    raised the peak of `python forget.py` from 1.9 to 2.9 GB. A no-op where the C library has no mallopt."""
+    the forked workers, and in a process that analyses saved traces (driver.analyse_traces: no model there);
+    not in a parent that holds a model and its captures, where memory kept in the heap raised the peak of
+    `python forget.py` from 1.9 to 2.9 GB. A no-op where the C library has no mallopt."""
     if _TUNED:
         return
     _TUNED.append(True)

@@ -328,6 +328,9 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
                      + (f" x {world} ranks" if world > 1 else "") + ": estimated "
                      f"{cpu / 60:.1f} CPU-min, about {wall / 60:.1f} min wall (more on a loaded machine)"
                      + (f", in {len(groups)} capture passes" if len(groups) > 1 else ""))
+    # a large run compiles the windows' merge and the lattice loop once here, before the workers fork (they inherit
+    # them); the same numbers as the numpy paths
+    headlaws.compile_fast_paths(mine * S * T * len(Ls))
     _RUN.clear()
     _RUN.update(index=index, Ls=Ls, n_heads=n_heads, n_boot=n_boot, seed=seed,
                 children=np.random.SeedSequence(seed).spawn(n_heads), context=context, mass_L=mass_L, pmf_L=pmf_L,
@@ -566,6 +569,9 @@ def analyse_traces(path, *, eps=None, L=None, mass_eps=None, mass_L=None, n_boot
     Ls = gates.levels(eps, L, default=EPS_SCAN)
     mass_L = _mass_level(mass_eps, mass_L)
     traces, meta = open_traces(path)
+    # no model in this process: freed arrays may stay in its heap for the next head (as in forked workers), which
+    # saves the page faults of every large temporary when heads are analysed here (--workers 1, a torchrun rank)
+    parallel.tune_allocator()
     if distributed.launched():
         distributed.setup("cpu")                # the process group of the ranks sharing the heads
     T0 = next(iter(traces.values())).shape[1]

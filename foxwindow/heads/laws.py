@@ -52,6 +52,7 @@ lattice error MARGINAL_CLAIM (measured against exact.exact_first_passage in the 
 LEAD_CLAIM (its error measured on the calibration study's families with large samples, results/verdict);
 bootstrap: 0 (resampling: its only error is sampling, inside SE_D) below T/2, not claimed beyond.
 """
+import importlib.util
 import json
 import math
 import os
@@ -69,8 +70,8 @@ __all__ = ["LAWS", "LEAD", "ALPHA", "CLAIM_MAX", "CLAIM_FLOOR", "CLAIM_MULT", "S
            "LEAD_CLAIM", "HOLD_SE", "HOLD_LEVEL", "ALL_DOCS", "TEST_GROUPS", "TAIL_P", "TAIL_BAND", "MEAN_TOL", "CELLS",
            "MAX_CELLS", "TAIL_MAX_SHARE", "SUMMARY_EPS", "STATES", "Q",
            "MarginalPassage", "marginal_passage", "marginal_moments", "marginal_pmf", "BlockSums", "SUPPORT", "MIXED",
-           "lead_survival", "evaluate", "assign_states", "summary", "noise_floor", "subsample_floor", "score",
-           "score_table", "main"]
+           "lead_survival", "compile_fast_paths", "evaluate", "assign_states", "summary", "noise_floor",
+           "subsample_floor", "score", "score_table", "main"]
 
 LAWS = {
     "iid": ("iid two-moment", "renewal law with iid increments: E[W] = L/kappa + mu2/(2 kappa^2) - 1, "
@@ -787,6 +788,61 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True,
 
 
 def _lattice_cells(x, h, M, xmax):
+    """The hat-split lattice weights of increments x (1-D float64, in order) at spacing h on M cells (the cell index
+    clamped to M - 1, marginal_passage's): (nb,) float64, nb = min(floor(xmax / h) + 2, M), xmax = x.max(). By the
+    compiled loop where compile_fast_paths has compiled it in this process, else by _lattice_cells_numpy: the same
+    numbers to the bit (the same operations on each increment, each cell's terms added in the order of x)."""
+    kernel = _cells[0] if _cells and gates.COMPILED else None
+    if kernel is None:
+        return _lattice_cells_numpy(x, h, M, xmax)
+    top = int(math.floor(xmax / h))
+    clamp = top + 1 > M - 1
+    n = M if clamp else top + 2
+    a, b = np.zeros(n), np.zeros(n)
+    kernel(np.ascontiguousarray(x, dtype=np.float64), float(h), M - 1 if clamp else -1, a, b)
+    a += b
+    return a
+
+
+def _cells_loop(x, h, clamp, a, b):
+    """_lattice_cells_numpy's two bincounts as one loop (compile_fast_paths compiles it): for each increment, in
+    order, y = x / h, f = y - floor(y), k = floor(y); a[k] += 1 - f and b[k + 1] += f, both indices clamped to
+    `clamp` where clamp >= 0 (M - 1). a (n,) and b (n,) float64 zeros; the weights are a + b."""
+    for i in range(len(x)):
+        y = x[i] / h
+        fl = np.floor(y)
+        f = y - fl
+        k = int(fl)
+        if clamp >= 0:
+            a[min(k, clamp)] += 1.0 - f
+            b[min(k + 1, clamp)] += f
+        else:
+            a[k] += 1.0 - f
+            b[k + 1] += f
+
+
+_cells = []                 # [the compiled _cells_loop, or None without numba] once looked for
+
+
+def compile_fast_paths(positions):
+    """Compile the numba loops of the per-head analysis up front (predict._rows_loop, the analysed rows' windows,
+    and _cells_loop, the marginal laws' lattice) where a run finds `positions` windows or more in all (heads x S x
+    T x thresholds), at least gates.COMPILED_MIN, numba is installed (the optional extra `fast`) and gates.COMPILED
+    is set, so that forked workers inherit them; a smaller run keeps the numpy paths (the compile, 1.3-1.6 s,
+    would cost more than it saves). The numbers are the same either way. Returns whether they are compiled."""
+    if _cells:
+        return True
+    if not gates.COMPILED or positions < gates.COMPILED_MIN or importlib.util.find_spec("numba") is None:
+        return False
+    import numba  # optional accelerator (extra `fast`), heavy to import: only for a large run
+    predict._rows.append(numba.njit("void(float64[:, ::1], float64[::1], int64, float64[::1], int64[:, :, ::1], "
+                                    "boolean[:, :, ::1])", cache=False)(predict._rows_loop))
+    _cells.append(numba.njit("void(float64[::1], float64, int64, float64[::1], float64[::1])",
+                             cache=False)(_cells_loop))
+    return True
+
+
+def _lattice_cells_numpy(x, h, M, xmax):
     """The hat-split lattice weights of increments x (1-D, in order) at spacing h on M cells, the cell index clamped
     to M - 1 (marginal_passage's): (nb,) float64 sums over x of the weight 1 - f at cell k = floor(x / h) and f at
     k + 1, nb = min(floor(xmax / h) + 2, M) cells (the cells beyond hold nothing), xmax = x.max(). Each cell adds its

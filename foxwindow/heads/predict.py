@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from foxwindow.heads.dependence import jackknife
+from foxwindow.laws import gates
 from foxwindow.laws.gates import search_left
 
-__all__ = ["BLOCK_FRACTION", "WALKS_PER_DOC", "N_CAP", "QUANTILES", "window_rows", "window_sums", "block_walks",
-           "Prediction", "predict", "KaplanMeier", "kaplan_meier",
+__all__ = ["BLOCK_FRACTION", "WALKS_PER_DOC", "N_CAP", "QUANTILES", "window_rows", "window_rows_numpy", "window_sums",
+           "block_walks", "Prediction", "predict", "KaplanMeier", "kaplan_meier",
            "kaplan_meier_loo_means", "OutOfSample", "out_of_sample", "coverage_counts"]
 
 BLOCK_FRACTION = 0.25      # block length: a quarter of the trace
@@ -40,7 +41,64 @@ QUANTILES = (0.05, 0.5, 0.95)
 def window_rows(x, Ls, r0):
     """Windows W = N - 1 of rows r0..T-1 of increments x (S, T) float64 at thresholds Ls (n,) float.
     Returns (W (S, R, n) int64, censored (S, R, n) bool), R = T - r0; a censored W is the row's index
-    (the true window is at least that). Same windows as gates.windows."""
+    (the true window is at least that). Same windows as gates.windows. By the compiled loop where this process
+    has compiled it (laws.compile_fast_paths: the driver does for a large run), else by window_rows_numpy: the
+    same windows either way."""
+    kernel = _rows[0] if _rows and gates.COMPILED else None
+    if kernel is None:
+        return window_rows_numpy(x, Ls, r0)
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    S, T = x.shape
+    Ls = np.ascontiguousarray(Ls, dtype=np.float64).reshape(-1)
+    W, cens = np.empty((S, len(Ls), T - r0), np.int64), np.empty((S, len(Ls), T - r0), np.bool_)
+    kernel(x, Ls, int(r0), np.empty(T + 1), W, cens)                      # L-major, as window_rows_numpy's
+    return W.transpose(0, 2, 1), cens.transpose(0, 2, 1)
+
+
+def _rows_loop(x, Ls, r0, c, W, cens):
+    """window_rows_numpy as one loop a document (laws.compile_fast_paths compiles it): c = the prefix sums of the
+    document's increments, summed left to right (c_0 = 0, np.cumsum's numbers), and for each row i = r0+1..T and
+    each L a pointer j = #{k : c_k < c_i - L} (the left search's answer, the same float query) that only moves
+    forward as c_i grows, its start at row r0 + 1 bisected. x (S, T) float64, Ls (n,) float64 > 0, c (T + 1,)
+    scratch; W (S, n, T - r0) int64 and cens (bool) written (L-major: each L's rows in order)."""
+    S, T = x.shape
+    n = len(Ls)
+    js = np.zeros(n, np.int64)
+    for s in range(S):
+        acc = 0.0
+        c[0] = 0.0
+        for t in range(T):
+            acc += x[s, t]
+            c[t + 1] = acc
+        for k in range(n):                                  # q <= c_i for L > 0, so the answer is at most i
+            q = c[r0 + 1] - Ls[k]
+            lo, hi = 0, r0 + 1
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if c[mid] < q:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            js[k] = lo
+        for i in range(r0 + 1, T + 1):
+            ci = c[i]
+            row = i - r0 - 1
+            for k in range(n):
+                q = ci - Ls[k]
+                j = js[k]
+                while c[j] < q:
+                    j += 1
+                js[k] = j
+                W[s, k, row] = i - j
+                cens[s, k, row] = j == 0
+
+
+_rows = []                  # [the compiled _rows_loop] once compiled (laws.compile_fast_paths)
+
+
+def window_rows_numpy(x, Ls, r0):
+    """window_rows in numpy (its reference; the same arguments and windows): one search of every row's query
+    c_i - L in the prefix sums c per document."""
     S, T = x.shape
     Ls = np.asarray(Ls, dtype=np.float64)
     R, n = T - r0, len(Ls)

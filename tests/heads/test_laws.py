@@ -176,7 +176,8 @@ def test_law_study_runs_small_and_calls_the_iid_law_false_on_regimes():
 def test_lead_variants_document_rates_pooled_runs_away_mixture_does_not():
     """--lead-variants on the document-rates family (law_study's population draws, 128 x 512 tokens a head): the
     pooled S_w law's Var[W] is beyond 1.5x on every cell with a measured Var[W] (median error 7.75 in
-    docs/LAWS.md), the mixture of the documents' own laws within 1.5x on every such cell; the table names every form, and MIXED is restored."""
+    docs/LAWS.md), the mixture of the documents' own laws within 1.5x on every such cell; the table names every
+    form, and MIXED is restored."""
     before = headlaws.MIXED
     res = verdict_calibration.lead_variants(["document_rates"])["document_rates"]
     assert headlaws.MIXED == before

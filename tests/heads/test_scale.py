@@ -184,6 +184,15 @@ def test_heads_in_two_processes_equal_one_process_and_the_old_per_head_loop(tmp_
     assert table.to_json(old, i1)["heads"] == d1
 
 
+
+def test_saved_traces_keep_freed_memory_in_the_heap(tmp_path, monkeypatch):
+    """analyse_traces holds no model, so it keeps freed arrays in its heap for the next head (parallel.tune_allocator,
+    as forked workers do) also when it analyses the heads itself."""
+    path, _ = _trace_file(tmp_path)
+    monkeypatch.setattr(parallel, "_TUNED", [])
+    heads.analyse_traces(path, seed=1, n_boot=50, workers=1)
+    assert parallel._TUNED == [True]
+
 def test_lazy_traces_read_what_load_trace_reads(tmp_path):
     path, tr = _trace_file(tmp_path)
     lazy, meta = traces.open_traces(path)
