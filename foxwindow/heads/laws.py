@@ -835,8 +835,7 @@ def compile_fast_paths(positions):
     if not gates.COMPILED or positions < gates.COMPILED_MIN or importlib.util.find_spec("numba") is None:
         return False
     import numba  # optional accelerator (extra `fast`), heavy to import: only for a large run
-    predict._rows.append(numba.njit("void(float64[:, ::1], float64[::1], int64, float64[::1], int64[:, :, ::1], "
-                                    "boolean[:, :, ::1])", cache=False)(predict._rows_loop))
+    predict.compile_window_rows()
     _cells.append(numba.njit("void(float64[::1], float64, int64, float64[::1], float64[::1])",
                              cache=False)(_cells_loop))
     return True

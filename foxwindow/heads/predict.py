@@ -27,8 +27,8 @@ from foxwindow.heads.dependence import jackknife
 from foxwindow.laws import gates
 from foxwindow.laws.gates import search_left
 
-__all__ = ["BLOCK_FRACTION", "WALKS_PER_DOC", "N_CAP", "QUANTILES", "window_rows", "window_rows_numpy", "window_sums",
-           "block_walks", "Prediction", "predict", "KaplanMeier", "kaplan_meier",
+__all__ = ["BLOCK_FRACTION", "WALKS_PER_DOC", "N_CAP", "QUANTILES", "window_rows", "window_rows_numpy",
+           "compile_window_rows", "window_sums", "block_walks", "Prediction", "predict", "KaplanMeier", "kaplan_meier",
            "kaplan_meier_loo_means", "OutOfSample", "out_of_sample", "coverage_counts"]
 
 BLOCK_FRACTION = 0.25      # block length: a quarter of the trace
@@ -93,7 +93,15 @@ def _rows_loop(x, Ls, r0, c, W, cens):
                 cens[s, k, row] = j == 0
 
 
-_rows = []                  # [the compiled _rows_loop] once compiled (laws.compile_fast_paths)
+_rows = []                  # [the compiled _rows_loop] once compiled (compile_window_rows)
+
+
+def compile_window_rows():
+    """Compile _rows_loop with numba (installed: the caller checked) for window_rows; once a process."""
+    if not _rows:
+        import numba  # optional accelerator (extra `fast`): only for a large run (laws.compile_fast_paths)
+        _rows.append(numba.njit("void(float64[:, ::1], float64[::1], int64, float64[::1], int64[:, :, ::1], "
+                                "boolean[:, :, ::1])", cache=False)(_rows_loop))
 
 
 def window_rows_numpy(x, Ls, r0):
