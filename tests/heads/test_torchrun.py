@@ -60,7 +60,11 @@ def _worker(tmp):
         calls.append(1)
         if rank == 0 and len(calls) == 2:
             os.kill(os.getppid(), signal.SIGTERM)
-            time.sleep(60)                                 # the SIGTERM arrives here
+            # the SIGTERM arrives here; short sleeps, so that its handler runs within 0.1 s even where the
+            # kernel hands the signal to another of the rank's threads (gloo's), which one long sleep of the
+            # main thread would not notice until it ends
+            for _ in range(600):
+                time.sleep(0.1)
         return real(*a, **k)
     driver._analyse_x = term_job
     check("stopped", _model_args(tmp, "--json", f"{tmp}/stopped2.json", "--trace-gib", "1e-9", n_seq=3))
