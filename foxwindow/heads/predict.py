@@ -50,6 +50,8 @@ def window_rows(x, Ls, r0):
     x = np.ascontiguousarray(x, dtype=np.float64)
     S, T = x.shape
     Ls = np.ascontiguousarray(Ls, dtype=np.float64).reshape(-1)
+    if not (np.all(Ls > 0) and 0 <= r0 < T):          # the loop's pointers stay in [0, i] only for L > 0
+        raise ValueError(f"window_rows: thresholds must be > 0 and r0 in [0, {T}); got {Ls.tolist()}, {r0}")
     W, cens = np.empty((S, len(Ls), T - r0), np.int64), np.empty((S, len(Ls), T - r0), np.bool_)
     kernel(x, Ls, int(r0), np.empty(T + 1), W, cens)                      # L-major, as window_rows_numpy's
     return W.transpose(0, 2, 1), cens.transpose(0, 2, 1)

@@ -60,6 +60,8 @@ def test_compiled_windows_and_cells_are_the_numpy_numbers(compiled, monkeypatch)
             ref = headlaws._lattice_cells_numpy(xr, h, M, float(xr.max()))
             assert got.dtype == ref.dtype and got.shape == ref.shape
             assert np.array_equal(got.view(np.int64), ref.view(np.int64))     # to the bit
+    with pytest.raises(ValueError, match="thresholds must be > 0"):         # refused before the loop runs
+        predict.window_rows(_heads()[0], np.array([1.0, 0.0]), 100)
     monkeypatch.setattr(gates, "COMPILED", False)                          # the switch takes the numpy paths
     x = _heads()[0]
     W, _ = predict.window_rows(x, LS, 100)

@@ -195,6 +195,8 @@ def test_population_table_reads_the_committed_study_and_refuses_other_json(tmp_p
     assert outputs.cli(verdict_calibration.main, ["--population", path]) == 0
     out = capsys.readouterr().out
     assert "| document_rates |" in out and all(law in out.splitlines()[0] for law in headlaws.LAWS)
+    assert outputs.cli(verdict_calibration.main, ["--lead-variants"]) == 2      # it goes with --laws
+    assert "--lead-variants goes with --laws" in capsys.readouterr().err
     bad = tmp_path / "other.json"
     bad.write_text('{"results": {"iid": {"population_ratio": {"iid@0.1@0": "x"}}}}')
     for arg, words in ((str(bad), "is not a number"), (str(tmp_path / "none.json"), "not found")):
