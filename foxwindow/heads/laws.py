@@ -61,7 +61,7 @@ import numpy as np
 from scipy import fft as sp_fft
 from scipy import special, stats
 
-from foxwindow import outputs
+from foxwindow import outputs, parallel
 from foxwindow.heads import dependence, predict, verdict
 from foxwindow.laws import gates, lawtable, renewal
 from foxwindow.models import traces as trace_files
@@ -835,10 +835,16 @@ def compile_fast_paths(positions):
         return True
     if not gates.COMPILED or positions < gates.COMPILED_MIN or importlib.util.find_spec("numba") is None:
         return False
-    import numba  # optional accelerator (extra `fast`), heavy to import: only for a large run
-    predict.compile_window_rows()
-    _cells.append(numba.njit("void(float64[::1], float64, int64, float64[::1], float64[::1])",
-                             cache=False)(_cells_loop))
+    try:
+        import numba  # optional accelerator (extra `fast`), heavy to import: only for a large run
+        cells = numba.njit("void(float64[::1], float64, int64, float64[::1], float64[::1])", cache=False)(_cells_loop)
+        predict.compile_window_rows()
+    except Exception as exc:        # an installed numba that cannot import or compile here: the numpy paths
+        predict.drop_compiled()
+        why = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        parallel.say(f"numba could not compile the per-head loops ({why}); the numpy paths (the same numbers)")
+        return False
+    _cells.append(cells)
     return True
 
 

@@ -28,8 +28,8 @@ from foxwindow.laws import gates
 from foxwindow.laws.gates import search_left
 
 __all__ = ["BLOCK_FRACTION", "WALKS_PER_DOC", "N_CAP", "QUANTILES", "window_rows", "window_rows_numpy",
-           "compile_window_rows", "window_sums", "block_walks", "Prediction", "predict", "KaplanMeier", "kaplan_meier",
-           "kaplan_meier_loo_means", "OutOfSample", "out_of_sample", "coverage_counts"]
+           "compile_window_rows", "drop_compiled", "window_sums", "block_walks", "Prediction", "predict", "KaplanMeier",
+           "kaplan_meier", "kaplan_meier_loo_means", "OutOfSample", "out_of_sample", "coverage_counts"]
 
 BLOCK_FRACTION = 0.25      # block length: a quarter of the trace
 WALKS_PER_DOC = 64         # walks per document of the fitted half or of the whole head: enough that the
@@ -96,6 +96,11 @@ def _rows_loop(x, Ls, r0, c, W, cens):
 
 
 _rows = []                  # [the compiled _rows_loop] once compiled (compile_window_rows)
+
+
+def drop_compiled():
+    """Forget the compiled loop (window_rows takes the numpy path)."""
+    _rows.clear()
 
 
 def compile_window_rows():

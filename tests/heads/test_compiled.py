@@ -93,3 +93,19 @@ def test_a_small_run_compiles_nothing(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "False", "False", "False", "True"]     # from COMPILED_MIN positions on
+
+
+def test_a_numba_that_cannot_compile_leaves_the_numpy_paths(tmp_path):
+    """An installed numba whose import fails (here a stand-in package that raises) costs one line on stderr and
+    the numpy paths, the same numbers; the run goes on."""
+    fake = tmp_path / "fake" / "numba"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('numba built for another numpy')\n")
+    code = ("from foxwindow.heads import predict, laws\n"
+            "print(laws.compile_fast_paths(1 << 40), bool(predict._rows), bool(laws._cells))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "fake"), outputs.REPO]))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "False", "False"]
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and "numba could not compile" in err[0] and "another numpy" in err[0]
