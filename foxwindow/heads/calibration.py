@@ -27,6 +27,8 @@ is within its own claim there, "off" where its Var ratio is beyond 1.5x. Size: r
 "false" on a null cell (at most ALPHA); power: the states of the off cells.
 
     python -m foxwindow.heads.calibration --laws [--reps 20] [--n-seq 16] [--seq-len 512]
+    python -m foxwindow.heads.calibration --population results/verdict/laws_calibration.json   # population errors
+    python -m foxwindow.heads.calibration --laws --lead-variants [--families ...]   # the S_w law's three forms
 """
 import json
 import math
