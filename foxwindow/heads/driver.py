@@ -193,10 +193,11 @@ def set_states(results, alpha=verdict.ALPHA):
 
 
 # the cost of one head (CPU seconds, one process): COST_HEAD[0] + COST_HEAD[1] S^2 + COST_HEAD[2] S T, S documents
-# of T tokens (the S^2 term: the per-law evaluation's leave-one-document-out moments); fitted by hand to one head's
-# CPU at 32 x 2048 .. 256 x 16384 (synthetic heads of bench_scale.py's mix, in-process, 2-core machine at load 4-7;
-# docs/BENCHMARKS.md), within -6% .. +30% of each (S^2 and S T grow together on that grid)
-COST_HEAD = (0.2, 2.5e-5, 1.0e-6)
+# of T tokens (the S^2 term: the per-law evaluation's leave-one-document-out moments); fitted by hand to
+# bench_scale.py's head grid on the idle 2-core machine (32 x 2048 .. 256 x 8192, in-process: 0.30, 0.51, 0.86,
+# 1.25 CPU-s, and 2.7 at 256 x 8192 once its 1.3-1.6 s compile is taken out) and its 760M-class row (4.17 CPU-s a
+# head at 256 x 16384 in 2 workers; docs/BENCHMARKS.md): within 3% of each but 32 x 2048 (+13%)
+COST_HEAD = (0.28, 1.44e-5, 7.0e-7)
 ESTIMATE_FROM_S = 30.0                       # print the estimate when the analysis would take longer than this
 
 
