@@ -329,8 +329,8 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
                      + (f" x {world} ranks" if world > 1 else "") + ": estimated "
                      f"{cpu / 60:.1f} CPU-min, about {wall / 60:.1f} min wall (more on a loaded machine)"
                      + (f", in {len(groups)} capture passes" if len(groups) > 1 else ""))
-    # a large run compiles the windows' merge and the lattice loop once here, before the workers fork (they inherit
-    # them); the same numbers as the numpy paths
+    # a large run compiles the rows' windows loop and the lattice loop once here, before the workers fork (they
+    # inherit them); the same numbers as the numpy paths
     headlaws.compile_fast_paths(mine * S * T * len(Ls))
     _RUN.clear()
     _RUN.update(index=index, Ls=Ls, n_heads=n_heads, n_boot=n_boot, seed=seed,

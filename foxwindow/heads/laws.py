@@ -822,7 +822,7 @@ def _cells_loop(x, h, clamp, a, b):
             b[k + 1] += f
 
 
-_cells = []                 # [the compiled _cells_loop, or None without numba] once looked for
+_cells = []                 # [the compiled _cells_loop] once compiled (compile_fast_paths)
 
 
 def compile_fast_paths(positions):
@@ -840,7 +840,6 @@ def compile_fast_paths(positions):
         cells = numba.njit("void(float64[::1], float64, int64, float64[::1], float64[::1])", cache=False)(_cells_loop)
         predict.compile_window_rows()
     except Exception as exc:        # an installed numba that cannot import or compile here: the numpy paths
-        predict.drop_compiled()
         why = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
         parallel.say(f"numba could not compile the per-head loops ({why}); the numpy paths (the same numbers)")
         return False

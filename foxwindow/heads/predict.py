@@ -28,7 +28,7 @@ from foxwindow.laws import gates
 from foxwindow.laws.gates import search_left
 
 __all__ = ["BLOCK_FRACTION", "WALKS_PER_DOC", "N_CAP", "QUANTILES", "window_rows", "window_rows_numpy",
-           "compile_window_rows", "drop_compiled", "window_sums", "block_walks", "Prediction", "predict", "KaplanMeier",
+           "compile_window_rows", "window_sums", "block_walks", "Prediction", "predict", "KaplanMeier",
            "kaplan_meier", "kaplan_meier_loo_means", "OutOfSample", "out_of_sample", "coverage_counts"]
 
 BLOCK_FRACTION = 0.25      # block length: a quarter of the trace
@@ -44,14 +44,15 @@ def window_rows(x, Ls, r0):
     (the true window is at least that). Same windows as gates.windows. By the compiled loop where this process
     has compiled it (laws.compile_fast_paths: the driver does for a large run), else by window_rows_numpy: the
     same windows either way."""
+    Ls = np.ascontiguousarray(Ls, dtype=np.float64).reshape(-1)
+    T = np.shape(x)[1]
+    if not (np.all(Ls > 0) and 0 <= r0 < T):          # a window is in [0, i] only for L > 0, on either path
+        raise ValueError(f"window_rows: thresholds must be > 0 and r0 in [0, {T}); got {Ls.tolist()}, {r0}")
     kernel = _rows[0] if _rows and gates.COMPILED else None
     if kernel is None:
         return window_rows_numpy(x, Ls, r0)
     x = np.ascontiguousarray(x, dtype=np.float64)
-    S, T = x.shape
-    Ls = np.ascontiguousarray(Ls, dtype=np.float64).reshape(-1)
-    if not (np.all(Ls > 0) and 0 <= r0 < T):          # the loop's pointers stay in [0, i] only for L > 0
-        raise ValueError(f"window_rows: thresholds must be > 0 and r0 in [0, {T}); got {Ls.tolist()}, {r0}")
+    S = x.shape[0]
     W, cens = np.empty((S, len(Ls), T - r0), np.int64), np.empty((S, len(Ls), T - r0), np.bool_)
     kernel(x, Ls, int(r0), np.empty(T + 1), W, cens)                      # L-major, as window_rows_numpy's
     return W.transpose(0, 2, 1), cens.transpose(0, 2, 1)
@@ -98,13 +99,9 @@ def _rows_loop(x, Ls, r0, c, W, cens):
 _rows = []                  # [the compiled _rows_loop] once compiled (compile_window_rows)
 
 
-def drop_compiled():
-    """Forget the compiled loop (window_rows takes the numpy path)."""
-    _rows.clear()
-
-
 def compile_window_rows():
-    """Compile _rows_loop with numba (installed: the caller checked) for window_rows; once a process."""
+    """Compile _rows_loop with numba (installed: the caller checked) for window_rows; once a process. Nothing is
+    kept where the import or the compile raises."""
     if not _rows:
         import numba  # optional accelerator (extra `fast`): only for a large run (laws.compile_fast_paths)
         _rows.append(numba.njit("void(float64[:, ::1], float64[::1], int64, float64[::1], int64[:, :, ::1], "

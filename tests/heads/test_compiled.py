@@ -63,6 +63,8 @@ def test_compiled_windows_and_cells_are_the_numpy_numbers(compiled, monkeypatch)
     with pytest.raises(ValueError, match="thresholds must be > 0"):         # refused before the loop runs
         predict.window_rows(_heads()[0], np.array([1.0, 0.0]), 100)
     monkeypatch.setattr(gates, "COMPILED", False)                          # the switch takes the numpy paths
+    with pytest.raises(ValueError, match="thresholds must be > 0"):         # and refuses the same
+        predict.window_rows(_heads()[0], np.array([1.0, -1.0]), 100)
     x = _heads()[0]
     W, _ = predict.window_rows(x, LS, 100)
     assert np.array_equal(W, predict.window_rows_numpy(x, LS, 100)[0])
