@@ -404,52 +404,117 @@ def _scratch(n):
     return _scratch_buf[0][:n]
 
 
+MERGE_BLOCK = 8192          # positions a block of the compiled merge: summed while the block before is merged
+
+
 def _merge_rows(lg, L, W, cens, a):
     """The two-pointer merge over rows, in plain Python (merge_kernel compiles it). For each row of lg (R, T) float64
     log-gates: a_k = sum_{t<=k} lg_t summed left to right (a_0 = 0) into the scratch a (T + 5,) float64,
     then W[r, i - 1] = i - j_i and cens[r, i - 1] = (j_i == 0) with j_i = #{k : a_k > a_i + L} -- the same sums
     and keys as window_row_numpy, so the same windows. a is non-increasing and a_i + L >= a_i (also at -inf), so
-    j_i <= i and j_i only moves forward. The row is split in four quarters, each with its own pointer (its start
-    bisected): four independent chains whose latencies overlap. Each pointer steps by counting a[j..j+3] > key
-    without a branch (a non-increasing: the count is the step when under 4; -inf pads a past a_T) and walks on
-    only past that (rare). Returns False where lg holds a NaN, a value > 0 or -inf (the caller says which), before
-    that row's windows are written (earlier rows' are); True when done."""
+    j_i <= i and j_i only moves forward. The row goes in blocks of MERGE_BLOCK positions: block b is summed while
+    block b - 1 is merged, in the same loop (the sum is one chain of dependent adds, the merge four others: the
+    core runs them side by side), and the last block or part of one is merged after the row's sums. A block is
+    merged in four quarters, each with its own pointer (its start bisected): four independent chains whose
+    latencies overlap. Each pointer steps by counting a[j..j+3] > key without a branch (a non-increasing: the count
+    is the step when under 4; -inf pads a past a_T, and a[j + 3] is never past what is summed) and walks on only
+    past that (rare). Returns False where lg holds a NaN, a value > 0 or -inf (the caller says which; the windows
+    of that row are then partly written, those of earlier rows whole); True when done."""
     R, T = lg.shape
-    n = T // 4
+    B = MERGE_BLOCK
+    q = B // 4
+    nb = T // B
     for r in range(R):
         a[0] = 0.0
+        for m in range(4):
+            a[T + 1 + m] = -np.inf
         s = 0.0
         top = -np.inf
-        for i in range(T):
+        for i in range(min(B, T)):                      # block 0: summed alone
             x = lg[r, i]
             s += x
             a[i + 1] = s
             top = x if x > top else top
-        # the checks of _check_log_gates, before the row's windows, without a branch a position: a NaN makes the
-        # sum NaN, a value > 0 the max; -inf only where the sum is -inf (which an overflow also gives): look there
+        j = 0                                           # the pointer of the last merged position
+        for b in range(1, nb):                          # block b summed, block b - 1 merged
+            lo = (b - 1) * B
+            js = [j, 0, 0, 0]
+            for p in range(1, 4):                       # j at the quarter's first position: the first k, a_k <= key
+                key = a[lo + p * q + 1] + L
+                u, hi = js[p - 1], lo + p * q + 1
+                while u < hi:
+                    mid = (u + hi) >> 1
+                    if a[mid] > key:
+                        u = mid + 1
+                    else:
+                        hi = mid
+                js[p] = u
+            j0, j1, j2, j3 = js[0], js[1], js[2], js[3]
+            o = b * B
+            for t in range(q):
+                for v in range(4):                      # four sums of block b
+                    x = lg[r, o + 4 * t + v]
+                    s += x
+                    a[o + 4 * t + v + 1] = s
+                    top = x if x > top else top
+                i0, i1, i2, i3 = lo + t, lo + q + t, lo + 2 * q + t, lo + 3 * q + t
+                k0, k1, k2, k3 = a[i0 + 1] + L, a[i1 + 1] + L, a[i2 + 1] + L, a[i3 + 1] + L
+                d0 = (a[j0] > k0) + (a[j0 + 1] > k0) + (a[j0 + 2] > k0) + (a[j0 + 3] > k0)
+                d1 = (a[j1] > k1) + (a[j1 + 1] > k1) + (a[j1 + 2] > k1) + (a[j1 + 3] > k1)
+                d2 = (a[j2] > k2) + (a[j2 + 1] > k2) + (a[j2 + 2] > k2) + (a[j2 + 3] > k2)
+                d3 = (a[j3] > k3) + (a[j3 + 1] > k3) + (a[j3 + 2] > k3) + (a[j3 + 3] > k3)
+                j0 += d0
+                j1 += d1
+                j2 += d2
+                j3 += d3
+                if d0 == 4 or d1 == 4 or d2 == 4 or d3 == 4:
+                    while a[j0] > k0:
+                        j0 += 1
+                    while a[j1] > k1:
+                        j1 += 1
+                    while a[j2] > k2:
+                        j2 += 1
+                    while a[j3] > k3:
+                        j3 += 1
+                W[r, i0] = i0 + 1 - j0
+                W[r, i1] = i1 + 1 - j1
+                W[r, i2] = i2 + 1 - j2
+                W[r, i3] = i3 + 1 - j3
+                cens[r, i0] = j0 == 0
+                cens[r, i1] = j1 == 0
+                cens[r, i2] = j2 == 0
+                cens[r, i3] = j3 == 0
+            j = j3
+        for i in range(max(nb, 1) * B, T):              # the sums past the last whole block
+            x = lg[r, i]
+            s += x
+            a[i + 1] = s
+            top = x if x > top else top
+        # the checks of _check_log_gates, without a branch a position: a NaN makes the sum NaN, a value > 0 the
+        # max; -inf only where the sum is -inf (which an overflow also gives): look there
         if not top <= 0.0 or s != s:
             return False
         if s == -np.inf:
             for i in range(T):
                 if lg[r, i] == -np.inf:
                     return False
-        for m in range(4):
-            a[T + 1 + m] = -np.inf
-        js = [0, 0, 0, 0]
-        for p in range(1, 4):                           # j at the quarter's first position: the first k, a_k <= key
-            key = a[p * n + 1] + L
-            lo, hi = 0, p * n + 1
-            while lo < hi:
-                mid = (lo + hi) >> 1
+        lo = max(nb - 1, 0) * B                         # the rest: the last whole block and the part after it
+        n = (T - lo) // 4
+        js = [j, 0, 0, 0]
+        for p in range(1, 4):
+            key = a[lo + p * n + 1] + L
+            u, hi = js[p - 1], lo + p * n + 1
+            while u < hi:
+                mid = (u + hi) >> 1
                 if a[mid] > key:
-                    lo = mid + 1
+                    u = mid + 1
                 else:
                     hi = mid
-            js[p] = lo
+            js[p] = u
         j0, j1, j2, j3 = js[0], js[1], js[2], js[3]
         for t in range(n):
-            i1, i2, i3 = n + t, 2 * n + t, 3 * n + t
-            k0, k1, k2, k3 = a[t + 1] + L, a[i1 + 1] + L, a[i2 + 1] + L, a[i3 + 1] + L
+            i0, i1, i2, i3 = lo + t, lo + n + t, lo + 2 * n + t, lo + 3 * n + t
+            k0, k1, k2, k3 = a[i0 + 1] + L, a[i1 + 1] + L, a[i2 + 1] + L, a[i3 + 1] + L
             d0 = (a[j0] > k0) + (a[j0 + 1] > k0) + (a[j0 + 2] > k0) + (a[j0 + 3] > k0)
             d1 = (a[j1] > k1) + (a[j1 + 1] > k1) + (a[j1 + 2] > k1) + (a[j1 + 3] > k1)
             d2 = (a[j2] > k2) + (a[j2 + 1] > k2) + (a[j2 + 2] > k2) + (a[j2 + 3] > k2)
@@ -467,16 +532,16 @@ def _merge_rows(lg, L, W, cens, a):
                     j2 += 1
                 while a[j3] > k3:
                     j3 += 1
-            W[r, t] = t + 1 - j0
+            W[r, i0] = i0 + 1 - j0
             W[r, i1] = i1 + 1 - j1
             W[r, i2] = i2 + 1 - j2
             W[r, i3] = i3 + 1 - j3
-            cens[r, t] = j0 == 0
+            cens[r, i0] = j0 == 0
             cens[r, i1] = j1 == 0
             cens[r, i2] = j2 == 0
             cens[r, i3] = j3 == 0
         j = j3
-        for i in range(4 * n, T):                       # the last T mod 4 positions
+        for i in range(lo + 4 * n, T):                  # the last (T - lo) mod 4 positions
             key = a[i + 1] + L
             while a[j] > key:
                 j += 1

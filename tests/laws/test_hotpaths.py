@@ -132,6 +132,50 @@ def test_the_compiled_merge_equals_the_numpy_path_on_awkward_traces():
         np.testing.assert_array_equal(cens[0], cr, err_msg=name)
 
 
+@pytest.mark.parametrize("block", [4, 8, 36])
+def test_the_compiled_merge_in_small_blocks_equals_searchsorted_on_awkward_traces(monkeypatch, block):
+    """The block loop (block b summed while b - 1 is merged) on every awkward trace: the merge compiled with blocks
+    of a few positions (MERGE_BLOCK is read when it compiles), so that each trace spans many blocks, the last one
+    whole or partial and windows reaching across several."""
+    _kernel()
+    import numba  # installed: _kernel skips otherwise
+    monkeypatch.setattr(gates, "MERGE_BLOCK", block)
+    kernel = numba.njit(gates._MERGE_SIG, cache=False)(gates._merge_rows)
+    rng = np.random.default_rng(11)
+    for name, lg, L in awkward_traces(rng):
+        lg = np.ascontiguousarray(lg, dtype=np.float64)
+        T = len(lg)
+        for n in sorted({T, max(T - 1, 1), min(T, 2 * block + 3)}):     # whole blocks and a part of one
+            W, cens = np.full((2, n), -7, np.int64), np.zeros((2, n), bool)
+            rows = np.ascontiguousarray(np.stack([lg[:n], lg[:n][::-1]]))
+            assert kernel(rows, float(L), W, cens, np.full(n + 5, np.nan))   # stale scratch: never read
+            with np.errstate(invalid="ignore", over="ignore"):
+                Wr, cr = searchsorted_windows(rows, L)
+            np.testing.assert_array_equal(W, Wr, err_msg=f"{name}, T {n}")
+            np.testing.assert_array_equal(cens, cr, err_msg=f"{name}, T {n}")
+
+
+def test_the_compiled_merge_equals_searchsorted_on_long_traces_of_many_blocks():
+    kernel = _kernel()
+    rng = np.random.default_rng(17)
+    T = 5 * gates.MERGE_BLOCK + 123
+    slow = np.log(rng.beta(2000, 1, T))                                 # windows of thousands of positions
+    slow[rng.random(T) < 0.3] = 0.0
+    for name, lg, L in (("smooth", np.log(rng.beta(20, 1, T)), math.log(1e3)), ("slow", slow, math.log(1e3)),
+                        ("ties", -np.round(rng.exponential(1.0, T)), 7.0)):
+        W, cens = np.empty((1, T), np.int64), np.empty((1, T), bool)
+        assert kernel(np.ascontiguousarray(lg[None]), float(L), W, cens, np.empty(T + 5))
+        Wr, cr = searchsorted_windows(lg, L)
+        np.testing.assert_array_equal(W[0], Wr, err_msg=name)
+        np.testing.assert_array_equal(cens[0], cr, err_msg=name)
+        if name == "slow":                                              # windows across two blocks and more
+            assert np.median(W[0][~cens[0]]) > 2 * gates.MERGE_BLOCK and 0 < cens.mean() < 1
+    for bad in (np.nan, 0.5, -np.inf):                                  # found blocks after the first merged
+        lg = np.log(rng.beta(20, 1, (1, T)))
+        lg[0, 3 * gates.MERGE_BLOCK + 5] = bad
+        assert not kernel(lg, math.log(1e3), W, cens, np.empty(T + 5))
+
+
 def test_the_compiled_merge_equals_the_numpy_path_on_many_rows_and_short_traces(monkeypatch):
     _kernel()
     rng = np.random.default_rng(15)
