@@ -103,7 +103,12 @@ def window_rows(repeats, T=2_000_000):
     t = time.perf_counter()
     kernel = gates.merge_kernel()              # numba's import and the compile, once a process: timed apart
     compile_s = time.perf_counter() - t
-    fns = [by(False), lambda: np.cumsum(lg), cs_search] + ([by(True)] if kernel is not None else [])
+    # and both into buffers allocated once (window_row, np.cumsum(out=)): whether an allocating call faults in
+    # fresh pages depends on what the allocator gave back after the call before it (cs_search frees 32 MiB)
+    W, C, out = np.empty(T, np.int64), np.empty(T, bool), np.empty(T)
+    fns = [by(False), lambda: np.cumsum(lg), cs_search] + ([by(True), lambda: np.cumsum(lg, out=out),
+                                                           lambda: gates.window_row(lg, L, W, C)]
+                                                          if kernel is not None else [])
     w, cs, ss, *wc = paired_times(fns, repeats)
     what = f"windows of one trace, T = {T:.0e}"
     rows.append(dict(what=f"{what}, numpy merge", seconds=w, baseline="bare np.cumsum", base_s=cs,
@@ -119,6 +124,9 @@ def window_rows(repeats, T=2_000_000):
                          baseline="bare np.cumsum", base_s=cs, ratio=wc[0] / cs, target="<= 2", met=wc[0] / cs <= 2))
         rows.append(dict(what=f"{what}, compiled merge (numba {numba.__version__})", seconds=wc[0],
                          baseline="numpy merge", base_s=w, ratio=wc[0] / w, target="-", met=None))
+        rows.append(dict(what=f"{what}, compiled merge into buffers allocated once (window_row)", seconds=wc[2],
+                         baseline="np.cumsum into a buffer allocated once", base_s=wc[1], ratio=wc[2] / wc[1],
+                         target="<= 2", met=wc[2] / wc[1] <= 2))
         rows.append(dict(what="the compiled merge's first call: numba's import and the compile" +
                               ("" if fresh else " (compiled before this row: not timed)"),
                          seconds=compile_s, baseline="-", base_s=None, ratio=None, target="-", met=None))

@@ -240,6 +240,8 @@ def test_the_bench_times_both_merges_beside_the_cumsum():
     else:
         assert "compiled merge" in base[1]["what"] and base[1]["base_s"] == base[0]["base_s"]
         assert any(r["baseline"] == "numpy merge" for r in rows)
+        buf = [r for r in rows if r["baseline"] == "np.cumsum into a buffer allocated once"]
+        assert len(buf) == 1 and "window_row" in buf[0]["what"] and buf[0]["base_s"] > 0 and buf[0]["ratio"] > 0
         assert any("first call" in r["what"] for r in rows)
 
 
