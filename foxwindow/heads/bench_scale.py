@@ -250,8 +250,41 @@ def markdown(res):
 BEGIN, END = "<!-- bench_scale: begin -->", "<!-- bench_scale: end -->"
 
 
+def docs_target(path, force=False):
+    """Check before any work the markdown file whose scaling section --docs regenerates; returns its absolute path.
+    UsageError where it is not a .md path, is on a special filesystem or a folder, its folder is missing or not
+    writable, it is not a UTF-8 text file, or it exists without the section's markers and force is not given (the
+    section would be appended to a file of the user's)."""
+    p = os.path.abspath(os.fspath(path))
+    if not p.endswith(".md"):
+        raise outputs.UsageError(f"--docs: expected a markdown file (.md); got {path}")
+    real = outputs.resolve(p)
+    for top in outputs.SPECIAL_ROOTS:
+        if real == top or real.startswith(top + os.sep):
+            raise outputs.UsageError(f"--docs: {p} is on {top}, a special filesystem; choose an ordinary folder")
+    if os.path.isdir(p):
+        raise outputs.UsageError(f"--docs: {p} is a folder; expected a markdown file")
+    parent = os.path.dirname(p)
+    if not os.path.isdir(parent):
+        raise outputs.UsageError(f"--docs: folder {parent} does not exist (create it first)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise outputs.UsageError(f"--docs: folder {parent} is not writable")
+    if os.path.exists(p):
+        if not os.path.isfile(p):
+            raise outputs.UsageError(f"--docs: {p} is not a regular file")
+        try:
+            with open(p, encoding="utf-8") as fh:
+                old = fh.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise outputs.UsageError(f"--docs: {p} cannot be read as UTF-8 text ({type(exc).__name__})") from None
+        if not (BEGIN in old and END in old) and not force:
+            raise outputs.UsageError(f"--docs: {p} has no bench_scale section ({BEGIN} ... {END}); pass --force to "
+                                     "append one")
+    return p
+
+
 def write_docs(path, text):
-    old = open(path).read() if os.path.exists(path) else "# Benchmarks and timings\n"
+    old = open(path, encoding="utf-8").read() if os.path.exists(path) else "# Benchmarks and timings\n"
     block = f"{BEGIN}\n{text}\n{END}"
     if BEGIN in old and END in old:
         new = old[:old.index(BEGIN)] + block + old[old.index(END) + len(END):]
@@ -279,7 +312,7 @@ def main(argv=None):
     if a.json:
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")
     if a.docs:
-        a.docs = os.path.abspath(a.docs)
+        a.docs = docs_target(a.docs, a.force)
     res = dict(quick=a.quick, load=_load(), machine=f"{parallel.default_workers()} processors")
     say = parallel.say
     grid = [(32, 2048), (64, 4096), (128, 8192)] if a.quick else [(32, 2048), (64, 4096), (128, 4096),

@@ -264,7 +264,8 @@ def load_trace(path):
     positive values.
     """
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"trace file not found: {path}")
+        raise FileNotFoundError(f"trace file not found: {path}" + (" (a folder; expected an .npz file)"
+                                                                   if os.path.isdir(path) else ""))
     outputs.note_input(path, "the trace file")             # no output of the command may replace it
     try:
         with open(path, "rb") as fh:
@@ -354,7 +355,8 @@ def open_traces(path):
     metadata and layout checks of load_traces_checked (shapes, heads, at least 3 sequences, T >= max(B, H, 16)).
     The values (finite, <= 0) are checked as each head is read (heads.increments), once."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"trace file not found: {path}")
+        raise FileNotFoundError(f"trace file not found: {path}" + (" (a folder; expected an .npz file)"
+                                                                   if os.path.isdir(path) else ""))
     outputs.note_input(path, "the trace file")             # no output of the command may replace it
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{path}: not an .npz trace file (not a zip archive; corrupt, truncated or another format)")

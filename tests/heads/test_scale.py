@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from foxwindow import parallel
+from foxwindow import outputs, parallel
 from foxwindow.heads import command, dependence, predict, table
 from foxwindow.heads import driver as heads
 from foxwindow.laws import gates as forget
@@ -309,3 +309,28 @@ def test_search_left_on_extreme_spans():
               np.array([0.0, 1e300, 1.7e308])):
         q = np.concatenate([c - 1e-300, c, c + 1e-300, [-1.0, 2.0]])
         assert np.array_equal(forget.search_left(c, q), np.searchsorted(c, q, side="left"))
+
+
+def test_bench_scale_docs_refuses_before_any_work(tmp_path, monkeypatch):
+    """--docs names a markdown file whose scaling section is rewritten: anything else is refused in one line before
+    the benchmark starts (a file without the section's markers only with --force, which appends one)."""
+    from foxwindow.heads import bench_scale
+    monkeypatch.setattr(bench_scale, "hot_paths", lambda *a: pytest.fail("the benchmark started"))
+    plain = tmp_path / "notes.md"
+    plain.write_text("my notes\n")
+    binary = tmp_path / "b.md"
+    binary.write_bytes(b"\xff\xfe\x00 not text")
+    cases = [(str(tmp_path / "a.txt"), "expected a markdown file"), ("/proc/x.md", "special filesystem"),
+             (str(tmp_path / "missing" / "x.md"), "does not exist"), (str(plain), "no bench_scale section"),
+             (str(binary), "UTF-8")]
+    for path, msg in cases:
+        with pytest.raises(outputs.UsageError, match=msg):
+            bench_scale.docs_target(path)
+        assert outputs.cli(bench_scale.main, ["--docs", path]) == 2
+    assert plain.read_text() == "my notes\n"
+    assert bench_scale.docs_target(str(plain), force=True) == str(plain)
+    with_section = tmp_path / "bench.md"
+    with_section.write_text(f"# B\n\n{bench_scale.BEGIN}\nold\n{bench_scale.END}\n\ntail\n")
+    assert bench_scale.docs_target(str(with_section)) == str(with_section)
+    bench_scale.write_docs(str(with_section), "new")
+    assert with_section.read_text() == f"# B\n\n{bench_scale.BEGIN}\nnew\n{bench_scale.END}\n\ntail\n"

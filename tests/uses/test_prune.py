@@ -435,6 +435,7 @@ def test_traces_bad_files_and_context_without_traces(tmp_path, capsys):
     with pytest.raises(ValueError, match="at least 6"):
         prune.analyse_traces(path, 0.0, [4.0], progress=False)
     for argv, msg in [(["--traces", str(tmp_path / "none.npz"), "--U", "0"], "--traces: trace file not found"),
+                      (["--traces", str(tmp_path), "--U", "0"], "(a folder; expected an .npz file)"),
                       (["--context", "100"], "--context applies to --traces only")]:
         rc, err = _cli(argv + ["--out", str(tmp_path / "o")], capsys)
         assert rc == 2 and msg in err and len(err.splitlines()) == 1
