@@ -553,8 +553,8 @@ def _merge_rows(lg, L, W, cens, a):
 def merge_kernel():
     """The compiled two-pointer merge, ok = kernel(lg (R, T) float64, L float, W (R, T) int64, cens (R, T) bool,
     a (T + 5,) float64 scratch), all C-contiguous: the windows of window_row_numpy, row by row; ok False where lg
-    holds a NaN, a value > 0 or -inf (that row's windows partly written where it spans more than two blocks of
-    MERGE_BLOCK, those after it not written). Compiled on the
+    holds a NaN, a value > 0 or -inf (that row's windows partly written where it spans two blocks of
+    MERGE_BLOCK or more, those after it not written). Compiled on the
     first call of a process (numba.njit, not cached to disk); None where numba is not installed."""
     if not _merge:
         try:
