@@ -7,7 +7,8 @@ is refused over figures/; any other --out whose figure files exist needs --force
 Figures 1-5 are computed from the gate laws (Monte Carlo + exact renewal numerics); figure 6 reads the
 per-head JSON of the trained model, figure 7 the kernel benchmark JSON (written on a GPU), figure 8 the
 pruning JSON, figure 9 the chunk JSON and figure 10 (the report's model overview) the schema-1 per-head JSON of
-the shipped model (results/laws/fox_heads.json, `python forget.py --seed 0 --json ...`).
+the shipped model (results/laws/fox_heads.json, `python forget.py --seed 0 --json ...`); figure 11 (how close
+each law comes, out of sample) that JSON and the LSTM's (results/laws/lstm_heads.json, --lstm-json).
 A figure asked for by --only whose input JSON is absent or unusable is an error before any work; the default
 run (all figures) leaves such a figure out, says so before and after the work, and lists it as "not made"
 in the summary. Output: <out>/figN_*.png and .pdf.
@@ -34,12 +35,13 @@ import fig7_kernels  # noqa: E402
 import fig8_prune  # noqa: E402
 import fig9_chunks  # noqa: E402
 import fig10_overview  # noqa: E402
+import fig11_law_errors  # noqa: E402
 import figstyle  # noqa: E402  (also puts the repository root on sys.path)
 from foxwindow import outputs, safety  # noqa: E402
 
 FIGURES = {1: fig1_decay, 2: fig2_window_pmf, 3: fig3_moments_vs_L, 4: fig4_alibi_limit,
            5: fig5_dependent, 6: fig6_heads, 7: fig7_kernels, 8: fig8_prune,
-           9: fig9_chunks, 10: fig10_overview}
+           9: fig9_chunks, 10: fig10_overview, 11: fig11_law_errors}
 
 
 NAMES = {n: m.__name__ for n, m in FIGURES.items()}
@@ -47,8 +49,8 @@ NAMES = {n: m.__name__ for n, m in FIGURES.items()}
 
 # figures drawn from a JSON input: number -> (flag, attribute of the arguments)
 INPUTS = {6: ("--heads-json", "heads_json"), 7: ("--bench-json", "bench_json"), 8: ("--prune-json", "prune_json"),
-          10: ("--overview-json", "overview_json")}
-HEADS_FLAGS = ("--heads-json", "--overview-json")          # per-head results (forget.py --json)
+          10: ("--overview-json", "overview_json"), 11: ("--lstm-json", "lstm_json")}
+HEADS_FLAGS = ("--heads-json", "--overview-json", "--lstm-json")          # per-head results (forget.py --json)
 
 
 def _check_json_input(path, what):
@@ -145,6 +147,8 @@ def main(argv=None):
                    help="per-head JSON of the earlier slope verdict for figure 6")
     p.add_argument("--overview-json", default=os.path.join(outputs.REPO, "results", "laws", "fox_heads.json"),
                    help="per-head JSON (schema 1, forget.py --json) for figure 10")
+    p.add_argument("--lstm-json", default=os.path.join(outputs.REPO, "results", "laws", "lstm_heads.json"),
+                   help="per-head JSON (schema 1) of the textgenrnn LSTM for figure 11 (beside --overview-json's)")
     p.add_argument("--bench-json", default=os.path.join(HERE, "kernel_bench.json"),
                    help="kernel benchmark JSON for figure 7")
     p.add_argument("--prune-json", default=fig8_prune.DEFAULT_JSON, help="pruning JSON (prune.py) for figure 8")
@@ -160,7 +164,8 @@ def main(argv=None):
     for n, why in left.items():
         print(f"figure {n} will not be made: {why}", file=sys.stderr)
     ctx = SimpleNamespace(out=a.out, fast=a.fast, seed=a.seed, trials=trials,
-                          heads_json=a.heads_json, overview_json=a.overview_json, bench_json=a.bench_json,
+                          heads_json=a.heads_json, overview_json=a.overview_json, lstm_json=a.lstm_json,
+                          bench_json=a.bench_json,
                           prune_json=a.prune_json)
     figstyle.apply()
     results = []

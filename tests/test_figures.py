@@ -87,3 +87,30 @@ def test_figures_6_7_from_synthetic_json(tmp_path):
 def test_bad_trials_rejected():
     with pytest.raises(SystemExit):
         make_figures.main(["--trials", "1", "--only", "1"])
+
+
+def test_figure_11_law_errors_from_the_golden_per_head_json(tmp_path):
+    """Figure 11 (each law's Var[W] and E[W] over the measured ones, out of sample) from a schema-1 per-head JSON:
+    its cells are exactly the (head, eps) records at eps 1e-4 ... 1e-2 with a measured Var[W]; without the LSTM's
+    JSON the default run leaves it out, asked for it is an error."""
+    import fig11_law_errors
+    golden = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "heads_small.json")
+    doc = json.load(open(golden))
+    data = fig11_law_errors.cells(doc)
+    want = [(rec, h) for h in doc["heads"] for rec in h["at"]
+            if 1e-4 * 0.999 <= rec["eps"] <= 1e-2 * 1.001 and rec["measured"]["var"]]
+    lead = doc["lead_law"]
+    assert want and len(data[lead][0]) == sum(rec["laws"][lead]["var"] is not None for rec, _ in want)
+    rec = next(r for r, _ in want if r["laws"][lead]["var"] is not None)
+    assert data[lead][0][0] == rec["laws"][lead]["var"] / rec["measured"]["var"]
+    res = {r["figure"]: r for r in make_figures.main(["--only", "11", "--overview-json", golden, "--lstm-json",
+                                                      golden, "--out", str(tmp_path)])}
+    assert res[11]["status"] == "written" and lead in res[11]["summary"]
+    png = tmp_path / "fig11_law_errors.png"
+    assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 20_000
+    with pytest.raises(make_figures.outputs.UsageError, match="--lstm-json"):
+        make_figures.main(["--only", "11", "--lstm-json", str(tmp_path / "none.json"), "--out", str(tmp_path / "o")])
+    ins = SimpleNamespace(heads_json=golden, overview_json=golden, lstm_json=str(tmp_path / "none.json"),
+                          bench_json=golden, prune_json=golden, given=set())
+    only, left = make_figures.check_inputs(ins, [10, 11], asked=False)
+    assert only == [10] and list(left) == [11]
