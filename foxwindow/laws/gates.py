@@ -498,7 +498,10 @@ def _merge_rows(lg, L, W, cens, a):
             for i in range(T):
                 if lg[r, i] == -np.inf:
                     return False
-        lo = max(nb - 1, 0) * B                         # the rest: the last whole block and the part after it
+        # the rest: the last whole block and the part after it. The four chains' step is written out again here,
+        # not shared with the block loop through a flag: one loop with the sums behind a branch ran 2.09 cumsums
+        # against 1.77 for these two loops (T = 2e6, three alternated runs)
+        lo = max(nb - 1, 0) * B
         n = (T - lo) // 4
         js = [j, 0, 0, 0]
         for p in range(1, 4):
