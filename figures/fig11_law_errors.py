@@ -5,7 +5,6 @@ the held-out documents (fitted on the even documents, scored on the odd) at eps 
 eps) cell with a measured Var[W], coloured by the law's state there; the median marked, the lead law's stated
 accuracy shaded. The picture of the score table in docs/LAWS.md: the renewal mean is right to a few percent, the
 variance needs dependence, and the bootstrap (the reference) is closest."""
-import json
 import math
 import os
 
@@ -19,38 +18,33 @@ EPS_LO, EPS_HI = 1e-4, 1e-2                       # the eps attention uses (the 
 STATE_COLORS = {"holds": "tab:green", "false": "tab:red", "undetermined": "tab:orange", "not claimed": "0.6"}
 
 
-def cells(doc):
-    """{law: ([Var ratio], [E ratio], [state])} over the (head, eps) cells of a schema-1 per-head document with a
-    measured Var[W] at eps in [EPS_LO, EPS_HI]; the laws in the document's order."""
-    out = {}
-    for law in doc["laws"]:
-        out[law] = ([], [], [])
-    for h in doc["heads"]:
-        for rec in h.get("at") or []:
-            m = rec.get("measured") or {}
-            if not (EPS_LO * 0.999 <= rec["eps"] <= EPS_HI * 1.001) or not m.get("var"):
+def cells(res):
+    """{law: ([Var ratio], [E ratio], [state])} over the (head, eps) cells of a per-head result (report.schema's
+    Result) with a measured Var[W] at eps in [EPS_LO, EPS_HI]; the laws in the result's display order."""
+    out = {law: ([], [], []) for law in res.laws}
+    for h in res.heads:
+        for rec in h.at:
+            m = rec.measured
+            if not (EPS_LO * 0.999 <= rec.eps <= EPS_HI * 1.001) or not m.var:
                 continue
-            for law, lw in rec["laws"].items():
-                if law not in out or lw.get("var") is None or lw.get("mean") is None:
+            for law, lw in rec.laws.items():
+                if law not in out or lw.var is None or lw.mean is None:
                     continue
-                out[law][0].append(lw["var"] / m["var"])
-                out[law][1].append(lw["mean"] / m["mean"] if m.get("mean") else float("nan"))
-                out[law][2].append(lw.get("state", "undetermined"))
+                out[law][0].append(lw.var / m.var)
+                out[law][1].append(lw.mean / m.mean if m.mean else float("nan"))
+                out[law][2].append(lw.state)
     return {k: v for k, v in out.items() if v[0]}
 
 
 def _read(path):
+    """The per-head result at path (report.schema.read: schema 1, checked), None where there is no file."""
+    from foxwindow.report import schema
     if not os.path.exists(path):
         return None
     try:
-        with open(path) as fh:
-            doc = json.load(fh)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise Skip(f"{path} is not valid JSON ({exc})") from None
-    if not (isinstance(doc, dict) and doc.get("schema_version") and isinstance(doc.get("laws"), dict)
-            and isinstance(doc.get("heads"), list)):
-        raise Skip(f"{path} is not a schema-1 per-head document with laws (python forget.py --json)")
-    return doc
+        return schema.read(path)
+    except ValueError as exc:
+        raise Skip(str(exc)) from None
 
 
 MEAN_BAND = 0.02                                  # a mean is "explained" within 2% (+ 2 SE: heads/laws.MEAN_TOL)
@@ -116,12 +110,9 @@ def make(ctx):
         data = cells(doc)
         if not data:
             raise Skip(f"{name}: no cell with a measured Var[W] at eps {EPS_LO:g} ... {EPS_HI:g}")
-        lead = doc.get("lead_law")
-        claim = None
-        for h in doc["heads"]:
-            for rec in h.get("at") or []:
-                c = (rec["laws"].get(lead) or {}).get("claim")
-                claim = c if claim is None and isinstance(c, (int, float)) else claim
+        lead = doc.lead_law
+        claim = next((rec.laws[lead].claim for h in doc.heads for rec in h.at
+                      if lead in rec.laws and rec.laws[lead].claim is not None), None)
         n = len(data[next(iter(data))][0])
         _strip(axes[row, 0], data, lead, claim, 0)
         _strip(axes[row, 1], data, lead, MEAN_BAND, 1)

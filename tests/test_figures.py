@@ -94,9 +94,10 @@ def test_figure_11_law_errors_from_the_golden_per_head_json(tmp_path):
     its cells are exactly the (head, eps) records at eps 1e-4 ... 1e-2 with a measured Var[W]; without the LSTM's
     JSON the default run leaves it out, asked for it is an error."""
     import fig11_law_errors
+    from foxwindow.report import schema
     golden = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "heads_small.json")
     doc = json.load(open(golden))
-    data = fig11_law_errors.cells(doc)
+    data = fig11_law_errors.cells(schema.read(golden))
     want = [(rec, h) for h in doc["heads"] for rec in h["at"]
             if 1e-4 * 0.999 <= rec["eps"] <= 1e-2 * 1.001 and rec["measured"]["var"]]
     lead = doc["lead_law"]
