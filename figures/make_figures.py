@@ -143,8 +143,8 @@ def main(argv=None):
                    help="Monte Carlo trials per point (default 200000, or 4000 with --fast)")
     p.add_argument("--only", type=int, nargs="+", choices=sorted(FIGURES), help="figure numbers to make (default all)")
     p.add_argument("--json", default=None, help="also write the run summary as JSON to this path")
-    p.add_argument("--heads-json", default=os.path.join(HERE, "heads.json"),
-                   help="per-head JSON of the earlier slope verdict for figure 6")
+    p.add_argument("--heads-json", default=os.path.join(outputs.REPO, "results", "laws", "fox_heads.json"),
+                   help="per-head JSON (schema 1, forget.py --json; or the earlier {info, heads} shape) for figure 6")
     p.add_argument("--overview-json", default=os.path.join(outputs.REPO, "results", "laws", "fox_heads.json"),
                    help="per-head JSON (schema 1, forget.py --json) for figure 10")
     p.add_argument("--lstm-json", default=os.path.join(outputs.REPO, "results", "laws", "lstm_heads.json"),

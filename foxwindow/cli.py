@@ -51,7 +51,8 @@ def command(name, argv=None):
 
 FIGURE_SCRIPT = ("figures", "make_figures.py")
 # what regenerating the committed figures reads beside the scripts: the per-head, pruning and chunk results
-FIGURE_INPUTS = ("figures/heads.json", "results/prune/prune.json", "results/chunks/fox.json")
+FIGURE_INPUTS = ("results/laws/fox_heads.json", "results/laws/lstm_heads.json", "results/prune/prune.json",
+                 "results/chunks/fox.json")
 
 
 def _is_checkout(d):

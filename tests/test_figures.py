@@ -59,12 +59,12 @@ def _synthetic_heads():
             L = [4.6, 6.9, 9.2]
             slope = s2 * tau / k ** 3 * (0.9 + 0.1 * layer)
             heads.append(dict(layer=layer, head=head, kappa=k, sigma2=s2, tau=tau,
-                              verdict="consistent" if head < 2 else "falsified", eps_list=eps,
+                              verdict="consistent" if head < 2 else "falsified", eps_list=eps, L_list=L,
                               var_W=[slope * x for x in L], se_var_W=[0.1] * 3,
                               mean_W=[x / k for x in L], slope=slope, slope_ci=[0.8 * slope, 1.2 * slope],
                               pred_slope_iid=s2 / k ** 3, pred_slope_lr=s2 * tau / k ** 3,
                               decay_window_mean=6.9 / k, mass_window_mean=4.0 / k))
-    return {"heads": heads}
+    return {"info": {"model": "synthetic", "n_seq": 4, "seq_len": 64, "seed": 0}, "heads": heads}
 
 
 def _synthetic_bench():
@@ -104,9 +104,13 @@ def test_figure_11_law_errors_from_the_golden_per_head_json(tmp_path):
     assert want and len(data[lead][0]) == sum(rec["laws"][lead]["var"] is not None for rec, _ in want)
     rec = next(r for r, _ in want if r["laws"][lead]["var"] is not None)
     assert data[lead][0][0] == rec["laws"][lead]["var"] / rec["measured"]["var"]
-    res = {r["figure"]: r for r in make_figures.main(["--only", "11", "--overview-json", golden, "--lstm-json",
-                                                      golden, "--out", str(tmp_path)])}
+    res = {r["figure"]: r for r in make_figures.main(["--only", "6", "11", "--overview-json", golden, "--lstm-json",
+                                                      golden, "--heads-json", golden, "--out", str(tmp_path)])}
     assert res[11]["status"] == "written" and lead in res[11]["summary"]
+    n_att = sum(1 for h in doc["heads"] for rec in h["at"] if 1e-4 * 0.999 <= rec["eps"] <= 1e-2 * 1.001
+                and lead in rec["laws"])          # figure 6 counts the lead law's states over these cells
+    told = res[6]["summary"].split(": ", 1)[1]
+    assert res[6]["status"] == "written" and sum(int(x.split()[-1]) for x in told.split(", ")) == n_att
     png = tmp_path / "fig11_law_errors.png"
     assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 20_000
     with pytest.raises(make_figures.outputs.UsageError, match="--lstm-json"):

@@ -78,6 +78,12 @@ class HeadsResult:
         colour scale and every law's state per head. Returns a matplotlib Figure."""
         return report.plot_overview(self, eps=eps, layers=layers)
 
+    def plot_laws(self, which="var", laws=None, layers=None):
+        """Every head against every law (foxwindow.report.plot_laws): each law's Var[W] (which="var") or E[W]
+        ("mean") over the measured one against L, one panel per head, the lead law's state at each eps.
+        laws: the law names to draw (None: all); layers: only these layers. Returns a matplotlib Figure."""
+        return report.plot_laws(self, which=which, laws=laws, layers=layers)
+
     def __len__(self):
         return len(self.heads)
 

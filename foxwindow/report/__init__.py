@@ -2,6 +2,8 @@
 
     plot_head(result, head="0.3", eps=1e-3)   one head's figure (matplotlib Figure)
     plot_overview(result, eps=1e-3)           the model at a glance (matplotlib Figure)
+    plot_laws(result, which="var")            every head against every law: each law's Var[W] (or E[W]) over
+                                              the measured one against L, one panel per head (Figure)
     write_report(result, out)                 the HTML report: index.html, a page per layer, the PNGs
     compare.compare(a, b)                     two results head by head, as a dict (compare.table: its lines)
     read(result)                              the parsed result (schema.Result)
@@ -12,7 +14,8 @@ Names are imported on first use, so `import foxwindow.report` does not load matp
 """
 import importlib
 
-_WHERE = {"plot_head": "plots", "plot_overview": "plots", "write_report": "command", "read": "schema"}
+_WHERE = {"plot_head": "plots", "plot_overview": "plots", "plot_laws": "plots", "write_report": "command",
+          "read": "schema"}
 __all__ = list(_WHERE)
 
 

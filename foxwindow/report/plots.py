@@ -12,6 +12,7 @@ result: a schema-1 dict, a path to its JSON, anything with to_json() (the analys
 schema.Result. Heads are named by their label ("layer.head") or a (layer, head) pair.
 """
 import math
+import textwrap
 
 import numpy as np
 from matplotlib import colors as mcolors
@@ -22,7 +23,8 @@ from matplotlib.patches import Patch
 from foxwindow.report import schema
 
 __all__ = ["STATE_COLORS", "STATE_MARKS", "MEASURED", "PMF_BINS", "LAW_PALETTE", "short", "law_colors", "plain_log",
-           "plot_head", "mean_window", "plot_overview"]
+           "plot_head", "mean_window", "plot_overview", "ATTENTION_EPS", "RATIO_CLIP",
+           "plot_laws"]
 
 STATE_COLORS = {"holds": "#2ca02c", "false": "#d62728", "undetermined": "#ff9f1c", "not claimed": "#d9d9d9"}
 STATE_MARKS = {"holds": "✓", "false": "✗", "undetermined": "?", "not claimed": "·"}
@@ -419,4 +421,147 @@ def plot_overview(result, eps=1e-3, layers=None, dpi=80):
                  + (f", {src.n_seq} × {src.seq_len} held-out tokens" if src.n_seq and src.seq_len else "")),
                  fontsize=11, x=0.01, ha="left")
     _style(fig)
+    return fig
+
+
+# ----------------------------------------------------------------------------- every head against the laws
+
+ATTENTION_EPS = (1e-2, 1e-4)    # the thresholds attention uses: shaded in plot_laws
+RATIO_CLIP = (0.1, 10.0)        # a law further off than this is drawn on the axis edge
+
+
+def _ratio_panel(ax, res, h, which, laws, cols):
+    """One head: each law's Var[W] (or E[W]) over the measured one against L, the measured ±2 SE as a band
+    around 1, the lead law's state at each eps as the colour of its markers. Returns the lines drawn."""
+    Ls = np.array([a.L for a in h.at])
+    val = np.array([_nan(getattr(a.measured, which)) for a in h.at])
+    se = np.array([_nan(getattr(a.measured, which + "_se")) for a in h.at])
+    cens = np.array([a.measured.bound for a in h.at])
+    ok = ~cens & np.isfinite(val) & (val > 0)
+    rel = np.where(ok & np.isfinite(se), 2 * se / np.where(ok, val, 1.0), np.nan)
+    lo_c, hi_c = RATIO_CLIP
+    if ok.any():
+        ax.fill_between(Ls[ok], np.clip(1 - rel[ok], lo_c, None), 1 + rel[ok], color="0.85", lw=0, zorder=1)
+    ax.axhline(1.0, color=MEASURED, lw=0.8, zorder=2)
+    if cens.any():                                  # censored: the measured value is a lower bound, no ratio
+        mids = np.concatenate([[Ls[0] - 0.5], 0.5 * (Ls[1:] + Ls[:-1]), [Ls[-1] + 0.5]])
+        for k in np.flatnonzero(cens):
+            ax.axvspan(mids[k], mids[k + 1], color="0.92", lw=0, zorder=0)
+        first = np.flatnonzero(cens)[0]
+        ax.text(0.5 * (mids[first] + mids[-1]), 0.13, "censored", ha="center", va="bottom", fontsize=6.5,
+                color="0.45", zorder=7)
+    drawn = {}
+    for name in laws:
+        y = np.array([_nan(getattr(a.laws[name], which)) if name in a.laws else math.nan for a in h.at])
+        r = np.where(ok, y / np.where(ok, val, 1.0), np.nan)
+        if not np.isfinite(r).any():
+            continue
+        lead = name == res.lead_law
+        rc = np.clip(r, lo_c, hi_c)
+        line, = ax.plot(Ls, rc, "--" if name == schema.REFERENCE_LAW else "-", color=cols[name],
+                        lw=2.0 if lead else 1.0, alpha=1.0 if lead else 0.8, zorder=4 if lead else 3)
+        drawn[name] = line
+        if lead and which == "var":                 # its 95% interval: the law's sampling error and the data's
+            ci = np.array([a.laws[name].var_ratio_ci if name in a.laws and a.laws[name].var_ratio_ci and o
+                           else [math.nan, math.nan] for a, o in zip(h.at, ok)], dtype=float)
+            if np.isfinite(ci).any():
+                ax.fill_between(Ls, np.clip(ci[:, 0], lo_c, hi_c), np.clip(ci[:, 1], lo_c, hi_c),
+                                color=cols[name], alpha=0.18, lw=0, zorder=2)
+        if lead:                                    # the lead law's state at each eps, as its marker colour
+            for L, v, a in zip(Ls, rc, h.at):
+                if np.isfinite(v) and name in a.laws:
+                    ax.plot(L, v, "o", ms=4.5, mfc=STATE_COLORS[a.laws[name].state], mec="black", mew=0.5,
+                            zorder=6)
+    ax.set_yscale("log")
+    ax.set_ylim(lo_c * 0.9, hi_c * 1.1)
+    ax.yaxis.set_major_locator(mticker.FixedLocator([0.1, 0.2, 0.5, 1, 2, 5, 10]))
+    plain_log(ax)
+    return drawn
+
+
+def plot_laws(result, which="var", laws=None, layers=None, max_heads=64, title=None, dpi=80):
+    """Every head against the laws, one small panel per head: each law's Var[W] (which="var") or E[W]
+    ("mean") over the measured one against L = ln(1/eps), the measured +-2 SE as a grey band around 1
+    (censored eps greyed: no ratio there), the lead law thick with its state at each eps as the colour of
+    its markers, the eps attention uses (1e-2 ... 1e-4) shaded. A panel's title names the laws that explain
+    the head's mean and variance there and those that are false (its summary line).
+
+    laws: the law names to draw (None: every law of the result); layers: only these layer names;
+    max_heads: refuse more panels than this (ValueError; pass layers=); title: put before the figure's own
+    title. Returns a matplotlib Figure."""
+    res = schema.read(result)
+    if which not in ("var", "mean"):
+        raise ValueError(f"which must be 'var' or 'mean'; got {which!r}")
+    heads = [h for h in res.heads if layers is None or h.layer in {str(x) for x in layers}]
+    if not heads:
+        raise ValueError("no heads to draw" + (f" in layers {list(layers)}" if layers is not None else ""))
+    if len(heads) > max_heads:
+        raise ValueError(f"{len(heads)} {res.unit}s is more than max_heads={max_heads} panels; "
+                         f"pick layers= (the result has {len(res.layers())})")
+    known = [n for n in res.laws if any(n in a.laws for h in heads for a in h.at)]
+    if laws is None:
+        laws = known
+    else:
+        laws = [str(n) for n in laws]
+        bad = [n for n in laws if n not in known]
+        if bad:
+            raise ValueError(f"no law {bad[0]!r} in this result; one of {', '.join(known)}")
+    cols = law_colors(res)
+    lay = [x for x in res.layers() if any(h.layer == x for h in heads)]
+    ncol = max(h.head for h in heads) + 1 if len(lay) > 1 else min(len(heads), 8)
+    if ncol > 8:                                    # wide layers wrap: 8 panels a row
+        ncol = 8
+    pos = []
+    for h in heads:
+        if len(lay) > 1 and max(x.head for x in heads) < 8:
+            pos.append((lay.index(h.layer), h.head))
+        else:
+            k = len(pos)
+            pos.append((k // ncol, k % ncol))
+    nrow = max(p[0] for p in pos) + 1
+    fig = Figure(figsize=(2.9 * ncol + 0.6, 2.35 * nrow + 1.3), dpi=dpi, layout="constrained")
+    axs = np.atleast_2d(fig.subplots(nrow, ncol, sharex=True, sharey=True, squeeze=False))
+    used = set()
+    drawn = {}
+    La, Lb = (math.log(1 / e) for e in ATTENTION_EPS)
+    for h, (i, j) in zip(heads, pos):
+        ax = axs[i, j]
+        used.add((i, j))
+        ax.axvspan(La, Lb, color="#e8f3e8", lw=0, zorder=0)
+        drawn.update(_ratio_panel(ax, res, h, which, laws, cols))
+        s = h.summary
+        kap = f", κ {h.kappa:.3g}" if h.kappa is not None else ""
+        lines = [f"{h.label}{kap}"]
+        if s.text or s.mean_law or s.var_law:
+            lines[0] += f": mean {s.mean_law or 'no law'}, var {s.var_law or 'no law'}"
+        if s.false:
+            lines.append("false: " + ", ".join(s.false))
+        ax.set_title(_t("\n".join(textwrap.shorten(x, 52, placeholder="…") for x in lines)), fontsize=7.5)
+        if i == nrow - 1 or (i + 1, j) not in {p for p in pos}:
+            ax.set_xlabel("L = ln(1/ε)", fontsize=8)
+        if j == 0:
+            ax.set_ylabel(("Var[W]" if which == "var" else "E[W]") + " law / measured", fontsize=8)
+    for i in range(nrow):
+        for j in range(ncol):
+            if (i, j) not in used:
+                axs[i, j].set_visible(False)
+    handles = [drawn[n] for n in laws if n in drawn]
+    labels = [_t(n) + (" (lead)" if n == res.lead_law else "") for n in laws if n in drawn]
+    handles += [Patch(color="0.85"), Patch(color="#e8f3e8"), Patch(color="0.92")]
+    labels += ["measured ± 2 SE", "ε 1e-2 … 1e-4", "censored ε (no ratio)"]
+    if which == "var" and res.lead_law in drawn:
+        handles.append(Patch(color=cols[res.lead_law], alpha=0.18))
+        labels.append("lead law's 95% interval")
+    handles += [Patch(facecolor=STATE_COLORS[s], edgecolor="black", label=s) for s in schema.STATES]
+    labels += [f"lead law {s}" for s in schema.STATES]
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(8, len(labels)), fontsize=7.5, frameon=False)
+    src = res.source
+    what = "Var[W]" if which == "var" else "E[W]"
+    fig.suptitle((f"{title}  " if title else "") + _t(
+        f"{src.what} {src.family}: {len(heads)} {res.unit}s, each law's {what} over the measured one against L "
+        f"(ratios beyond {RATIO_CLIP[0]:g} or {RATIO_CLIP[1]:g} on the edge)"),
+                 fontsize=10.5, x=0.01, ha="left")
+    _style(fig)
+    for ax in fig.axes:
+        ax.title.set_fontsize(7.5)
     return fig

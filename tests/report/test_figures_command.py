@@ -38,7 +38,7 @@ def test_outside_any_checkout_one_line_says_what_is_missing(tmp_path, monkeypatc
     assert cli.find_checkout() is None
     assert cli.command("figures", ["--fast"]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "figures/make_figures.py" in err and "figures/heads.json" in err
+    assert err.count("\n") == 1 and "figures/make_figures.py" in err and "results/laws/fox_heads.json" in err
     assert "source checkout" in err
 
 

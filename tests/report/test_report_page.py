@@ -154,6 +154,49 @@ def test_figures_from_python(golden):
         plots.plot_head(3.0)
 
 
+def test_plot_laws_draws_each_law_over_the_measured(golden):
+    """plot_laws: one panel per head; each law's line is its Var[W] (or E[W]) over the measured one at the
+    uncensored eps (NaN at censored ones), clipped to RATIO_CLIP; the lead law's markers carry its state's
+    colour; bad arguments are one ValueError naming the problem."""
+    from matplotlib import colors as mcolors
+    res = schema.read(golden)
+    fig = plots.plot_laws(golden)
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    assert len(panels) == len(res.heads)
+    lead, cols = res.lead_law, plots.law_colors(res)
+    checked = 0
+    for h, ax in zip(res.heads, panels):
+        assert ax.get_title().startswith(h.label)
+        line = next((ln for ln in ax.get_lines() if mcolors.to_hex(ln.get_color()) == mcolors.to_hex(cols[lead])
+                     and ln.get_linewidth() > 1.5), None)
+        if line is None:
+            continue
+        y = np.asarray(line.get_ydata(), dtype=float)
+        for a, v in zip(h.at, y):
+            la = a.laws.get(lead)
+            if a.measured.bound or la is None or la.var is None or not a.measured.var:
+                assert not np.isfinite(v)
+            else:
+                assert v == pytest.approx(np.clip(la.var / a.measured.var, *plots.RATIO_CLIP), rel=1e-12)
+                checked += 1
+        marks = [ln for ln in ax.get_lines() if ln.get_marker() == "o"]
+        states = [a.laws[lead].state for a, v in zip(h.at, y) if np.isfinite(v) and lead in a.laws]
+        assert [mcolors.to_hex(m.get_markerfacecolor()) for m in marks] == \
+            [mcolors.to_hex(plots.STATE_COLORS[s]) for s in states]
+    assert checked > 0
+    mean_fig = plots.plot_laws(golden, which="mean", laws=["iid", lead])
+    assert "E[W]" in mean_fig.axes[0].get_ylabel()
+    assert len(plots.plot_laws(golden, layers=["1"]).axes) >= 1
+    with pytest.raises(ValueError, match="which must be 'var' or 'mean'"):
+        plots.plot_laws(golden, which="median")
+    with pytest.raises(ValueError, match="no law 'nope'"):
+        plots.plot_laws(golden, laws=["nope"])
+    with pytest.raises(ValueError, match="more than max_heads=1"):
+        plots.plot_laws(golden, max_heads=1)
+    with pytest.raises(ValueError, match="no heads to draw"):
+        plots.plot_laws(golden, layers=["99"])
+
+
 def test_earlier_json_shape_makes_a_report(tmp_path, stub_pictures):
     """The committed per-head JSON of the shipped model in the earlier {info, heads} shape: converted on
     reading, the report says what it lacks."""
