@@ -204,13 +204,13 @@ def marginal_passage(x, Ls, cells=CELLS):
             out.append(None)
             continue
         h = L / (K + 0.5)
-        M = 1 << int(math.ceil(math.log2(2 * (K + 1))))
+        M = sp_fft.next_fast_len(2 * (K + 1), real=True)                    # a fast length, not the next power of 2
         p = _lattice_cells(x, h, M, xmax)                                  # the cells the increments reach
         if len(p) == M:
             p[M - 1] = 0.0                                                 # steps beyond 2L: out at once
         p /= len(x)
         r = 1e-10 ** (1.0 / M)                                             # damping: aliasing r^M = 1e-10
-        ph = np.fft.rfft(p * r ** np.arange(len(p)), M)                    # numpy: sum_k a_k z^k, real a
+        ph = sp_fft.rfft(p * r ** np.arange(len(p)), M)                    # sum_k a_k z^k, real a
         z = r * np.exp(-2j * np.pi * np.arange(len(ph)) / M)
         out.append(MarginalPassage(ph, z, K, M, r))
     return out
@@ -886,7 +886,7 @@ def _marginal_group_var(x, Ls, groups, cells=CELLS):
         if K + 1 > MAX_CELLS // 2:
             continue
         h = L / (K + 0.5)
-        M = 1 << int(math.ceil(math.log2(2 * (K + 1))))
+        M = sp_fft.next_fast_len(2 * (K + 1), real=True)                    # a fast length, not the next power of 2
         cg = [_lattice_cells(v, h, M, m) for v, m in zip(xg, xmax)]
         nb = max(len(c) for c in cg)
         p = np.zeros((G, nb))
@@ -899,14 +899,20 @@ def _marginal_group_var(x, Ls, groups, cells=CELLS):
         P /= size
         r = 1e-10 ** (1.0 / M)                                             # damping: aliasing r^M = 1e-10
         rk = r ** np.arange(M)
-        u = np.fft.rfft(P * rk[:nb], M, axis=1)                            # ph; the cells beyond nb are 0
-        omz = 1 - r * np.exp(-2j * np.pi * np.arange(u.shape[1]) / M)      # 1 - z
+        u = sp_fft.rfft(P * rk[:nb], M, axis=1)                            # ph; the cells beyond nb are 0
         np.subtract(1.0, u, out=u)                                         # u = 1 / (1 - ph), in place
         np.divide(1.0, u, out=u)
-        U = np.fft.irfft(u / omz, M, axis=1)[:, K] / rk[K]
+        # coefficient K of the inverse transforms of u / (1 - z) and u^2 / (1 - z) as one weighted sum over the
+        # half spectrum each (MarginalPassage's), not two inverse FFTs of which one coefficient is read
+        f = np.arange(u.shape[1])
+        e = np.exp(2j * np.pi * ((f * K) % M) / M) / (1 - r * np.exp(-2j * np.pi * f / M))
+        e[1:] *= 2.0
+        if M % 2 == 0:
+            e[-1] *= 0.5
+        e /= M * rk[K]
+        U = (u @ e).real
         np.multiply(u, u, out=u)
-        np.divide(u, omz, out=u)
-        uU = np.fft.irfft(u, M, axis=1)[:, K] / rk[K]
+        uU = (u @ e).real
         v = 2 * uU - U - U * U
         full[i], loo[:, i] = v[0], v[1:]
     return full, loo
