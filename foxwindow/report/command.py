@@ -39,11 +39,16 @@ def _worker_init(res):
 
 
 def _render(job):
-    """One picture as PNG bytes: job = ("overview", None | layer name, eps, dpi) or ("head", label, eps, dpi).
-    The figures are matplotlib Figures made without pyplot: drawn by the Agg renderer, no display."""
+    """One picture as PNG bytes: job = ("overview", None | layer name, eps, dpi), ("laws", layer name, eps, dpi)
+    or ("head", label, eps, dpi). The figures are matplotlib Figures made without pyplot: drawn by the Agg
+    renderer, no display."""
     kind, key, eps, dpi = job
-    fig = (plots.plot_head(_RES, head=key, eps=eps, dpi=dpi) if kind == "head" else
-           plots.plot_overview(_RES, eps=eps, layers=None if key is None else [key], dpi=dpi))
+    if kind == "head":
+        fig = plots.plot_head(_RES, head=key, eps=eps, dpi=dpi)
+    elif kind == "laws":
+        fig = plots.plot_laws(_RES, layers=[key], max_heads=pages.LAWS_PANELS, dpi=dpi)
+    else:
+        fig = plots.plot_overview(_RES, eps=eps, layers=None if key is None else [key], dpi=dpi)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
@@ -92,6 +97,7 @@ def write_report(result, out, force=False, eps=1e-3, progress=False, dpi=80, job
     big = round(dpi * 1.25)                     # the overviews a little larger: the first thing a reader sees
     todo = [("overview.png", ("overview", None, eps, big))]
     todo += [(names.layer_png(lay), ("overview", lay, eps, big)) for lay in names.layers]
+    todo += [(names.laws_png(lay), ("laws", lay, eps, dpi)) for lay in names.laws_layers]
     todo += [(names.head_png(h), ("head", h.label, eps, dpi)) for h in res.heads]
     n_jobs = default_jobs() if jobs is None else int(jobs)
     for (name, _), png in zip(todo, _pictures(res, [j for _, j in todo], n_jobs, progress)):

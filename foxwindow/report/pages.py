@@ -68,18 +68,30 @@ def page(title, body):
             f"<style>{CSS}</style></head><body>\n{body}\n</body></html>\n")
 
 
+LAWS_PANELS = 64               # a layer of at most this many heads gets its law-ratio picture (plots.plot_laws)
+
+
 class Names:
     """The file names of a report: positions only."""
 
     def __init__(self, res):
         self.layers = res.layers()
         self.idx = {lay: i for i, lay in enumerate(self.layers)}
+        count = {lay: 0 for lay in self.layers}
+        for h in res.heads:
+            count[h.layer] += 1
+        self.count = count
+        # the layers whose every head gets a panel of the law-ratio picture (a wider layer: its page says why not)
+        self.laws_layers = [lay for lay in self.layers if count[lay] <= LAWS_PANELS]
 
     def layer_page(self, lay):
         return f"layer-{self.idx[lay]:02d}.html"
 
     def layer_png(self, lay):
         return f"layer-{self.idx[lay]:02d}.png"
+
+    def laws_png(self, lay):
+        return f"layer-{self.idx[lay]:02d}-laws.png"
 
     def head_png(self, h):
         return f"head-{self.idx[h.layer]:02d}-{h.head:02d}.png"
@@ -89,7 +101,8 @@ class Names:
 
     def files(self, res):
         """Every file the report writes (pictures first, the index last)."""
-        out = ["overview.png"] + [self.layer_png(lay) for lay in self.layers] + [self.head_png(h) for h in res.heads]
+        out = ["overview.png"] + [self.layer_png(lay) for lay in self.layers]
+        out += [self.laws_png(lay) for lay in self.laws_layers] + [self.head_png(h) for h in res.heads]
         return out + [self.layer_page(lay) for lay in self.layers] + ["index.html"]
 
 
@@ -239,6 +252,20 @@ def index_page(res, names, eps):
     return page(title, body)
 
 
+def _laws_picture(res, names, lay):
+    """The layer's law-ratio picture (plots.plot_laws) with its caption, or why the page has none."""
+    head = "<h2>Every law against the measured Var[W], ε by ε</h2>"
+    if lay not in names.laws_layers:
+        return (head + f"<p>This layer has {names.count[lay]} {esc(res.unit)}s, more than the {LAWS_PANELS} panels "
+                f"of this picture: <code>foxwindow.report.plot_laws(result, layers=[...])</code> draws it from "
+                f"Python.</p>")
+    return (head + f"<p>Each law's Var[W] over the measured one against L = ln(1/ε), one panel per "
+            f"{esc(res.unit)}: the grey band is the measured ± 2 SE, greyed ε are censored (no ratio), the lead law "
+            f"({esc(res.lead_law)}) is drawn thick with its 95% interval and its state at each ε as the colour of "
+            f"its markers; ε 1e-2 … 1e-4 is shaded.</p>"
+            f'<img loading="lazy" src="{names.laws_png(lay)}" alt="layer {esc(lay)}: each law over the measured">')
+
+
 def layer_page(res, names, lay, eps):
     hs = [h for h in res.heads if h.layer == lay]
     i = names.idx[lay]
@@ -249,6 +276,7 @@ def layer_page(res, names, lay, eps):
         nav.append(f'<a href="{names.layer_page(names.layers[i + 1])}">layer {esc(names.layers[i + 1])} →</a>')
     parts = [f"<nav>{''.join(nav)}</nav><h1>layer {esc(lay)}: {len(hs)} {esc(res.unit)}s</h1>",
              f'<img src="{names.layer_png(lay)}" alt="layer {esc(lay)} overview">',
+             _laws_picture(res, names, lay),
              _heads_table(res, hs, names, eps, link_page=False),
              f"<h2>Out-of-sample scores</h2>{_oos_table(res, hs)}"]
     for h in hs:

@@ -15,6 +15,7 @@ import pytest
 
 from foxwindow import cli, outputs
 from foxwindow.report import command, pages, plots, schema, screenshot
+from foxwindow.report import pages as pages_mod
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "data", "heads_schema1.json")
@@ -72,7 +73,7 @@ def test_every_picture_is_a_png_on_a_page_and_every_link_resolves(report_dir):
         assert "<script" not in text and "<link" not in text and "@import" not in text and "url(" not in text
         assert not re.search(r'(src|href)="(https?:|//|file:|/)', text)
     pngs = {p.name for p in report_dir.glob("*.png")}
-    assert pngs == shown and len(pngs) == 1 + 2 + 4          # overview, one per layer, one per head
+    assert pngs == shown and len(pngs) == 1 + 2 + 2 + 4      # overview, two per layer, one per head
     for p in pngs:
         w, h = _png_size(report_dir / p)
         assert w > 500 and h > 200 and (report_dir / p).stat().st_size > 10_000
@@ -225,7 +226,8 @@ def test_forget_with_report_end_to_end(tmp_path, capsys):
     argv = ["--traces", str(path), "--report", str(out), "--no-progress", "--n-boot", "100", "--seed", "1"]
     assert outputs.cli(forget_command.main, argv) in (0, None)
     assert "report in" in capsys.readouterr().out
-    assert {p.name for p in out.glob("*.png")} == {"overview.png", "layer-00.png", "head-00-00.png", "head-00-01.png"}
+    assert {p.name for p in out.glob("*.png")} == {"overview.png", "layer-00.png", "layer-00-laws.png",
+                                                 "head-00-00.png", "head-00-01.png"}
     # before any work: --report over an existing report without --force, and with --synthetic
     assert outputs.cli(forget_command.main, ["--traces", str(path), "--report", str(out), "--no-progress"]) == 2
     assert outputs.cli(forget_command.main, ["--synthetic", "--report", str(tmp_path / "s")]) == 2
@@ -245,7 +247,14 @@ def test_384_heads_make_an_index_and_one_page_per_layer(golden, tmp_path, monkey
     imgs, links, _ = _refs(tmp_path / "big" / "index.html")
     assert imgs == ["overview.png"] and {f"layer-{i:02d}.html" for i in range(24)} <= {h.split("#")[0] for h in links}
     imgs, _, text = _refs(tmp_path / "big" / "layer-23.html")
-    assert len(imgs) == 17 and text.count('<h2 id="h23-') == 16
+    assert len(imgs) == 18 and text.count('<h2 id="h23-') == 16             # overview, laws, 16 heads
+    assert "layer-23-laws.png" in imgs
+    # a layer wider than the law-ratio picture's panels: no such picture, and its page says why
+    d["heads"] = [dict(copy.deepcopy(golden["heads"][h % 4]), layer="0", head=h, label=f"0.{h}")
+                  for h in range(pages_mod.LAWS_PANELS + 1)]
+    command.write_report(d, str(tmp_path / "wide"), jobs=1)
+    imgs, _, text = _refs(tmp_path / "wide" / "layer-00.html")
+    assert not list((tmp_path / "wide").glob("*-laws.png")) and "more than the 64 panels" in text
     # the overview itself draws at this size (one picture, not the stub)
     assert plots.plot_overview(d).axes
 
