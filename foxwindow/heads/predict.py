@@ -276,8 +276,10 @@ def kaplan_meier(W, censored):
     if t.size == 0:
         raise ValueError("kaplan_meier: no windows")
     tmax = int(t.max())
-    ev = np.bincount(t[~c], minlength=tmax + 1).astype(np.float64)
-    at = np.cumsum(np.bincount(t, minlength=tmax + 1)[::-1])[::-1].astype(np.float64)   # times >= u
+    n_t = np.bincount(t, minlength=tmax + 1)
+    # no censored window (the usual case): the events are every window, the same counts as bincount(t[~c])
+    ev = (np.bincount(t[~c], minlength=tmax + 1) if c.any() else n_t).astype(np.float64)
+    at = np.cumsum(n_t[::-1])[::-1].astype(np.float64)                      # times >= u
     h = np.divide(ev, at, out=np.zeros_like(ev), where=at > 0)
     surv = np.cumprod(1 - h)                                                # P(W > u), u = 0..tmax
     mean = float(surv.sum())                                                # sum_u P(W > u), u < tmax + 1
