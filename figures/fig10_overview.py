@@ -5,21 +5,12 @@ window, and each law's state per head. The same picture opens the HTML report of
 import os
 
 import figstyle
-from figstyle import Skip
 
 
 def make(ctx):
     from foxwindow.report import plots, schema
     path = ctx.overview_json
-    if not os.path.exists(path):
-        rel = os.path.relpath(path)
-        raise Skip(f"{rel} not found (write it with `python forget.py --json {rel}`)")
-    try:
-        res = schema.read(path)
-    except ValueError as exc:
-        raise Skip(str(exc)) from None
-    if not res.heads:
-        raise Skip(f"{path} has no heads")
+    res = figstyle.read_heads(path)
     fig = plots.plot_overview(res, eps=1e-3, dpi=110)
     states = {s: sum(h.state(res.lead_law) == s for h in res.heads) for s in schema.STATES} \
         if res.lead_law in res.laws else {}

@@ -6,7 +6,6 @@ eps) cell with a measured Var[W], coloured by the law's state there; the median 
 accuracy shaded. The picture of the score table in docs/LAWS.md: the renewal mean is right to a few percent, the
 variance needs dependence, and the bootstrap (the reference) is closest."""
 import math
-import os
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -34,17 +33,6 @@ def cells(res):
                 out[law][1].append(lw.mean / m.mean if m.mean else float("nan"))
                 out[law][2].append(lw.state)
     return {k: v for k, v in out.items() if v[0]}
-
-
-def _read(path):
-    """The per-head result at path (report.schema.read: schema 1, checked), None where there is no file."""
-    from foxwindow.report import schema
-    if not os.path.exists(path):
-        return None
-    try:
-        return schema.read(path)
-    except ValueError as exc:
-        raise Skip(str(exc)) from None
 
 
 MEAN_BAND = 0.02                                  # a mean is "explained" within 2% (+ 2 SE: heads/laws.MEAN_TOL)
@@ -99,7 +87,8 @@ def _strip(ax, data, lead, band, which):
 
 
 def make(ctx):
-    docs = [(name, _read(path)) for name, path in (("FoX (shipped)", ctx.overview_json), ("LSTM", ctx.lstm_json))]
+    docs = [(name, figstyle.read_heads(path, required=False))
+            for name, path in (("FoX (shipped)", ctx.overview_json), ("LSTM", ctx.lstm_json))]
     docs = [(name, d) for name, d in docs if d is not None]
     if not docs:
         raise Skip("no per-head JSON with laws (python forget.py --seed 0 --json results/laws/fox_heads.json)")

@@ -12,15 +12,7 @@ from figstyle import Skip
 def make(ctx):
     from foxwindow.report import plots, schema
     path = ctx.heads_json
-    if not os.path.exists(path):
-        rel = os.path.relpath(path)
-        raise Skip(f"{rel} not found (write it with `python forget.py --seed 0 --json {rel}`)")
-    try:
-        res = schema.read(path)
-    except ValueError as exc:
-        raise Skip(str(exc)) from None
-    if not res.heads:
-        raise Skip(f"{path} has no heads")
+    res = figstyle.read_heads(path)
     if len(res.heads) > 64:
         raise Skip(f"{path} has {len(res.heads)} {res.unit}s: figure 6 draws up to 64 panels "
                    "(foxwindow.report.plots.plot_laws(result, layers=...) draws a few layers)")

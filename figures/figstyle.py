@@ -22,6 +22,24 @@ class Skip(Exception):
     """A figure whose input data is absent: the driver reports the reason and moves on."""
 
 
+def read_heads(path, required=True):
+    """The per-head result at path (report.schema.read: schema 1 or the earlier shape, checked). Skip where it
+    is unusable or has no heads, and where the file is absent when required (else None)."""
+    from foxwindow.report import schema
+    if not os.path.exists(path):
+        if not required:
+            return None
+        rel = os.path.relpath(path)
+        raise Skip(f"{rel} not found (write it with `python forget.py --seed 0 --json {rel}`)")
+    try:
+        res = schema.read(path)
+    except ValueError as exc:
+        raise Skip(str(exc)) from None
+    if not res.heads:
+        raise Skip(f"{path} has no heads")
+    return res
+
+
 def apply():
     plt.rcParams.update({
         "figure.dpi": 110, "savefig.dpi": 150, "font.size": 10, "axes.titlesize": 10.5,
