@@ -4,8 +4,9 @@ Without --fast and without --out this is the documented way to regenerate the co
 figures/ (it replaces them). --fast writes to a fresh scratch folder runs/figures-fast-<timestamp>/ and
 is refused over figures/; any other --out whose figure files exist needs --force.
 
-Figures 1-5 are computed from the gate laws (Monte Carlo + exact renewal numerics); figure 6 reads the
-per-head JSON of the trained model, figure 7 the kernel benchmark JSON (written on a GPU), figure 8 the
+Figures 1-5 are computed from the gate laws (Monte Carlo + exact renewal numerics); figure 6 (every head
+against every law) reads the schema-1 per-head JSON of the shipped model (results/laws/fox_heads.json,
+--heads-json), figure 7 the kernel benchmark JSON (written on a GPU), figure 8 the
 pruning JSON, figure 9 the chunk JSON and figure 10 (the report's model overview) the schema-1 per-head JSON of
 the shipped model (results/laws/fox_heads.json, `python forget.py --seed 0 --json ...`); figure 11 (how close
 each law comes, out of sample) that JSON and the LSTM's (results/laws/lstm_heads.json, --lstm-json).
