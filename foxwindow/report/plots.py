@@ -7,6 +7,9 @@ save with the Agg renderer and show in a notebook as they are).
                                                 attention-mass window, and each law's state at each eps
     plot_overview(result, eps=1e-3)             the model: mean window per layer x head at eps (log colour
                                                 scale) and each law's state per head, at a glance
+    plot_laws(result, which="var")              every head against every law: each law's Var[W] (or E[W]) over
+                                                the measured one against L, a panel per head, the lead law's
+                                                interval and state at each eps
 
 result: a schema-1 dict, a path to its JSON, anything with to_json() (the analysis result) or a
 schema.Result. Heads are named by their label ("layer.head") or a (layer, head) pair.
