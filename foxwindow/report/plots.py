@@ -443,8 +443,9 @@ def _ratio_panel(ax, res, h, which, laws, cols):
     ok = ~cens & np.isfinite(val) & (val > 0)
     rel = np.where(ok & np.isfinite(se), 2 * se / np.where(ok, val, 1.0), np.nan)
     lo_c, hi_c = RATIO_CLIP
-    if ok.any():
-        ax.fill_between(Ls[ok], np.clip(1 - rel[ok], lo_c, None), 1 + rel[ok], color="0.85", lw=0, zorder=1)
+    if ok.any():                                    # where= leaves a gap at a censored eps between measured ones
+        ax.fill_between(Ls, np.clip(1 - np.nan_to_num(rel), lo_c, None), 1 + np.nan_to_num(rel), where=ok,
+                        color="0.85", lw=0, zorder=1)
     ax.axhline(1.0, color=MEASURED, lw=0.8, zorder=2)
     if cens.any():                                  # censored: the measured value is a lower bound, no ratio
         mids = np.concatenate([[Ls[0] - 0.5], 0.5 * (Ls[1:] + Ls[:-1]), [Ls[-1] + 0.5]])
