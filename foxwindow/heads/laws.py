@@ -517,7 +517,7 @@ def _measured(W, C):
         var = s2.sum() / (S * R) - mean ** 2
         ml = (s1.sum() - s1) / ((S - 1) * R)
         vl = (s2.sum() - s2) / ((S - 1) * R) - ml ** 2
-        q = np.quantile(W.ravel(), Q, method="inverted_cdf")
+        q = predict.int_quantiles(W, Q)
         out.update(mean=float(mean), var=float(var), mean_se=float(dependence.jackknife(ml)),
                    var_se=float(dependence.jackknife(vl)), quantiles={str(k): float(v) for k, v in zip(Q, q)},
                    var_loo=vl, mean_loo=ml, bound=False)
@@ -765,7 +765,7 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True,
     d["mean"], d["var"], d["mean_se"], d["var_se"] = pm, pv, pse_m, pse_v
     for k in range(len(Ls)):
         flat = Wp[:, :, k].ravel()
-        d["quantiles"][k] = [int(v) for v in np.quantile(flat, Q, method="inverted_cdf")]
+        d["quantiles"][k] = predict.int_quantiles(flat, Q)
         far = nL[k] > r0
         d["claim"][k] = float("nan") if far else 0.0
         d["why"][k] = "walks continue past the trace start by blocks (not claimed)" if far else "resampling"

@@ -29,7 +29,8 @@ from foxwindow.laws.gates import search_left
 
 __all__ = ["BLOCK_FRACTION", "WALKS_PER_DOC", "N_CAP", "QUANTILES", "window_rows", "window_rows_numpy",
            "compile_window_rows", "window_sums", "block_walks", "Prediction", "predict", "KaplanMeier",
-           "kaplan_meier", "kaplan_meier_loo_means", "OutOfSample", "out_of_sample", "coverage_counts"]
+           "kaplan_meier", "kaplan_meier_loo_means", "OutOfSample", "out_of_sample", "coverage_counts",
+           "int_quantiles"]
 
 BLOCK_FRACTION = 0.25      # block length: a quarter of the trace
 WALKS_PER_DOC = 64         # walks per document of the fitted half or of the whole head: enough that the
@@ -124,6 +125,20 @@ def window_rows_numpy(x, Ls, r0):
     cens = J == 0
     np.subtract(np.arange(r0 + 1, T + 1), J, out=J)
     return J.transpose(0, 2, 1), cens.transpose(0, 2, 1)
+
+
+def int_quantiles(W, qs):
+    """np.quantile(W, qs, method="inverted_cdf") of integers W >= 0 (any shape, at least one value), the same
+    values, from a histogram of W instead of a partition of a copy (about 4x less time on a head's 128 x 8192
+    held-out windows). Returns a list of ints, one per q in qs (floats in [0, 1])."""
+    cum = np.cumsum(np.bincount(np.asarray(W).ravel()))
+    n, out = cum[-1], []
+    for q in qs:
+        index = n * q - 1                       # numpy's virtual index for inverted_cdf, the same float operations
+        prev = math.floor(index)
+        idx = max(prev if index - prev == 0 else prev + 1, 0)
+        out.append(int(np.searchsorted(cum, min(idx, n - 1), side="right")))     # the idx-th smallest (from 0)
+    return out
 
 
 def window_sums(W):

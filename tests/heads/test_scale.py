@@ -148,6 +148,18 @@ def test_variance_function_in_one_pass_equals_the_three_passes():
     np.testing.assert_allclose(vf.A2, A2, rtol=1e-12)
 
 
+def test_int_quantiles_are_numpys_inverted_cdf():
+    rng = np.random.default_rng(7)
+    qs = (0.0, 0.05, 0.1, 1 / 3, 0.5, 0.9, 0.95, 1.0)
+    for n in list(range(1, 60)) + [999, 1000, 4096, 100_003]:
+        for top in (1, 4, 50_000):
+            W = rng.integers(0, top, size=n)
+            assert predict.int_quantiles(W, qs) == [int(v) for v in np.quantile(W, qs, method="inverted_cdf")]
+    W = rng.geometric(0.01, size=(16, 300)) - 1                   # a (docs, rows) view, heavy ties at 0
+    assert predict.int_quantiles(W[:, ::3], qs) == [int(v) for v in np.quantile(W[:, ::3].ravel(), qs,
+                                                                                 method="inverted_cdf")]
+
+
 # ----------------------------------------------------------------------------- heads in parallel
 
 
