@@ -467,15 +467,101 @@ def lead_survival(bs, Ls, wts, kappa, w_cap=predict.N_CAP, mixed=None):
     sd, g, keep, _ = _s_parts(mm, vv, tt)
     nonpos = np.flatnonzero(~np.all(vv > 0, axis=0))
     first_nonpos = int(nonpos[0]) if len(nonpos) else w_top                 # columns before it: every v > 0
+    kernel = _surv[0] if _surv and gates.COMPILED and not mixed else None
     out = []
     for L, w_max in zip(Ls, tops):
         c = slice(0, w_max)
+        if kernel is not None:              # the same cells in one compiled pass (compile_fast_paths)
+            s = np.empty((mm.shape[0], w_max))
+            kernel(float(L), mm[:, c], vv[:, c], tt[:, c], sd[:, c], g[:, c],
+                   keep[:, c] if keep is not None else np.zeros((1, 1), np.bool_), keep is not None,
+                   w_max <= first_nonpos, s)
+            out.append(s)
+            continue
         s = _s_cdf(L, mm[:, c], vv[:, c], tt[:, c],
                    (sd[:, c], g[:, c], None if keep is None else keep[:, c], w_max <= first_nonpos))
         if mixed:
             s = (wts @ s) / wts.sum(1)[:, None]
         out.append(np.minimum.accumulate(np.clip(s, 0, 1), axis=1))
     return out
+
+
+def _surv_kernel(gammainc, gammaincc, ndtr, jit=lambda f: f):
+    """lead_survival's cells at one L as one loop (compile_fast_paths compiles it with jit = numba.njit), given
+    scalar gammainc, gammaincc and ndtr (scipy.special.cython_special's: the functions behind the ufuncs): for each
+    weight row b and w, _s_cdf's cell (the Chernoff tail test, the limit or the shifted-gamma / normal value, the
+    conditioning on S >= 0 of SUPPORT, the cell of a v <= 0 column) with _s_cdf's operations in its order, then the
+    clip to [0, 1] and the running minimum along w, written to out (B, w_max). It differs from the numpy path only
+    where a gamma cell's tail bound k (r - 1 - ln r) lies within rounding of TAIL_E (the compiled log may differ
+    from numpy's in the last bit), by less than that bound, e^-TAIL_E. Returns loop(L, m, v, m3, sd, g, keep,
+    use_keep, vpos, out)."""
+    tail_e, support = TAIL_E, SUPPORT
+
+    @jit
+    def _max0(a):                                   # np.maximum(a, 0): NaN stays NaN
+        return a if (a > 0.0 or a != a) else 0.0
+
+    @jit
+    def _tail(k, y, exact, upper):                  # _gamma_tails on one cell
+        r = y / k
+        t = k * (r - 1.0 - np.log(r))
+        if t > tail_e and not exact:
+            if upper:
+                return 1.0 if r < 1.0 else 0.0
+            return 1.0 if r > 1.0 else 0.0
+        return gammaincc(k, y) if upper else gammainc(k, y)
+
+    @jit
+    def _cell(L, m, v, z, g):                       # _s_cdf_cells on one cell
+        o = 1.0 if z > 0.0 else 0.0
+        if abs(z) < 60.0 and v > 0.0:
+            if g > 1e-3:
+                k = 4.0 / (g * g)
+                exact, bad, f0 = False, False, 0.0
+                if support and m - 2.0 * np.sqrt(v) / g < 0.0:
+                    bad = True
+                    y0 = _max0(k - (m / np.sqrt(v)) * np.sqrt(k))
+                    f0 = _tail(k, y0, y0 >= k, False)
+                    exact = 1.0 - f0 < 1e-3
+                o = _tail(k, _max0(k + z * np.sqrt(k)), exact, False)
+                if bad:
+                    d = 1.0 - f0
+                    o = (o - f0) / (d if (d > 1e-300 or d != d) else 1e-300)
+                    o = 0.0 if o < 0.0 else (1.0 if o > 1.0 else o)
+            elif g < -1e-3:
+                k = 4.0 / (g * g)
+                o = _tail(k, _max0(k - z * np.sqrt(k)), False, True)
+            else:
+                o = ndtr(z)
+        if not v > 0.0:
+            o = 1.0 if m <= L else 0.0
+        return o
+
+    def loop(L, m, v, m3, sd, g, keep, use_keep, vpos, out):
+        B, n = out.shape
+        for b in range(B):
+            run = 0.0
+            for w in range(n):
+                mm, vv, s, gg = m[b, w], v[b, w], sd[b, w], g[b, w]
+                z = (L - mm) / s
+                bound = _max0(z * gg)
+                bound += 2.0
+                bound *= tail_e
+                far = z * z > bound
+                if use_keep and keep[b, w]:
+                    far = False
+                if far:
+                    val = 1.0 if z > 0.0 else 0.0
+                else:
+                    val = _cell(L, mm, vv, z, gg)
+                if not vpos and not vv > 0.0:
+                    val = 1.0 if mm <= L else 0.0
+                val = 0.0 if val < 0.0 else (1.0 if val > 1.0 else val)   # np.clip: NaN stays NaN
+                if w == 0 or val < run or val != val:                     # np.minimum.accumulate
+                    if run == run or w == 0:
+                        run = val
+                out[b, w] = run
+    return loop
 
 
 def _moments_from_surv(s):
@@ -823,6 +909,7 @@ def _cells_loop(x, h, clamp, a, b):
 
 
 _cells = []                 # [the compiled _cells_loop] once compiled (compile_fast_paths)
+_surv = []                  # [the compiled lead_survival loop (_surv_kernel)] likewise
 
 
 def compile_fast_paths(positions):
@@ -830,21 +917,49 @@ def compile_fast_paths(positions):
     and _cells_loop, the marginal laws' lattice) where a run finds `positions` windows or more in all (heads x S x
     T x thresholds), at least gates.COMPILED_MIN, numba is installed (the optional extra `fast`) and gates.COMPILED
     is set, so that forked workers inherit them; a smaller run keeps the numpy paths (the compile, 1.3-1.6 s,
-    would cost more than it saves). The numbers are the same either way. Returns whether they are compiled."""
-    if _cells:
-        return True
+    would cost more than it saves). The numbers are the same either way. From SURV_MIN positions also the lead
+    law's cells (_surv_kernel: its compile took 2.6 CPU-s, against about 0.4 s it saves a head of 256 x 16384;
+    the same numbers but within e^-TAIL_E of a cell at the edge of its tail test). Returns whether the first two
+    are compiled."""
     if not gates.COMPILED or positions < gates.COMPILED_MIN or importlib.util.find_spec("numba") is None:
-        return False
+        return bool(_cells)
     try:
         import numba  # optional accelerator (extra `fast`), heavy to import: only for a large run
-        cells = numba.njit("void(float64[::1], float64, int64, float64[::1], float64[::1])", cache=False)(_cells_loop)
-        predict.compile_window_rows()
+        if not _cells:
+            cells = numba.njit("void(float64[::1], float64, int64, float64[::1], float64[::1])",
+                               cache=False)(_cells_loop)
+            predict.compile_window_rows()
+            _cells.append(cells)
+        if positions >= SURV_MIN and not _surv:
+            _surv.append(_compile_surv(numba))
     except Exception as exc:        # an installed numba that cannot import or compile here: the numpy paths
         why = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
         parallel.say(f"numba could not compile the per-head loops ({why}); the numpy paths (the same numbers)")
-        return False
-    _cells.append(cells)
-    return True
+    return bool(_cells)
+
+
+SURV_MIN = 1 << 29          # positions from which compile_fast_paths also compiles the lead law's cells
+
+
+def _special_scalars():
+    """(gammainc, gammaincc, ndtr) of float64 as ctypes functions from scipy.special.cython_special (the C functions
+    behind scipy.special's ufuncs), for the compiled lead law loop."""
+    import ctypes
+
+    from numba.extending import get_cython_function_address
+
+    f2 = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double, ctypes.c_double)
+    f1 = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)
+    mod = "scipy.special.cython_special"
+    return (f2(get_cython_function_address(mod, "gammainc")), f2(get_cython_function_address(mod, "gammaincc")),
+            f1(get_cython_function_address(mod, "__pyx_fuse_1ndtr")))        # (fuse 1: ndtr of a float64)
+
+
+def _compile_surv(numba):
+    """The compiled _surv_kernel loop."""
+    loop = _surv_kernel(*_special_scalars(), jit=numba.njit)
+    return numba.njit("void(float64, float64[:, :], float64[:, :], float64[:, :], float64[:, :], float64[:, :], "
+                      "boolean[:, :], boolean, boolean, float64[:, ::1])", cache=False)(loop)
 
 
 def _lattice_cells_numpy(x, h, M, xmax):

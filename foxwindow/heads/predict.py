@@ -90,6 +90,11 @@ def _rows_loop(x, Ls, r0, c, W, cens):
             for k in range(n):
                 q = ci - Ls[k]
                 j = js[k]
+                # three steps without a branch (a pointer mostly moves 0-3 places a row, so the loop's exit is
+                # rarely mispredicted), then the loop; c_j < q < c_i keeps j < i before each step
+                j += c[j] < q
+                j += c[j] < q
+                j += c[j] < q
                 while c[j] < q:
                     j += 1
                 js[k] = j

@@ -70,6 +70,55 @@ def test_compiled_windows_and_cells_are_the_numpy_numbers(compiled, monkeypatch)
     assert np.array_equal(W, predict.window_rows_numpy(x, LS, 100)[0])
 
 
+def _numpy_survival(L, m, v, m3, w_max):
+    parts = headlaws._s_parts(m, v, m3)
+    first = np.flatnonzero(~np.all(v > 0, axis=0))
+    vpos = w_max <= (int(first[0]) if len(first) else m.shape[1])
+    c = slice(0, w_max)
+    s = headlaws._s_cdf(L, m[:, c], v[:, c], m3[:, c], (parts[0][:, c], parts[1][:, c], parts[2][:, c], vpos))
+    return np.minimum.accumulate(np.clip(s, 0, 1), axis=1), parts, vpos
+
+
+def test_compiled_lead_law_cells_are_the_numpy_cells(compiled, monkeypatch):
+    """_surv_kernel against _s_cdf + clip + running minimum: on the awkward heads' lead law (every leave-one-out
+    row), and on crafted cells that take every branch: normal, right- and left-skewed, conditioned on S >= 0 (its
+    P(S <= 0) near 0, in between and near 1), v <= 0 columns, far tails both ways. Equal within e^-TAIL_E a cell
+    (the documented bound: a tail test at the edge of TAIL_E may go the other way; identical where measured)."""
+    assert headlaws._surv
+    bound = math.exp(-headlaws.TAIL_E)
+    for x in _heads():
+        S, T = x.shape
+        bs = headlaws.BlockSums(x, T // 2)
+        wts = np.concatenate([np.ones((1, S)), 1.0 - np.eye(S)])
+        kappa = float(x.mean())
+        monkeypatch.setattr(gates, "COMPILED", True)
+        a = headlaws.lead_survival(bs, LS, wts, kappa)
+        monkeypatch.setattr(gates, "COMPILED", False)
+        b = headlaws.lead_survival(bs, LS, wts, kappa)
+        for u, w in zip(a, b):
+            assert u.shape == w.shape and np.all(np.abs(u - w) <= bound)
+    rng = np.random.default_rng(11)
+    n = 4000
+    w = np.arange(1, n + 1)[None, :]
+    for case in range(6):
+        B = 5
+        m = w * rng.uniform(0.01, 2, (B, 1)) + rng.normal(0, [0, 0.5, 5, 0, 40, 1][case], (B, n))
+        v = w * rng.uniform(0.001, 3, (B, 1)) * rng.uniform(0.5, 1.5, (B, n))
+        g = [0.0, 0.5, -0.5, 3.0, 1e-4, 20.0][case] * rng.uniform(0.2, 1.5, (B, n))
+        if case == 3:
+            v[:, 1000:1010] = 0.0                                         # v <= 0 columns: vpos False
+            v[:, 2000] = -1.0
+        m3 = g * np.sqrt(np.maximum(v, 0)) ** 3
+        for L in (0.3, 5.0, 60.0, 900.0):
+            for w_max in (n, 1500):
+                ref, parts, vpos = _numpy_survival(L, m, v, m3, w_max)
+                got = np.empty((B, w_max))
+                c = slice(0, w_max)
+                headlaws._surv[0](L, m[:, c], v[:, c], m3[:, c], parts[0][:, c], parts[1][:, c], parts[2][:, c],
+                                  True, vpos, got)
+                assert np.all(np.abs(got - ref) <= bound), (case, L, w_max, np.abs(got - ref).max())
+
+
 def _records(results):
     return [json.dumps(outputs.json_clean(table.head_json(r)), sort_keys=True) for r in results]
 
@@ -90,11 +139,13 @@ def test_a_small_run_compiles_nothing(tmp_path):
             "from foxwindow.laws import gates\n"
             "driver.analyse_layers({'a': bench_scale.synthetic_heads(2, 8, 512)}, seed=0, workers=1)\n"
             "print(bool(predict._rows), bool(laws._cells), 'numba' in sys.modules,\n"
-            "      laws.compile_fast_paths(gates.COMPILED_MIN - 1), laws.compile_fast_paths(gates.COMPILED_MIN))\n")
+            "      laws.compile_fast_paths(gates.COMPILED_MIN - 1), laws.compile_fast_paths(gates.COMPILED_MIN),\n"
+            "      bool(laws._surv))\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [outputs.REPO, os.environ.get("PYTHONPATH")])))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["False", "False", "False", "False", "True"]     # from COMPILED_MIN positions on
+    assert r.stdout.split() == ["False", "False", "False", "False", "True", "False"]   # from COMPILED_MIN on;
+    # the lead law's loop only from SURV_MIN
 
 
 def test_a_numba_that_cannot_compile_leaves_the_numpy_paths(tmp_path):

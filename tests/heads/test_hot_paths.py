@@ -133,6 +133,7 @@ def test_s_cdf_skips_only_cells_beyond_its_tail_bound(kind, monkeypatch):
         calls.append((L, m, v, m3, parts))
         return real(L, m, v, m3, parts)
     monkeypatch.setattr(headlaws, "_s_cdf", spy)
+    monkeypatch.setattr(forget, "COMPILED", False)       # the numpy cells, also where this process compiled the loop
     headlaws.evaluate(_head(kind, 12, 512), LS, np.random.default_rng(0))
     assert calls
     for L, m, v, m3, parts in calls:
