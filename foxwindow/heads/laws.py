@@ -938,7 +938,7 @@ def compile_fast_paths(positions):
     return bool(_cells)
 
 
-SURV_MIN = 1 << 29          # positions from which compile_fast_paths also compiles the lead law's cells
+SURV_MIN = 1 << 28          # positions from which compile_fast_paths also compiles the lead law's cells
 
 
 def _special_scalars():
