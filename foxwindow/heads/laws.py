@@ -919,8 +919,8 @@ def compile_fast_paths(positions):
     is set, so that forked workers inherit them; a smaller run keeps the numpy paths (the compile, 1.3-1.6 s,
     would cost more than it saves). The numbers are the same either way. From SURV_MIN positions also the lead
     law's cells (_surv_kernel: its compile took 2.6 CPU-s, against about 0.4 s it saves a head of 256 x 16384;
-    the same numbers but within e^-TAIL_E of a cell at the edge of its tail test). Returns whether the first two
-    are compiled."""
+    the same numbers but within e^-TAIL_E of a cell at the edge of its tail test) and the windows' integer sums and
+    counts (predict.compile_window_stats: the same numbers). Returns whether the first two are compiled."""
     if not gates.COMPILED or positions < gates.COMPILED_MIN or importlib.util.find_spec("numba") is None:
         return bool(_cells)
     try:
@@ -931,6 +931,7 @@ def compile_fast_paths(positions):
             predict.compile_window_rows()
             _cells.append(cells)
         if positions >= SURV_MIN and not _surv:
+            predict.compile_window_stats()
             _surv.append(_compile_surv(numba))
     except Exception as exc:        # an installed numba that cannot import or compile here: the numpy paths
         why = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
@@ -1129,7 +1130,7 @@ def _tail_test(surv, W, onehot, r0, p=TAIL_P):
             first = (t, law)
         w0 = int(math.floor(t))
         if w0 not in counts:                                              # the groups' thresholds mostly share w0
-            counts[w0] = ((W > w0).sum(1), (W == w0).sum(1))
+            counts[w0] = predict.beyond_counts(W, w0)
         gt, eq = counts[w0]
         beyond = gt + eq * (1.0 - (t - w0))                               # per document
         ratio[r] = float(keep[r] @ beyond) / (keep[r].sum() * R) / max(law, 1e-300)

@@ -30,7 +30,7 @@ from foxwindow.laws.gates import search_left
 __all__ = ["BLOCK_FRACTION", "WALKS_PER_DOC", "N_CAP", "QUANTILES", "window_rows", "window_rows_numpy",
            "compile_window_rows", "window_sums", "block_walks", "Prediction", "predict", "KaplanMeier",
            "kaplan_meier", "kaplan_meier_loo_means", "OutOfSample", "out_of_sample", "coverage_counts",
-           "int_quantiles"]
+           "int_quantiles", "beyond_counts", "compile_window_stats"]
 
 BLOCK_FRACTION = 0.25      # block length: a quarter of the trace
 WALKS_PER_DOC = 64         # walks per document of the fitted half or of the whole head: enough that the
@@ -148,10 +148,78 @@ def int_quantiles(W, qs):
 
 def window_sums(W):
     """Sums of W and of W^2 over axis 1 of integer windows W (S, R) or (S, R, n), as float64 (S,) or (S, n): exact
-    integer sums (the same numbers as the float sums of a float copy while they stay below 2^53), no float copy."""
+    integer sums (the same numbers as the float sums of a float copy while they stay below 2^53), no float copy.
+    By one compiled pass over int64 windows where compile_window_stats has run (integer sums: the same numbers)."""
     W = np.asarray(W)
+    if _stats and gates.COMPILED and W.dtype == np.int64 and W.ndim in (2, 3):
+        V = W[:, None, :] if W.ndim == 2 else W.transpose(0, 2, 1)         # (S, n, R): each row's windows in order
+        s1, s2 = np.empty(V.shape[:2], np.int64), np.empty(V.shape[:2], np.int64)
+        _stats[0](V, s1, s2)
+        if W.ndim == 2:
+            s1, s2 = s1[:, 0], s2[:, 0]
+        return s1.astype(np.float64), s2.astype(np.float64)
     s2 = np.einsum("sr...,sr...->s...", W, W)
     return W.sum(1).astype(np.float64), s2.astype(np.float64)
+
+
+def _sums_loop(V, s1, s2):
+    """window_sums as one loop (compile_window_stats compiles it): V (S, n, R) int64, s1 and s2 (S, n) int64."""
+    S, n, R = V.shape
+    for s in range(S):
+        for k in range(n):
+            a, b = 0, 0
+            for r in range(R):
+                w = V[s, k, r]
+                a += w
+                b += w * w
+            s1[s, k] = a
+            s2[s, k] = b
+
+
+def _counts_loop(w, cens, top, out):
+    """coverage_counts' table as one loop: out (k, 2, top) int64 zeros; w (k, R) int64, cens (k, R) bool."""
+    k, R = w.shape
+    for i in range(k):
+        for r in range(R):
+            out[i, 1 if cens[i, r] else 0, w[i, r]] += 1
+
+
+def _beyond_loop(W, w0, gt, eq):
+    """The tail test's per-document counts of W (S, R) int64 above w0 and at w0, into gt and eq (S,) int64."""
+    S, R = W.shape
+    for s in range(S):
+        a, b = 0, 0
+        for r in range(R):
+            v = W[s, r]
+            a += v > w0
+            b += v == w0
+        gt[s] = a
+        eq[s] = b
+
+
+_stats = []                 # [_sums_loop, _counts_loop, _beyond_loop compiled] (compile_window_stats)
+
+
+def compile_window_stats():
+    """Compile the integer loops of window_sums, coverage_counts and beyond_counts with numba (installed: the
+    caller checked); once a process (laws.compile_fast_paths, from laws.SURV_MIN positions). Integer counts and
+    sums: the same numbers as the numpy paths."""
+    if not _stats:
+        import numba  # optional accelerator (extra `fast`)
+        _stats.extend([numba.njit("void(int64[:, :, :], int64[:, ::1], int64[:, ::1])", cache=False)(_sums_loop),
+                       numba.njit("void(int64[:, :], boolean[:, :], int64, int64[:, :, ::1])",
+                                  cache=False)(_counts_loop),
+                       numba.njit("void(int64[:, :], int64, int64[::1], int64[::1])", cache=False)(_beyond_loop)])
+
+
+def beyond_counts(W, w0):
+    """Per row of integer windows W (S, R): the number of windows above w0 and equal to w0, (S,) int64 each."""
+    W = np.asarray(W)
+    if _stats and gates.COMPILED and W.dtype == np.int64 and W.ndim == 2:
+        gt, eq = np.empty(W.shape[0], np.int64), np.empty(W.shape[0], np.int64)
+        _stats[2](W, int(w0), gt, eq)
+        return gt, eq
+    return (W > w0).sum(1), (W == w0).sum(1)
 
 
 def block_walks(x, Ls, rng, per_doc=WALKS_PER_DOC, block=None, n_cap=N_CAP, r0=None):
@@ -402,6 +470,10 @@ def coverage_counts(w, cens):
     depend on the windows alone: one array serves every law scored on the same windows."""
     k, R = w.shape
     top = int(w.max()) + 1
+    if _stats and gates.COMPILED and w.dtype == np.int64 and w.min() >= 0:
+        out = np.zeros((k, 2, top), np.int64)
+        _stats[1](w, np.asarray(cens, np.bool_), top, out)
+        return out
     key = (np.arange(k)[:, None] * 2 + cens) * top + w
     return np.bincount(key.ravel(), minlength=2 * k * top).reshape(k, 2, top)
 

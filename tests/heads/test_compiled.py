@@ -119,6 +119,25 @@ def test_compiled_lead_law_cells_are_the_numpy_cells(compiled, monkeypatch):
                 assert np.all(np.abs(got - ref) <= bound), (case, L, w_max, np.abs(got - ref).max())
 
 
+def test_compiled_window_sums_and_counts_are_the_numpy_numbers(compiled, monkeypatch):
+    assert predict._stats
+    for x in _heads():
+        T = x.shape[1]
+        W, C = predict.window_rows(x, LS, T // 2)                         # (S, R, n) views of L-major windows
+        Wc = np.ascontiguousarray(W)                                      # and a C-ordered copy
+        got = [predict.window_sums(W), predict.window_sums(Wc), predict.window_sums(W[:, :, 3])]
+        got += [predict.coverage_counts(W[:, :, k], C[:, :, k]) for k in (0, 5, len(LS) - 1)]
+        got += [predict.beyond_counts(W[:, :, k], w0) for k in (0, 7) for w0 in (0, 3, int(W[:, :, k].max()))]
+        monkeypatch.setattr(gates, "COMPILED", False)
+        ref = [predict.window_sums(W), predict.window_sums(Wc), predict.window_sums(W[:, :, 3])]
+        ref += [predict.coverage_counts(W[:, :, k], C[:, :, k]) for k in (0, 5, len(LS) - 1)]
+        ref += [predict.beyond_counts(W[:, :, k], w0) for k in (0, 7) for w0 in (0, 3, int(W[:, :, k].max()))]
+        monkeypatch.setattr(gates, "COMPILED", True)
+        for a, b in zip(got, ref):
+            for u, v in (zip(a, b) if isinstance(a, tuple) else [(a, b)]):
+                assert u.dtype == v.dtype and u.shape == v.shape and np.array_equal(u, v)
+
+
 def _records(results):
     return [json.dumps(outputs.json_clean(table.head_json(r)), sort_keys=True) for r in results]
 
