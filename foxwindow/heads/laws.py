@@ -52,6 +52,7 @@ lattice error MARGINAL_CLAIM (measured against exact.exact_first_passage in the 
 LEAD_CLAIM (its error measured on the calibration study's families with large samples, results/verdict);
 bootstrap: 0 (resampling: its only error is sampling, inside SE_D) below T/2, not claimed beyond.
 """
+import ctypes
 import importlib.util
 import json
 import math
@@ -945,9 +946,7 @@ SURV_MIN = 1 << 28          # positions from which compile_fast_paths also compi
 def _special_scalars():
     """(gammainc, gammaincc, ndtr) of float64 as ctypes functions from scipy.special.cython_special (the C functions
     behind scipy.special's ufuncs), for the compiled lead law loop."""
-    import ctypes
-
-    from numba.extending import get_cython_function_address
+    from numba.extending import get_cython_function_address  # optional accelerator (extra `fast`)
 
     f2 = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double, ctypes.c_double)
     f1 = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)
