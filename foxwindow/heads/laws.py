@@ -474,7 +474,7 @@ def lead_survival(bs, Ls, wts, kappa, w_cap=predict.N_CAP, mixed=None):
         c = slice(0, w_max)
         if kernel is not None:              # the same cells in one compiled pass (compile_fast_paths)
             s = np.empty((mm.shape[0], w_max))
-            kernel(float(L), mm[:, c], vv[:, c], tt[:, c], sd[:, c], g[:, c],
+            kernel(float(L), mm[:, c], vv[:, c], sd[:, c], g[:, c],
                    keep[:, c] if keep is not None else np.zeros((1, 1), np.bool_), keep is not None,
                    w_max <= first_nonpos, s)
             out.append(s)
@@ -494,8 +494,8 @@ def _surv_kernel(gammainc, gammaincc, ndtr, jit=lambda f: f):
     conditioning on S >= 0 of SUPPORT, the cell of a v <= 0 column) with _s_cdf's operations in its order, then the
     clip to [0, 1] and the running minimum along w, written to out (B, w_max). It differs from the numpy path only
     where a gamma cell's tail bound k (r - 1 - ln r) lies within rounding of TAIL_E (the compiled log may differ
-    from numpy's in the last bit), by less than that bound, e^-TAIL_E. Returns loop(L, m, v, m3, sd, g, keep,
-    use_keep, vpos, out)."""
+    from numpy's in the last bit), by less than that bound, e^-TAIL_E. Returns loop(L, m, v, sd, g, keep, use_keep,
+    vpos, out) (m3 enters through the skewness g of _s_parts)."""
     tail_e, support = TAIL_E, SUPPORT
 
     @jit
@@ -538,7 +538,7 @@ def _surv_kernel(gammainc, gammaincc, ndtr, jit=lambda f: f):
             o = 1.0 if m <= L else 0.0
         return o
 
-    def loop(L, m, v, m3, sd, g, keep, use_keep, vpos, out):
+    def loop(L, m, v, sd, g, keep, use_keep, vpos, out):
         B, n = out.shape
         for b in range(B):
             run = 0.0
@@ -558,9 +558,8 @@ def _surv_kernel(gammainc, gammaincc, ndtr, jit=lambda f: f):
                 if not vpos and not vv > 0.0:
                     val = 1.0 if mm <= L else 0.0
                 val = 0.0 if val < 0.0 else (1.0 if val > 1.0 else val)   # np.clip: NaN stays NaN
-                if w == 0 or val < run or val != val:                     # np.minimum.accumulate
-                    if run == run or w == 0:
-                        run = val
+                if w == 0 or val < run or (val != val and run == run):    # np.minimum.accumulate (NaN stays)
+                    run = val
                 out[b, w] = run
     return loop
 
@@ -958,8 +957,8 @@ def _special_scalars():
 def _compile_surv(numba):
     """The compiled _surv_kernel loop."""
     loop = _surv_kernel(*_special_scalars(), jit=numba.njit)
-    return numba.njit("void(float64, float64[:, :], float64[:, :], float64[:, :], float64[:, :], float64[:, :], "
-                      "boolean[:, :], boolean, boolean, float64[:, ::1])", cache=False)(loop)
+    return numba.njit("void(float64, float64[:, :], float64[:, :], float64[:, :], float64[:, :], boolean[:, :], "
+                      "boolean, boolean, float64[:, ::1])", cache=False)(loop)
 
 
 def _lattice_cells_numpy(x, h, M, xmax):

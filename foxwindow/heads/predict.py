@@ -134,7 +134,7 @@ def window_rows_numpy(x, Ls, r0):
 
 def int_quantiles(W, qs):
     """np.quantile(W, qs, method="inverted_cdf") of integers W >= 0 (any shape, at least one value), the same
-    values, from a histogram of W instead of a partition of a copy (about 4x less time on a head's 128 x 8192
+    values, from a histogram of W instead of a partition of a copy (0.44-0.46 of the time on a head's 128 x 8192
     held-out windows). Returns a list of ints, one per q in qs (floats in [0, 1])."""
     cum = np.cumsum(np.bincount(np.asarray(W).ravel()))
     n, out = cum[-1], []

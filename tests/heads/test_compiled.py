@@ -114,7 +114,7 @@ def test_compiled_lead_law_cells_are_the_numpy_cells(compiled, monkeypatch):
                 ref, parts, vpos = _numpy_survival(L, m, v, m3, w_max)
                 got = np.empty((B, w_max))
                 c = slice(0, w_max)
-                headlaws._surv[0](L, m[:, c], v[:, c], m3[:, c], parts[0][:, c], parts[1][:, c], parts[2][:, c],
+                headlaws._surv[0](L, m[:, c], v[:, c], parts[0][:, c], parts[1][:, c], parts[2][:, c],
                                   True, vpos, got)
                 assert np.all(np.abs(got - ref) <= bound), (case, L, w_max, np.abs(got - ref).max())
 
