@@ -443,9 +443,9 @@ class _Enough(Exception):
 def capture(model, tokens, layers=None):
     """Log-gate traces and the attention input of layers of this package's FoX model, in one forward pass.
 
-    tokens (S, T) int64. layers: the layer indices to read (None: every layer); the pass stops after the last
-    of them (a layer's gates and input depend only on the layers before it). Returns (traces {layer: (S, T, H)
-    float32}, inputs {layer: (S, T, d) float32}) for those layers.
+    tokens (S, T) int64. layers: the layer indices to read (None: every layer); the pass stops once the last
+    of them has its gates, before its attention (a layer's gates and input depend only on the layers before
+    it). Returns (traces {layer: (S, T, H) float32}, inputs {layer: (S, T, d) float32}) for those layers.
     """
     model = distributed.unwrap(model)
     chosen = list(range(len(model.blocks))) if layers is None else sorted({int(x) for x in layers})
@@ -462,8 +462,9 @@ def capture(model, tokens, layers=None):
                 lambda mod, args, l=l: inputs.__setitem__(l, args[0].detach().float())))
             handles.append(blk.attn.hook_log_fgate.register_forward_hook(
                 lambda mod, args, out, l=l: traces.__setitem__(l, out.detach().float())))
-        if chosen[-1] < len(model.blocks) - 1:
-            handles.append(model.blocks[chosen[-1]].register_forward_hook(enough))
+        # after the hook above (hooks run in the order registered): the last layer's attention, the layers after
+        # it and the LM head are not run
+        handles.append(model.blocks[chosen[-1]].attn.hook_log_fgate.register_forward_hook(enough))
         with torch.no_grad():
             model(tokens)
     except _Enough:

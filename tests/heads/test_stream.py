@@ -15,6 +15,7 @@ import torch
 from foxwindow import outputs, safety
 from foxwindow.heads import command, driver
 from foxwindow.models import hf_capture, traces
+from foxwindow.models.attention import forgetting_attention
 from foxwindow.models.fox import FoXConfig, FoXLM, save_model
 
 DROP = ("capture_s", "total_s")                     # timings; every other field of the record must agree
@@ -221,6 +222,24 @@ def test_capture_of_some_layers_is_that_of_every_layer():
         h.remove()
     assert calls == [] and list(t1) == [0, 1]                      # the pass stopped after layer 1
     assert all(torch.equal(t1[l], tr[l]) and torch.equal(i1[l], inp[l]) for l in (0, 1))
+    # ... at layer 1's gates: its attention op is not run (nor, reading every layer, the last layer's)
+    ops = []
+
+    def counted(layer):
+        def op(q, k, v, lg, **kw):
+            ops.append(layer)
+            return forgetting_attention(q, k, v, lg, **kw)
+        return op
+    for l, want in (([1, 0], [0]), (None, [0, 1])):
+        for i, b in enumerate(m.blocks):
+            b.attn.attention_op = counted(i)
+        try:
+            ops.clear()
+            t2, _ = traces.capture(m, tok, l)
+        finally:
+            for b in m.blocks:
+                b.attn.attention_op = None
+        assert ops == want and all(torch.equal(t2[k], tr[k]) for k in t2)
     with pytest.raises(ValueError, match="layers"):
         traces.capture(m, tok, [3])
 

@@ -185,6 +185,42 @@ def test_fox_logits_entries():
                                fa.fox_logits(q, k, c[:, :, 3:], c, 0.5, q_pos=torch.arange(3, 6)))
 
 
+def _logits_with_autograd(q, k, c_q, c_k, scale, causal=True, q_pos=None, dtype=None):
+    with torch.enable_grad():                       # the out-of-place path: autograd through q
+        return fa.fox_logits(q.clone().requires_grad_(True), k, c_q, c_k, scale, causal, q_pos, dtype).detach()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_fox_logits_in_place_is_the_autograd_path_bit_for_bit(dtype):
+    """Without autograd the logits are formed in place (reused storage, the mask only on the keys that can lie
+    after a query): every entry equal to the out-of-place path's, over awkward lengths, query positions (the
+    last keys, given, unordered), both directions and result dtypes; a chunked call equal with and without grad."""
+    g = torch.Generator().manual_seed(3)
+    for causal in (True, False):
+        for Tq, Tk in ((1, 1), (3, 17), (129, 300), (64, 64)):
+            q = torch.randn(2, 3, Tq, 8, generator=g).to(dtype)
+            k = torch.randn(2, 3, Tk, 8, generator=g).to(dtype)
+            c = torch.cumsum(-torch.rand(2, 3, Tk, generator=g, dtype=torch.float64) * 5, -1)
+            for qp in (None, torch.arange(Tk - Tq, Tk), torch.randperm(Tk, generator=g)[:Tq]):
+                for out in (None, torch.float64):
+                    want = _logits_with_autograd(q, k, c[..., Tk - Tq:], c, 0.3, causal, qp, out)
+                    with torch.no_grad():
+                        got = fa.fox_logits(q, k, c[..., Tk - Tq:], c, 0.3, causal, qp, out)
+                    assert got.dtype == want.dtype and torch.equal(got, want), (causal, Tq, Tk, qp, out)
+    # gates broadcast over the batch: the out-of-place path, the same numbers
+    q, k = torch.randn(1, 3, 5, 8, generator=g), torch.randn(1, 3, 9, 8, generator=g)
+    c = torch.cumsum(-torch.rand(2, 3, 9, generator=g, dtype=torch.float64), -1)
+    with torch.no_grad():
+        assert fa.fox_logits(q, k, c[..., 4:], c, 0.3).shape == (2, 3, 5, 9)
+    if dtype != torch.bfloat16:
+        for causal in (True, False):
+            q, k, v, lg = rand_inputs(2, 300, 3, 8, dtype=dtype)
+            with torch.no_grad():
+                a = fa.forgetting_attention_reference(q, k, v, lg, causal=causal, chunk=64)
+            b = fa.forgetting_attention_reference(q.requires_grad_(), k, v, lg, causal=causal, chunk=64)
+            assert torch.equal(a, b.detach())
+
+
 def test_reference_dropout_argument():
     q, k, v, lg = rand_inputs(1, 16, 2, 4)
     torch.manual_seed(0)
