@@ -214,7 +214,7 @@ def variance_function(x, ns=None, sums=None, rows=None):
     return VarianceFunction(x, ns, sums, rows)
 
 
-BLOCK_ROWS = 16             # DocSums.block_columns: documents a pass (each row's sum is its own: the same numbers)
+BLOCK_ROWS = 4              # DocSums.block_columns: documents a pass (each row's sum is its own: the same numbers)
 
 
 class DocSums:
@@ -251,14 +251,17 @@ class DocSums:
             self._cc, self._pc, self._buf = cc, pc, np.empty((min(S, BLOCK_ROWS), T + 1))
         cc, pc, buf = self._cc, self._pc, self._buf
         B = len(buf)
-        for n in (int(v) for v in ns):
-            if n not in self._Q:
-                q = np.empty(S)
-                for a in range(0, S, B):                     # BLOCK_ROWS documents at a time: e stays in cache
-                    e = np.subtract(cc[a:a + B, n:], cc[a:a + B, :-n], out=buf[:min(B, S - a), :T + 1 - n])
-                    q[a:a + B] = np.einsum("ij,ij->i", e, e)
-                self._Q[n] = q
-                self._E[n] = (pc[:, -1] - pc[:, n]) - pc[:, T + 1 - n]
+        new = list(dict.fromkeys(int(v) for v in ns if int(v) not in self._Q))
+        Q = np.empty((S, len(new)))
+        # BLOCK_ROWS documents at a time through every new block length: their prefix sums stay in cache, and e too
+        for a in range(0, S, B):
+            ca = cc[a:a + B]
+            for k, n in enumerate(new):
+                e = np.subtract(ca[:, n:], ca[:, :-n], out=buf[:len(ca), :T + 1 - n])
+                Q[a:a + B, k] = np.einsum("ij,ij->i", e, e)
+        for k, n in enumerate(new):
+            self._Q[n] = Q[:, k].copy()
+            self._E[n] = (pc[:, -1] - pc[:, n]) - pc[:, T + 1 - n]
         return (np.stack([self._Q[int(n)] for n in ns], 1), np.stack([self._E[int(n)] for n in ns], 1))
 
 

@@ -494,9 +494,10 @@ def attention_mass_window(A, rows, L):
 def _mass_window(A, rows, level):
     """attention_mass_window with the mass level (1 - eps) given directly."""
     # suffix mass suf_j = sum_{j' >= j} A_ij' is the mass within distance i - j; the window is i - j*,
-    # j* the largest j with suf_j >= 1 - eps (suf_0 = 1, and suf_j = 0 past the query)
-    suf = A.flip(-1).cumsum(-1).flip(-1)
-    jstar = (suf >= level).sum(-1) - 1
+    # j* the largest j with suf_j >= 1 - eps (suf_0 = 1, and suf_j = 0 past the query); suf does not rise with j,
+    # so j* + 1 counts the j with suf_j >= 1 - eps, which the reversed suffix sums count as well (no second flip)
+    suf_rev = A.flip(-1).cumsum(-1)                                 # suf_rev[T - 1 - j] = suf_j
+    jstar = (suf_rev >= level).sum(-1) - 1
     return rows.to(jstar.device) - jstar
 
 

@@ -253,6 +253,26 @@ def test_lattice_cells_and_block_sums_rows(kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_doc_sums_block_columns_in_pieces_are_one_calls_and_the_definition(kind):
+    """V(n)'s block sums asked for in pieces (repeated, unsorted, overlapping lengths; a document count that is
+    not a multiple of BLOCK_ROWS) are those of one call, bit for bit, and the definition's to rounding."""
+    x = _head(kind, 11, 1024)
+    ns = dependence.n_grid(512, [37, 500])
+    one = dependence.DocSums(x).block_columns(ns)
+    parts = dependence.DocSums(x)
+    parts.block_columns([500, 1, 500, 3])
+    parts.block_columns(ns[::-2])
+    got = parts.block_columns(ns)
+    assert all(np.array_equal(a, b) for a, b in zip(got, one))
+    c = np.concatenate([np.zeros((11, 1)), np.cumsum(x, 1)], 1)
+    c -= np.arange(1025) * x.mean(1, keepdims=True)                       # each document about its own mean
+    for k, n in enumerate(ns):
+        e = c[:, n:] - c[:, :-n]
+        np.testing.assert_allclose(one[0][:, k], (e * e).sum(1), rtol=1e-11)
+        np.testing.assert_allclose(one[1][:, k], e.sum(1), rtol=1e-9, atol=1e-9 * np.abs(e).sum(1).max())
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_shared_doc_sums_give_each_subsets_numbers(kind):
     """V(n) and Geyer's tau of the fitted half read from the head's DocSums equal those of the half's own arrays."""
     x = _head(kind, 14, 2048)
