@@ -75,7 +75,8 @@ def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, 
         one = len(groups) == 1
         decays, _, _, mg = hf_capture.capture_batches(model, ids[a:b], cfg.batch, device, cfg.mass_eps, rows,
                                                       cfg.per_channel, progress=progress and distributed.is_main(),
-                                                      names=None if one else names, upto=None if one else names[-1],
+                                                      names=None if one else names,
+                                                      upto=names[-1] if in_order else None,     # no LM head
                                                       stop=flag)
         if distributed.any_true(flag):
             return None

@@ -84,8 +84,8 @@ def test_model_layer_by_layer_equals_one_pass(fla_fox, tmp_path, capsys, monkeyp
     one, streamed = tmp_path / "one.json", tmp_path / "streamed.json"
     code, _, err = _forget(_model_args(fla_fox, "--json", str(one), "--no-progress", n_seq=4), capsys)
     assert code == 0, err
-    # the probe (one sequence), then every layer in one pass
-    assert calls == [((1, 96), None, None), ((4, 96), None, None)]
+    # the probe (one sequence), then every layer in one pass, cut after the last gated layer (no LM head)
+    assert calls == [((1, 96), None, None), ((4, 96), None, "model.layers.2.attn")]
     calls.clear()
     code, _, err = _forget(_model_args(fla_fox, "--json", str(streamed), "--trace-gib", "1e-9", "--no-progress",
                                        n_seq=4), capsys)
