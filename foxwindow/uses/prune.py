@@ -378,7 +378,8 @@ def _exact_tables(laws, levels, progress, workers):
             bar.update()
     else:
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        with cf.ProcessPoolExecutor(workers, mp_context=ctx) as ex:
+        # each worker's BLAS on one thread: the workers share the cores
+        with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=parallel.one_blas_thread) as ex:
             futs = {ex.submit(survival_table, laws[i].gate, L): (i, key) for i, key, L in jobs}
             for f in cf.as_completed(futs):
                 i, key = futs[f]
@@ -510,8 +511,8 @@ def _parser():
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads (default 1: on a shared CPU, thread sync dominates these small ops)")
     p.add_argument("--workers", type=int, default=None, help="processes for the exact laws with --traces, one "
-                   "(head, level) at a time (default: the available processors); the results do not depend on it. "
-                   "numpy's BLAS threads the numerics too: with several workers set OPENBLAS_NUM_THREADS=1")
+                   "(head, level) at a time (default: the available processors), each worker's BLAS on one thread; the "
+                   "results do not depend on it")
     p.add_argument("--no-progress", action="store_true")
     return outputs.add_common(p)
 

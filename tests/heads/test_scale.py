@@ -9,6 +9,7 @@ import signal
 import numpy as np
 import pytest
 import torch
+from threadpoolctl import threadpool_info
 
 from foxwindow import outputs, parallel
 from foxwindow.heads import command, dependence, predict, table
@@ -279,6 +280,18 @@ def test_run_jobs_orders_results_and_reports_a_stop():
     assert parallel.resolve_workers(None, 1) == 1 and parallel.default_workers() >= 1
     with pytest.raises(ValueError, match="workers"):
         parallel.resolve_workers(0, 3)
+
+
+def _blas_threads(_i=0):
+    return sorted({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
+
+
+def test_jobs_run_numpys_blas_on_one_thread_and_the_caller_keeps_its_own():
+    before = _blas_threads()
+    assert before, "no BLAS found by threadpoolctl: the limit would be a no-op"
+    assert parallel.run_jobs(_blas_threads, 2, workers=1) == [[1], [1]]           # in this process
+    assert parallel.run_jobs(_blas_threads, 4, workers=2) == [[1]] * 4             # in each worker
+    assert _blas_threads() == before                                              # restored after the jobs
 
 
 def old_coverage_loop(Wp, Wt, Ct, k):
