@@ -4,6 +4,7 @@ python bench_scale.py [--quick] [--docs docs/BENCHMARKS.md] [--json out.json]
 
   hot paths      windows of a 1-D trace against a bare numpy cumsum and cumsum + searchsorted; the windows of
                  a head's analysed rows against one searchsorted per document (the path they replaced)
+                 (numpy paths); last, the same by the compiled loops of a large run where numba is installed
   head grid      CPU seconds of one head over an S x T grid (synthetic heads of a 760M-class mix), against the
                  cost model heads.COST_HEAD that the time estimate and --max-minutes use
   workers        one trace file analysed with --workers 1 and --workers N (N: the available processors),
@@ -16,6 +17,7 @@ python bench_scale.py [--quick] [--docs docs/BENCHMARKS.md] [--json out.json]
 Timings are medians of alternated repeats (A B A B ...): the machine may be shared, so each ratio is taken
 against a baseline measured beside it, and the load average at the time is printed with it.
 """
+import importlib.util
 import json
 import math
 import os
@@ -62,6 +64,19 @@ def write_traces(path, layers, H, S, T):
 # ----------------------------------------------------------------------------- hot paths
 
 
+def _rows_head():
+    """The head of the analysed rows' rows: (x (64, 8192) float64 increments, the thresholds LS (11,))."""
+    return -synthetic_heads(1, 64, 8192)[:, :, 0].astype(np.float64), np.array(LS)
+
+
+def _rows_baseline(x, Ls):
+    """The path the analysed rows' windows replaced: one np.searchsorted of rows T/2.. a document."""
+    S, T = x.shape
+    c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1)
+    for s in range(S):
+        np.searchsorted(c[s], c[s, T // 2 + 1:, None] - Ls[None, :], side="left")
+
+
 def hot_paths(repeats, T1=10_000_000):
     rng = np.random.default_rng(0)
     lg = np.log(rng.beta(20, 1, T1))
@@ -75,16 +90,44 @@ def hot_paths(repeats, T1=10_000_000):
                  ratio=w / cs, target="<= 2 (rate >= 1/2 of the cumsum's)", met=w / cs <= 2),
             dict(what=f"windows of one trace, T = {T1:.0e}", seconds=w, baseline="np.cumsum + np.searchsorted",
                  base_s=ss, ratio=w / ss, target="-", met=None)]
-    x = -synthetic_heads(1, 64, 8192)[:, :, 0].astype(np.float64)
-    Ls = np.array(LS)
-
-    def old_rows():
-        S, T = x.shape
-        c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1)
-        for s in range(S):
-            np.searchsorted(c[s], c[s, T // 2 + 1:, None] - Ls[None, :], side="left")
-    a, b = law_bench.paired_times([lambda: predict.window_rows(x, Ls, 4096), old_rows], repeats)
+    x, Ls = _rows_head()
+    a, b = law_bench.paired_times([lambda: predict.window_rows(x, Ls, 4096), lambda: _rows_baseline(x, Ls)], repeats)
     rows.append(dict(what="windows of a head's analysed rows, 64 x 8192, 11 L", seconds=a,
+                     baseline="one np.searchsorted a document", base_s=b, ratio=a / b, target="< 1", met=a < b))
+    return rows
+
+
+
+def compiled_hot_paths(repeats, T1=10_000_000):
+    """hot_paths' two windows rows by the compiled loops a large run uses (gates.merge_kernel and
+    predict.compile_window_rows, numba: the extra `fast`), beside the same baselines in the same run; compiled
+    first (the compile not timed). [] without numba. Run last: once compiled, this process's windows take the
+    compiled loops, so the rows before it time the paths a run of their size takes."""
+    if importlib.util.find_spec("numba") is None:
+        return []
+    import numba  # optional accelerator (extra `fast`): only for these rows
+
+    forget.merge_kernel()
+    predict.compile_window_rows()
+    if not (forget.COMPILED and forget.merged() and predict._rows):
+        return []
+    rng = np.random.default_rng(0)
+    lg = np.log(rng.beta(20, 1, T1))
+    L = forget.threshold(1e-3)
+    W, C, out = np.empty(T1, np.int64), np.empty(T1, bool), np.empty(T1)
+    w, cs, wb, cb = law_bench.paired_times([lambda: forget.windows(lg, L=L), lambda: np.cumsum(lg),
+                                            lambda: forget.window_row(lg, L, W, C),
+                                            lambda: np.cumsum(lg, out=out)], repeats)
+    v = f"numba {numba.__version__}"
+    rows = [dict(what=f"windows of one trace, T = {T1:.0e}, compiled merge ({v})", seconds=w,
+                 baseline="bare np.cumsum", base_s=cs, ratio=w / cs, target="<= 2 (rate >= 1/2 of the cumsum's)",
+                 met=w / cs <= 2),
+            dict(what="the same into buffers allocated once (window_row)", seconds=wb,
+                 baseline="np.cumsum into a buffer allocated once", base_s=cb, ratio=wb / cb,
+                 target="<= 2 (rate >= 1/2 of the cumsum's)", met=wb / cb <= 2)]
+    x, Ls = _rows_head()
+    a, b = law_bench.paired_times([lambda: predict.window_rows(x, Ls, 4096), lambda: _rows_baseline(x, Ls)], repeats)
+    rows.append(dict(what=f"windows of a head's analysed rows, 64 x 8192, 11 L, compiled ({v})", seconds=a,
                      baseline="one np.searchsorted a document", base_s=b, ratio=a / b, target="< 1", met=a < b))
     return rows
 
@@ -330,6 +373,8 @@ def main(argv=None):
         res["torchrun"] = torchrun_vs_one(tmp, 4, 64, 4096, rep)
         say("760M class ...")
         res["big"] = big_case(tmp, big_heads)
+    say("hot paths, compiled ...")
+    res["hot"] += compiled_hot_paths(rep, 2_000_000 if a.quick else 10_000_000)
     text = markdown(res)
     print(text)
     if a.docs:

@@ -1,6 +1,7 @@
 """The fast paths of the per-head analysis give the results of the paths they replaced (kept here, frozen), the
 heads analysed in parallel processes equal one process, traces are read lazily, and a stopped run keeps its
 finished heads."""
+import importlib.util
 import json
 import math
 import os
@@ -359,3 +360,32 @@ def test_bench_scale_docs_refuses_before_any_work(tmp_path, monkeypatch):
     assert bench_scale.docs_target(str(with_section)) == str(with_section)
     bench_scale.write_docs(str(with_section), "new")
     assert with_section.read_text() == f"# B\n\n{bench_scale.BEGIN}\nnew\n{bench_scale.END}\n\ntail\n"
+
+
+def test_bench_scale_compiled_rows_time_the_compiled_loops_beside_their_baselines(monkeypatch):
+    """Where numba is installed the benchmark's last hot rows time the compiled windows (allocating and into buffers,
+    against the matching cumsum) and the analysed rows' compiled loop, each ratio its own seconds over its
+    baseline's; without numba there are none (the numpy rows stand alone)."""
+    from foxwindow.heads import bench_scale
+    calls = {}
+    real = bench_scale.law_bench.paired_times
+
+    def spy(fns, repeats):
+        out = real(fns, repeats)
+        calls.setdefault("n", []).append(len(fns))
+        return out
+    monkeypatch.setattr(bench_scale.law_bench, "paired_times", spy)
+    if importlib.util.find_spec("numba") is None:
+        assert bench_scale.compiled_hot_paths(1, 1000) == []
+        return
+    rows = bench_scale.compiled_hot_paths(1, 100_000)
+    assert calls["n"] == [4, 2]
+    assert [("compiled" in r["what"], r["baseline"]) for r in rows] == [
+        (True, "bare np.cumsum"), (False, "np.cumsum into a buffer allocated once"),
+        (True, "one np.searchsorted a document")]
+    for r in rows:
+        assert r["seconds"] > 0 and r["base_s"] > 0 and r["ratio"] == r["seconds"] / r["base_s"]
+        assert r["met"] == (r["ratio"] <= 2 if "cumsum" in r["baseline"] else r["ratio"] < 1)
+    assert forget.merged() and predict._rows                    # the loops timed are the compiled ones
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    assert bench_scale.compiled_hot_paths(1, 1000) == []
