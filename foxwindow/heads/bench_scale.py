@@ -107,9 +107,7 @@ def compiled_hot_paths(repeats, T1=10_000_000):
         return []
     import numba  # optional accelerator (extra `fast`): only for these rows
 
-    forget.merge_kernel()
-    predict.compile_window_rows()
-    if not (forget.COMPILED and forget.merged() and predict._rows):
+    if not (forget.COMPILED and forget.merge_kernel() is not None and predict.compile_window_rows()):
         return []
     rng = np.random.default_rng(0)
     lg = np.log(rng.beta(20, 1, T1))

@@ -107,11 +107,12 @@ _rows = []                  # [the compiled _rows_loop] once compiled (compile_w
 
 def compile_window_rows():
     """Compile _rows_loop with numba (installed: the caller checked) for window_rows; once a process. Nothing is
-    kept where the import or the compile raises."""
+    kept where the import or the compile raises. Returns True (compiled in this process)."""
     if not _rows:
         import numba  # optional accelerator (extra `fast`): only for a large run (laws.compile_fast_paths)
         _rows.append(numba.njit("void(float64[:, ::1], float64[::1], int64, float64[::1], int64[:, :, ::1], "
                                 "boolean[:, :, ::1])", cache=False)(_rows_loop))
+    return True
 
 
 def window_rows_numpy(x, Ls, r0):

@@ -386,6 +386,6 @@ def test_bench_scale_compiled_rows_time_the_compiled_loops_beside_their_baseline
     for r in rows:
         assert r["seconds"] > 0 and r["base_s"] > 0 and r["ratio"] == r["seconds"] / r["base_s"]
         assert r["met"] == (r["ratio"] <= 2 if "cumsum" in r["baseline"] else r["ratio"] < 1)
-    assert forget.merged() and predict._rows                    # the loops timed are the compiled ones
+    assert forget.merged() and predict._rows                   # the loops timed are the compiled ones
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     assert bench_scale.compiled_hot_paths(1, 1000) == []
