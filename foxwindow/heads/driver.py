@@ -124,12 +124,23 @@ def _analyse_x(x, *, eps=None, L=None, z=None, layer=0, head=0, n_heads=1, n_boo
     ss = verdict.seed_sequence(seed)
     windows = predict.window_rows(x, Ls, T // 2)                   # the analysed rows' windows, once for both
     sums = dependence.DocSums(x)                                   # lag sums and V(n)'s block sums, once for both
+    if laws == "only":                                             # the per-law half of a split head (_part_job)
+        return _laws_x(x, Ls, ss, verdict.recorded_eps(eps_list, Ls), pmf_L, windows, sums)
     r = verdict.analyse(x, Ls, n_heads=n_heads, n_boot=int(n_boot), seed=ss, context=context, layer=layer,
                         head=head, eps_list=eps_list, windows=windows, sums=sums)
-    if laws and S >= verdict.MIN_DOCS:
-        rng = np.random.default_rng(np.random.SeedSequence(ss.entropy, spawn_key=tuple(ss.spawn_key) + (29,)))
-        r.laws = headlaws.evaluate(x, Ls, rng, r.eps_list, pmf_L, windows=windows, sums=sums)
+    part = _laws_x(x, Ls, ss, r.eps_list, pmf_L, windows, sums) if laws else None
+    if part is not None:
+        r.laws = part
     return r
+
+
+def _laws_x(x, Ls, ss, eps_list, pmf_L, windows, sums):
+    """A head's per-law evaluation (its own random stream, child 29 of the head's seed), or None below
+    verdict.MIN_DOCS documents."""
+    if x.shape[0] < verdict.MIN_DOCS:
+        return None
+    rng = np.random.default_rng(np.random.SeedSequence(ss.entropy, spawn_key=tuple(ss.spawn_key) + (29,)))
+    return headlaws.evaluate(x, Ls, rng, eps_list, pmf_L, windows=windows, sums=sums)
 
 
 def _rows(T):
@@ -215,18 +226,63 @@ def estimate(n_heads, S, T, workers):
 _RUN = {}                                    # what the head jobs read (set before the workers fork)
 
 
-def _head_job(i):
+def _head_job(i, laws=True):
+    """Head i of the run (_RUN): its HeadResult; laws False: without the per-law evaluation, "only": that
+    evaluation alone (its dict, or None), the two halves of a split head (_part_job)."""
     run = _RUN
     l, h = run["index"][i]
     x = increments(run["get"](l, h))                                                  # (S, T) float64, once
     r = _analyse_x(x, L=run["Ls"], layer=l, head=h, n_heads=run["n_heads"], n_boot=run["n_boot"],
-                   seed=run["children"][i], context=run["context"], pmf_L=run["pmf_L"])
+                   seed=run["children"][i], context=run["context"], pmf_L=run["pmf_L"], laws=laws)
+    if laws == "only":
+        return r
     r.seed = run["seed"]
     r.layer_name = run["layer_names"][l]
     if run["mass_L"] is not None:                                  # the decay window of the analysed rows only
         r.mass_eps = math.exp(-run["mass_L"])
         r.decay_window_mean, r.decay_window_censored = decay_window_rows(x, run["mass_L"], run["rows"])
     return r
+
+
+def _part_job(k):
+    """Half k % 2 of head k // 2 of a split group (SPLIT): 0 the verdict, predictions and decay window, 1 the
+    per-law evaluation; each half the numbers the whole head's job gives it."""
+    return _head_job(k // 2, laws="only" if k % 2 else False)
+
+
+def _run_group(a, b, workers, asked, tick, deadline):
+    """The heads a..b-1 of the run's current group on `workers` processes: [HeadResult] in head order. Where
+    fewer heads than half the processes asked are left (one huge head on two workers), each head runs as two jobs,
+    its verdict and its per-law evaluation, joined here (SPLIT): the same numbers as one job, in less wall time.
+    parallel.Stopped carries the heads with both halves done."""
+    n = b - a
+    if not (SPLIT and n >= 1 and asked >= 2 * n):
+        return parallel.run_jobs(lambda i: _head_job(a + i), n, workers, tick, deadline)
+    halves = {}
+
+    def joined(k, part):                        # a head's two halves done: one HeadResult, ticked once
+        halves.setdefault(k // 2, {})[k % 2] = part
+        if len(halves[k // 2]) == 2 and tick:
+            tick(k // 2, halves[k // 2][0])
+
+    def join(parts):
+        out = {}
+        for i, p in parts.items():
+            if len(p) == 2:
+                out[i] = p[0]
+                if p[1] is not None:
+                    out[i].laws = p[1]
+        return out
+    try:
+        parallel.run_jobs(lambda k: _part_job(2 * a + k), 2 * n, min(asked, 2 * n), joined, deadline)
+    except parallel.Stopped as exc:
+        exc.done = join(halves)
+        raise
+    res = join(halves)
+    return [res[i] for i in range(n)]
+
+
+SPLIT = True            # a group with fewer heads than half the workers asked: each head as two jobs (_run_group)
 
 
 def _layer_getter(traces, names):
@@ -318,6 +374,7 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
         blocks.append((pos + a, pos + b))
         pos += n_g
     mine = sum(b - a for a, b in blocks)
+    asked = parallel.resolve_workers(workers, 1 << 30)                # the processes asked (None: the processors)
     workers = parallel.resolve_workers(workers, max(1, max(b - a for a, b in blocks)))
     cpu, wall = estimate(n_heads, S, T, workers * world)
     if max_minutes is not None and wall > 60 * max_minutes:
@@ -359,8 +416,8 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
                     bar.update()
                 try:
                     with parallel.stop_signals():
-                        res = parallel.run_jobs(lambda i, a=a: _head_job(a + i), b - a,
-                                                parallel.resolve_workers(workers, max(1, b - a)), tick, deadline)
+                        res = _run_group(a, b, parallel.resolve_workers(workers, max(1, b - a)), asked, tick,
+                                         deadline)
                     done.extend(zip(range(a, b), res))
                 except parallel.Stopped as exc:
                     stop = exc

@@ -250,6 +250,11 @@ def _seed_sequence(seed):
 # ----------------------------------------------------------------------------- one head
 
 
+def recorded_eps(eps_list, Ls):
+    """The eps a head's result records: the user's eps_list (a list), or exp(-L) of each L of Ls to 12 digits."""
+    return list(eps_list) if eps_list is not None else [float(f"{math.exp(-L):.12g}") for L in Ls]
+
+
 def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, head=0, eps_list=None,
             predict_=True, windows=None, sums=None):
     """The verdict and predictions of one head from increments x (S, T) float64 (S >= 2 documents, values >= 0)
@@ -270,7 +275,7 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
     rng = np.random.default_rng(ss)
     alpha_test = ALPHA / (2 * n_heads)
     res = HeadResult(layer=layer, head=head, n_seq=S, L_list=Ls.tolist(), n_boot=int(n_boot),
-                     eps_list=list(eps_list) if eps_list is not None else [float(f"{math.exp(-L):.12g}") for L in Ls],
+                     eps_list=recorded_eps(eps_list, Ls),
                      seed=int(ss.entropy) if isinstance(ss.entropy, int) else -1, alpha_test=alpha_test,
                      context=int(context or 0))
     p1, p2 = x.sum(1), (x * x).sum(1)

@@ -389,3 +389,48 @@ def test_bench_scale_compiled_rows_time_the_compiled_loops_beside_their_baseline
     assert forget.merged() and predict._rows                   # the loops timed are the compiled ones
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     assert bench_scale.compiled_hot_paths(1, 1000) == []
+
+
+def test_a_head_alone_on_two_workers_runs_as_two_halves_with_the_numbers_of_one_job(tmp_path, monkeypatch):
+    """Fewer heads than half the workers asked (one huge head on two processors): each head runs as two jobs, its
+    verdict and its per-law evaluation, joined into the HeadResult one job gives, every number the same (the JSON);
+    with as many heads as workers, one job a head."""
+    path, _ = _trace_file(tmp_path, S=8, T=512, H=(1,))
+    one, i1 = heads.analyse_traces(path, seed=5, n_boot=100, workers=1)
+    sizes = []
+    real = parallel.run_jobs
+
+    def spy(fn, n, *a, **k):
+        sizes.append(n)
+        return real(fn, n, *a, **k)
+    monkeypatch.setattr(parallel, "run_jobs", spy)
+    two, i2 = heads.analyse_traces(path, seed=5, n_boot=100, workers=2)
+    assert sizes == [2]                                         # the head's two halves
+    assert table.to_json(one, i1)["heads"] == table.to_json(two, i2)["heads"]
+    assert one[0].laws and set(two[0].laws) == set(one[0].laws)
+    path2, _ = _trace_file(tmp_path, S=8, T=512, H=(2,), name="two.npz")
+    sizes.clear()
+    heads.analyse_traces(path2, seed=5, n_boot=100, workers=2)
+    assert sizes == [2]                                         # two heads, two jobs: not split
+    monkeypatch.setattr(heads, "SPLIT", False)
+    sizes.clear()
+    three, i3 = heads.analyse_traces(path, seed=5, n_boot=100, workers=2)
+    assert sizes == [1] and table.to_json(three, i3)["heads"] == table.to_json(one, i1)["heads"]
+
+
+def test_a_stopped_split_group_keeps_the_heads_whose_halves_are_both_done(monkeypatch):
+    """A stop while split heads run: the heads with both halves finished are returned whole (their laws joined),
+    a head with one half done is not."""
+    done_r = [heads.verdict.HeadResult(layer=0, head=h) for h in range(3)]
+
+    def fake_run_jobs(fn, n, workers, on_result, deadline):
+        assert n == 6
+        for k, part in ((0, done_r[0]), (1, {"at": "laws 0"}), (3, {"at": "laws 1"})):
+            on_result(k, part)
+        raise parallel.Stopped({0: done_r[0]}, "SIGTERM")
+    monkeypatch.setattr(parallel, "run_jobs", fake_run_jobs)
+    ticks = []
+    with pytest.raises(parallel.Stopped) as exc:
+        heads._run_group(0, 3, 2, 8, lambda i, r: ticks.append(i), None)
+    assert list(exc.value.done) == [0] and exc.value.done[0].laws == {"at": "laws 0"}
+    assert ticks == [0] and exc.value.reason == "SIGTERM"
