@@ -266,13 +266,7 @@ def _run_group(a, b, workers, asked, tick, deadline):
             tick(k // 2, halves[k // 2][0])
 
     def join(parts):
-        out = {}
-        for i, p in parts.items():
-            if len(p) == 2:
-                out[i] = p[0]
-                if p[1] is not None:
-                    out[i].laws = p[1]
-        return out
+        return _join_halves([(i, h, r) for i, p in parts.items() for h, r in p.items()])
     try:
         parallel.run_jobs(lambda k: _part_job(2 * a + k), 2 * n, min(asked, 2 * n), joined, deadline)
     except parallel.Stopped as exc:
@@ -282,7 +276,26 @@ def _run_group(a, b, workers, asked, tick, deadline):
     return [res[i] for i in range(n)]
 
 
-SPLIT = True            # a group with fewer heads than half the workers asked: each head as two jobs (_run_group)
+SPLIT = True            # a group with fewer heads than half the workers asked (or than the ranks): each head as two
+WHOLE = 2               # jobs (_run_group, analyse_stream); in analyse_stream's list of done jobs: a whole head
+
+
+def _join_halves(done):
+    """{head index: HeadResult} from analyse_stream's (head index, half, result) entries: whole heads as they are,
+    a split head's two halves joined (its verdict's HeadResult with the per-law evaluation as its laws); a head
+    with one half done is left out."""
+    whole, halves = {}, {}
+    for i, half, r in done:
+        if half == WHOLE:
+            whole[i] = r
+        else:
+            halves.setdefault(i, {})[half] = r
+    for i, p in halves.items():
+        if len(p) == 2:
+            whole[i] = p[0]
+            if p[1] is not None:
+                whole[i].laws = p[1]
+    return whole
 
 
 def _layer_getter(traces, names):
@@ -367,15 +380,19 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
     # under torchrun each rank analyses a contiguous block of every group's heads (its own processes)
     world = distributed.world_size() if distributed.launched() else 1
     rank = distributed.rank() if world > 1 else 0
+    # (a group with fewer heads than ranks: the halves of its heads, _part_job's jobs 2 pos .. 2 (pos + n_g) - 1)
     blocks, pos = [], 0
     for g in groups:
         n_g = sum(shapes[n][2] for n in g)
-        a, b = _block(n_g, rank, world)
-        blocks.append((pos + a, pos + b))
+        halves = world > 1 and SPLIT and n_g < world
+        a, b = _block(2 * n_g if halves else n_g, rank, world)
+        off = 2 * pos if halves else pos
+        blocks.append((off + a, off + b, halves))
         pos += n_g
-    mine = sum(b - a for a, b in blocks)
+    blocks_ab = [(a, b) for a, b, _ in blocks]
+    mine = sum(b - a for a, b in blocks_ab)
     asked = parallel.resolve_workers(workers, 1 << 30)                # the processes asked (None: the processors)
-    workers = parallel.resolve_workers(workers, max(1, max(b - a for a, b in blocks)))
+    workers = parallel.resolve_workers(workers, max(1, max(b - a for a, b in blocks_ab)))
     cpu, wall = estimate(n_heads, S, T, workers * world)
     if max_minutes is not None and wall > 60 * max_minutes:
         raise ValueError(f"the analysis of {n_heads} heads x {S} x {T} is estimated at {wall / 60:.1f} min on "
@@ -397,10 +414,10 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
     bar = tqdm(total=mine, desc="heads" + (f" (rank {rank})" if world > 1 else ""),
                disable=not progress, file=sys.stderr)
     deadline = None if max_minutes is None else time.monotonic() + 60 * max_minutes
-    stop, done = None, []                                     # done: (head index, HeadResult) of this rank
+    stop, done = None, []              # done: (head index, half, result) of this rank; half WHOLE: a HeadResult
     try:
         with parallel.deferred_stops() as flag:
-            for (a, b), g in zip(blocks, groups):
+            for (a, b, halves), g in zip(blocks, groups):
                 if stop is None and deadline is not None and time.monotonic() > deadline:
                     stop = parallel.Stopped({}, "the time bound (--max-minutes) was reached")
                 # every rank agrees to go on before the group's capture (whose collectives need them all)
@@ -411,17 +428,22 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
                     break
                 _RUN["get"] = _layer_getter(tr, names)
 
-                def tick(i, r, a=a):
-                    bar.set_postfix_str(f"{names[index[a + i][0]]}[{index[a + i][1]}]", refresh=False)
+                def tick(i, r, a=a, halves=halves):
+                    j = (a + i) // 2 if halves else a + i
+                    bar.set_postfix_str(f"{names[index[j][0]]}[{index[j][1]}]", refresh=False)
                     bar.update()
+
+                def entry(i, r, a=a, halves=halves):       # done's entry of job i of this group
+                    return ((a + i) // 2, (a + i) % 2, r) if halves else (a + i, WHOLE, r)
                 try:
                     with parallel.stop_signals():
-                        res = _run_group(a, b, parallel.resolve_workers(workers, max(1, b - a)), asked, tick,
-                                         deadline)
-                    done.extend(zip(range(a, b), res))
+                        w = parallel.resolve_workers(workers, max(1, b - a))
+                        res = (parallel.run_jobs(lambda k, a=a: _part_job(a + k), b - a, w, tick, deadline)
+                               if halves else _run_group(a, b, w, asked, tick, deadline))
+                    done.extend(entry(i, r) for i, r in enumerate(res))
                 except parallel.Stopped as exc:
                     stop = exc
-                    done.extend((a + i, exc.done[i]) for i in sorted(exc.done))
+                    done.extend(entry(i, exc.done[i]) for i in sorted(exc.done))
                 finally:
                     _RUN.pop("get", None)
                     del tr
@@ -437,9 +459,11 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
             return None, seed
         if stop is None and any(why):                          # another rank was stopped
             stop = parallel.Stopped({}, next(w for w in why if w))
-        if stop is None and len(done) < n_heads:
+    whole = _join_halves(done)
+    if world > 1:
+        if stop is None and len(whole) < n_heads:
             stop = parallel.Stopped({}, "another rank stopped")
-    results = [r for _, r in sorted(done, key=lambda t: t[0])]
+    results = [whole[i] for i in sorted(whole)]
     set_states(results)
     if stop is not None:
         stop.results, stop.seed, stop.n_heads = results, seed, n_heads

@@ -1,4 +1,4 @@
-"""`forget.py --model` (4 sequences: with the per-law evaluation and its states) and `--traces` (3) under
+"""`forget.py --model` (4 sequences: with the per-law evaluation and its states), `--traces` (3) and a lone head under
 torchrun (2 ranks, gloo on the CPU) against one process, and a SIGTERM to the torchrun job: the heads the ranks
 finished are gathered and saved, marked partial.
 
@@ -22,7 +22,7 @@ import torch
 
 from conftest import REPO
 from foxwindow import outputs
-from foxwindow.heads import command, driver
+from foxwindow.heads import bench_scale, command, driver
 
 DROP = ("capture_s", "total_s", "partial")       # timings; every other field of the run's record agrees
 
@@ -49,6 +49,12 @@ def _worker(tmp):
     check("traces", ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/traced2.json", "--seed", "5", "--n-boot", "30",
                      "--no-progress", "--workers", "1"])
     check("model", _model_args(tmp, "--json", f"{tmp}/model2.json", "--trace-gib", "1e-9"))
+    parts, real_part = [], driver._part_job                 # one head, two ranks: a half on each
+    driver._part_job = lambda k: parts.append(k) or real_part(k)
+    check("one", ["--traces", f"{tmp}/one.npz", "--json", f"{tmp}/one2.json", "--seed", "5", "--n-boot", "30",
+                  "--no-progress", "--workers", "1"])
+    driver._part_job = real_part
+    out["one_parts"] = parts
     with open(f"{tmp}/rank{rank}.json", "w") as fh:
         json.dump(out, fh)
     # the stop: rank 0 sends SIGTERM to torchrun when it starts its second head (the second layer: both ranks
@@ -91,10 +97,13 @@ def job(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("torchrun")
     build_fla_fox(tmp_path)
     tmp = str(tmp_path)
+    bench_scale.write_traces(f"{tmp}/one.npz", 1, 1, 8, 512)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for argv in (_model_args(tmp, "--json", f"{tmp}/model1.json"),
+        for argv in (["--traces", f"{tmp}/one.npz", "--json", f"{tmp}/one1.json", "--seed", "5", "--n-boot", "30",
+                      "--no-progress", "--workers", "1"],
+                     _model_args(tmp, "--json", f"{tmp}/model1.json"),
                      _model_args(tmp, "--json", f"{tmp}/stopref.json", "--save-traces", f"{tmp}/t1.npz", n_seq=3),
                      ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/traced1.json", "--seed", "5", "--n-boot", "30",
                       "--no-progress", "--workers", "1"]):
@@ -139,6 +148,18 @@ def test_traces_under_torchrun_equal_one_process(job):
     one = _json(tmp, "traced1.json")
     assert len(one["heads"]) == 6
     _same_run(one, _json(tmp, "traced2.json"))
+
+
+def test_one_head_under_torchrun_runs_its_two_halves_on_the_two_ranks(job):
+    """A head alone on 2 ranks: its verdict on rank 0, its per-law evaluation on rank 1, joined on rank 0 into
+    the numbers of one process."""
+    tmp, ranks, _, _ = job
+    got = _ok(ranks, "one")
+    assert [g["code"] for g in got] == [0, 0] and not got[1]["printed"]
+    assert [r["one_parts"] for r in ranks] == [[0], [1]]
+    one = _json(tmp, "one1.json")
+    assert len(one["heads"]) == 1 and one["heads"][0]["at"][0]["laws"]
+    _same_run(one, _json(tmp, "one2.json"))
 
 
 def test_model_under_torchrun_layer_by_layer_equals_one_process(job):
