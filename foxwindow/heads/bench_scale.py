@@ -9,7 +9,8 @@ python bench_scale.py [--quick] [--docs docs/BENCHMARKS.md] [--json out.json]
                  cost model heads.COST_HEAD that the time estimate and --max-minutes use
   workers        one trace file analysed with --workers 1 and --workers N (N: the available processors),
                  alternated, with the load average said; the results compared. The whole command (its start-up,
-                 imports and output included) and the analysis alone, in this process
+                 imports and output included) and the analysis alone, in this process; one head alone on
+                 the workers (its two halves) against one process
   torchrun       the same file under torchrun with 2 ranks (gloo) against one process; the results compared
   760M class     peak memory (/usr/bin/time -v, max RSS) and wall time of heads of 256 documents x 16384
                  tokens, the time of 384 of them extrapolated from the measured per-head wall time
@@ -189,7 +190,8 @@ def analysis_workers_vs_one(H, S, T, repeats):
         got[w], _ = heads.analyse_layers(lg, L=LS, seed=1, mass_L=math.log(1e3), workers=w)
     a, b = law_bench.paired_times([lambda: run(n), lambda: run(1)], repeats)
     same = [predict_json(r) for r in got[n]] == [predict_json(r) for r in got[1]]
-    return dict(what=f"{H} heads x {S} x {T}, the analysis alone (analyse_layers)", workers=n, seconds=a, one_s=b,
+    return dict(what=f"{H} head{'s' if H != 1 else ''} x {S} x {T}, the analysis alone (analyse_layers)", workers=n,
+                seconds=a, one_s=b,
                 speedup=b / a, identical=same, load=_load())
 
 
@@ -267,12 +269,16 @@ def markdown(res):
             "| S x T | CPU s a head | cost model (heads.COST_HEAD) |", "| --- | --- | --- |"]
     out += [f"| {g['S']} x {g['T']} | {g['cpu_per_head']:.2f} | {g['model']:.2f} |" for g in res["grid"]]
     w, aw, r, b = res["workers"], res["analysis_workers"], res["torchrun"], res["big"]
+    lone = res.get("lone_head")
     out += ["", "| parallel run | seconds | one process s | speedup | results identical | load |",
             "| --- | --- | --- | --- | --- | --- |",
             f"| {w['what']}, --workers {w['workers']} | {w['seconds']:.1f} | {w['one_s']:.1f} | {w['speedup']:.2f} | "
             f"{'yes' if w['identical'] else '**no**'} | {w['load']} |",
             f"| {aw['what']}, {aw['workers']} workers | {aw['seconds']:.1f} | {aw['one_s']:.1f} | "
             f"{aw['speedup']:.2f} | {'yes' if aw['identical'] else '**no**'} | {aw['load']} |",
+            *([f"| {lone['what']}, {lone['workers']} workers (its verdict and its per-law evaluation as two jobs) | "
+               f"{lone['seconds']:.1f} | {lone['one_s']:.1f} | {lone['speedup']:.2f} | "
+               f"{'yes' if lone['identical'] else '**no**'} | {lone['load']} |"] if lone else []),
             f"| {r['what']}, torchrun 2 ranks (gloo) | {r['seconds']:.1f} | {r['one_s']:.1f} | {r['speedup']:.2f} | "
             f"{'yes' if r['identical'] else '**no**'} | {r['load']} |", "",
             f"760M class: {b['heads']} heads of {b['S']} documents x {b['T']} tokens "
@@ -367,6 +373,8 @@ def main(argv=None):
         res["workers"] = workers_vs_one(tmp, 8, 64, 4096 if a.quick else 8192, rep)
         say("workers, the analysis alone ...")
         res["analysis_workers"] = analysis_workers_vs_one(8, 128, 8192 if a.quick else 16384, rep)
+        say("one head on the workers (its two halves) ...")
+        res["lone_head"] = analysis_workers_vs_one(1, 128 if a.quick else 256, 8192 if a.quick else 16384, rep)
         say("torchrun ...")
         res["torchrun"] = torchrun_vs_one(tmp, 4, 64, 4096, rep)
         say("760M class ...")

@@ -256,7 +256,7 @@ def _run_group(a, b, workers, asked, tick, deadline):
     its verdict and its per-law evaluation, joined here (SPLIT): the same numbers as one job, in less wall time.
     parallel.Stopped carries the heads with both halves done."""
     n = b - a
-    if not (SPLIT and n >= 1 and asked >= 2 * n):
+    if not (_split(_RUN["S"], _RUN["T"]) and n >= 1 and asked >= 2 * n):
         return parallel.run_jobs(lambda i: _head_job(a + i), n, workers, tick, deadline)
     halves = {}
 
@@ -277,7 +277,14 @@ def _run_group(a, b, workers, asked, tick, deadline):
 
 
 SPLIT = True            # a group with fewer heads than half the workers asked (or than the ranks): each head as two
-WHOLE = 2               # jobs (_run_group, analyse_stream); in analyse_stream's list of done jobs: a whole head
+SPLIT_MIN = 1 << 20     # jobs (_run_group, analyse_stream), for heads of SPLIT_MIN increments (S T) or more (below,
+WHOLE = 2               # the fork costs more than it saves: 0.93x at 32 x 2048); in analyse_stream's done list: a
+                        # whole head
+
+
+def _split(S, T):
+    """Whether heads of S x T are split into two jobs where too few are left for the workers or ranks."""
+    return SPLIT and S * T >= SPLIT_MIN
 
 
 def _join_halves(done):
@@ -384,7 +391,7 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
     blocks, pos = [], 0
     for g in groups:
         n_g = sum(shapes[n][2] for n in g)
-        halves = world > 1 and SPLIT and n_g < world
+        halves = world > 1 and _split(S, T) and n_g < world
         a, b = _block(2 * n_g if halves else n_g, rank, world)
         off = 2 * pos if halves else pos
         blocks.append((off + a, off + b, halves))
@@ -407,7 +414,7 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
     # inherit them); the same numbers as the numpy paths
     headlaws.compile_fast_paths(mine * S * T * len(Ls))
     _RUN.clear()
-    _RUN.update(index=index, Ls=Ls, n_heads=n_heads, n_boot=n_boot, seed=seed,
+    _RUN.update(S=S, T=T, index=index, Ls=Ls, n_heads=n_heads, n_boot=n_boot, seed=seed,
                 children=np.random.SeedSequence(seed).spawn(n_heads), context=context, mass_L=mass_L, pmf_L=pmf_L,
                 layer_names=[f"blocks.{n}" if isinstance(n, (int, np.integer)) else str(n) for n in names],
                 rows=np.asarray(query_rows(T) if rows is None else rows, dtype=np.int64))

@@ -397,6 +397,7 @@ def test_a_head_alone_on_two_workers_runs_as_two_halves_with_the_numbers_of_one_
     with as many heads as workers, one job a head."""
     path, _ = _trace_file(tmp_path, S=8, T=512, H=(1,))
     one, i1 = heads.analyse_traces(path, seed=5, n_boot=100, workers=1)
+    monkeypatch.setattr(heads, "SPLIT_MIN", 8 * 512)            # heads this small split too (the default: 2^20)
     sizes = []
     real = parallel.run_jobs
 
@@ -412,6 +413,11 @@ def test_a_head_alone_on_two_workers_runs_as_two_halves_with_the_numbers_of_one_
     sizes.clear()
     heads.analyse_traces(path2, seed=5, n_boot=100, workers=2)
     assert sizes == [2]                                         # two heads, two jobs: not split
+    monkeypatch.setattr(heads, "SPLIT_MIN", 8 * 512 + 1)        # a smaller head than that: one job
+    sizes.clear()
+    heads.analyse_traces(path, seed=5, n_boot=100, workers=2)
+    assert sizes == [1]
+    monkeypatch.setattr(heads, "SPLIT_MIN", 0)
     monkeypatch.setattr(heads, "SPLIT", False)
     sizes.clear()
     three, i3 = heads.analyse_traces(path, seed=5, n_boot=100, workers=2)
@@ -429,6 +435,8 @@ def test_a_stopped_split_group_keeps_the_heads_whose_halves_are_both_done(monkey
             on_result(k, part)
         raise parallel.Stopped({0: done_r[0]}, "SIGTERM")
     monkeypatch.setattr(parallel, "run_jobs", fake_run_jobs)
+    monkeypatch.setitem(heads._RUN, "S", 1024)
+    monkeypatch.setitem(heads._RUN, "T", 1024)
     ticks = []
     with pytest.raises(parallel.Stopped) as exc:
         heads._run_group(0, 3, 2, 8, lambda i, r: ticks.append(i), None)
