@@ -406,7 +406,10 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
                          f"{workers} worker(s), past --max-minutes {max_minutes:g}: give more minutes or workers, "
                          "or fewer sequences (--n-seq) or tokens (--max-len)")
     if progress and wall > ESTIMATE_FROM_S and distributed.is_main():
-        parallel.say(f"analysing {n_heads} heads x {S} sequences x {T} tokens on {workers} worker(s)"
+        most = max(b - a for a, b in blocks_ab)             # a rank's processes: more where its heads are split
+        used = (min(asked, 2 * most) if _split(S, T) and asked >= 2 * most and not any(h for *_, h in blocks)
+                else workers)
+        parallel.say(f"analysing {n_heads} heads x {S} sequences x {T} tokens on {used} worker(s)"
                      + (f" x {world} ranks" if world > 1 else "") + ": estimated "
                      f"{cpu / 60:.1f} CPU-min, about {wall / 60:.1f} min wall (more on a loaded machine)"
                      + (f", in {len(groups)} capture passes" if len(groups) > 1 else ""))

@@ -442,3 +442,21 @@ def test_a_stopped_split_group_keeps_the_heads_whose_halves_are_both_done(monkey
         heads._run_group(0, 3, 2, 8, lambda i, r: ticks.append(i), None)
     assert list(exc.value.done) == [0] and exc.value.done[0].laws == {"at": "laws 0"}
     assert ticks == [0] and exc.value.reason == "SIGTERM"
+
+
+def test_the_estimate_names_the_processes_a_lone_split_head_uses(monkeypatch, capsys):
+    """The line before a long analysis says how many processes run: a lone head split over 2 workers, 2; the
+    same head kept whole, 1."""
+    lg = {"a": np.zeros((8, 512, 1), np.float32) - 0.01}
+    monkeypatch.setattr(heads, "COST_HEAD", (100.0, 0.0, 0.0))                 # estimated past ESTIMATE_FROM_S
+    jobs = []
+
+    def stop(fn, n, *a, **k):                                                   # no analysis: the line is enough
+        jobs.append(n)
+        raise parallel.Stopped({}, "SIGTERM")
+    monkeypatch.setattr(parallel, "run_jobs", stop)
+    for split_min, n, said in ((0, 2, "on 2 worker(s)"), (1 << 40, 1, "on 1 worker(s)")):
+        monkeypatch.setattr(heads, "SPLIT_MIN", split_min)
+        with pytest.raises(parallel.Stopped):
+            heads.analyse_layers(lg, seed=0, workers=2, progress=True)
+        assert jobs[-1] == n and said in capsys.readouterr().err
