@@ -245,41 +245,14 @@ def _head_job(i, laws=True):
 
 
 def _part_job(k):
-    """Half k % 2 of head k // 2 of a split group (SPLIT): 0 the verdict, predictions and decay window, 1 the
+    """Half k % 2 of head k // 2 of a split group (analyse_stream): 0 the verdict, predictions and decay window, 1 the
     per-law evaluation; each half the numbers the whole head's job gives it."""
     return _head_job(k // 2, laws="only" if k % 2 else False)
 
 
-def _run_group(a, b, workers, asked, tick, deadline):
-    """The heads a..b-1 of the run's current group on `workers` processes: [HeadResult] in head order. Where
-    fewer heads than half the processes asked are left (one huge head on two workers), each head runs as two jobs,
-    its verdict and its per-law evaluation, joined here (SPLIT): the same numbers as one job, in less wall time.
-    parallel.Stopped carries the heads with both halves done."""
-    n = b - a
-    if not (_split(_RUN["S"], _RUN["T"]) and n >= 1 and asked >= 2 * n):
-        return parallel.run_jobs(lambda i: _head_job(a + i), n, workers, tick, deadline)
-    halves = {}
-
-    def joined(k, part):                        # a head's two halves done: one HeadResult, ticked once
-        halves.setdefault(k // 2, {})[k % 2] = part
-        if len(halves[k // 2]) == 2 and tick:
-            tick(k // 2, halves[k // 2][0])
-
-    def join(parts):
-        return _join_halves([(i, h, r) for i, p in parts.items() for h, r in p.items()])
-    try:
-        parallel.run_jobs(lambda k: _part_job(2 * a + k), 2 * n, min(asked, 2 * n), joined, deadline)
-    except parallel.Stopped as exc:
-        exc.done = join(halves)
-        raise
-    res = join(halves)
-    return [res[i] for i in range(n)]
-
-
-SPLIT = True            # a group with fewer heads than half the workers asked (or than the ranks): each head as two
-SPLIT_MIN = 1 << 20     # jobs (_run_group, analyse_stream), for heads of SPLIT_MIN increments (S T) or more (below,
-WHOLE = 2               # the fork costs more than it saves: 0.93x at 32 x 2048); in analyse_stream's done list: a
-                        # whole head
+SPLIT = True            # too few heads for the processes asked or the ranks: each head as two jobs (analyse_stream),
+SPLIT_MIN = 1 << 20     # for heads of SPLIT_MIN increments (S T) or more (below, the fork costs more than it saves:
+WHOLE = 2               # 0.93x at 32 x 2048); in analyse_stream's done list: a whole head
 
 
 def _split(S, T):
@@ -387,29 +360,29 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
     # under torchrun each rank analyses a contiguous block of every group's heads (its own processes)
     world = distributed.world_size() if distributed.launched() else 1
     rank = distributed.rank() if world > 1 else 0
-    # (a group with fewer heads than ranks: the halves of its heads, _part_job's jobs 2 pos .. 2 (pos + n_g) - 1)
+    # a group with fewer heads than ranks, or a rank's share of fewer heads than half its processes (one huge head on
+    # two workers): each head as two jobs, its verdict and its per-law evaluation (_part_job's jobs 2 i, 2 i + 1 of
+    # head i), joined into the HeadResult one job gives (_join_halves): the same numbers in less wall time
+    asked = parallel.resolve_workers(workers, 1 << 30)                # the processes asked (None: the processors)
     blocks, pos = [], 0
     for g in groups:
         n_g = sum(shapes[n][2] for n in g)
-        halves = world > 1 and _split(S, T) and n_g < world
-        a, b = _block(2 * n_g if halves else n_g, rank, world)
+        a, b = _block(n_g, rank, world)
+        halves = _split(S, T) and (n_g < world or 1 <= b - a <= asked // 2)
+        if halves:
+            a, b = _block(2 * n_g, rank, world) if n_g < world else (2 * a, 2 * b)
         off = 2 * pos if halves else pos
         blocks.append((off + a, off + b, halves))
         pos += n_g
-    blocks_ab = [(a, b) for a, b, _ in blocks]
-    mine = sum(b - a for a, b in blocks_ab)
-    asked = parallel.resolve_workers(workers, 1 << 30)                # the processes asked (None: the processors)
-    workers = parallel.resolve_workers(workers, max(1, max(b - a for a, b in blocks_ab)))
+    mine = sum(b - a for a, b, _ in blocks)                                         # this rank's jobs
+    workers = parallel.resolve_workers(workers, max(1, max(b - a for a, b, _ in blocks)))
     cpu, wall = estimate(n_heads, S, T, workers * world)
     if max_minutes is not None and wall > 60 * max_minutes:
         raise ValueError(f"the analysis of {n_heads} heads x {S} x {T} is estimated at {wall / 60:.1f} min on "
                          f"{workers} worker(s), past --max-minutes {max_minutes:g}: give more minutes or workers, "
                          "or fewer sequences (--n-seq) or tokens (--max-len)")
     if progress and wall > ESTIMATE_FROM_S and distributed.is_main():
-        most = max(b - a for a, b in blocks_ab)             # a rank's processes: more where its heads are split
-        used = (min(asked, 2 * most) if _split(S, T) and asked >= 2 * most and not any(h for *_, h in blocks)
-                else workers)
-        parallel.say(f"analysing {n_heads} heads x {S} sequences x {T} tokens on {used} worker(s)"
+        parallel.say(f"analysing {n_heads} heads x {S} sequences x {T} tokens on {workers} worker(s)"
                      + (f" x {world} ranks" if world > 1 else "") + ": estimated "
                      f"{cpu / 60:.1f} CPU-min, about {wall / 60:.1f} min wall (more on a loaded machine)"
                      + (f", in {len(groups)} capture passes" if len(groups) > 1 else ""))
@@ -417,7 +390,7 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
     # inherit them); the same numbers as the numpy paths
     headlaws.compile_fast_paths(mine * S * T * len(Ls))
     _RUN.clear()
-    _RUN.update(S=S, T=T, index=index, Ls=Ls, n_heads=n_heads, n_boot=n_boot, seed=seed,
+    _RUN.update(index=index, Ls=Ls, n_heads=n_heads, n_boot=n_boot, seed=seed,
                 children=np.random.SeedSequence(seed).spawn(n_heads), context=context, mass_L=mass_L, pmf_L=pmf_L,
                 layer_names=[f"blocks.{n}" if isinstance(n, (int, np.integer)) else str(n) for n in names],
                 rows=np.asarray(query_rows(T) if rows is None else rows, dtype=np.int64))
@@ -448,8 +421,8 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
                 try:
                     with parallel.stop_signals():
                         w = parallel.resolve_workers(workers, max(1, b - a))
-                        res = (parallel.run_jobs(lambda k, a=a: _part_job(a + k), b - a, w, tick, deadline)
-                               if halves else _run_group(a, b, w, asked, tick, deadline))
+                        res = parallel.run_jobs((lambda k, a=a: _part_job(a + k)) if halves else
+                                                (lambda i, a=a: _head_job(a + i)), b - a, w, tick, deadline)
                     done.extend(entry(i, r) for i, r in enumerate(res))
                 except parallel.Stopped as exc:
                     stop = exc

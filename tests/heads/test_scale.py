@@ -413,6 +413,13 @@ def test_a_head_alone_on_two_workers_runs_as_two_halves_with_the_numbers_of_one_
     sizes.clear()
     heads.analyse_traces(path2, seed=5, n_boot=100, workers=2)
     assert sizes == [2]                                         # two heads, two jobs: not split
+    monkeypatch.setattr(heads, "SPLIT_MIN", 0)
+    path3, _ = _trace_file(tmp_path, S=3, T=512, H=(1,), name="three.npz")      # below MIN_DOCS: no laws half
+    three_one, j1 = heads.analyse_traces(path3, seed=5, n_boot=100, workers=1)
+    sizes.clear()
+    three_two, j2 = heads.analyse_traces(path3, seed=5, n_boot=100, workers=2)
+    assert sizes == [2] and not three_one[0].laws and not three_two[0].laws
+    assert table.to_json(three_one, j1)["heads"] == table.to_json(three_two, j2)["heads"]
     monkeypatch.setattr(heads, "SPLIT_MIN", 8 * 512 + 1)        # a smaller head than that: one job
     sizes.clear()
     heads.analyse_traces(path, seed=5, n_boot=100, workers=2)
@@ -424,24 +431,30 @@ def test_a_head_alone_on_two_workers_runs_as_two_halves_with_the_numbers_of_one_
     assert sizes == [1] and table.to_json(three, i3)["heads"] == table.to_json(one, i1)["heads"]
 
 
-def test_a_stopped_split_group_keeps_the_heads_whose_halves_are_both_done(monkeypatch):
-    """A stop while split heads run: the heads with both halves finished are returned whole (their laws joined),
-    a head with one half done is not."""
-    done_r = [heads.verdict.HeadResult(layer=0, head=h) for h in range(3)]
+def test_a_stopped_split_group_keeps_the_heads_whose_halves_are_both_done(tmp_path, monkeypatch):
+    """A stop while split heads run: the heads with both halves finished are returned whole (their laws joined,
+    every number that of a full run's head), a head with one half done is not."""
+    path, _ = _trace_file(tmp_path, S=8, T=512, H=(3,))
+    full, info = heads.analyse_traces(path, seed=5, n_boot=100, workers=1)
+    monkeypatch.setattr(heads, "SPLIT_MIN", 0)
+    jobs = []
 
-    def fake_run_jobs(fn, n, workers, on_result, deadline):
-        assert n == 6
-        for k, part in ((0, done_r[0]), (1, {"at": "laws 0"}), (3, {"at": "laws 1"})):
-            on_result(k, part)
-        raise parallel.Stopped({0: done_r[0]}, "SIGTERM")
-    monkeypatch.setattr(parallel, "run_jobs", fake_run_jobs)
-    monkeypatch.setitem(heads._RUN, "S", 1024)
-    monkeypatch.setitem(heads._RUN, "T", 1024)
-    ticks = []
-    with pytest.raises(parallel.Stopped) as exc:
-        heads._run_group(0, 3, 2, 8, lambda i, r: ticks.append(i), None)
-    assert list(exc.value.done) == [0] and exc.value.done[0].laws == {"at": "laws 0"}
-    assert ticks == [0] and exc.value.reason == "SIGTERM"
+    def three_halves_then_stop(fn, n, workers, on_result, deadline):   # head 0 whole, head 1's laws alone
+        jobs.append((n, workers))
+        done = {}
+        for k in (0, 1, 3):
+            done[k] = fn(k)
+            on_result(k, done[k])
+        raise parallel.Stopped(done, "SIGTERM")
+    monkeypatch.setattr(parallel, "run_jobs", three_halves_then_stop)
+    part, pinfo = heads.analyse_traces(path, seed=5, n_boot=100, workers=8)
+    assert jobs == [(6, 6)] and pinfo["partial"] == {"reason": "SIGTERM", "heads_done": 1, "heads_total": 3}
+    assert part[0].laws and part[0].laws["at"] and len(part) == 1
+    keys = ("layer", "head", "kappa", "sigma2", "tau", "dependence", "mass", "verdict", "prediction", "pmf")
+    got, want = table.to_json(part, pinfo)["heads"], table.to_json(full[:1], info)["heads"]
+    assert [{k: h[k] for k in keys} for h in got] == [{k: h[k] for k in keys} for h in want]
+    assert [r["mean"] for r in got[0]["at"][0]["laws"].values()] == \
+        [r["mean"] for r in want[0]["at"][0]["laws"].values()]
 
 
 def test_the_estimate_names_the_processes_a_lone_split_head_uses(monkeypatch, capsys):
