@@ -63,6 +63,37 @@ def test_analyse_takes_a_mapping_an_array_a_file_and_a_model(tmp_path):
         foxwindow.analyse(net, eps=1e-2)
 
 
+def test_analyse_refuses_bad_arrays_before_any_work():
+    """Every malformed input to analyse() gets one ValueError naming the layer and the problem, before a head is
+    analysed: dtype, emptiness, shape, layout, layers that disagree, values (checked per head)."""
+    import foxwindow
+    lg = _lg(S=6, T=64, H=1)
+    nan = lg.copy()
+    nan[2, 5, 0] = np.nan
+    cases = [({"l": lg.astype(np.int64)}, "real floating-point.*int64"),
+             ({"l": lg.astype(np.complex128)}, "real floating-point.*complex128"),
+             ({"l": lg > 0}, "real floating-point.*bool"),
+             ({"l": torch.zeros(6, 64, 1, dtype=torch.int32)}, "floating point.*int32"),
+             ({"l": [[0.0, -1.0], [-1.0]]}, "'l' are not one array"),
+             ({"l": lg[:0]}, r"'l' are empty: shape \(S, T, H\) = \(0, 64, 1\)"),
+             ({"l": lg[:, :, :0]}, "'l' are empty"),
+             ({"l": lg[None]}, "must be \\(S, T, H\\)"),
+             ({"l": lg[:2]}, "holds 2 sequences; the jackknife needs at least 3"),
+             ({"l": lg.transpose(0, 2, 1)}, "T >= max"),
+             ({"a": lg, "b": lg[:, :32]}, "layers disagree"),
+             ({"a\x1b[31m": lg[:, :8]}, "trace 'a\\\\x1b\\[31m'"),
+             ({}, "mapping is empty"),
+             ({"l": nan}, "NaN"),
+             ({"l": -lg}, "<= 0")]
+    for x, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            foxwindow.analyse(x, eps=1e-2, n_boot=0, seed=0)
+    r = foxwindow.analyse({"l": torch.from_numpy(lg).to(torch.bfloat16)}, eps=1e-2, n_boot=0, seed=0)
+    assert len(r.heads) == 1                                     # bfloat16 read exactly as float32
+    r16 = foxwindow.analyse({"l": lg.astype(np.float16)}, eps=1e-2, n_boot=0, seed=0)
+    assert len(r16.heads) == 1
+
+
 def test_print_table_on_user_data_without_info(capsys):
     from foxwindow.heads import driver
     results, _ = driver.analyse_layers({"l0": _lg()}, eps=[1e-2, 1e-3], n_boot=0, seed=0)

@@ -12,10 +12,11 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
+from foxwindow import safety
 from foxwindow.heads import driver
 from foxwindow.heads.result import HeadsResult
 from foxwindow.heads.verdict import ALPHA
-from foxwindow.models import hf_capture
+from foxwindow.models import hf_capture, traces
 from foxwindow.models.fox import FoXLM
 from foxwindow.training import data
 
@@ -30,18 +31,37 @@ def _user_info(traces, seed, n_boot, what, n_results):
 
 
 def _as_traces(x):
-    """{layer: (S, T, H) float64 array} from a mapping or one array / tensor ((S, T): one head)."""
-    items = x.items() if isinstance(x, Mapping) else [("layer0", x)]
+    """{layer: (S, T, H) float64 array} from a mapping or one array / tensor ((S, T): one head), each of a real
+    floating dtype (bfloat16 tensors read as float32, exactly), non-empty, laid out as traces.check_layout asks. The
+    values (finite, <= 0) are checked as each head is analysed (driver.increments), once."""
+    items = list(x.items()) if isinstance(x, Mapping) else [("layer0", x)]
+    if not items:
+        raise ValueError("no traces: the mapping is empty")
     out = {}
     for name, a in items:
-        a = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+        what = f"log-gates '{safety.shown(str(name))}'"
+        if isinstance(a, torch.Tensor):
+            if not torch.is_floating_point(a):
+                raise ValueError(f"{what} must be floating point; got dtype {a.dtype}")
+            a = a.detach().cpu()
+            a = (a.float() if a.dtype == torch.bfloat16 else a).numpy()
+        else:
+            try:
+                a = np.asarray(a)
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"{what} are not one array: {' '.join(str(exc).split())}") from None
+        if not np.issubdtype(a.dtype, np.floating):
+            raise ValueError(f"{what} must be a real floating-point array (S, T, H); got dtype {a.dtype}")
         if a.ndim == 2:
             a = a[:, :, None]
         if a.ndim != 3:
-            raise ValueError(f"{name}: log-gates must be (S, T, H) (or (S, T) for one head); got shape {a.shape}")
+            raise ValueError(f"{what} must be (S, T, H) (or (S, T) for one head); got shape {a.shape}")
+        if 0 in a.shape:
+            raise ValueError(f"{what} are empty: shape (S, T, H) = {a.shape}; every dimension must be >= 1")
         out[str(name)] = a.astype(np.float64)
-    if not out:
-        raise ValueError("no traces: the mapping is empty")
+    if len(out) < len(items):
+        raise ValueError("two layers have the same name once written as strings; give every layer its own name")
+    traces.check_layout("analyse", {n: a.shape for n, a in out.items()})
     return out
 
 
@@ -67,17 +87,17 @@ def analyse(x, *, eps=None, L=None, n_boot=driver.N_BOOT, seed=None, tokens=None
             if not isinstance(x, FoXLM):
                 raise ValueError(f"{type(x).__name__}: give tokens= (S, T) ids to capture its gates on")
             tokens, _ = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
-        traces = hf_capture.capture_traces(x, tokens, batch=batch, per_channel=per_channel, progress=progress)
+        layers = hf_capture.capture_traces(x, tokens, batch=batch, per_channel=per_channel, progress=progress)
         what = f"model {type(x).__name__}"
     else:
-        traces = x
+        layers = x
         what = "traces"
-    traces = _as_traces(traces)
-    results, used = driver.analyse_layers(traces, eps=eps, L=L, n_boot=n_boot, seed=seed, progress=progress)
-    T = next(iter(traces.values())).shape[1]
+    layers = _as_traces(layers)
+    results, used = driver.analyse_layers(layers, eps=eps, L=L, n_boot=n_boot, seed=seed, progress=progress)
+    T = next(iter(layers.values())).shape[1]
     rows = driver.query_rows(T).numpy()
-    heads_of = [(n, h) for n, tr in traces.items() for h in range(tr.shape[2])]
+    heads_of = [(n, h) for n, tr in layers.items() for h in range(tr.shape[2])]
     mass_L = math.log(1e3)
     for r, (n, h) in zip(results, heads_of):
-        driver.decay_window_L(r, traces[n][:, :, h], mass_L, rows)
-    return HeadsResult(results, _user_info(traces, used, n_boot, what, len(results)))
+        driver.decay_window_L(r, layers[n][:, :, h], mass_L, rows)
+    return HeadsResult(results, _user_info(layers, used, n_boot, what, len(results)))

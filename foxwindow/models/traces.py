@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from foxwindow import outputs
+from foxwindow import outputs, safety
 from foxwindow.laws import gates
 from foxwindow.models import adapters
 from foxwindow.models.attention import cum_log_gate, fox_logits
@@ -34,8 +34,8 @@ from foxwindow.models.fox import HookPoint
 from foxwindow.training import distributed
 
 __all__ = ["run_with_cache", "DEFAULT_GATE_SUFFIXES", "GATE_OUTPUTS", "capture_gates", "TRACE_FORMAT",
-           "TRACE_RESERVED", "save_trace", "load_trace", "MIN_TRACE_LEN", "load_traces_checked", "capture",
-           "query_rows", "attention_mass_window", "mass_windows", "decay_window_summary"]
+           "TRACE_RESERVED", "save_trace", "load_trace", "MIN_TRACE_LEN", "check_layout", "load_traces_checked",
+           "capture", "query_rows", "attention_mass_window", "mass_windows", "decay_window_summary"]
 
 # ----------------------------------------------------------------------------- reading gates
 
@@ -380,7 +380,7 @@ def open_traces(path):
         if isinstance(heads, int) and shape[2] != heads:
             raise ValueError(f"{path}: trace '{name}' has {shape[2]} heads, metadata says {heads}")
         traces[name] = LazyTrace(path, f"trace_{i}", shape, loc)
-    _check_layout(path, {n: t.shape for n, t in traces.items()})
+    check_layout(path, {n: t.shape for n, t in traces.items()})
     return traces, meta
 
 
@@ -417,16 +417,20 @@ def load_traces_checked(path):
     saved as if it were (B, T, H) is caught here (it reads as a few tokens and many heads) unless the
     metadata's 'heads' already rejected it in load_trace. Raises ValueError naming the layout."""
     traces, meta = load_trace(path)
-    _check_layout(path, {name: t.shape for name, t in traces.items()})
+    check_layout(path, {name: t.shape for name, t in traces.items()})
     return traces, meta
 
 
-def _check_layout(path, shapes):
+def check_layout(path, shapes):
+    """The layout the analysis needs, from the traces' shapes {name: (S, T, H)}: T >= max(S, H, MIN_TRACE_LEN),
+    S >= 3, the same (S, T) in every layer. path: where they come from (the messages' first word). Raises ValueError
+    naming the layer (control characters escaped) and the layout."""
     for name, (S, T, H) in shapes.items():
+        name = safety.shown(name)
         if T < H or T < MIN_TRACE_LEN or T < S:
             raise ValueError(f"{path}: trace '{name}' read as (B, T, H) = ({S}, {T}, {H}): {S} sequences x {T} "
                              f"tokens, {H} heads; traces must be (B, T, H) with T >= max(B, H, {MIN_TRACE_LEN}): "
-                             "a (B, H, T) array was probably saved as is (transpose it to (B, T, H))")
+                             "a (B, H, T) array was probably saved or passed as is (transpose it to (B, T, H))")
         if S < 3:
             raise ValueError(f"{path}: trace '{name}' holds {S} sequences; the jackknife needs at least 3")
     if len({s[:2] for s in shapes.values()}) > 1:
