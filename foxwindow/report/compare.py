@@ -237,8 +237,8 @@ def main(argv=None):
         p = outputs.input_file(what, path)
         try:
             docs.append(schema.as_dict(p))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise outputs.UsageError(f"{path}: not a JSON file ({exc})") from None
+        except ValueError as exc:
+            raise outputs.UsageError(f"{path}: {exc}") from None
     va, vb = (_version(d) for d in docs)
     if va != vb:
         shown = [f"schema {v}" if v is not None else "the earlier {info, heads} shape" for v in (va, vb)]

@@ -15,6 +15,7 @@ result: a schema-1 dict, a path to its JSON, anything with to_json() (the analys
 schema.Result. Heads are named by their label ("layer.head") or a (layer, head) pair.
 """
 import math
+import re
 import textwrap
 
 import numpy as np
@@ -27,7 +28,7 @@ from foxwindow.report import schema
 
 __all__ = ["STATE_COLORS", "STATE_MARKS", "MEASURED", "PMF_BINS", "LAW_PALETTE", "short", "law_colors", "plain_log",
            "plot_head", "mean_window", "plot_overview", "ATTENTION_EPS", "RATIO_CLIP",
-           "plot_laws"]
+           "plot_laws", "TICK_ROOM", "layer_ticks"]
 
 STATE_COLORS = {"holds": "#2ca02c", "false": "#d62728", "undetermined": "#ff9f1c", "not claimed": "#d9d9d9"}
 STATE_MARKS = {"holds": "✓", "false": "✗", "undetermined": "?", "not claimed": "·"}
@@ -318,12 +319,28 @@ def mean_window(h, eps):
     return a.measured.mean, a.measured.bound
 
 
+TICK_ROOM = 14                  # characters of a layer's tick label
+
+
+def layer_ticks(layers, room=TICK_ROOM):
+    """Tick labels for layer names (list of str): a name with a numbered part keeps it and what comes before
+    ('blocks.0.attn.hook_log_fgate' -> 'blocks.0'), then a label longer than `room` keeps its last room - 1
+    characters after an ellipsis; where two layers would then share a label, the names are shown whole (long
+    labels squeeze the panels, but two layers never look alike)."""
+    lab = []
+    for n in map(str, layers):
+        m = re.match(r"^(.*?\.\d+)\.", n)
+        v = m.group(1) if m and len(n) > room else n
+        lab.append(v if len(v) <= room else "…" + v[-(room - 1):])
+    return lab if len(set(lab)) == len(set(map(str, layers))) else [str(n) for n in layers]
+
+
 def _ticks(ax, layers, ncol, many):
     step = max(1, ncol // 16)
     ax.set_xticks(range(0, ncol, step))
     ystep = max(1, len(layers) // 24)
     ax.set_yticks(range(0, len(layers), ystep))
-    ax.set_yticklabels([_t(v) for v in layers[::ystep]])
+    ax.set_yticklabels([_t(v) for v in layer_ticks(layers)[::ystep]])
     ax.grid(False)
 
 

@@ -377,12 +377,16 @@ def from_dict(d):
 
 def as_dict(obj):
     """The JSON dict of obj: a dict as it is, a path (str or os.PathLike) read from its file, anything
-    with to_json() (the analysis result) through that. Raises ValueError for anything else."""
+    with to_json() (the analysis result) through that. Raises ValueError for anything else, and for a file that is
+    not JSON ("not a JSON file (why)", without the path: the caller names it)."""
     if isinstance(obj, dict):
         return obj
     if isinstance(obj, (str, os.PathLike)):
-        with open(obj, encoding="utf-8") as fh:
-            return json.load(fh)
+        try:
+            with open(obj, encoding="utf-8") as fh:
+                return json.load(fh)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:       # (the caller names the file)
+            raise ValueError(f"not a JSON file ({' '.join(str(exc).split())})") from None
     if hasattr(obj, "to_json"):
         d = obj.to_json()
         return json.loads(d) if isinstance(d, str) else d

@@ -72,11 +72,19 @@ def test_refused_in_one_line(pair, tmp_path, capsys):
     for h in other["heads"]:
         h["layer"], h["label"] = "7", f"7.{h['head']}"
     (tmp_path / "other.json").write_text(json.dumps(other))
+    (tmp_path / "bin.json").write_bytes(b"PK\x03\x04\xb3\xff")
+    (tmp_path / "cut.json").write_text('{"a": 1')
     for b, words in ((legacy, "compare results of one schema"), (str(tmp_path / "other.json"), "no head in common"),
-                     (str(tmp_path / "none.json"), "not found")):
+                     (str(tmp_path / "none.json"), "not found"),
+                     (str(tmp_path / "bin.json"), "bin.json: not a JSON file"),
+                     (str(tmp_path / "cut.json"), "cut.json: not a JSON file (Expecting")):
         assert cli.main(["compare", str(d / "a.json"), b, "--out", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and words in err, err
+    for b in ("bin.json", "cut.json"):                     # the report says the same, in one line
+        assert cli.main(["report", str(tmp_path / b), "--out", str(tmp_path / "r")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{b}: not a JSON file (" in err, err
     assert not (tmp_path / "o").exists() or not os.listdir(tmp_path / "o")
 
 

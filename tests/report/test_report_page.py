@@ -123,6 +123,27 @@ def test_the_write_guard(golden, tmp_path, capsys, stub_pictures):
     assert "schema 1" in capsys.readouterr().err
 
 
+def test_layer_ticks_stay_short_and_distinct(golden):
+    """Hook names as layer names ('blocks.0.attn.hook_log_fgate') tick as 'blocks.0': the overview of one such
+    layer lays out (matplotlib warned that its panels collapsed when the ticks were the whole names)."""
+    assert plots.layer_ticks(["blocks.0.attn.hook_log_fgate", "blocks.11.attn.hook_log_fgate"]) == ["blocks.0",
+                                                                                                   "blocks.11"]
+    assert plots.layer_ticks(["blocks.0", "1"]) == ["blocks.0", "1"]
+    assert plots.layer_ticks(["model.layers.12.self_attn"]) == ["…del.layers.12"]
+    assert plots.layer_ticks(["a_very_long_layer_name_x", "b_very_long_layer_name_x"]) == [
+        "a_very_long_layer_name_x", "b_very_long_layer_name_x"]             # cut alike: shown whole
+    d = copy.deepcopy(golden)
+    d["heads"] = [h for h in d["heads"] if h["layer"] == d["heads"][0]["layer"]]
+    for h in d["heads"]:
+        h["layer"] = "blocks.0.attn.hook_log_fgate"
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = plots.plot_overview(d)
+        fig.savefig(__import__("io").BytesIO(), format="png")
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["blocks.0"]
+
+
 def test_default_folder_is_a_fresh_run_folder(tmp_path, monkeypatch, capsys, stub_pictures):
     monkeypatch.setattr(outputs, "RUNS", str(tmp_path / "runs"))
     assert cli.main(["report", GOLDEN, "--jobs", "1"]) == 0
