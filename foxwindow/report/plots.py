@@ -353,6 +353,11 @@ def plot_overview(result, eps=1e-3, layers=None, dpi=80):
     if not heads:
         raise ValueError("no heads to draw" + (f" in layers {list(layers)}" if layers is not None else ""))
     eps = float(eps)
+    if not 0 < eps < 1:
+        raise ValueError(f"eps must lie in (0, 1); got {eps}")
+    if all(mean_window(h, eps)[0] is None for h in heads):      # a map of empty cells would say nothing
+        scan = sorted({a.eps for h in heads for a in h.at}, reverse=True)
+        raise ValueError(f"eps {eps:g} is in no head's scan; one of {', '.join(format(e, 'g') for e in scan)}")
     laws = [n for n in res.verdict_laws() if any(n in a.laws for h in heads for a in h.at)]
     lay, ncol, g = _grid(res, heads, lambda h: _nan(mean_window(h, eps)[0]))
     many = ncol > 24 or ncol * len(lay) > 384       # too many cells to write in

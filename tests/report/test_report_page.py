@@ -123,6 +123,19 @@ def test_the_write_guard(golden, tmp_path, capsys, stub_pictures):
     assert "schema 1" in capsys.readouterr().err
 
 
+def test_an_eps_in_no_heads_scan_is_refused_before_any_output(golden, tmp_path, capsys):
+    """A report or overview at an eps no head was analysed at would draw empty maps: refused in one line, naming the
+    eps there are, before the output folder is made."""
+    scan = sorted({a["eps"] for h in golden["heads"] for a in h["at"]}, reverse=True)
+    assert 0.3 not in scan
+    assert cli.main(["report", GOLDEN, "--eps", "0.3", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--eps 0.3 is in no head's scan" in err and format(scan[0], "g") in err, err
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(ValueError, match="eps 0.3 is in no head's scan"):
+        plots.plot_overview(golden, eps=0.3)
+
+
 def test_layer_ticks_stay_short_and_distinct(golden):
     """Hook names as layer names ('blocks.0.attn.hook_log_fgate') tick as 'blocks.0': the overview of one such
     layer lays out (matplotlib warned that its panels collapsed when the ticks were the whole names)."""
