@@ -248,6 +248,15 @@ def test_bench_laws_cli(capsys, bad_files, tmp_path):
         _check_usage(capsys, bench_laws.main, ["--gpu-only"], "--gpu-only", "CUDA")
 
 
+def test_a_zero_count_is_refused_not_taken_for_the_default(capsys):
+    """0 given for a count whose flag has a default is refused, not read as "not given" (it ran the default)."""
+    from foxwindow.heads import bench_scale, calibration
+    _check_usage(capsys, bench_scale.main, ["--repeats", "0"], "--repeats", ">= 1", "got 0")
+    _check_usage(capsys, bench_scale.main, ["--big-heads", "0"], "--big-heads", ">= 2", "got 0")
+    _check_usage(capsys, calibration.main, ["--n-seq", "0"], "--n-seq", "got 0")
+    _check_usage(capsys, calibration.main, ["--laws", "--seq-len", "0"], "--seq-len", "got 0")
+
+
 def test_renewal_cli(capsys, tmp_path):
     _check_usage(capsys, lawtable.main, ["--eps", "0"], "--eps")
     _check_usage(capsys, lawtable.main, ["--eps", "0.1", "1.5"], "--eps", "1.5")

@@ -352,9 +352,9 @@ def main(argv=None):
     p.add_argument("--json", default=None, help="write the figures as JSON to this path")
     outputs.add_common(p)
     a = p.parse_args(argv)
-    rep = a.repeats or (2 if a.quick else 3)
+    rep = a.repeats if a.repeats is not None else (2 if a.quick else 3)      # (0 is refused, not the default)
     outputs.positive("--repeats", rep)
-    big_heads = a.big_heads or (3 if a.quick else 8)
+    big_heads = a.big_heads if a.big_heads is not None else (3 if a.quick else 8)
     outputs.positive("--big-heads", big_heads, lo=2)
     if a.json:
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")

@@ -450,8 +450,8 @@ def main(argv=None):
         return 0
     known = LAW_NULLS + LAW_POWER if a.laws else NULLS + POWER
     a.families = a.families or list(known)
-    a.n_seq = a.n_seq or (16 if a.laws else 32)
-    a.seq_len = a.seq_len or (512 if a.laws else 2048)
+    a.n_seq = a.n_seq if a.n_seq is not None else (16 if a.laws else 32)        # (0 is refused below)
+    a.seq_len = a.seq_len if a.seq_len is not None else (512 if a.laws else 2048)
     outputs.positive("--reps", a.reps)
     outputs.positive("--n-seq", a.n_seq, lo=verdict.MIN_DOCS)
     outputs.positive("--seq-len", a.seq_len, lo=64)

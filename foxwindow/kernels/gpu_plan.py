@@ -111,7 +111,8 @@ def main(argv=None):
         total_model += t
         total_limit += lim[name]
         print(f"{name:<11} {t:8.0f} {lim[name]:8d}  {what}")
-    print(f"{'total':<11} {total_model:8.0f} {total_limit:8.0f}  (budget {args.check or BUDGET:.0f} s; "
+    budget = BUDGET if args.check is None else args.check
+    print(f"{'total':<11} {total_model:8.0f} {total_limit:8.0f}  (budget {budget:.0f} s; "
           f"target rows saved by {sum(lim[n] for n in ('env', 'warm', 'target128', 'acp128', 'onepass128'))} s)")
     if args.check is not None and total_limit > args.check:
         print(f"gpu_plan: the step limits add up to {total_limit:.0f} s, over {args.check:.0f} s", file=sys.stderr)
