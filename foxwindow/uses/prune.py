@@ -563,6 +563,8 @@ def _check_args(a):
     L_tols = _levels(a)
     if len(a.block) > 2:
         raise outputs.UsageError(f"--block takes one or two sizes; got {a.block}")
+    if min(a.block) < 1:
+        raise outputs.UsageError(f"--block sizes must be >= 1; got {' '.join(map(str, a.block))}")
     block = check_block(tuple(a.block) if len(a.block) == 2 else a.block[0])
     outputs.positive("--threads", a.threads)
     if a.workers is None:

@@ -260,7 +260,9 @@ def _cli(argv, capsys):
 
 
 @pytest.mark.parametrize("argv,msg", [(["--tol", "1.5"], "--tol"), (["--log-tol", "0"], "--log-tol"),
-                                      (["--block", "0"], "block size"), (["--seq-len", "0"], "--seq-len"),
+                                      (["--block", "0"], "--block sizes must be >= 1"),
+                                      (["--seq-len", "0"], "--seq-len"),
+                                      (["--block", "64", "-3"], "got 64 -3"),
                                       (["--checkpoint", "nope.pt"], "not found"), (["--tol", "abc"], "--tol"),
                                       (["--U", "big"], "--U"),
                                       (["--tol", "0.1", "--log-tol", "-3"], "not allowed"),
