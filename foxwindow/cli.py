@@ -115,4 +115,9 @@ def main(argv=None):
     if argv[0] not in COMMANDS:
         print(f"foxwindow: error: unknown command '{argv[0]}' (one of: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
-    return command(argv[0], argv[1:])
+    # the command's usage and errors say "foxwindow NAME", also under python -m (argparse reads sys.argv[0])
+    prog, sys.argv[0] = sys.argv[0], f"foxwindow {argv[0]}"
+    try:
+        return command(argv[0], argv[1:])
+    finally:
+        sys.argv[0] = prog

@@ -328,6 +328,15 @@ def test_every_command_help_and_unknown(capsys):
             cli.command(name, ["--help"])
         assert e.value.code == 0
     assert cli.main([]) == 2 and cli.main(["--help"]) == 0 and cli.main(["nosuch"]) == 2
+    capsys.readouterr()
+    argv0 = sys.argv[0]
+    with pytest.raises(SystemExit) as e:                               # argparse's error: the command's own name
+        cli.main(["report"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.startswith("foxwindow report: error: the following arguments are required")
+    assert cli.main(["forget", "--eps", "0"]) == 2                    # a usage error after parsing: the same
+    assert capsys.readouterr().err.startswith("foxwindow forget: error: --eps")
+    assert sys.argv[0] == argv0
 
 
 BAD = {
