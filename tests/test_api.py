@@ -92,6 +92,11 @@ def test_analyse_refuses_bad_arrays_before_any_work():
     assert len(r.heads) == 1                                     # bfloat16 read exactly as float32
     r16 = foxwindow.analyse({"l": lg.astype(np.float16)}, eps=1e-2, n_boot=0, seed=0)
     assert len(r16.heads) == 1
+    # a capture's layout is its own: more units than tokens is an LSTM of 40 units on 30 tokens, not a transpose
+    net = torch.nn.LSTM(3, 40, batch_first=True).eval()
+    assert len(foxwindow.analyse(net, tokens=torch.randn(4, 30, 3), eps=1e-2, n_boot=0, seed=0).heads) == 40
+    with pytest.raises(ValueError, match="T >= max"):
+        foxwindow.analyse({"l": _lg(S=4, T=30, H=40)}, eps=1e-2, n_boot=0, seed=0)
 
 
 def test_print_table_on_user_data_without_info(capsys):

@@ -30,10 +30,11 @@ def _user_info(traces, seed, n_boot, what, n_results):
                 rows=f"rows {T // 2}-{T - 1} of each sequence")
 
 
-def _as_traces(x):
+def _as_traces(x, layout=True):
     """{layer: (S, T, H) float64 array} from a mapping or one array / tensor ((S, T): one head), each of a real
-    floating dtype (bfloat16 tensors read as float32, exactly), non-empty, laid out as traces.check_layout asks. The
-    values (finite, <= 0) are checked as each head is analysed (driver.increments), once."""
+    floating dtype (bfloat16 tensors read as float32, exactly), non-empty and (layout: the user's arrays) laid out as
+    traces.check_layout asks of a trace file (a capture's own layout is known: per-channel captures may hold more
+    channels than tokens). The values (finite, <= 0) are checked as each head is analysed (driver.increments), once."""
     items = list(x.items()) if isinstance(x, Mapping) else [("layer0", x)]
     if not items:
         raise ValueError("no traces: the mapping is empty")
@@ -61,7 +62,8 @@ def _as_traces(x):
         out[str(name)] = a.astype(np.float64)
     if len(out) < len(items):
         raise ValueError("two layers have the same name once written as strings; give every layer its own name")
-    traces.check_layout("analyse", {n: a.shape for n, a in out.items()})
+    if layout:
+        traces.check_layout("analyse", {n: a.shape for n, a in out.items()})
     return out
 
 
@@ -87,12 +89,12 @@ def analyse(x, *, eps=None, L=None, n_boot=driver.N_BOOT, seed=None, tokens=None
             if not isinstance(x, FoXLM):
                 raise ValueError(f"{type(x).__name__}: give tokens= (S, T) ids to capture its gates on")
             tokens, _ = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
-        layers = hf_capture.capture_traces(x, tokens, batch=batch, per_channel=per_channel, progress=progress)
+        layers = _as_traces(hf_capture.capture_traces(x, tokens, batch=batch, per_channel=per_channel,
+                                                      progress=progress), layout=False)
         what = f"model {type(x).__name__}"
     else:
-        layers = x
+        layers = _as_traces(x)
         what = "traces"
-    layers = _as_traces(layers)
     results, used = driver.analyse_layers(layers, eps=eps, L=L, n_boot=n_boot, seed=seed, progress=progress)
     T = next(iter(layers.values())).shape[1]
     rows = driver.query_rows(T).numpy()
