@@ -54,6 +54,8 @@ def bad_files(tmp_path_factory):
     d = tmp_path_factory.mktemp("bad")
     (d / "garbage.pt").write_bytes(b"not a checkpoint at all")
     torch.save({"weights": torch.zeros(3)}, d / "foreign.pt")
+    marker = d / "ran"                   # a pickle that runs code when loaded: refused, and it never runs
+    (d / "code.pt").write_bytes(b"cposix\nsystem\n(V" + f"touch {marker}".encode() + b"\ntR.")
     (d / "corrupt.npz").write_bytes(b"PK\x03\x04 truncated")
     (d / "corrupt.json").write_text("{not json")
     (d / "wrong.json").write_text(json.dumps({"hello": 1}))
@@ -95,6 +97,9 @@ def test_forget_cli_files(capsys, bad_files, tmp_path):
     _check_usage(capsys, command.main, ["--traces", str(d / "bht.npz")], "(B, H, T)", "512 heads")
     _check_usage(capsys, command.main, ["--checkpoint", str(d / "garbage.pt")], "--checkpoint", "corrupt")
     _check_usage(capsys, command.main, ["--checkpoint", str(d / "foreign.pt")], "--checkpoint", "not a foxwindow")
+    _check_usage(capsys, command.main, ["--checkpoint", str(d / "code.pt")], "--checkpoint",
+                 "names the Python object posix.system", "would run code from the file", "reads weights only")
+    assert not (d / "ran").exists()
     assert (d / "existing.json").read_text() == "keep me"
     if not CUDA:
         _check_usage(capsys, command.main, ["--device", "cuda"], "--device", "CUDA")

@@ -23,6 +23,8 @@ import contextlib
 import json
 import math
 import os
+import re
+import warnings
 from dataclasses import asdict, dataclass, fields
 from types import SimpleNamespace
 
@@ -444,9 +446,20 @@ def load_checkpoint(path, device="cpu"):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
-        ck = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise ValueError(f"checkpoint {path} is corrupt or not a torch checkpoint: {exc}") from exc
+        with warnings.catch_warnings():     # torch's note on a foreign pickle protocol: the error below says more
+            warnings.simplefilter("ignore", UserWarning)
+            ck = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:                # noqa: BLE001  (corrupt, truncated, foreign: pickle, zip, OS errors)
+        text = " ".join(str(exc).split())
+        named = re.search(r"GLOBAL ([\w.]+)", text)
+        if named:                           # a pickle that names Python objects: loading it would call them
+            raise ValueError(f"checkpoint {path} names the Python object {named.group(1)}: loading it would run code "
+                             "from the file, and foxwindow reads weights only (tensors and plain values; not a "
+                             "checkpoint this package wrote)") from None
+        why = re.search(r"WeightsUnpickler error: (.*?)(?: Check the documentation|$)", text)
+        msg = (why.group(1) if why else text)[:200]
+        raise ValueError(f"checkpoint {path} is corrupt or not a torch checkpoint ({type(exc).__name__}: {msg})") \
+            from None
     if not isinstance(ck, dict) or ck.get("format") != CKPT_FORMAT:
         raise ValueError(f"checkpoint {path} is not a {CKPT_FORMAT} checkpoint")
     for key in ("config", "state_dict", "meta"):
