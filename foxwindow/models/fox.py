@@ -42,7 +42,7 @@ from foxwindow.models.attention import (
 
 __all__ = ["HookPoint", "BitLinear", "fgate_bias_init", "ForgettingAttention", "use_attention_op", "LMConfig", "MLP",
            "Block", "LM", "FoXConfig", "FoXLM", "CKPT_FORMAT", "SHIPPED_CHECKPOINT", "shipped_checkpoint",
-           "save_model", "load_checkpoint"]
+           "save_model", "load_weights_only", "load_checkpoint"]
 
 # ----------------------------------------------------------------------------- BitLinear
 
@@ -436,6 +436,27 @@ def save_model(path, model, meta=None, dtype=torch.float16):
     torch.save({"format": CKPT_FORMAT, "config": cfg, "state_dict": sd, "meta": meta}, path)
 
 
+def load_weights_only(path):
+    """torch.load(path, weights_only=True) on the CPU: tensors and plain values, no code from the file. Raises
+    ValueError with a short reason (no "checkpoint ..." prefix: the caller names the file and what it expected): a
+    pickle that names a Python object ("names the Python object posix.system: loading it would run code ..."),
+    else "is corrupt or not a torch checkpoint (why)". torch's advice to retry with weights_only=False is not passed
+    on, nor its warning about a pickle protocol."""
+    try:
+        with warnings.catch_warnings():     # torch's note on a foreign pickle protocol: the error below says more
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:                # noqa: BLE001  (corrupt, truncated, foreign: pickle, zip, OS errors)
+        text = " ".join(str(exc).split())
+        named = re.search(r"GLOBAL ([\w.]+)", text)
+        if named:                           # a pickle that names Python objects: loading it would call them
+            raise ValueError(f"names the Python object {named.group(1)}: loading it would run code from the file, "
+                             "and foxwindow reads weights only (tensors and plain values)") from None
+        why = re.search(r"WeightsUnpickler error: (.*?)(?: Check the documentation|$)", text)
+        raise ValueError(f"is corrupt or not a torch checkpoint ({type(exc).__name__}: "
+                         f"{(why.group(1) if why else text)[:200]})") from None
+
+
 def load_checkpoint(path, device="cpu"):
     """Load a checkpoint written by save_model. Returns (model, meta): the FoXLM in eval mode
     with float32 weights on `device`, and the checkpoint's metadata dict.
@@ -446,20 +467,9 @@ def load_checkpoint(path, device="cpu"):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
-        with warnings.catch_warnings():     # torch's note on a foreign pickle protocol: the error below says more
-            warnings.simplefilter("ignore", UserWarning)
-            ck = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:                # noqa: BLE001  (corrupt, truncated, foreign: pickle, zip, OS errors)
-        text = " ".join(str(exc).split())
-        named = re.search(r"GLOBAL ([\w.]+)", text)
-        if named:                           # a pickle that names Python objects: loading it would call them
-            raise ValueError(f"checkpoint {path} names the Python object {named.group(1)}: loading it would run code "
-                             "from the file, and foxwindow reads weights only (tensors and plain values; not a "
-                             "checkpoint this package wrote)") from None
-        why = re.search(r"WeightsUnpickler error: (.*?)(?: Check the documentation|$)", text)
-        msg = (why.group(1) if why else text)[:200]
-        raise ValueError(f"checkpoint {path} is corrupt or not a torch checkpoint ({type(exc).__name__}: {msg})") \
-            from None
+        ck = load_weights_only(path)
+    except ValueError as exc:
+        raise ValueError(f"checkpoint {path} {exc}") from None
     if not isinstance(ck, dict) or ck.get("format") != CKPT_FORMAT:
         raise ValueError(f"checkpoint {path} is not a {CKPT_FORMAT} checkpoint")
     for key in ("config", "state_dict", "meta"):

@@ -27,7 +27,7 @@ import torch
 from tqdm import tqdm
 
 from foxwindow import outputs
-from foxwindow.models.fox import SHIPPED_CHECKPOINT, FoXConfig, FoXLM, load_checkpoint, save_model
+from foxwindow.models.fox import SHIPPED_CHECKPOINT, FoXConfig, FoXLM, load_checkpoint, load_weights_only, save_model
 from foxwindow.training import data, distributed
 
 __all__ = ["DEFAULT_CHECKPOINT", "TrainConfig", "TRAIN_HELP", "add_train_args", "add_size_args", "check_sizes",
@@ -335,10 +335,12 @@ def load_state(path, model, opt, order, steps):
     same seed and global batch). Returns (first step to run, the history so far). Raises ValueError when the
     state would change the data order, has no step left to run, or is not a training state."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = load_weights_only(path)
         step, order_key, history = state["step"], state["order"], state["history"]
         model_state, optim_state = state["model"], state["optim"]
-    except Exception as exc:            # noqa: BLE001  (corrupt, truncated, foreign: pickle, zip, key errors)
+    except ValueError as exc:           # (its reason from load_weights_only)
+        raise ValueError(f"--resume {path} is not a training state written by --stop-at: it {exc}") from None
+    except Exception as exc:            # noqa: BLE001  (a foreign file's shape: key and type errors)
         msg = " ".join(str(exc).split())[:200]
         raise ValueError(f"--resume {path} is not a training state written by --stop-at "
                          f"({type(exc).__name__}: {msg})") from None

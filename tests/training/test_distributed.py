@@ -250,6 +250,10 @@ def test_resume_refuses_another_data_order_or_nothing_to_do(job, tmp_path):
         train.main(TINY + ["--batch", str(2 * B), "--steps", "2", "--out", str(tmp_path / "x.pt"), "--resume", state])
     with pytest.raises(ValueError, match="not a training state"):
         train.main(TINY + ["--batch", str(2 * B), "--out", str(tmp_path / "x.pt"), "--resume", f"{tmp}/one.pt"])
+    code = tmp_path.parent / (tmp_path.name + "-code.state")   # a pickle that would run code: refused as that
+    code.write_bytes(b"cposix\nsystem\n(Vtrue\ntR.")
+    with pytest.raises(ValueError, match="not a training state .*: it names the Python object posix.system"):
+        train.main(TINY + ["--batch", str(2 * B), "--out", str(tmp_path / "x.pt"), "--resume", str(code)])
     for bad, msg in ((["--resume", str(tmp_path / "none.state")], "--resume: .* not found"),
                      (["--stop-at", "4"], "--stop-at must lie in"), (["--stop-at", "0"], "--stop-at must lie in")):
         with pytest.raises(outputs.UsageError, match=msg):
