@@ -102,6 +102,27 @@ def test_model_folder_code_never_runs(tmp_path, where):
     assert not marker.exists()
 
 
+def test_a_config_far_larger_than_its_weights_is_refused_before_building(tmp_path):
+    """A crafted folder: a Mamba-2 config.json of 5e13 parameters beside a safetensors file of 2 values is refused
+    from the meta-device count before any memory is taken (it tried to allocate 16 TB); a config that its class's
+    validator rejects says the validator's reason."""
+    pytest.importorskip("safetensors")
+    import torch
+    from safetensors.torch import save_file
+    cfg = dict(model_type="mamba2", hidden_size=1_000_000, num_hidden_layers=8, vocab_size=50_000,
+               num_heads=31_250, head_dim=64, state_size=16, expand=2, n_groups=1)
+    d = tmp_path / "big"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    save_file({"x": torch.zeros(2)}, str(d / "model.safetensors"))
+    with pytest.raises(hf_models.ModelError, match="describes a model of 4.[0-9]+e\\+13 parameters; its safetensors "
+                                                   "files hold 2 values: refused before building it"):
+        hf_models.load_pretrained(str(d))
+    (d / "config.json").write_text(json.dumps(dict(cfg, num_heads=8)))
+    with pytest.raises(hf_models.ModelError, match="cannot read its config .*must equal num_heads \\* head_dim"):
+        hf_models.load_pretrained(str(d))
+
+
 def test_tokenizer_folder_and_library_calls_refuse_code(capsys, tmp_path):
     d, marker = _evil_folder(tmp_path, "tokenizer_config.json")
     good = tmp_path / "good"

@@ -24,6 +24,7 @@ import importlib
 import importlib.util
 import inspect
 import json
+import math
 import os
 import struct
 import sys
@@ -103,9 +104,12 @@ ADAPTER_GROUP = "foxwindow.models.adapters"            # package entry points na
 
 
 def first_line(exc):
-    """The first line of an exception's message (its type's name when it has none)."""
-    msg = str(exc).strip()
-    return msg.splitlines()[0] if msg else type(exc).__name__
+    """The first line of an exception's message (its type's name when it has none); a first line that ends in ':'
+    goes on with the next (the reason a validator gives below its heading)."""
+    lines = [li.strip() for li in str(exc).strip().splitlines() if li.strip()]
+    if not lines:
+        return type(exc).__name__
+    return " ".join(lines[:2]) if lines[0].endswith(":") and len(lines) > 1 else lines[0]
 
 
 def supported():
@@ -422,7 +426,8 @@ def _check_weights(name, path, model):
 def check_before_loading(name, cfg_json, device="cpu"):
     """What config.json and the files' headers tell before any package is imported or weight read: a family
     whose kernels are Triton-only (GLA, HGRN, Gated DeltaNet, RetNet of fla) refused on the CPU; a truncated
-    or corrupt safetensors file refused. ModelError naming the model type or the file."""
+    or corrupt safetensors file refused. ModelError naming the model type or the file. Returns the tensor
+    elements the folder's safetensors files list (None: none there, or not a local folder)."""
     mt = (cfg_json or {}).get("model_type")
     fams = adapters.family_for_model_type(mt) if mt else []
     if fams and not str(device).startswith("cuda"):
@@ -433,15 +438,16 @@ def check_before_loading(name, cfg_json, device="cpu"):
                              f"need a GPU (--device cuda); on the CPU run FoX (ours, official, fla) and Mamba-2 "
                              f"(fla, transformers)")
     path = os.path.expanduser(name)
-    if os.path.isdir(path):
-        for f in sorted(os.listdir(path)):
-            if f.endswith(".safetensors"):
-                _check_safetensors(name, os.path.join(path, f))
+    if not os.path.isdir(path):
+        return None
+    files = [f for f in sorted(os.listdir(path)) if f.endswith(".safetensors")]
+    return sum(_check_safetensors(name, os.path.join(path, f)) for f in files) if files else None
 
 
 def _check_safetensors(name, path):
     """A safetensors file's header read and its size checked against the tensors it lists (8-byte header
-    length, JSON header, data): a truncated download or a file of another format is one line."""
+    length, JSON header, data): a truncated download or a file of another format is one line. Returns the
+    number of tensor elements it lists."""
     f = os.path.basename(path)
     try:
         size = os.path.getsize(path)
@@ -459,6 +465,33 @@ def _check_safetensors(name, path):
     if size < need:
         raise ModelError(f"--model {safety.shown(name)}: {f} is truncated: its header lists {need} bytes, the file "
                          f"holds {size} (download it again)")
+    try:
+        return sum(math.prod(int(d) for d in v["shape"]) for k, v in header.items() if k != "__metadata__")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelError(f"--model {safety.shown(name)}: {f} has an unreadable safetensors header ({exc})") from None
+
+
+SIZE_SLACK = 1.1            # a config may describe at most this many times the parameters its weights files hold
+
+
+def _check_size(name, model_cls, config, held):
+    """The parameters config describes (the model built on the meta device: no memory) against the tensor elements
+    `held` in the folder's safetensors files: a config.json that asks for far more than its weights (a crafted or
+    mismatched folder) is refused before the model is built for real. Skipped where the meta build fails (it is
+    only a guard) or no safetensors file holds the weights (a .bin checkpoint is not read twice)."""
+    if held is None:
+        return
+    try:
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            meta = model_cls(config)
+        want = sum(p.numel() for p in meta.parameters())
+    except Exception:                        # noqa: BLE001  (a model class that cannot be built on meta)
+        return
+    if want > SIZE_SLACK * held + 1_000_000:
+        raise ModelError(f"--model {safety.shown(name)}: config.json describes a model of {want:.3g} parameters; "
+                         f"its safetensors files hold {held:.3g} values: refused before building it (a config "
+                         "that does not match its weights)")
 
 
 def _dtype_keyword(dtype):
@@ -480,14 +513,14 @@ def load_pretrained(name, device="cpu", dtype="float32"):
     safety.no_remote_code(name, "--model")
     _transformers()
     cfg_json = _local_config(name)
-    check_before_loading(name, cfg_json, device)
+    held = check_before_loading(name, cfg_json, device)
     _import_packages(cfg_json)
     path = os.path.expanduser(name)
     config_cls, model_cls, _ = _classes(cfg_json)
     mt = (cfg_json or {}).get("model_type")
     try:
         config = config_cls.from_pretrained(path, trust_remote_code=False)
-    except (OSError, ValueError, KeyError) as exc:
+    except Exception as exc:                 # noqa: BLE001  (its validators raise their own classes too)
         msg = first_line(exc)
         if mt and ("does not recognize this architecture" in msg or "out of date" in msg):
             raise not_supported(mt) from None
@@ -504,6 +537,7 @@ def load_pretrained(name, device="cpu", dtype="float32"):
     load_dtype = torch.float32 if official else DTYPES[dtype]
     if official:
         _official_compat(model_cls, config)
+    _check_size(name, model_cls, config, held)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
