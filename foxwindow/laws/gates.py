@@ -897,7 +897,10 @@ def first_passage_samples(gate, *, trials, eps=None, L=None, seed=0, chunk=None,
     if L / mom.kappa > max_steps:
         raise ValueError(f"{gate}: expected window L/kappa = {L / mom.kappa:.3g} steps at eps = {eps:g} exceeds "
                          f"max_steps = {max_steps:g}")
-    chunk = chunk or 2 ** 22
+    if chunk is None:
+        chunk = 2 ** 22
+    elif isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        raise ValueError(f"chunk must be None or an integer >= 1 (increments held at once); got {chunk!r}")
     # first block covers most passages (mean + 1 sd of N); the rest continue in blocks of 3 sd
     sd = math.sqrt(max(mom.sigma2, 0.0) * L / mom.kappa ** 3)
     block = int(min(max(L / mom.kappa + sd + 2, 8), chunk))

@@ -164,6 +164,9 @@ def test_monte_carlo_is_seeded_and_chunked():
     np.testing.assert_array_equal(a, b)
     c, _ = gates.first_passage_samples(g, eps=1e-3, trials=5000, seed=7, chunk=1 << 20)
     assert len(c) == 5000 and abs(c.mean() - a.mean()) < 1.0      # same law, different streams
+    for bad in (0, -5, 1.5, True):                                  # 0 is not "the default"
+        with pytest.raises(ValueError, match="chunk must be None or an integer >= 1"):
+            gates.first_passage_samples(g, eps=1e-3, trials=10, seed=7, chunk=bad)
 
 
 # ----------------------------------------------------------------------------- bad input
