@@ -12,6 +12,7 @@ File names are made from positions (layer-03.html, head-03-07.png), never from n
 import html
 import math
 
+from foxwindow import safety
 from foxwindow.report import schema
 from foxwindow.report.plots import STATE_COLORS, STATE_MARKS, mean_window
 
@@ -38,8 +39,11 @@ dl.src dd{margin:0}
 
 
 def esc(v):
-    """Any value as escaped HTML text (None as a dash)."""
-    return "–" if v is None else html.escape(str(v), quote=True)
+    """Any value as escaped HTML text (None as a dash), its control characters escaped as a terminal shows them
+    (ESC as \\x1b; line breaks kept: whitespace in HTML)."""
+    if v is None:
+        return "–"
+    return html.escape("\n".join(safety.shown(part) for part in str(v).split("\n")), quote=True)
 
 
 def num(v, fmt=".3g"):

@@ -24,6 +24,7 @@ from matplotlib import ticker as mticker
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from foxwindow import safety
 from foxwindow.report import schema
 
 __all__ = ["STATE_COLORS", "STATE_MARKS", "MEASURED", "PMF_BINS", "LAW_PALETTE", "short", "law_colors", "plain_log",
@@ -38,8 +39,9 @@ LAW_PALETTE = ("#1f77b4", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
 
 
 def _t(s):
-    """A string from the result as plain matplotlib text: '$' would start mathematics."""
-    return str(s).replace("$", r"\$")
+    """A string from the result as plain matplotlib text: '$' would start mathematics; control characters escaped
+    as a terminal shows them (ESC as \\x1b: no font has its glyph), line breaks kept."""
+    return "\n".join(safety.shown(part) for part in str(s).split("\n")).replace("$", r"\$")
 
 
 def short(v):
@@ -319,7 +321,7 @@ def mean_window(h, eps):
     return a.measured.mean, a.measured.bound
 
 
-TICK_ROOM = 14                  # characters of a layer's tick label
+TICK_ROOM = 10                  # characters of a layer's tick label
 
 
 def layer_ticks(layers, room=TICK_ROOM):
@@ -328,11 +330,11 @@ def layer_ticks(layers, room=TICK_ROOM):
     characters after an ellipsis; where two layers would then share a label, the names are shown whole (long
     labels squeeze the panels, but two layers never look alike)."""
     lab = []
-    for n in map(str, layers):
+    for n in map(safety.shown, layers):             # one line each: a tick label never breaks
         m = re.match(r"^(.*?\.\d+)\.", n)
         v = m.group(1) if m and len(n) > room else n
         lab.append(v if len(v) <= room else "…" + v[-(room - 1):])
-    return lab if len(set(lab)) == len(set(map(str, layers))) else [str(n) for n in layers]
+    return lab if len(set(lab)) == len(set(map(str, layers))) else [safety.shown(n) for n in layers]
 
 
 def _ticks(ax, layers, ncol, many):

@@ -136,13 +136,26 @@ def test_an_eps_in_no_heads_scan_is_refused_before_any_output(golden, tmp_path, 
         plots.plot_overview(golden, eps=0.3)
 
 
+def test_control_characters_of_names_are_escaped_in_the_pages(golden, tmp_path, stub_pictures):
+    """A layer name with ESC and a newline (read from a trace or JSON) is shown as \\x1b in the HTML and in the
+    pictures' text, never raw."""
+    d = copy.deepcopy(golden)
+    for h in d["heads"]:
+        h["layer"] = "lay\x1b[31mer"
+    index, _ = command.write_report(d, str(tmp_path / "r"), jobs=1)
+    text = "".join(open(os.path.join(tmp_path / "r", f), encoding="utf-8").read() for f in os.listdir(tmp_path / "r")
+                   if f.endswith(".html"))
+    assert "\x1b" not in text and "lay\\x1b[31mer" in text
+    assert plots.layer_ticks(["a\nb"]) == ["a\\nb"]
+
+
 def test_layer_ticks_stay_short_and_distinct(golden):
     """Hook names as layer names ('blocks.0.attn.hook_log_fgate') tick as 'blocks.0': the overview of one such
     layer lays out (matplotlib warned that its panels collapsed when the ticks were the whole names)."""
     assert plots.layer_ticks(["blocks.0.attn.hook_log_fgate", "blocks.11.attn.hook_log_fgate"]) == ["blocks.0",
                                                                                                    "blocks.11"]
     assert plots.layer_ticks(["blocks.0", "1"]) == ["blocks.0", "1"]
-    assert plots.layer_ticks(["model.layers.12.self_attn"]) == ["…del.layers.12"]
+    assert plots.layer_ticks(["model.layers.12.self_attn"]) == ["…layers.12"]
     assert plots.layer_ticks(["a_very_long_layer_name_x", "b_very_long_layer_name_x"]) == [
         "a_very_long_layer_name_x", "b_very_long_layer_name_x"]             # cut alike: shown whole
     d = copy.deepcopy(golden)
