@@ -77,6 +77,8 @@ def bad_files(tmp_path_factory):
     (["--seq-len", "1"], ["--seq-len"]),
     (["--n-seq", "2"], ["--n-seq", ">= 3"]),
     (["--synthetic", "--traces", "x.npz"], ["--synthetic", "--traces"]),
+    (["--traces", "x.npz", "--n-seq", "4"], ["--n-seq sets the held-out text of a live model", "drop it"]),
+    (["--traces", "x.npz", "--n-seq", "4", "--seq-len", "64"], ["--n-seq and --seq-len set", "drop them"]),
     (["--synthetic", "--save-traces", "x.npz"], ["--synthetic", "--save-traces"]),
     (["--device", "bogus"], ["--device", "bogus"]),
     (["--n-seq", "100000"], ["--n-seq", "windows"]),

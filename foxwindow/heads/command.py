@@ -106,7 +106,8 @@ def build_parser():
                    help="analyse only the first MAX_LEN positions of each sequence (rows MAX_LEN/2 .. MAX_LEN-1), "
                         "e.g. 1024 to stay inside the shipped model's training context")
     p.add_argument("--n-boot", type=int, default=N_BOOT,
-                   help="document-bootstrap draws per head calibrating the tests (0: no tests, predictions only)")
+                   help="document-bootstrap draws per head calibrating the slope verdict's tests (docs/VERDICT.md; 0: "
+                        "no verdict tests); the laws' states and the table's columns do not use them")
     p.add_argument("--json", default=None, help="write the results as JSON to this path (NaN written as null)")
     p.add_argument("--report", default=None,
                    help="after the analysis, write the HTML report (index.html, a page per layer, PNGs) to this folder")
@@ -150,6 +151,13 @@ def main(argv=None):
             raise outputs.UsageError("--trace-gib applies to a live model (the shipped one or --model); "
                                      f"{'--traces reads its file head by head' if a.traces else '--synthetic'} "
                                      "needs no trace memory: drop it")
+    if a.traces:                    # a trace file has its own sequences: these would be ignored
+        given = [f for f, on in (("--n-seq", a.n_seq != 32), ("--seq-len", a.seq_len != 2048)) if on]
+        if given:
+            raise outputs.UsageError(f"{' and '.join(given)} {'set' if len(given) > 1 else 'sets'} the held-out text "
+                                     "of a live model; a trace file "
+                                     "has its own sequences (--max-len analyses the first positions of each): drop "
+                                     f"{'them' if len(given) > 1 else 'it'}")
     if a.max_minutes is not None and not (math.isfinite(a.max_minutes) and a.max_minutes > 0):
         raise outputs.UsageError(f"--max-minutes must be a number > 0; got {a.max_minutes}")
     outputs.positive("--n-boot", a.n_boot, lo=0)
