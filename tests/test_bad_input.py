@@ -262,6 +262,8 @@ def test_a_zero_count_is_refused_not_taken_for_the_default(capsys):
     _check_usage(capsys, bench_scale.main, ["--big-heads", "0"], "--big-heads", ">= 2", "got 0")
     _check_usage(capsys, calibration.main, ["--n-seq", "0"], "--n-seq", "got 0")
     _check_usage(capsys, calibration.main, ["--laws", "--seq-len", "0"], "--seq-len", "got 0")
+    with pytest.raises(outputs.UsageError, match="--reps must be >= 1"):      # the --debug its errors offer exists
+        calibration.main(["--reps", "0", "--debug"])
 
 
 def test_renewal_cli(capsys, tmp_path):

@@ -437,13 +437,13 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0, help="seed of the study")
     p.add_argument("--families", nargs="+", default=None, help="families to run")
     p.add_argument("--out", default="results/verdict", help="folder for the .json and .md results")
-    p.add_argument("--force", action="store_true", help="overwrite existing outputs")
     p.add_argument("--population", metavar="JSON", default=None,
                    help="print the laws' population errors (median abs(Var ratio - 1) per family and law) of a "
                         "saved --laws result and stop")
     p.add_argument("--lead-variants", action="store_true",
                    help="print the lead law's population errors under each of its forms (pooled, a mixture of "
                         "the documents, each document's own rate) on --families and stop (writes nothing)")
+    outputs.add_common(p)                          # --force, --debug (the error lines offer it), --break-lock
     a = p.parse_args(argv)
     if a.population:
         print(population_table(_law_result(a.population)))
