@@ -266,6 +266,16 @@ def test_a_zero_count_is_refused_not_taken_for_the_default(capsys):
         calibration.main(["--reps", "0", "--debug"])
 
 
+def test_renewal_rows_show_their_eps_and_fit_120_columns(capsys):
+    """0.999999 is shown as itself (not '1e+00', an eps the command refuses), a repeated eps is one row, and every
+    line fits 120 columns."""
+    lawtable.main(["--eps", "0.25", "0.999999", "0.01", "0.01", "--no-progress"])
+    out = capsys.readouterr().out
+    assert max(map(len, out.splitlines())) <= 120
+    rows = [li for li in out.splitlines() if li.startswith("logit-normal(mu=2, s=0.5)")]
+    assert [li.split()[2] for li in rows] == ["0.25", "0.999999", "0.01"], rows
+
+
 def test_renewal_cli(capsys, tmp_path):
     _check_usage(capsys, lawtable.main, ["--eps", "0"], "--eps")
     _check_usage(capsys, lawtable.main, ["--eps", "0.1", "1.5"], "--eps", "1.5")

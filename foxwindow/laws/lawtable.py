@@ -11,6 +11,7 @@ compares them.
 """
 import math
 import sys
+import textwrap
 
 from tqdm import tqdm
 
@@ -81,6 +82,15 @@ def scan(gate_list, eps_list=EPS_SCAN, progress=True):
     return rows
 
 
+def _eps_text(e):
+    """eps for the table: 3 significant digits, more where those would show another eps (0.999999, not 1)."""
+    for d in (3, 6, 17):
+        t = f"{e:.{d}g}"
+        if float(t) == e:
+            return t
+    return t
+
+
 def main(argv=None):
     p = outputs.parser("Window laws against exact first-passage numerics.")
     p.add_argument("--eps", type=float, nargs="+", default=list(EPS_SCAN), help="decay thresholds in (0, 1)")
@@ -90,20 +100,21 @@ def main(argv=None):
     a = p.parse_args(argv)
     for e in a.eps:
         outputs.eps_arg("--eps", e)
+    a.eps = list(dict.fromkeys(a.eps))              # a repeated eps is one row (the rows are shown to 3 digits)
     if a.json:
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")
     seed_gates = list(gates.SEED_GATES) + [gates.BetaGate(20, 1)]
     rows = scan(seed_gates, a.eps, progress=not a.no_progress)
-    print("Windows W = N - 1. err = law - exact. 'lead' = sigma^2 L/kappa^3; expansions need lead >~ "
-          f"{renewal.LATTICE_VAR:g}. "
-          "'exact err' = the exact numerics' own error estimate (larger of mean, variance).")
-    hdr = (f"{'gate':28s} {'eps':>7s} {'E[W] exact':>11s} {'err mean':>9s} {'Var exact':>10s} "
+    print(textwrap.fill("Windows W = N - 1. err = law - exact. 'lead' = sigma^2 L/kappa^3; expansions need lead >~ "
+                        f"{renewal.LATTICE_VAR:g} ('!': below it, the expansions break down). 'exact err' = the exact "
+                        "numerics' own error estimate (larger of mean, variance).", 120))
+    hdr = (f"{'gate':28s} {'eps':>8s} {'E[W] exact':>11s} {'err mean':>9s} {'Var exact':>10s} "
            f"{'err lead':>9s} {'C':>8s} {'err Smith':>9s} {'lead':>8s} {'exact err':>9s}")
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
-        flag = "  <- breakdown" if r["lead_term"] < renewal.LATTICE_VAR else ""
-        print(f"{r['gate']:28s} {r['eps']:7.0e} {r['exact_mean_W']:11.5f} {r['err_mean']:9.1e} "
+        flag = " !" if r["lead_term"] < renewal.LATTICE_VAR else ""            # (a flag within 120 columns)
+        print(f"{r['gate']:28s} {_eps_text(r['eps']):>8s} {r['exact_mean_W']:11.5f} {r['err_mean']:9.1e} "
               f"{r['exact_var_W']:10.5f} "
               f"{r['err_leading']:9.2e} {r['C']:8.4f} {r['err_smith']:9.1e} {r['lead_term']:8.3f} "
               f"{max(r['exact_mean_err'], r['exact_var_err']):9.1e}{flag}")
@@ -111,8 +122,9 @@ def main(argv=None):
     for g in seed_gates:
         r = next(r for r in rows if r["gate"] == str(g))
         print(f"  {str(g):28s} L > {r['L_rel_1e3']:.1f}  (eps < {math.exp(-r['L_rel_1e3']):.1e})")
-    print("\nNear the lattice limit (gamma increments, mean 0.05, eps = 1e-3): the distribution converges "
-          "to ALiBi's W = floor(L/m) = %d while the expansions break down" % alibi_window(0.05, 1e-3))
+    print("\n" + textwrap.fill("Near the lattice limit (gamma increments, mean 0.05, eps = 1e-3): the distribution "
+                               "converges to ALiBi's W = floor(L/m) = %d while the expansions break down"
+                               % alibi_window(0.05, 1e-3), 120))
     print(f"{'cv':>6s} {'P(W=138)':>9s} {'E[W]':>9s} {'Var[W]':>9s} {'lead':>8s} {'Smith':>8s}")
     for cv, pw, mean, var in exact.alibi_limit(0.05, 1e-3):
         k = 1 / cv ** 2
