@@ -88,6 +88,9 @@ def test_analyse_refuses_bad_arrays_before_any_work():
     for x, msg in cases:
         with pytest.raises(ValueError, match=msg):
             foxwindow.analyse(x, eps=1e-2, n_boot=0, seed=0)
+    for seed in ("a", -1, 1.5, True):
+        with pytest.raises(ValueError, match="seed must be None or an integer >= 0"):
+            foxwindow.analyse({"l": lg}, eps=1e-2, n_boot=0, seed=seed)
     r = foxwindow.analyse({"l": torch.from_numpy(lg).to(torch.bfloat16)}, eps=1e-2, n_boot=0, seed=0)
     assert len(r.heads) == 1                                     # bfloat16 read exactly as float32
     r16 = foxwindow.analyse({"l": lg.astype(np.float16)}, eps=1e-2, n_boot=0, seed=0)

@@ -186,7 +186,11 @@ def _truncate(traces, max_len):
 def root_seed(seed=None):
     """The run's seed: `seed` (int >= 0) or, for None, fresh entropy (draws independent between runs).
     Returns an int to record; np.random.SeedSequence(it) reproduces the run."""
-    return int(np.random.SeedSequence().entropy) if seed is None else int(seed)
+    if seed is None:
+        return int(np.random.SeedSequence().entropy)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be None or an integer >= 0; got {seed!r}")
+    return int(seed)
 
 
 def set_states(results, alpha=verdict.ALPHA):

@@ -239,6 +239,9 @@ def main(argv=None):
             docs.append(schema.as_dict(p))
         except ValueError as exc:
             raise outputs.UsageError(f"{path}: {exc}") from None
+        if not isinstance(docs[-1], dict):
+            raise outputs.UsageError(f"{path}: not a per-head result (a JSON {type(docs[-1]).__name__}, not an "
+                                     "object)")
     va, vb = (_version(d) for d in docs)
     if va != vb:
         shown = [f"schema {v}" if v is not None else "the earlier {info, heads} shape" for v in (va, vb)]

@@ -74,10 +74,12 @@ def test_refused_in_one_line(pair, tmp_path, capsys):
     (tmp_path / "other.json").write_text(json.dumps(other))
     (tmp_path / "bin.json").write_bytes(b"PK\x03\x04\xb3\xff")
     (tmp_path / "cut.json").write_text('{"a": 1')
+    (tmp_path / "arr.json").write_text("[1, 2]")
     for b, words in ((legacy, "compare results of one schema"), (str(tmp_path / "other.json"), "no head in common"),
                      (str(tmp_path / "none.json"), "not found"),
                      (str(tmp_path / "bin.json"), "bin.json: not a JSON file"),
-                     (str(tmp_path / "cut.json"), "cut.json: not a JSON file (Expecting")):
+                     (str(tmp_path / "cut.json"), "cut.json: not a JSON file (Expecting"),
+                     (str(tmp_path / "arr.json"), "arr.json: not a per-head result (a JSON list")):
         assert cli.main(["compare", str(d / "a.json"), b, "--out", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and words in err, err
