@@ -68,6 +68,12 @@ def shown(value):
     return _ALL.sub(_escape, value if isinstance(value, str) else str(value))
 
 
+def shown_lines(value):
+    """shown() line by line: every control character escaped but the line breaks (text laid out in lines: a page,
+    a figure's title)."""
+    return "\n".join(shown(part) for part in str(value).split("\n"))
+
+
 class TerminalText:
     """A text stream whose writes have their control characters escaped, all but newline, tab, carriage
     return and backspace (the progress bars' own). Everything else is the wrapped stream's."""

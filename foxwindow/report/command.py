@@ -89,10 +89,10 @@ def write_report(result, out, force=False, eps=1e-3, progress=False, dpi=80, job
     res = schema.read(result)
     if not res.heads:
         raise outputs.UsageError("the result has no heads: nothing to report")
-    if all(plots.mean_window(h, eps)[0] is None for h in res.heads):
-        scan = sorted({a.eps for h in res.heads for a in h.at}, reverse=True)
-        raise outputs.UsageError(f"--eps {eps:g} is in no head's scan of this result: give --eps with one of "
-                                 + ", ".join(format(e, "g") for e in scan))
+    try:
+        plots.check_in_scan(res.heads, eps)
+    except ValueError as exc:
+        raise outputs.UsageError(f"--{exc}: give --eps with one of them") from None
     names = pages.Names(res)
     files = names.files(res)
     out = check_out(out, force)

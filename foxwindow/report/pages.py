@@ -43,7 +43,7 @@ def esc(v):
     (ESC as \\x1b; line breaks kept: whitespace in HTML)."""
     if v is None:
         return "–"
-    return html.escape("\n".join(safety.shown(part) for part in str(v).split("\n")), quote=True)
+    return html.escape(safety.shown_lines(v), quote=True)
 
 
 def num(v, fmt=".3g"):

@@ -29,7 +29,7 @@ from foxwindow.report import schema
 
 __all__ = ["STATE_COLORS", "STATE_MARKS", "MEASURED", "PMF_BINS", "LAW_PALETTE", "short", "law_colors", "plain_log",
            "plot_head", "mean_window", "plot_overview", "ATTENTION_EPS", "RATIO_CLIP",
-           "plot_laws", "TICK_ROOM", "layer_ticks"]
+           "plot_laws", "TICK_ROOM", "layer_ticks", "check_in_scan"]
 
 STATE_COLORS = {"holds": "#2ca02c", "false": "#d62728", "undetermined": "#ff9f1c", "not claimed": "#d9d9d9"}
 STATE_MARKS = {"holds": "✓", "false": "✗", "undetermined": "?", "not claimed": "·"}
@@ -41,7 +41,7 @@ LAW_PALETTE = ("#1f77b4", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
 def _t(s):
     """A string from the result as plain matplotlib text: '$' would start mathematics; control characters escaped
     as a terminal shows them (ESC as \\x1b: no font has its glyph), line breaks kept."""
-    return "\n".join(safety.shown(part) for part in str(s).split("\n")).replace("$", r"\$")
+    return safety.shown_lines(s).replace("$", r"\$")
 
 
 def short(v):
@@ -337,6 +337,13 @@ def layer_ticks(layers, room=TICK_ROOM):
     return lab if len(set(lab)) == len(set(map(str, layers))) else [safety.shown(n) for n in layers]
 
 
+def check_in_scan(heads, eps):
+    """ValueError naming the scan's eps where eps is in no head's scan (its pictures would be empty)."""
+    if all(mean_window(h, eps)[0] is None for h in heads):
+        scan = sorted({a.eps for h in heads for a in h.at}, reverse=True)
+        raise ValueError(f"eps {eps:g} is in no head's scan (one of {', '.join(format(e, 'g') for e in scan)})")
+
+
 def _ticks(ax, layers, ncol, many):
     step = max(1, ncol // 16)
     ax.set_xticks(range(0, ncol, step))
@@ -357,9 +364,7 @@ def plot_overview(result, eps=1e-3, layers=None, dpi=80):
     eps = float(eps)
     if not 0 < eps < 1:
         raise ValueError(f"eps must lie in (0, 1); got {eps}")
-    if all(mean_window(h, eps)[0] is None for h in heads):      # a map of empty cells would say nothing
-        scan = sorted({a.eps for h in heads for a in h.at}, reverse=True)
-        raise ValueError(f"eps {eps:g} is in no head's scan; one of {', '.join(format(e, 'g') for e in scan)}")
+    check_in_scan(heads, eps)                                    # a map of empty cells would say nothing
     laws = [n for n in res.verdict_laws() if any(n in a.laws for h in heads for a in h.at)]
     lay, ncol, g = _grid(res, heads, lambda h: _nan(mean_window(h, eps)[0]))
     many = ncol > 24 or ncol * len(lay) > 384       # too many cells to write in
