@@ -370,6 +370,16 @@ def test_save_trace_checks(tmp_path):
     traces.save_trace(p, tr, {"heads": 3, "model": "m"})
     back, meta = traces.load_trace(p)
     assert meta["names"] == ["a"] and meta["model"] == "m" and np.array_equal(back["a"], tr["a"])
+    # an existing file is the user's: replaced only with force=True, and a folder is not a file name
+    before = open(p, "rb").read()
+    with pytest.raises(ValueError, match="exists; pass force=True"):
+        traces.save_trace(p, {"a": 2 * tr["a"]})
+    assert open(p, "rb").read() == before
+    traces.save_trace(p, {"a": 2 * tr["a"]}, force=True)                 # meta optional
+    back, meta = traces.load_trace(p)
+    assert np.array_equal(back["a"], 2 * tr["a"]) and "model" not in meta
+    with pytest.raises(ValueError, match="is a folder"):
+        traces.save_trace(str(tmp_path), tr, force=True)
 
 
 def test_outputs_atomic_and_checks(tmp_path):

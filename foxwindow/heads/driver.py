@@ -558,7 +558,8 @@ def analyse_model(checkpoint=None, *, eps=None, L=None, n_seq=32, seq_len=2048, 
         if save_traces and distributed.is_main():
             save_trace(save_traces, {f"blocks.{l}.attn.hook_log_fgate": t for l, t in traces.items()},
                        dict(model=meta.get("name", shown), checkpoint=shown, spans=spans, L=list(Ls),
-                            heads=model.cfg.n_heads, seq_len=seq_len, context=context))
+                            heads=model.cfg.n_heads, seq_len=seq_len, context=context),
+                       force=True)                          # save_traces: checked (and --force) before the work
         traces = _truncate(traces, max_len)
         if distributed.is_main() and not model.cfg.fixed_gate:
             # causal: rows < T see the same attention in the first T tokens

@@ -89,7 +89,8 @@ def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, 
             save_trace(save_traces, traces, dict(model=cfg.model, families=fam,
                                                  kinds={n: kinds[f] for n, f in fam.items()}, family_kinds=kinds,
                                                  kv_cache=all(k == "softmax" for k in kinds.values()),
-                                                 spans=spans, L=list(Ls), per_channel=cfg.per_channel))
+                                                 spans=spans, L=list(Ls), per_channel=cfg.per_channel),
+                       force=True)                          # save_traces: checked (and --force) before the work
         if distributed.is_main():
             mass.update(mg)
         t_capture[0] += time.perf_counter() - t

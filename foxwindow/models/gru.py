@@ -473,7 +473,7 @@ def main(argv=None):
     tr, meta = reactionrnn_traces(a.n_seq, a.seq_len, units, a.batch, a.weights, a.vocab, a.archive,
                                   progress=not a.no_progress, recurrent_activation=a.recurrent_activation)
     meta["capture_s"] = round(time.perf_counter() - t0, 2)
-    traces.save_trace(out, tr, meta)
+    traces.save_trace(out, tr, meta, force=True)       # out: checked (and --force) above
     H = ", ".join(f"{n} {v.shape[2]}" for n, v in tr.items())
     zero = ", ".join(f"{100 * v:.3f}%" for v in meta["z_zero_fraction"].values())
     print(f"reactionrnn update gates: {a.n_seq} x {a.seq_len} held-out characters, units: {H}; gates "

@@ -451,7 +451,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     tr, meta = textgenrnn_traces(a.n_seq, a.seq_len, units, a.batch, a.weights, a.vocab, progress=not a.no_progress)
     meta["capture_s"] = round(time.perf_counter() - t0, 2)
-    traces.save_trace(out, tr, meta)
+    traces.save_trace(out, tr, meta, force=True)       # out: checked (and --force) above
     H = ", ".join(f"{n} {v.shape[2]}" for n, v in tr.items())
     print(f"textgenrnn forget gates: {a.n_seq} x {a.seq_len} held-out characters, units per layer: {H}; "
           f"{100 * meta['unknown_fraction']:.2f}% of characters map to id 0 (outside the vocabulary; line breaks: "

@@ -216,16 +216,22 @@ def _check_trace(name, a, where):
         raise ValueError(f"{where}: trace '{name}' has positive log gates (max {a.max():.4g})")
 
 
-def save_trace(path, traces, meta):
+def save_trace(path, traces, meta=None, force=False):
     """Write log-gate traces to `path` (.npz, float32) with JSON metadata.
 
-    traces: {name: (B, T, H) array or tensor of log gates <= 0, finite}; meta: JSON-serialisable
+    traces: {name: (B, T, H) array or tensor of log gates <= 0, finite}; meta: None or a JSON-serialisable
     dict (e.g. model, layers, heads, text span, eps); the keys "format", "names" and "shapes" are the
     file's own (added here, checked on load) and may not be given. An int meta["heads"] is checked
     against every trace (here and on load), which catches a (B, H, T) array passed as (B, T, H).
-    The file is written to a temporary name and renamed, so an interrupted save leaves no partial file.
-    Raises ValueError on bad traces or metadata.
+    An existing file at `path` is replaced only with force=True. The file is written to a temporary name
+    and renamed, so an interrupted save leaves no partial file (and the previous file intact).
+    Raises ValueError on bad traces or metadata, or when `path` exists and force is False.
     """
+    meta = {} if meta is None else meta
+    if os.path.isdir(path):
+        raise ValueError(f"save_trace: {path} is a folder; give a file name (e.g. traces.npz)")
+    if not force and os.path.lexists(path):
+        raise ValueError(f"save_trace: {path} exists; pass force=True to replace it (or choose another path)")
     if not isinstance(traces, dict) or not traces:
         raise ValueError("traces must be a non-empty dict {name: (B, T, H) array}")
     if not isinstance(meta, dict):

@@ -274,6 +274,7 @@ def plot_head(result, head=None, eps=1e-3, dpi=80):
         eps = float(eps)
         if not 0 < eps < 1:
             raise ValueError(f"eps must lie in (0, 1); got {eps}")
+        h.at_eps(eps)                       # ValueError naming the scan: else the distribution panel is empty
     cols = law_colors(res)
     fig = Figure(figsize=(14, 7.6), dpi=dpi)
     axs = fig.subplots(2, 3)

@@ -200,6 +200,8 @@ def test_figures_from_python(golden):
         plots.plot_head(golden, head="9.9")
     with pytest.raises(ValueError, match="expected a per-head result"):
         plots.plot_head(3.0)
+    with pytest.raises(ValueError, match="eps 0.3 is not in the scan of 1.1; one of 0.1, "):
+        plots.plot_head(golden, head="1.1", eps=0.3)           # not an empty distribution panel
 
 
 def test_plot_laws_draws_each_law_over_the_measured(golden):
