@@ -5,10 +5,12 @@ through outputs.cli (one-line errors with exit 2, --debug for the traceback).
 Each command's module is imported only when that command runs: `foxwindow renewal` does not pay
 for torch's model code, and a missing optional dependency fails only the command that needs it.
 """
+import functools
 import importlib
 import os
 import subprocess
 import sys
+import textwrap
 
 from foxwindow import __version__, outputs
 
@@ -96,9 +98,13 @@ def _figures_main(argv):
     return subprocess.call([sys.executable, os.path.join(repo, *FIGURE_SCRIPT), *(argv or [])], env=env)
 
 
+USAGE_WIDTH = 120
+
+
 def _usage():
     width = max(map(len, COMMANDS))
-    rows = "\n".join(f"  {n:<{width}}  {d}" for n, (_, d) in COMMANDS.items())
+    wrap = functools.partial(textwrap.wrap, width=USAGE_WIDTH - width - 4)     # every line within 120 columns
+    rows = "\n".join(f"  {n:<{width}}  " + f"\n{'':{width + 4}}".join(wrap(d)) for n, (_, d) in COMMANDS.items())
     return (f"usage: foxwindow COMMAND [options]   (foxwindow COMMAND --help for its options; foxwindow --version)\n\n"
             f"commands:\n{rows}\n")
 

@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -187,6 +188,25 @@ def test_forget_script_and_package_share_one_command_line(capsys, monkeypatch, h
     assert all(f in out for f in ("--synthetic", "--traces", "--model", "--n-boot", "--force"))
 
 
+def test_every_command_help_fits_120_columns(capsys, monkeypatch):
+    """`foxwindow --help` and each command's --help (argparse wraps to COLUMNS) within 120 columns."""
+    from foxwindow import cli
+    monkeypatch.setenv("COLUMNS", "120")
+    assert cli.main(["--help"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 120 and sum(line.startswith("  ") and line.split()[0] in cli.COMMANDS
+                                              for line in lines) == len(cli.COMMANDS), lines
+    for name in cli.COMMANDS:
+        if cli.COMMANDS[name][0] is None:                     # figures: a script of the source checkout
+            continue
+        with pytest.raises(SystemExit) as e:
+            cli.main([name, "--help"])
+        out = capsys.readouterr().out
+        assert e.value.code in (0, None) and out, name
+        wide = [line for line in out.splitlines() if len(line) > 120]
+        assert not wide, (name, wide)
+
+
 @pytest.mark.parametrize("module, first", [("models/attention.py", "Forgetting attention"),
                                            ("outputs.py", "Safe outputs"), ("models/fox.py", "The model"),
                                            ("training/data.py", "The corpus"), ("models/kinds.py", "Attention kinds")])
@@ -264,6 +284,24 @@ def test_a_zero_count_is_refused_not_taken_for_the_default(capsys):
     _check_usage(capsys, calibration.main, ["--laws", "--seq-len", "0"], "--seq-len", "got 0")
     with pytest.raises(outputs.UsageError, match="--reps must be >= 1"):      # the --debug its errors offer exists
         calibration.main(["--reps", "0", "--debug"])
+
+
+def test_synthetic_table_fits_120_columns_at_any_size(capsys):
+    """forget.py --synthetic: windows of 1e4-1e7 tokens (eps 1e-300) and a long gate name stay in their columns."""
+    row = dict(gate="logit-normal(mu=3, s=0.3)" + "x" * 20, eps=1e-300, trials=2000, mc_mean_W=13638.04,
+               se_mean=0.7767, law_mean_W=13636.8, exact_mean_W=13636.81, mc_var_W=1.2345678e7, se_var=3.6e5,
+               law_var_leading=1.2098e7, law_var_smith=float("nan"), exact_var_W=1.2e7, z_mean=-123.4, z_var=0.004)
+    lawtable.print_synthetic([row, dict(row, gate="alibi(m=0.1)")])
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 120, max(map(len, lines))
+    assert lines[4].startswith("logit-normal(mu=3, s=0.3)xxx…")                             # the name cut
+    cells, head = lines[5].split(), lines[2].split()                   # the alibi row: one word a column
+    assert len(cells) == 10 and len(head) == 12, (cells, head)           # 'MC E[W]', 'MC Var[W]': two words
+    assert cells[1:4] == ["13638±0.78", "13636.8", "13636.8"] and cells[4] == "1.23e+07±3.6e+05", cells
+    ends = [m.end() for m in re.finditer(r"\S+", lines[2])]             # right-aligned: each ends at its title
+    assert [m.end() for m in re.finditer(r"\S+", lines[5])][1:] == [e for i, e in enumerate(ends) if i not in
+                                                                     (0, 1, 5)], (lines[2], lines[5])
+    assert cells[6] == "nan" and cells[8:] == ["-123", "0.00"], cells
 
 
 def test_renewal_rows_show_their_eps_and_fit_120_columns(capsys):

@@ -9,6 +9,7 @@
 The laws are in renewal.py, the exact numerics in exact.py, Monte Carlo in forget.py; this module only
 compares them.
 """
+import functools
 import math
 import sys
 import textwrap
@@ -43,19 +44,39 @@ def synthetic_table(eps=1e-3, trials=200_000, seed=0, progress=True):
     return rows
 
 
-def print_synthetic(rows):
-    print(f"eps-windows W = N - 1 (largest distance with decay >= eps), eps = {rows[0]['eps']:g}, "
-          f"{rows[0]['trials']} trials; laws: mean L/k + mu2/(2k^2) - 1, variance s^2 L/k^3 (+ Smith C)")
-    hdr = (f"{'gate':30s} {'MC E[W]':>16s} {'law':>8s} {'exact':>8s} {'MC Var[W]':>15s} {'leading':>8s} "
-           f"{'Smith':>8s} {'exact':>8s} {'z(E)':>6s} {'z(V)':>6s}")
-    print(hdr)
-    print("-" * len(hdr))
+def _fit(x, width):
+    """x in at most `width` characters: 6 significant digits, fewer for a large number (nan as 'nan')."""
+    for p in range(6, 0, -1):
+        t = f"{x:.{p}g}"
+        if len(t) <= width:
+            return t
+    return t
+
+
+def print_synthetic(rows, file=None):
+    """The synthetic table within 120 columns, numbers of any size (eps down to 1e-300) in their columns."""
+    out = functools.partial(print, file=file or sys.stdout)
+    out(f"eps-windows W = N - 1 (largest distance with decay >= eps), eps = {rows[0]['eps']:g}, "
+        f"{rows[0]['trials']} trials;")
+    out("laws: mean L/k + mu2/(2k^2) - 1, variance s^2 L/k^3 (+ Smith C); z: Monte Carlo - exact in its SEs")
+    g = max(12, min(29, max(len(r["gate"]) for r in rows)))
+
+    def pm(v, se):                                  # the SE to 2 significant digits
+        return f"{_fit(v, 8)}±{se:.2g}"
+
+    def z(v):
+        return f"{v:5.2f}" if abs(v) < 99.995 else _fit(v, 5)
+    hdr = (f"{'gate':{g}s} {'MC E[W]':>16s} {'law':>8s} {'exact':>8s} {'MC Var[W]':>16s} {'leading':>8s} "
+           f"{'Smith':>8s} {'exact':>8s} {'z(E)':>5s} {'z(V)':>5s}")
+    out(hdr)
+    out("-" * len(hdr))
     for r in rows:
-        print(f"{r['gate']:30s} {r['mc_mean_W']:9.3f}±{r['se_mean']:<6.3f} {r['law_mean_W']:8.3f} "
-              f"{r['exact_mean_W']:8.3f} "
-              f"{r['mc_var_W']:8.3f}±{r['se_var']:<6.3f} {r['law_var_leading']:8.3f} {r['law_var_smith']:8.3f} "
-              f"{r['exact_var_W']:8.3f} {r['z_mean']:6.2f} {r['z_var']:6.2f}")
-    print("ALiBi rows: the laws do not apply to a lattice increment (nan); exact W = floor(L/m), Var = 0.")
+        name = r["gate"] if len(r["gate"]) <= g else r["gate"][:g - 1] + "…"
+        out(f"{name:{g}s} {pm(r['mc_mean_W'], r['se_mean']):>16s} {_fit(r['law_mean_W'], 8):>8s} "
+            f"{_fit(r['exact_mean_W'], 8):>8s} {pm(r['mc_var_W'], r['se_var']):>16s} "
+            f"{_fit(r['law_var_leading'], 8):>8s} {_fit(r['law_var_smith'], 8):>8s} {_fit(r['exact_var_W'], 8):>8s} "
+            f"{z(r['z_mean']):>5s} {z(r['z_var']):>5s}")
+    out("ALiBi rows: the laws do not apply to a lattice increment (nan); exact W = floor(L/m), Var = 0.")
 
 
 # ----------------------------------------------------------------------------- command line

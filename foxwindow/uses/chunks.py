@@ -596,9 +596,9 @@ def z_score(pred, se_pred, r):
 
 def _safe(chunks, p, risk):
     ok = [C for C, v in zip(chunks, p) if v <= risk]
-    # the largest C below which every smaller chunk is also safe (rates grow with C)
+    # the largest C below which every smaller chunk is also safe (rates grow with C), in any order given
     best = 0
-    for C, v in zip(chunks, p):
+    for C, v in sorted(zip(chunks, p)):
         if v > risk:
             break
         best = C

@@ -236,8 +236,11 @@ def main(argv=None):
                        "(GLA, Gated DeltaNet, KDA with and without safe_gate) under Triton's interpreter on the CPU, "
                        "on adversarial decays, beside the textbook chunked op.")
     p.add_argument("--seq-len", type=int, default=256, help=f"tokens (a multiple of {CHUNK})")
-    p.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
-    p.add_argument("--cases", nargs="+", default=None, choices=list(_cases(CHUNK)))
+    cases = list(_cases(CHUNK))
+    p.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS, metavar="KERNEL",
+                   help=f"the kernels to check (default all: {', '.join(KERNELS)})")
+    p.add_argument("--cases", nargs="+", default=None, choices=cases, metavar="CASE",
+                   help=f"the decay cases (default all: {', '.join(cases)})")
     p.add_argument("--json", default=None, help="write the rows as JSON to this path")
     outputs.add_common(p)
     a = p.parse_args(argv)

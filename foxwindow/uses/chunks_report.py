@@ -12,6 +12,7 @@ import importlib
 import json
 import math
 import sys
+import textwrap
 import time
 from dataclasses import asdict
 
@@ -58,18 +59,35 @@ def _fmt(p):
     return "0" if p == 0 else ("1" if p >= 1 - 1e-12 else f"{p:.1e}")
 
 
-def print_table(heads, risk, file=sys.stdout):
-    chunks = heads[0].chunks
-    print(f"P(chunk overflows) per head: predicted (dependence-aware, all sequences) / measured "
-          f"(failures/chunks); safe = largest chunk with risk <= {risk:g}", file=file)
-    hdr = f"{'head':>10s} {'dtype':>8s} {'kappa':>7s} " + " ".join(f"{'C=' + str(C):>17s}" for C in chunks) + \
-        f" {'safe':>5s}"
-    print(hdr, file=file)
-    for h in heads:
-        cells = [f"{_fmt(p):>7s}/{_fmt(m['p']) if m['failures'] else '<' + _fmt(m['upper']):>9s}"
-                 for p, m in zip(h.dep, h.measured)]
-        print(f"{_short(h.name) + ':' + str(h.head):>10s} {h.dtype:>8s} {h.kappa:7.4f} " + " ".join(cells)
-              + f" {h.safe_dep or 're-c':>5}", file=file)
+WIDTH = 120                     # the printed lines' columns
+
+
+def say(text, file=None, indent="  "):
+    """Print prose wrapped to WIDTH columns (later lines indented) to file (None: sys.stdout)."""
+    print(textwrap.fill(text, WIDTH, subsequent_indent=indent, break_on_hyphens=False), file=file or sys.stdout)
+
+
+def print_table(heads, risk, file=None):
+    """Two lines a head and dtype: the predicted P(chunk overflows) and the measured one, one column per chunk
+    size; more chunk sizes than fit in WIDTH columns go to further blocks of the table."""
+    chunks, file = heads[0].chunks, file or sys.stdout
+    say(f"P(chunk overflows) per head and dtype: predicted (dependence-aware, all sequences), then measured "
+        f"(failures / chunks; '<' a bound where none failed); safe = largest chunk with risk <= {risk:g}", file)
+    lead = f"{'head':>10s} {'dtype':>8s} {'kappa':>7s} {'':4s}"
+    per = max(1, (WIDTH - len(lead) - 6) // 9)
+    for b in range(0, len(chunks), per):
+        cols = range(b, min(b + per, len(chunks)))
+        last = cols[-1] == len(chunks) - 1
+        hdr = lead + "".join(f" {'C=' + str(chunks[i]):>8s}" for i in cols) + (f" {'safe':>5s}" if last else "")
+        print(("\n" if b else "") + hdr, file=file)
+        for h in heads:
+            pred = "".join(f" {_fmt(h.dep[i]):>8s}" for i in cols)
+            meas = "".join(f" {_fmt(m['p']) if m['failures'] else '<' + _fmt(m['upper']):>8s}"
+                           for m in (h.measured[i] for i in cols))
+            safe = f" {h.safe_dep or 're-c':>5}" if last else ""
+            print(f"{_short(h.name) + ':' + str(h.head):>10s} {h.dtype:>8s} {h.kappa:7.4f} pred" + pred + safe,
+                  file=file)
+            print(f"{'':>10s} {'':>8s} {'':>7s} meas" + meas, file=file)
 
 
 def markdown_table(res, dtypes=("float32", "float16"), lo=1e-6):
@@ -148,16 +166,22 @@ def synthetic_check(cases=SYNTHETIC, chunks=(16, 32, 64, 128), n_seq=32, seq_len
     return rows
 
 
-def print_synthetic(rows, file=sys.stdout):
-    print("Synthetic gates: the law's P(S_C > theta) against the chunked op's NaN/inf rate (32 x 2048 drawn from "
-          "the law); trace predictions fitted on the even sequences against the op on the odd ones", file=file)
-    hdr = (f"{'gate':34s} {'dtype':>8s} {'C':>4s} {'law':>9s} {'op rate ± SE':>19s} {'z':>5s} | "
-           f"{'dep (fit) ± SE':>19s} {'iid (fit)':>9s} {'op (check)':>9s} {'z dep':>6s} {'z iid':>6s}")
+def print_synthetic(rows, file=None):
+    """The --synthetic table: a gate's name on its own line, then its (dtype, chunk) rows (within WIDTH)."""
+    file = file or sys.stdout
+    say("Synthetic gates: the law's P(S_C > theta) against the chunked op's NaN/inf rate (32 x 2048 drawn from "
+        "the law); trace predictions fitted on the even sequences against the op on the odd ones", file)
+    hdr = (f"  {'dtype':>8s} {'C':>4s} {'law':>9s} {'op rate ± SE':>19s} {'z':>5s} | "
+           f"{'dep (fit) ± SE':>19s} {'iid (fit)':>9s} {'op (check)':>10s} {'z dep':>6s} {'z iid':>6s}")
     print(hdr, file=file)
+    gate = None
     for r in rows:
+        if r["gate"] != gate:
+            gate = r["gate"]
+            print(gate, file=file)
         m, h = r["measured"], r["held_out"]
-        print(f"{r['gate']:34s} {r['dtype']:>8s} {r['chunk']:4d} {r['law']:9.2e} {m['p']:9.2e} ± {m['se']:7.1e} "
-              f"{r['z_law']:5.1f} | {r['dep']:9.2e} ± {r['dep_se']:7.1e} {r['iid']:9.2e} {h['p']:9.2e} "
+        print(f"  {r['dtype']:>8s} {r['chunk']:4d} {r['law']:9.2e} {m['p']:9.2e} ± {m['se']:7.1e} "
+              f"{r['z_law']:5.1f} | {r['dep']:9.2e} ± {r['dep_se']:7.1e} {r['iid']:9.2e} {h['p']:10.2e} "
               f"{r['z_dep']:6.1f} {r['z_iid']:6.1f}", file=file)
 
 
@@ -310,6 +334,9 @@ def main(argv=None):
     if a.workers is not None:
         outputs.positive("--workers", a.workers)
     outputs.positive("--block", a.block)
+    twice = sorted({C for C in a.chunks if a.chunks.count(C) > 1})
+    if twice:
+        raise outputs.UsageError(f"--chunks: {', '.join(map(str, twice))} given more than once")
     for C in a.chunks:
         outputs.positive("--chunks", C)
         if C % a.block:
@@ -354,20 +381,21 @@ def main(argv=None):
     per = recommend_per_trace(heads, a.dtypes)
     print("\nRecommendation (every head under the risk, dependence-aware prediction + 2 SE):")
     for dt, r in rec.items():
-        print(f"  {dt:>8s}: {r['advice']}; limiting: {', '.join(r['limiting_heads'][:6])}")
+        say(f"  {dt:>8s}: {r['advice']}; limiting: {', '.join(r['limiting_heads'][:6])}", indent=" " * 12)
     if len(per) > 1:
-        print("per trace: " + "; ".join(f"{_short(n)}: " + ", ".join(f"{dt} {r['chunk'] or 're-centre'}"
-                                                                  for dt, r in rs.items()) for n, rs in per.items()))
+        say("per trace: " + "; ".join(f"{_short(n)}: " + ", ".join(f"{dt} {r['chunk'] or 're-centre'}"
+                                                                for dt, r in rs.items()) for n, rs in per.items()))
     S, T = next(iter(traces.values())).shape[:2]
     lo_n, hi_n = S * (T // max(a.chunks)), S * (T // min(a.chunks))
-    print(f"\nThe tail: a risk of {a.risk:g} per chunk is below what this trace can measure (a chunk size with no "
-          f"failure among its n chunks of a head bounds the rate only by 3/n: {3 / hi_n:.1e} at C = {min(a.chunks)}, "
-          f"{3 / lo_n:.1e} at C = {max(a.chunks)}): below that the law-based prediction carries the recommendation.")
-    print("Formulation: aligned chunks, cum = inclusive cumulative log-gate inside the chunk, b = -cum; the "
-          "textbook kernel's k exp(-cum) = k exp(b) becomes inf (then NaN) once the chunk's sum S_C passes "
-          "theta: " + ", ".join(f"{dt} theta = {exp_limits(dt).overflow:.4f}" for dt in a.dtypes) +
-          "; q exp(cum) only underflows (to 0 past " +
-          ", ".join(f"{exp_limits(dt).underflow:.2f}" for dt in a.dtypes) + "), never first.")
+    print()
+    say(f"The tail: a risk of {a.risk:g} per chunk is below what this trace can measure (a chunk size with no "
+        f"failure among its n chunks of a head bounds the rate only by 3/n: {3 / hi_n:.1e} at C = {min(a.chunks)}, "
+        f"{3 / lo_n:.1e} at C = {max(a.chunks)}): below that the law-based prediction carries the recommendation.")
+    say("Formulation: aligned chunks, cum = inclusive cumulative log-gate inside the chunk, b = -cum; the "
+        "textbook kernel's k exp(-cum) = k exp(b) becomes inf (then NaN) once the chunk's sum S_C passes "
+        "theta: " + ", ".join(f"{dt} theta = {exp_limits(dt).overflow:.4f}" for dt in a.dtypes) +
+        "; q exp(cum) only underflows (to 0 past " +
+        ", ".join(f"{exp_limits(dt).underflow:.2f}" for dt in a.dtypes) + "), never first.")
     ops = None
     if a.op:
         ops = {}
@@ -379,8 +407,8 @@ def main(argv=None):
                     for o in [ops[h.name].get(f"{h.dtype}:{C}", [None] * (h.head + 1))[h.head]] if o is not None)
         print(f"chunked op: NaN/inf chunks {'equal' if agree else 'DIFFER from'} the chunks with S_C > theta")
     z = {k: [v for h in heads for v in getattr(h, k) if math.isfinite(v)] for k in ("z_iid", "z_dep", "z_gauss")}
-    print("held-out check (fit on even sequences, measured on odd): median |z| " +
-          ", ".join(f"{k[2:]} {np.median(np.abs(v)):.2f} (max {np.max(np.abs(v)):.1f})" for k, v in z.items() if v))
+    say("held-out check (fit on even sequences, measured on odd): median |z| " +
+        ", ".join(f"{k[2:]} {np.median(np.abs(v)):.2f} (max {np.max(np.abs(v)):.1f})" for k, v in z.items() if v))
     print(f"time: load/capture {t_load:.1f} s, analysis {t_an:.1f} s")
     if a.json:
         outputs.write_result(a.json, kind="chunks",

@@ -164,7 +164,7 @@ def test_analyse_and_command(tmp_path, capsys):
     save_trace(path, {"layer": (-x).astype(np.float32)}, {"heads": 2})
     out = tmp_path / "c.json"
     assert chunks_report.main(["--traces", str(path), "--chunks", "16", "32", "64", "--json", str(out)]) == 0
-    text = capsys.readouterr().out
+    text = " ".join(capsys.readouterr().out.split())                   # the prose is wrapped to 120 columns
     assert "float32" in text and "Recommendation" in text and "law-based prediction" in text
     import json
     res = json.loads(out.read_text())
@@ -174,6 +174,18 @@ def test_analyse_and_command(tmp_path, capsys):
     from foxwindow import outputs
     assert outputs.cli(chunks_report.main, ["--traces", str(path), "--json", str(out)]) == 2   # exists, no --force
     assert outputs.cli(chunks_report.main, ["--traces", str(path), "--chunks", "12"]) == 2
+    assert outputs.cli(chunks_report.main, ["--traces", str(path), "--chunks", "16", "32", "16"]) == 2
+    assert "--chunks: 16 given more than once" in capsys.readouterr().err
+    # chunk sizes in any order: the same safe chunk; many sizes: the table in blocks, every line in 120 columns
+    assert chunks_report.main(["--traces", str(path), "--chunks", "64", "16", "32", "--json", str(out),
+                               "--force"]) == 0
+    text = capsys.readouterr().out
+    assert json.loads(out.read_text())["recommendation"]["float32"]["chunk"] == 32
+    assert chunks_report.main(["--traces", str(path), "--chunks", *map(str, range(16, 16 * 13, 16))]) == 0
+    text = capsys.readouterr().out
+    assert max(map(len, text.splitlines())) <= 120 and text.count("C=16 ") == 1 and "C=192" in text
+    head_rows = [line for line in text.splitlines() if line.split()[:2] == ["layer:0", "float32"]]
+    assert len(head_rows) == 2 and "pred" in head_rows[0]                  # two blocks of chunk columns
     # figure 9 from that JSON
     sys.path.insert(0, os.path.join(REPO, "figures"))
     import fig9_chunks
@@ -181,3 +193,16 @@ def test_analyse_and_command(tmp_path, capsys):
     figstyle.apply()
     paths, summary = fig9_chunks.make(SimpleNamespace(out=str(tmp_path), chunks_json=str(out)))
     assert all(os.path.getsize(p) > 0 for p in paths) and "held-out" in summary
+
+
+def test_synthetic_table_fits_120_columns(capsys):
+    """chunks.py --synthetic: each gate's name on its own line, its rows within 120 columns."""
+    r = dict(gate="ar1-logit(mu=-0.6, s=1, phi=0.8)", dtype="bfloat16", chunk=4096, law=1.44e-01, z_law=-10.7,
+             measured={"p": 1.42e-01, "se": 1.2e-02}, dep=1.38e-01, dep_se=1.1e-02, iid=1.47e-03,
+             held_out={"p": 1.41e-01}, z_dep=-0.1, z_iid=-117.4)
+    chunks_report.print_synthetic([r, dict(r, chunk=16), dict(r, gate="logit-normal(mu=1.5, s=1)")])
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 120, [len(x) for x in lines]
+    body = lines[lines.index(r["gate"]):]
+    assert body[1].split()[:2] == ["bfloat16", "4096"] and body[2].split()[1] == "16"
+    assert body[3] == "logit-normal(mu=1.5, s=1)" and len(body) == 5
