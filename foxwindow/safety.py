@@ -19,6 +19,7 @@
                                  files and locks are removed on the way out (exit 128 + the signal)
     space_error(exc, path)       a write that failed for space (ENOSPC, EDQUOT, torch's "unexpected pos"): the
                                  one-line error naming the file; need_space(path, nbytes, what) before the work
+    need_memory(nbytes, what)    before the work: ValueError when the memory available is less than nbytes
 
 Names longer than the file system allows once decorated (a 250-character output) get a shortened lock and
 temporary name: the first characters of the name, "~" and 12 hex digits of its SHA-1.
@@ -450,6 +451,30 @@ def space_error(exc, path=None):
     left = f" ({free / 2 ** 20:.0f} MiB free there)" if free is not None else ""
     return UsageError(f"no space left on the device writing {shown(path)}{left}: nothing was written there and an "
                       f"earlier file of that name is intact; free some space or choose another folder")
+
+
+def available_memory():
+    """Bytes of memory a new allocation may take now (Linux MemAvailable, else the free physical pages);
+    None where neither is known."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def need_memory(nbytes, what):
+    """Before the work: ValueError when `what` would hold about nbytes and less memory than that is available."""
+    free = available_memory()
+    if free is not None and nbytes > free:
+        raise ValueError(f"{what} would hold about {nbytes / 2 ** 30:.3g} GiB and {free / 2 ** 30:.3g} GiB of memory "
+                         f"is available")
 
 
 def need_space(path, nbytes, what):

@@ -538,3 +538,22 @@ def test_checkpoint_folder_errors_name_the_flag_given(capsys, tmp_path):
     rc, err = _cli(capsys, command.main, ["--checkpoint", str(tmp_path), "--no-progress"])
     assert rc == 2 and err.startswith("forget: error: --checkpoint ") and "--model" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_monte_carlo_that_cannot_fit_in_memory_is_refused_before_the_walks(monkeypatch):
+    from foxwindow import safety
+    gate = gates.LogitNormalGate(2.0, 0.5)
+    monkeypatch.setattr(safety, "available_memory", lambda: 10_000)                 # bytes
+    with pytest.raises(ValueError, match=r"first_passage_mc: 1000 trials would hold about .* GiB and .* GiB of "
+                                         r"memory is available"):
+        gates.first_passage_mc(gate, eps=1e-3, trials=1000)
+    with pytest.raises(ValueError, match="first_passage_samples: 1000 trials"):
+        gates.first_passage_samples(gate, eps=1e-3, trials=1000)
+    monkeypatch.setattr(safety, "available_memory", lambda: None)                   # unknown: no refusal
+    assert gates.first_passage_mc(gate, eps=1e-3, trials=1000).trials == 1000
+
+
+def test_available_memory_is_a_positive_number_here():
+    from foxwindow import safety
+    m = safety.available_memory()
+    assert m is None or 2 ** 20 < m < 2 ** 50

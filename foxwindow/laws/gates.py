@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from scipy import integrate, signal, special
 
+from foxwindow import safety
+
 __all__ = ["threshold", "L_LOOKS_LIKE_EPS", "ThresholdWarning", "level", "levels", "increments_from_log_gates",
            "increments_from_gates", "decay_matrix", "windows", "window_row", "window_row_numpy", "WindowRowBuffers",
            "WINDOW_BLOCK", "merge_kernel", "merged", "COMPILED", "COMPILED_MIN",
@@ -890,6 +892,7 @@ def first_passage_samples(gate, *, trials, eps=None, L=None, seed=0, chunk=None,
     eps = math.exp(-L) if eps is None else eps
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
         raise ValueError(f"trials must be an integer >= 1; got {trials!r}")
+    safety.need_memory(16 * trials, f"first_passage_samples: {trials} trials")        # W and the overshoots
     rng = np.random.default_rng(seed)
     mom = gate.moments()
     if not mom.kappa > 0:
@@ -932,6 +935,9 @@ def first_passage_samples(gate, *, trials, eps=None, L=None, seed=0, chunk=None,
     return W, R
 
 
+MC_BYTES = 32               # bytes first_passage_mc holds a trial
+
+
 def first_passage_mc(gate, *, eps=None, L=None, trials=200_000, seed=0, chunk=None):
     """Mean and variance of the eps-window W = N - 1 by Monte Carlo (give eps= or L=), with standard errors
     SE_mean = s/sqrt(n) and SE_var = sqrt((m4 - s^4)/n).
@@ -945,6 +951,8 @@ def first_passage_mc(gate, *, eps=None, L=None, trials=200_000, seed=0, chunk=No
         raise ValueError(f"trials must be an integer >= 2 (a variance needs two windows); got {trials!r}")
     L = level(eps, L)
     eps = math.exp(-L) if eps is None else eps
+    # the windows, overshoots and two float copies of the windows: refused before the walks if they cannot fit
+    safety.need_memory(MC_BYTES * trials, f"first_passage_mc: {trials} trials")
     W, R = first_passage_samples(gate, L=L, trials=trials, seed=seed, chunk=chunk)
     w = W.astype(np.float64)
     mean, var = w.mean(), w.var(ddof=1)

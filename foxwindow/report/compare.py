@@ -246,6 +246,11 @@ def main(argv=None):
     if va != vb:
         shown = [f"schema {v}" if v is not None else "the earlier {info, heads} shape" for v in (va, vb)]
         raise outputs.UsageError(f"{a.a} is {shown[0]} and {a.b} is {shown[1]}: compare results of one schema")
+    for i, path in enumerate((a.a, a.b)):
+        try:
+            docs[i] = schema.read(docs[i])                  # a malformed result: named by its file
+        except ValueError as exc:
+            raise outputs.UsageError(f"{path}: {exc}") from None
     names = (os.path.basename(a.a), os.path.basename(a.b))
     if names[0] == names[1]:
         names = (a.a, a.b)

@@ -388,9 +388,11 @@ def main(argv=None):
     S, T = next(iter(traces.values())).shape[:2]
     lo_n, hi_n = S * (T // max(a.chunks)), S * (T // min(a.chunks))
     print()
+    bound = lambda n: 1 - 0.05 ** (1 / n)        # the table's '<': the one-sided 95% bound when none of n failed
     say(f"The tail: a risk of {a.risk:g} per chunk is below what this trace can measure (a chunk size with no "
-        f"failure among its n chunks of a head bounds the rate only by 3/n: {3 / hi_n:.1e} at C = {min(a.chunks)}, "
-        f"{3 / lo_n:.1e} at C = {max(a.chunks)}): below that the law-based prediction carries the recommendation.")
+        f"failure among its n chunks of a head bounds the rate only by 1 - 0.05^(1/n), about 3/n: "
+        f"{_fmt(bound(hi_n))} at C = {min(a.chunks)}, {_fmt(bound(lo_n))} at C = {max(a.chunks)}): below that the "
+        f"law-based prediction carries the recommendation.")
     say("Formulation: aligned chunks, cum = inclusive cumulative log-gate inside the chunk, b = -cum; the "
         "textbook kernel's k exp(-cum) = k exp(b) becomes inf (then NaN) once the chunk's sum S_C passes "
         "theta: " + ", ".join(f"{dt} theta = {exp_limits(dt).overflow:.4f}" for dt in a.dtypes) +

@@ -75,11 +75,13 @@ def test_refused_in_one_line(pair, tmp_path, capsys):
     (tmp_path / "bin.json").write_bytes(b"PK\x03\x04\xb3\xff")
     (tmp_path / "cut.json").write_text('{"a": 1')
     (tmp_path / "arr.json").write_text("[1, 2]")
+    (tmp_path / "noheads.json").write_text(json.dumps({k: v for k, v in a.items() if k != "heads"}))
     for b, words in ((legacy, "compare results of one schema"), (str(tmp_path / "other.json"), "no head in common"),
                      (str(tmp_path / "none.json"), "not found"),
                      (str(tmp_path / "bin.json"), "bin.json: not a JSON file"),
                      (str(tmp_path / "cut.json"), "cut.json: not a JSON file (Expecting"),
-                     (str(tmp_path / "arr.json"), "arr.json: not a per-head result (a JSON list")):
+                     (str(tmp_path / "arr.json"), "arr.json: not a per-head result (a JSON list"),
+                     (str(tmp_path / "noheads.json"), "noheads.json: not a schema-1 per-head result: field heads")):
         assert cli.main(["compare", str(d / "a.json"), b, "--out", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and words in err, err

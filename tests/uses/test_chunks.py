@@ -166,6 +166,8 @@ def test_analyse_and_command(tmp_path, capsys):
     assert chunks_report.main(["--traces", str(path), "--chunks", "16", "32", "64", "--json", str(out)]) == 0
     text = " ".join(capsys.readouterr().out.split())                   # the prose is wrapped to 120 columns
     assert "float32" in text and "Recommendation" in text and "law-based prediction" in text
+    # the prose's bound is the table's '<' (8 x 512 tokens: 64 chunks of 64, 256 of 16), not the cruder 3/n
+    assert "4.6e-02 at C = 64" in text and "1.2e-02 at C = 16" in text and "<4.6e-02" in text
     import json
     res = json.loads(out.read_text())
     assert res["recommendation"]["float32"]["chunk"] == 32     # head 0 fails at C = 64 (P = 0.59), 32 safe
