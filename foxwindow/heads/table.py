@@ -3,6 +3,7 @@ the lead law's and the bootstrap's Var ratios to it with their states, and the h
 document of the results (schema 1, docs/HEADS_JSON.md).
 
     print_table(results, info)    the table on stdout
+    ratio_cell(law_record)        one law's cell at one eps: '0.97H', '1.59~H' (a wide held-out interval)
     to_json(results, info)        the schema-1 document, ready for outputs.write_json
 """
 import math
@@ -18,7 +19,7 @@ from foxwindow.heads import laws as headlaws
 from foxwindow.laws import gates
 from foxwindow.models.adapters import MEMORY_UPPER
 
-__all__ = ["REPORT_EPS", "print_table", "to_json"]
+__all__ = ["REPORT_EPS", "WIDE_CI", "print_table", "ratio_cell", "to_json"]
 
 REPORT_EPS = (1e-2, 1e-3, 1e-4)              # the eps whose predictions the table prints
 
@@ -38,6 +39,7 @@ def _at(r, eps):
 
 WIDTH = 120                                  # the printed table's width; what does not fit is in the JSON
 _CODE = {"holds": "H", "false": "F", "not claimed": "-", "undetermined": "?"}
+WIDE_CI = 3.0                   # a held-out Var ratio whose 95% interval spans more than this factor is marked '~'
 
 
 SHORT = {"iid": "iid", "marginal": "marg", "dependent": "dep", "second_order": "2nd", "finite_n": "fin",
@@ -65,9 +67,18 @@ def _ratio(r, law, e):
     rec = _rec(r, e)
     if rec is None:
         return "-"
-    lw = rec["laws"][law]
+    return ratio_cell(rec["laws"][law])
+
+
+def ratio_cell(lw):
+    """A law's table cell from its record at one eps (docs/HEADS_JSON.md): the held-out Var_law / Var_measured,
+    '~' where its 95% interval spans more than WIDE_CI (the ratio says little there), and the state's letter:
+    '0.97H', '1.59~H', '?' (no ratio)."""
     v = lw.get("var_ratio")
-    return ("" if v is None else f"{v:.2f}" if v < 9.995 else f"{v:.0f}" if v < 1e4 else ">1e4") + _CODE[lw["state"]]
+    ci = lw.get("var_ratio_ci") or [None, None]
+    wide = None not in ci and (ci[0] <= 0 or ci[1] / ci[0] > WIDE_CI)
+    return (("" if v is None else f"{v:.2f}" if v < 9.995 else f"{v:.0f}" if v < 1e4 else ">1e4")
+            + ("~" if v is not None and wide else "") + _CODE[lw["state"]])
 
 
 def _meas_var(r, e):
@@ -120,7 +131,8 @@ def print_table(results, info):
     _wrap(f"Every law fitted on the even documents, scored on the odd ones; V: measured Var[W] (held-out half, "
           f"'cens': censored windows); 'lead' ({headlaws.LEAD}, the lead law) and 'boot' (block "
           f"bootstrap, the reference): Var_law / Var_measured with its state (H holds, F false, - not claimed, "
-          f"? undetermined); mean, var: the first law that explains the mean / holds for Var[W] at every eps "
+          f"? undetermined; the state is the test on all documents, '~' marks a held-out ratio whose 95% interval "
+          f"spans more than {WIDE_CI:g}x); mean, var: the first law that explains the mean / holds for Var[W] at every eps "
           f"1e-2..1e-4 (" + ", ".join(f"{v} {k}" for k, v in SHORT.items()) + ")"
           + (f"; family-wise level {headlaws.ALPHA:g} per model over {fam['m']} claimed cells (Holm, the first "
              f"step at {fam['alpha_test']:.2g}, t = {fam['t_crit']:.2f}); seed {info.get('seed')}" if fam else "")

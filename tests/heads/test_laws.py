@@ -160,6 +160,17 @@ def test_table_fits_120_columns(capsys):
     assert max(len(line) for line in out.splitlines()) <= table.WIDTH
     assert "lead1e-3" in out and all(r.summary["text"] for r in results)
     assert math.isfinite(results[0].laws["at"][0]["laws"][headlaws.LEAD]["var"])
+    # every cell of the JSON's records: '~' exactly where the held-out interval spans more than WIDE_CI
+    for r in results:
+        for rec in r.laws["at"]:
+            for lw in rec["laws"].values():
+                lo, hi = lw.get("var_ratio_ci") or (None, None)
+                cell = table.ratio_cell(lw)
+                wide = lo is not None and hi is not None and (lo <= 0 or hi / lo > table.WIDE_CI)
+                assert ("~" in cell) == (wide and lw["var_ratio"] is not None), (cell, lo, hi)
+    assert table.ratio_cell({"var_ratio": 1.59, "var_ratio_ci": [0.64, 3.97], "state": "holds"}) == "1.59~H"
+    assert table.ratio_cell({"var_ratio": 0.97, "var_ratio_ci": [0.8, 1.2], "state": "false"}) == "0.97F"
+    assert table.ratio_cell({"var_ratio": None, "var_ratio_ci": None, "state": "undetermined"}) == "?"
 
 
 def test_law_study_runs_small_and_calls_the_iid_law_false_on_regimes():
