@@ -13,7 +13,7 @@ from foxwindow.heads.table import print_table, say_partial, to_json
 from foxwindow.laws import gates, lawtable
 from foxwindow.models import hf_load as hf_models
 from foxwindow.models.fox import load_checkpoint
-from foxwindow.models.traces import load_traces_checked
+from foxwindow.models.traces import check_trace_file
 from foxwindow.report import command as report_command
 from foxwindow.training import data, distributed
 
@@ -24,7 +24,7 @@ def check(args):
     """Check the analysis inputs before any work (ValueError naming the argument): the trace file loads
     with a usable layout, or the checkpoint loads and the corpus holds the held-out windows."""
     if args.traces:
-        load_traces_checked(args.traces)
+        check_trace_file(args.traces)           # streamed: a trace file of any size in a chunk of memory
         return
     try:
         load_checkpoint(args.checkpoint or DEFAULT_CHECKPOINT)

@@ -35,6 +35,7 @@ from foxwindow.training import distributed
 
 __all__ = ["run_with_cache", "DEFAULT_GATE_SUFFIXES", "GATE_OUTPUTS", "capture_gates", "TRACE_FORMAT",
            "TRACE_RESERVED", "save_trace", "load_trace", "MIN_TRACE_LEN", "check_layout", "load_traces_checked",
+           "open_traces", "LazyTrace", "READ_CHUNK", "check_trace_file",
            "capture", "query_rows", "attention_mass_window", "mass_windows", "decay_window_summary"]
 
 # ----------------------------------------------------------------------------- reading gates
@@ -262,6 +263,18 @@ def save_trace(path, traces, meta=None, force=False):
     outputs.save_npz(path, **arrays)
 
 
+def _not_npy(path):
+    """ValueError where path cannot be read, or holds a single .npy array rather than an .npz."""
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+    except OSError as exc:
+        raise ValueError(f"{path}: not readable ({exc.strerror or exc})") from None
+    if magic == b"\x93NUMPY":
+        raise ValueError(f"{path}: a single .npy array, not an .npz trace file (save_trace writes one: a zip of the "
+                         "traces and their metadata)")
+
+
 def load_trace(path):
     """Read a file written by save_trace. Returns (traces {name: (B, T, H) float32 ndarray}, meta dict).
 
@@ -273,14 +286,7 @@ def load_trace(path):
         raise FileNotFoundError(f"trace file not found: {path}" + (" (a folder; expected an .npz file)"
                                                                    if os.path.isdir(path) else ""))
     outputs.note_input(path, "the trace file")             # no output of the command may replace it
-    try:
-        with open(path, "rb") as fh:
-            magic = fh.read(6)
-    except OSError as exc:
-        raise ValueError(f"{path}: not readable ({exc.strerror or exc})") from None
-    if magic == b"\x93NUMPY":
-        raise ValueError(f"{path}: a single .npy array, not an .npz trace file (save_trace writes one: a zip of the "
-                         "traces and their metadata)")
+    _not_npy(path)
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{path}: not an .npz trace file (not a zip archive; corrupt, truncated or another format)")
     try:
@@ -329,16 +335,76 @@ def _npz_members(path):
     return out
 
 
+READ_CHUNK = 1 << 25          # bytes of a trace's rows read at a time by LazyTrace.read_heads (32 MiB)
+
+
 class LazyTrace:
     """One (B, T, H) trace of a file, read when indexed: memory-mapped where the .npz member is stored
     uncompressed (numpy.savez, save_trace's format), else decompressed on each read. Indexing returns a numpy
     array (a copy of what was asked for); `shape` and `dtype` are known without reading. A forked process
-    may index it too (it opens the file itself), and nothing stays mapped between reads."""
+    may index it too (it opens the file itself), and nothing stays mapped between reads. read_heads(hs) reads
+    some heads in one pass over the file in chunks of rows, without a memory map: a head's values are spread
+    over the whole member (every page holds a few of each head's), so a mapped read of one head would put the
+    whole file in the process's resident memory (6 GiB at 384 heads x 256 x 16384)."""
 
     def __init__(self, path, member, shape, loc):
         self.path, self.member, self.shape, self._loc = path, member, tuple(shape), loc
         self.dtype = np.dtype(np.float32) if loc is None else loc[1]
         self.ndim = len(self.shape)
+
+    def read_heads(self, hs):
+        """Heads hs (a list or range of ints in [0, H)) as one (B, T, len(hs)) array in the trace's dtype, the
+        same values as self[:, :, hs]. Uncompressed C-order members are read READ_CHUNK bytes of rows at a time
+        (the process holds a chunk and the result, never a map of the file); others as __getitem__ reads them.
+        Raises ValueError where the file ends before the member does."""
+        hs = [int(h) for h in hs]
+        B, T, H = self.shape
+        if not hs or any(not 0 <= h < H for h in hs):
+            raise ValueError(f"{self.path}: heads {hs} outside 0..{H - 1}")
+        if self._loc is None or self._loc[3]:                        # compressed, or Fortran order (heads apart)
+            return self[:, :, hs]
+        run = hs == list(range(hs[0], hs[0] + len(hs)))
+        pick = slice(hs[0], hs[-1] + 1) if run else hs               # a slice: a view, no gather of its own
+        off, dtype = self._loc[0], self._loc[1]
+        out = np.empty((B, T, len(hs)), dtype)
+        rows = max(1, READ_CHUNK // (T * H * dtype.itemsize))
+        buf = np.empty(min(rows, B) * T * H, dtype)
+        with open(self.path, "rb", buffering=0) as fh:
+            fh.seek(off)
+            for b0 in range(0, B, rows):
+                n = min(rows, B - b0)
+                part = buf[:n * T * H]
+                got = fh.readinto(memoryview(part).cast("B"))
+                if got != part.nbytes:
+                    raise ValueError(f"{self.path}: trace '{self.member}' ends early (truncated file)")
+                out[b0:b0 + n] = part.reshape(n, T, H)[:, :, pick]
+        return out
+
+    def check_values(self, name):
+        """The value checks of load_trace (finite, within float32's range, <= 0; ValueError naming the trace and
+        the file), streamed READ_CHUNK bytes of rows at a time where the member is uncompressed and in C order."""
+        B, T, H = self.shape
+        if self._loc is None or self._loc[3]:
+            _check_trace(name, self[...], self.path)
+            return
+        off, dtype = self._loc[0], self._loc[1]
+        rows = max(1, READ_CHUNK // (T * H * dtype.itemsize))
+        buf = np.empty(min(rows, B) * T * H, dtype)
+        lo, hi = math.inf, -math.inf
+        with open(self.path, "rb", buffering=0) as fh:
+            fh.seek(off)
+            for b0 in range(0, B, rows):
+                part = buf[:min(rows, B - b0) * T * H]
+                if fh.readinto(memoryview(part).cast("B")) != part.nbytes:
+                    raise ValueError(f"{self.path}: trace '{name}' ends early (truncated file)")
+                if not np.isfinite(part).all():
+                    raise ValueError(f"{self.path}: trace '{name}' has NaN or infinite values")
+                lo, hi = min(lo, float(part.min())), max(hi, float(part.max()))
+        if dtype.itemsize > 4 and max(-lo, hi) > float(np.finfo(np.float32).max):
+            raise ValueError(f"{self.path}: trace '{name}' holds values beyond float32's range (min {lo:.3g}; log "
+                             f"gates are stored as float32, whose lowest value is {-np.finfo(np.float32).max:.3g})")
+        if hi > 0:
+            raise ValueError(f"{self.path}: trace '{name}' has positive log gates (max {hi:.4g})")
 
     def __getitem__(self, key):
         if self._loc is None:
@@ -415,6 +481,18 @@ def _read_meta(path, blob, members):
 
 
 MIN_TRACE_LEN = 16
+
+
+def check_trace_file(path):
+    """Every check of load_traces_checked (the file, its metadata, shapes, layout and every value) without holding
+    the traces: open_traces, then each trace's values streamed (LazyTrace.check_values), so that a trace file of
+    any size is checked before the work in a chunk of memory. Returns (traces {name: LazyTrace}, meta)."""
+    if os.path.isfile(path):
+        _not_npy(path)
+    traces, meta = open_traces(path)
+    for name, t in traces.items():
+        t.check_values(name)
+    return traces, meta
 
 
 def load_traces_checked(path):

@@ -388,7 +388,8 @@ def main(argv=None):
     S, T = next(iter(traces.values())).shape[:2]
     lo_n, hi_n = S * (T // max(a.chunks)), S * (T // min(a.chunks))
     print()
-    bound = lambda n: 1 - 0.05 ** (1 / n)        # the table's '<': the one-sided 95% bound when none of n failed
+    def bound(n):                                 # the table's '<': the one-sided 95% bound when none of n failed
+        return 1 - 0.05 ** (1 / n)
     say(f"The tail: a risk of {a.risk:g} per chunk is below what this trace can measure (a chunk size with no "
         f"failure among its n chunks of a head bounds the rate only by 1 - 0.05^(1/n), about 3/n: "
         f"{_fmt(bound(hi_n))} at C = {min(a.chunks)}, {_fmt(bound(lo_n))} at C = {max(a.chunks)}): below that the "

@@ -5,6 +5,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import signal
 
 import numpy as np
@@ -220,6 +221,55 @@ def test_lazy_traces_read_what_load_trace_reads(tmp_path):
         np.savez_compressed(comp, **{k: z[k] for k in z.files})
     lazy_c, _ = traces.open_traces(comp)
     assert all(t._loc is None and np.array_equal(t[:, :, 0], eager[k][:, :, 0]) for k, t in lazy_c.items())
+
+
+@pytest.mark.parametrize("chunk", [1, 1000, 1 << 25])                 # bytes a read: one row, a few, all
+def test_read_heads_reads_blocks_of_heads_in_chunks_of_rows(tmp_path, monkeypatch, chunk):
+    """LazyTrace.read_heads: the values of the head columns (a run, a scattered list, one head), read in chunks of
+    rows without a memory map; a compressed file the same; a truncated one an error naming it."""
+    monkeypatch.setattr(traces, "READ_CHUNK", chunk)
+    path, tr = _trace_file(tmp_path, S=7, H=(5,))
+    lazy, _ = traces.open_traces(path)
+    lg, want = lazy["blocks.0.attn.hook_log_fgate"], tr["blocks.0.attn.hook_log_fgate"]
+    for hs in (range(1, 4), [4, 0, 2], [3], range(5)):
+        got = lg.read_heads(hs)
+        assert got.shape == (7, 256, len(hs)) and np.array_equal(got, want[:, :, list(hs)]), hs
+    comp = str(tmp_path / "c.npz")
+    with np.load(path) as z:
+        np.savez_compressed(comp, **{k: z[k] for k in z.files})
+    assert np.array_equal(traces.open_traces(comp)[0]["blocks.0.attn.hook_log_fgate"].read_heads([1, 2]),
+                          want[:, :, 1:3])
+    with pytest.raises(ValueError, match="outside 0..4"):
+        lg.read_heads([5])
+    cut = str(tmp_path / "cut.npz")
+    with open(path, "rb") as fh:
+        data = fh.read()
+    lazy_cut, _ = traces.open_traces(path)
+    with open(cut, "wb") as fh:
+        fh.write(data[:lg._loc[0] + 7 * 256 * 5 * 4 // 2])               # the member cut in the middle
+    short = lazy_cut["blocks.0.attn.hook_log_fgate"]
+    short.path = cut
+    with pytest.raises(ValueError, match="ends early"):
+        short.read_heads([0])
+
+
+def test_heads_read_in_blocks_give_the_numbers_of_one_head_at_a_time(tmp_path, monkeypatch):
+    """A trace file's heads are read a block at a time (driver.HEAD_BLOCK_BYTES): blocks of 2 heads (one cut at
+    its layer's end), in this process and in two workers, give the numbers of whole-layer blocks and of one head
+    at a time."""
+    path, tr = _trace_file(tmp_path)
+    ref, i0 = heads.analyse_traces(path, seed=11, n_boot=200, workers=1)             # each layer one block
+    want = table.to_json(ref, i0)["heads"]
+    reads = []
+    real = traces.LazyTrace.read_heads
+    monkeypatch.setattr(traces.LazyTrace, "read_heads", lambda self, hs: (reads.append(list(hs)), real(self, hs))[1])
+    for size in (2 * 6 * 256 * 4, 1):                                              # 2 heads a block; 1 head
+        monkeypatch.setattr(heads, "HEAD_BLOCK_BYTES", size)
+        reads.clear()
+        one, i1 = heads.analyse_traces(path, seed=11, n_boot=200, workers=1)
+        assert reads == ([[0, 1], [0, 1], [2]] if size > 1 else [[0], [1], [0], [1], [2]]), reads
+        two, i2 = heads.analyse_traces(path, seed=11, n_boot=200, workers=2)
+        assert table.to_json(one, i1)["heads"] == want == table.to_json(two, i2)["heads"]
 
 
 def test_bad_values_are_found_once_per_head(tmp_path):
@@ -473,3 +523,27 @@ def test_the_estimate_names_the_processes_a_lone_split_head_uses(monkeypatch, ca
         with pytest.raises(parallel.Stopped):
             heads.analyse_layers(lg, seed=0, workers=2, progress=True)
         assert jobs[-1] == n and said in capsys.readouterr().err
+
+
+def test_trace_file_values_are_checked_streamed_before_the_work(tmp_path, monkeypatch):
+    """forget.py --traces checks every value before the work without holding the file (check_trace_file: chunks of
+    rows), with load_trace's messages: a NaN in the last row, the largest positive log gate anywhere."""
+    monkeypatch.setattr(traces, "READ_CHUNK", 1)                            # a row at a time
+    path, tr = _trace_file(tmp_path)
+    lazy, meta = traces.check_trace_file(path)
+    assert list(lazy) == list(tr) and all(isinstance(t, traces.LazyTrace) for t in lazy.values())
+    for bad, words in ((np.nan, "NaN or infinite"), (0.25, "positive log gates (max 0.5)")):
+        t = {k: v.copy() for k, v in tr.items()}
+        t["blocks.1.attn.hook_log_fgate"][-1, -1, 2] = bad
+        t["blocks.1.attn.hook_log_fgate"][0, 3, 0] = 0.5 if bad == 0.25 else 0.0
+        p = str(tmp_path / f"bad{words[:3]}.npz")
+        np.savez(p, meta_json=np.frombuffer(json.dumps(dict(format=traces.TRACE_FORMAT, names=list(t),
+                 shapes=[list(v.shape) for v in t.values()])).encode(), np.uint8),
+                 **{f"trace_{i}": v for i, v in enumerate(t.values())})
+        with pytest.raises(ValueError, match=rf"trace 'blocks.1.attn.hook_log_fgate' has {re.escape(words)}"):
+            traces.check_trace_file(p)
+        with pytest.raises(ValueError, match=re.escape(words)):
+            traces.load_trace(p)                                            # the eager reader says the same
+    monkeypatch.setattr(traces, "load_trace", lambda *a, **k: pytest.fail("the whole file was loaded"))
+    argv = ["--traces", path, "--n-boot", "50", "--seed", "1", "--no-progress", "--workers", "1"]
+    assert command.main(argv) in (0, None)
