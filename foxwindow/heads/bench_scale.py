@@ -288,7 +288,7 @@ def markdown(res):
             f"the first {b['heads0']} (every worker started and its memory touched) "
             f"{b['marginal_cpu_per_head']:.2f} CPU-s and {b['marginal_wall_per_head']:.2f} s of wall a head; "
             f"{b['load']}. A worker holds a block of heads read in one pass over the file "
-            f"(driver.HEAD_BLOCK_BYTES) and the head it analyses, the parent the finished results (the whole case, "
+            f"(traces.HEAD_BLOCK_BYTES) and the head it analyses, the parent the finished results (the whole case, "
             f"run once, is in docs/SCALE.md): {b['full_heads']} heads ({b['full_file_gib']:.1f} GiB of traces) come to "
             f"{b['full_wall_measured_min']:.1f} min from the measured wall a head "
             f"({b['full_wall_idle_min']:.1f} min from its CPU on {b['workers']} cores with no other work)."]

@@ -34,6 +34,7 @@ from foxwindow.laws import gates, lawtable
 from foxwindow.models import adapters, lstm_gates
 from foxwindow.models.fox import load_checkpoint, shipped_checkpoint
 from foxwindow.models.traces import (  # noqa: F401  (capture, mass_windows: the drivers' names)
+    HeadBlocks,
     LazyTrace,
     capture,
     decay_window_rows,
@@ -283,15 +284,11 @@ def _join_halves(done):
     return whole
 
 
-HEAD_BLOCK_BYTES = 1 << 28      # a trace file's heads read a block at a time, about this many bytes (256 MiB)
-
-
 def _layer_getter(traces, names):
     """get(l, h) -> (S, T) log gates of layer names[l], head h, from {name: (S, T, H)} arrays, tensors or lazy
-    layers (those of the group at hand). A file's layer (traces.LazyTrace) is read a block of consecutive heads
-    at a time (HEAD_BLOCK_BYTES), kept for the block's next head: each read passes over the whole layer, so one
-    read a head would read a 384-head layer 384 times."""
-    block = {}                                  # (l, first head, last head + 1) -> (S, T, heads), this process's
+    layers (those of the group at hand); a file's layer (traces.LazyTrace) through traces.HeadBlocks (a block of
+    consecutive heads a read, kept for the block's next head)."""
+    blocks = {}                                 # layer -> HeadBlocks, this process's (a forked worker its own)
 
     def get(l, h):
         tr = traces[names[l]]
@@ -299,14 +296,10 @@ def _layer_getter(traces, names):
             return tr[:, :, h].cpu().numpy()
         if not isinstance(tr, LazyTrace):
             return tr[:, :, h]
-        S, T, H = tr.shape
-        g = max(1, min(H, HEAD_BLOCK_BYTES // (S * T * tr.dtype.itemsize)))
-        lo = h - h % g
-        key = (l, lo, min(H, lo + g))
-        if key not in block:
-            block.clear()                       # one block held at a time
-            block[key] = tr.read_heads(range(*key[1:]))
-        return block[key][:, :, h - lo]
+        if l not in blocks:
+            blocks.clear()                      # one layer's block held at a time
+            blocks[l] = HeadBlocks(tr)
+        return blocks[l].head(h)
     return get
 
 

@@ -35,7 +35,7 @@ from foxwindow.training import distributed
 
 __all__ = ["run_with_cache", "DEFAULT_GATE_SUFFIXES", "GATE_OUTPUTS", "capture_gates", "TRACE_FORMAT",
            "TRACE_RESERVED", "save_trace", "load_trace", "MIN_TRACE_LEN", "check_layout", "load_traces_checked",
-           "open_traces", "LazyTrace", "READ_CHUNK", "check_trace_file",
+           "open_traces", "LazyTrace", "READ_CHUNK", "check_trace_file", "HEAD_BLOCK_BYTES", "HeadBlocks",
            "capture", "query_rows", "attention_mass_window", "mass_windows", "decay_window_summary"]
 
 # ----------------------------------------------------------------------------- reading gates
@@ -420,6 +420,29 @@ class LazyTrace:
     def __array__(self, dtype=None, copy=None):
         a = self[...]
         return a if dtype is None else a.astype(dtype, copy=False)
+
+
+HEAD_BLOCK_BYTES = 1 << 28      # HeadBlocks: a file's heads read a block at a time, about this many bytes (256 MiB)
+
+
+class HeadBlocks:
+    """head(h) -> (B, T) values of head h of a LazyTrace, read a block of consecutive heads at a time (about
+    block_bytes; None: HEAD_BLOCK_BYTES) in one pass over the file and kept for the block's next head: every read
+    passes over the whole member, so one read a head would read an H-head file H times. One block is held."""
+
+    def __init__(self, trace, block_bytes=None):
+        S, T, H = trace.shape
+        size = HEAD_BLOCK_BYTES if block_bytes is None else block_bytes
+        self.trace, self.g = trace, max(1, min(H, size // (S * T * trace.dtype.itemsize)))
+        self.key, self.block = None, None
+
+    def head(self, h):
+        lo = h - h % self.g
+        if self.key != lo:
+            self.block = None                           # the old block freed before the new one is read
+            self.block = self.trace.read_heads(range(lo, min(self.trace.shape[2], lo + self.g)))
+            self.key = lo
+        return self.block[:, :, h - lo]
 
 
 def open_traces(path):

@@ -57,6 +57,7 @@ from scipy import special
 
 from foxwindow import parallel
 from foxwindow.laws import gates
+from foxwindow.models.traces import HeadBlocks, LazyTrace
 
 __all__ = ["DTYPES", "CHUNKS", "RISK", "CELLS", "BLOCK", "GROUPS", "ExpLimits", "exp_limits", "measured_limits",
            "increments", "chunk_sums", "Rate", "measured_rate", "Tail", "law_tail", "markov_tail", "iid_tail",
@@ -665,20 +666,29 @@ _JOBS = {}                                   # what the head jobs read (set befo
 
 def _chunk_job(i):
     name, h = _JOBS["index"][i]
-    xh = np.ascontiguousarray(_JOBS["x"][name][:, :, h])
+    src = _JOBS["x"][name]
+    if isinstance(src, LazyTrace):              # a file's layer: a block of heads a read (this process's own)
+        blocks = _JOBS.setdefault("blocks", {})
+        if name not in blocks:
+            blocks.clear()
+            blocks[name] = HeadBlocks(src)
+        xh = np.ascontiguousarray(increments(blocks[name].head(h)[:, :, None])[:, :, 0])
+    else:
+        xh = np.ascontiguousarray(src[:, :, h])
     return analyse_head(xh, name, h, *_JOBS["args"])
 
 
 def analyse(traces, chunks=CHUNKS, dtypes=DTYPES, risk=RISK, block=BLOCK, cells=CELLS, groups=GROUPS, workers=1):
     """Every head of traces {name: (S, T, H) log-gates}: a list of HeadChunks (heads x dtypes).
     Chunk sizes must be multiples of `block` and at most T. workers: processes, one head each at a time (None:
-    the available processors); the results do not depend on it."""
+    the available processors); the results do not depend on it. A traces.LazyTrace layer (a file's, from
+    open_traces or check_trace_file) is read head by head, a block of heads at a time, never whole."""
     chunks = _check_chunks(chunks, block)
     if not (0 < risk < 1):
         raise ValueError(f"risk must lie in (0, 1); got {risk}")
     xs, index = {}, []
     for name, lg in traces.items():
-        x = increments(lg)
+        x = lg if isinstance(lg, LazyTrace) else increments(lg)               # a lazy layer: checked per head
         if max(chunks) > x.shape[1]:
             raise ValueError(f"{name}: chunk size {max(chunks)} exceeds the trace length {x.shape[1]}")
         xs[name] = x

@@ -23,7 +23,7 @@ from foxwindow import outputs
 from foxwindow.laws import gates
 from foxwindow.models import adapters
 from foxwindow.models.fox import load_checkpoint, shipped_checkpoint
-from foxwindow.models.traces import load_trace, run_with_cache
+from foxwindow.models.traces import check_trace_file, run_with_cache
 from foxwindow.training import data
 from foxwindow.uses.chunks import (
     BLOCK,
@@ -366,7 +366,7 @@ def main(argv=None):
             outputs.write_result(a.json, {"info": {"synthetic": True}, "rows": rows}, "chunks")
         return 0
     if a.traces:
-        traces, meta = load_trace(outputs.input_file("--traces", a.traces))
+        traces, meta = check_trace_file(outputs.input_file("--traces", a.traces))     # streamed, read head by head
     elif a.random_layers:
         outputs.positive("--n-seq", a.n_seq, 2)
         traces, meta = random_layer_traces(n_seq=a.n_seq, seq_len=a.seq_len)
@@ -403,7 +403,7 @@ def main(argv=None):
     if a.op:
         ops = {}
         for name, lg in traces.items():
-            r = op_rates(lg, a.chunks, a.dtypes)
+            r = op_rates(np.asarray(lg), a.chunks, a.dtypes)                    # the op runs on the whole layer
             ops[name] = {f"{dt}:{C}": [asdict(x) for x in v] for (dt, C), v in r.items()}
         agree = all(o["failures"] == m["failures"] for h in heads
                     for C, m in zip(h.chunks, h.measured)

@@ -254,7 +254,7 @@ def test_read_heads_reads_blocks_of_heads_in_chunks_of_rows(tmp_path, monkeypatc
 
 
 def test_heads_read_in_blocks_give_the_numbers_of_one_head_at_a_time(tmp_path, monkeypatch):
-    """A trace file's heads are read a block at a time (driver.HEAD_BLOCK_BYTES): blocks of 2 heads (one cut at
+    """A trace file's heads are read a block at a time (traces.HEAD_BLOCK_BYTES): blocks of 2 heads (one cut at
     its layer's end), in this process and in two workers, give the numbers of whole-layer blocks and of one head
     at a time."""
     path, tr = _trace_file(tmp_path)
@@ -264,7 +264,7 @@ def test_heads_read_in_blocks_give_the_numbers_of_one_head_at_a_time(tmp_path, m
     real = traces.LazyTrace.read_heads
     monkeypatch.setattr(traces.LazyTrace, "read_heads", lambda self, hs: (reads.append(list(hs)), real(self, hs))[1])
     for size in (2 * 6 * 256 * 4, 1):                                              # 2 heads a block; 1 head
-        monkeypatch.setattr(heads, "HEAD_BLOCK_BYTES", size)
+        monkeypatch.setattr(traces, "HEAD_BLOCK_BYTES", size)
         reads.clear()
         one, i1 = heads.analyse_traces(path, seed=11, n_boot=200, workers=1)
         assert reads == ([[0, 1], [0, 1], [2]] if size > 1 else [[0], [1], [0], [1], [2]]), reads
@@ -370,14 +370,20 @@ def test_lag_sums_need_no_more_than_max_lag_of_padding():
     np.testing.assert_allclose(renewal.lag_sums(x, 39), direct, rtol=1e-10, atol=1e-12 * np.abs(direct).max())
 
 
-def test_chunks_heads_in_two_processes_equal_one(tmp_path):
+def test_chunks_heads_in_two_processes_equal_one(tmp_path, monkeypatch):
     from dataclasses import asdict
 
     from foxwindow.uses import chunks
-    _, tr = _trace_file(tmp_path, S=6, T=512, H=(3,))
+    path, tr = _trace_file(tmp_path, S=6, T=512, H=(3,))
     one = chunks.analyse(tr, chunks=(64, 128), workers=1)
     two = chunks.analyse(tr, chunks=(64, 128), workers=2)
     assert [asdict(h) for h in one] == [asdict(h) for h in two]
+    # the file's layer read head by head (blocks of 2 heads and of 1) gives the numbers of the arrays in memory
+    for size in (2 * 6 * 512 * 4, 1):
+        monkeypatch.setattr(traces, "HEAD_BLOCK_BYTES", size)
+        lazy, _ = traces.check_trace_file(path)
+        for w in (1, 2):
+            assert [asdict(h) for h in chunks.analyse(lazy, chunks=(64, 128), workers=w)] == [asdict(h) for h in one]
 
 
 def test_search_left_on_extreme_spans():
