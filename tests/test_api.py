@@ -102,6 +102,24 @@ def test_analyse_refuses_bad_arrays_before_any_work():
         foxwindow.analyse({"l": _lg(S=4, T=30, H=40)}, eps=1e-2, n_boot=0, seed=0)
 
 
+def test_analyse_checks_a_whole_trace_file_before_any_head(tmp_path, monkeypatch):
+    """A trace file's bad value in its last head is found before the first head is analysed."""
+    import foxwindow
+    from foxwindow.heads import driver
+    lg = _lg(S=6, T=64, H=3)
+    bad = lg.copy()
+    bad[5, 63, 2] = np.nan
+    path = str(tmp_path / "t.npz")                                  # written by hand: save_trace refuses a NaN
+    meta = dict(format=traces.TRACE_FORMAT, names=["a", "b"], shapes=[list(lg.shape)] * 2)
+    np.savez(path, meta_json=np.frombuffer(json.dumps(meta).encode(), np.uint8), trace_0=lg, trace_1=bad)
+    analysed = []
+    real = driver.increments                                        # each head's first step
+    monkeypatch.setattr(driver, "increments", lambda *a, **k: (analysed.append(1), real(*a, **k))[1])
+    with pytest.raises(ValueError, match="trace 'b' has NaN"):
+        foxwindow.analyse(path, eps=1e-2, n_boot=0, seed=0)
+    assert not analysed
+
+
 def test_print_table_on_user_data_without_info(capsys):
     from foxwindow.heads import driver
     results, _ = driver.analyse_layers({"l0": _lg()}, eps=[1e-2, 1e-3], n_boot=0, seed=0)

@@ -80,6 +80,7 @@ def analyse(x, *, eps=None, L=None, n_boot=driver.N_BOOT, seed=None, tokens=None
     Returns a HeadsResult (.heads, .at(eps=...), .table(), .to_json()).
     """
     if isinstance(x, (str, os.PathLike)):
+        traces.check_trace_file(os.fspath(x))       # every value before the work, streamed (a file of any size)
         results, info = driver.analyse_traces(os.fspath(x), eps=eps, L=L, n_boot=n_boot, seed=seed,
                                               progress=progress)
         info["split"] = "user data"
