@@ -65,15 +65,19 @@ def coverage_statistic(sp, what="mean", shrink=1.0, se="se_"):
 def measure(path, seeds, per_docs, eps=None, progress=True):
     """Every head of the trace file at `path` (traces.save_trace) under each seed and each walks-per-document
     count in per_docs. Returns a dict: rows (one per head and per_doc: ratios per eps), summary, seconds."""
-    traces, meta = trace_files.load_traces_checked(path)
+    traces, meta = trace_files.check_trace_file(path)              # checked streamed, read a block of heads at a time
     eps = list(lawtable.EPS_SCAN if eps is None else eps)
     Ls = np.array([gates.threshold(e) for e in eps])
     context = meta.get("context") if isinstance(meta.get("context"), int) else None
     units = [(name, h) for name, tr in traces.items() for h in range(tr.shape[2])]
     rows, cpu = [], {}
     bar = tqdm(total=len(units) * len(per_docs), desc="seed spread", disable=not progress, file=sys.stderr)
+    blocks = {}
     for name, h in units:
-        x = gates.increments_from_log_gates(np.asarray(traces[name][:, :, h], dtype=np.float64))
+        if name not in blocks:
+            blocks.clear()
+            blocks[name] = trace_files.HeadBlocks(traces[name])
+        x = gates.increments_from_log_gates(np.asarray(blocks[name].head(h), dtype=np.float64))
         for m in per_docs:
             t0 = time.process_time()
             sp = spread(x, Ls, seeds, m, context)

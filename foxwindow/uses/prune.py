@@ -18,9 +18,7 @@ trace names of this package's FoX model; --kind when neither is known):
              reported; the memory horizon of the state is, the steps until an input's contribution decays
              below tol (the p-quantile of W at L = ln(1/tol)).
 """
-import concurrent.futures as cf
 import math
-import multiprocessing as mp
 import os
 import re
 import sys
@@ -270,9 +268,10 @@ OUR_HOOK = re.compile(r"blocks\.\d+\.attn\.hook_log_fgate$")
 
 
 def load_traces(path):
-    """traces.load_traces_checked: every trace (S, T, H) with S >= 3 sequences, T >= max(S, H, 16) tokens, the same
-    S and T in every layer. Returns (traces, meta); ValueError otherwise."""
-    return traces.load_traces_checked(path)
+    """traces.check_trace_file: every trace (S, T, H) with S >= 3 sequences, T >= max(S, H, 16) tokens, the same
+    S and T in every layer, every value checked streamed. Returns (traces {name: traces.LazyTrace}, meta), read
+    head by head later; ValueError otherwise."""
+    return traces.check_trace_file(path)
 
 
 def _family_kinds(meta):
@@ -362,47 +361,33 @@ def _recurrent_head(name, li, h, law, meas, L_tols, p, ctx):
     return hd
 
 
-def _exact_tables(laws, levels, progress, workers):
-    """Fill every law's exact survival tables at `levels` (the expensive part: ~25 exact first-passage
-    computations per iid head, 0.1-2 s each on a trace's step law of thousands of atoms), each (head, level)
-    a job, over `workers` processes. The values are those the law would compute itself."""
-    jobs = [(i, key, L) for i, law in enumerate(laws) for key, L in law.pending_levels(levels)]
-    if not jobs:
-        return
-    bar = _bar(len(jobs), progress, "exact laws")
-    workers = max(1, min(workers, len(jobs)))
-    tables = [dict() for _ in laws]
-    if workers == 1:
-        for i, key, L in jobs:
-            tables[i][key] = survival_table(laws[i].gate, L)
-            bar.update()
-    else:
-        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        # each worker's BLAS on one thread: the workers share the cores
-        with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=parallel.one_blas_thread) as ex:
-            futs = {ex.submit(survival_table, laws[i].gate, L): (i, key) for i, key, L in jobs}
-            for f in cf.as_completed(futs):
-                i, key = futs[f]
-                tables[i][key] = f.result()
-                bar.update()
-    bar.close()
-    for law, t in zip(laws, tables):
-        law.fill_levels(t)
-
-
 def _trace_heads(trs, head_fn, levels, progress, workers=1):
-    """Every head of the traces: its law fitted on the odd sequences, the exact survival tables at `levels`
-    filled (in parallel), then head_fn(name, li, h, law, meas (S/2, T) even sequences). Returns the heads'
-    results in layer, head order."""
-    jobs = []
-    for li, (name, tr) in enumerate(trs.items()):
-        fit, meas = tr[1::2].astype(np.float64), tr[0::2].astype(np.float64)      # (S/2, T, H) each, disjoint
-        jobs += [(name, li, h, HeadLaw.from_trace(fit[:, :, h], name=f"{name}[{h}]"), meas[:, :, h])
-                 for h in range(tr.shape[2])]
-    _exact_tables([j[3] for j in jobs], levels, progress, workers)
-    bar = _bar(len(jobs), progress, "heads")
-    try:                # each head in its own process (forked: the laws and traces are not pickled)
-        out = parallel.run_jobs(lambda i: head_fn(*jobs[i]), len(jobs), parallel.resolve_workers(workers, len(jobs)),
+    """Every head of the traces ({name: (S, T, H) array or traces.LazyTrace}), one job a head over `workers`
+    processes: its log gates read (a file's a block of heads at a time, traces.HeadBlocks), its law fitted on the
+    odd sequences, its exact survival tables at `levels` (the expensive part: ~25 exact first-passage computations
+    per iid head, 0.1-2 s each on a trace's step law of thousands of atoms), then head_fn(name, li, h, law, meas
+    (S/2, T) even sequences). A process holds a block of heads and the head at hand, never the file. Returns the
+    heads' results in layer, head order; the values do not depend on `workers`."""
+    index = [(li, name, h) for li, (name, tr) in enumerate(trs.items()) for h in range(tr.shape[2])]
+    blocks = {}                                       # this process's HeadBlocks (a forked worker its own)
+
+    def one(i):
+        li, name, h = index[i]
+        tr = trs[name]
+        if isinstance(tr, traces.LazyTrace):
+            if name not in blocks:
+                blocks.clear()
+                blocks[name] = traces.HeadBlocks(tr)
+            lg = blocks[name].head(h)                                  # (S, T)
+        else:
+            lg = tr[:, :, h].detach().cpu().numpy() if isinstance(tr, torch.Tensor) else np.asarray(tr[:, :, h])
+        fit, meas = lg[1::2].astype(np.float64), lg[0::2].astype(np.float64)     # (S/2, T) each, disjoint
+        law = HeadLaw.from_trace(fit, name=f"{name}[{h}]")
+        law.fill_levels({key: survival_table(law.gate, L) for key, L in law.pending_levels(levels)})
+        return head_fn(name, li, h, law, meas)
+    bar = _bar(len(index), progress, "heads")
+    try:                # each head in its own process (forked: the traces are not pickled)
+        out = parallel.run_jobs(one, len(index), parallel.resolve_workers(workers, len(index)),
                                 on_result=lambda i, r: bar.update())
     finally:
         bar.close()

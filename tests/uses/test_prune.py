@@ -451,6 +451,18 @@ def test_exact_laws_in_processes_give_the_same_result(tmp_path):
     assert one["heads"] == two["heads"] and one["per_tol"] == two["per_tol"]
 
 
+def test_trace_heads_are_read_a_block_at_a_time_never_the_whole_file(tmp_path, monkeypatch):
+    """prune.py --traces reads its heads through traces.HeadBlocks (here one head a block), never the whole file
+    (load_trace), with the numbers of the default blocks."""
+    path, _ = _trace_file(tmp_path / "t.npz", S=6, T=32, meta=dict(kind="recurrent"))
+    ref = prune.analyse_traces(path, None, [3.0], progress=False, workers=1)
+    monkeypatch.setattr(traces, "load_trace", lambda *a, **k: pytest.fail("the whole file was loaded"))
+    monkeypatch.setattr(traces, "HEAD_BLOCK_BYTES", 1)
+    for w in (1, 2):
+        got = prune.analyse_traces(path, None, [3.0], progress=False, workers=w)
+        assert got["heads"] == ref["heads"] and got["per_tol"] == ref["per_tol"]
+
+
 @pytest.mark.parametrize("module, first", [("prune_laws", "The window law of a head"),
                                            ("prune_measure", "What prune.py measures"),
                                            ("prune_report", "The text report of prune.py")])
