@@ -51,3 +51,17 @@ def test_mc_part_is_below_the_printed_se_and_shrinks_with_walks():
 def test_ratio_nan_for_a_constant_window():
     sp = {"mean": np.zeros((4, 2)), "se_mean": np.zeros((4, 2))}
     assert np.isnan(seed_spread.ratios(sp)).all()
+
+
+def test_measure_reads_a_trace_file_a_block_of_heads_at_a_time(tmp_path, monkeypatch):
+    """seed_spread.measure on a trace file: the heads read through traces.HeadBlocks (one head a block here), never
+    the whole file, with the numbers of the default blocks."""
+    from foxwindow.models import traces
+    lg = np.stack([-_trace(*h[:3], seed=i, S=6, T=256) for i, h in enumerate(HEADS[:3])], 2).astype(np.float32)
+    path = str(tmp_path / "t.npz")
+    traces.save_trace(path, {"layer": lg})
+    ref = seed_spread.measure(path, seeds=[0, 1], per_docs=[8], eps=[1e-2], progress=False)
+    monkeypatch.setattr(traces, "load_trace", lambda *a, **k: pytest.fail("the whole file was loaded"))
+    monkeypatch.setattr(traces, "HEAD_BLOCK_BYTES", 1)
+    got = seed_spread.measure(path, seeds=[0, 1], per_docs=[8], eps=[1e-2], progress=False)
+    assert got["rows"] == ref["rows"] and len(got["rows"]) == 3
