@@ -89,7 +89,8 @@ def build_parser():
     p = outputs.parser("Per-head verdict and windows of a gated model (python forget.py)")
     p.add_argument("--synthetic", action="store_true", help="synthetic gates instead of the shipped model's traces")
     p.add_argument("--eps", type=float, default=1e-3,
-                   help="decay threshold in (0, 1): added to the scan of the verdict and predictions, and the "
+                   help="decay threshold in (0, 1): added to the scan of the verdict and predictions (one outside "
+                        "1e-2, 1e-3, 1e-4 gets a block of its own after the table: every law there), and the "
                         "threshold of the decay and attention-mass windows")
     p.add_argument("--trials", type=int, default=200_000, help="Monte Carlo trials per gate (--synthetic)")
     p.add_argument("--seed", type=int, default=None,
@@ -197,7 +198,7 @@ def main(argv=None):
         raise
     if results is None:
         return                                  # not rank 0: rank 0 prints and writes
-    print_table(results, info)
+    print_table(results, info, eps=a.eps)
     if a.json:
         outputs.write_result(a.json, to_json(results, info), "heads")
     if a.report:

@@ -113,9 +113,11 @@ def _wrap(text):
     print("\n".join(textwrap.wrap(text, WIDTH, break_on_hyphens=False)))
 
 
-def print_table(results, info):
+def print_table(results, info, eps=None):
     """The per-head table within WIDTH columns: measured Var[W] at REPORT_EPS, the lead law's and the
-    bootstrap's Var ratio to it (out of sample) with their states, and each head's summary."""
+    bootstrap's Var ratio to it (out of sample) with their states, and each head's summary. eps: an eps the user
+    asked for (`--eps`); one outside REPORT_EPS and in the scan gets a block of its own after the table: per
+    head its measured Var[W] and every law's cell there."""
     info = dict(info or {})
     S = info.get("n_seq", results[0].n_seq if results else 0)
     seq_len = info.get("seq_len")
@@ -158,6 +160,9 @@ def print_table(results, info):
         if len(tail) > last:
             tail, cut = tail[:last - 1] + "+", cut + 1
         print(" ".join(cells) + " " + tail)
+    if eps is not None and results and not any(abs(e - eps) <= 1e-12 * e for e in REPORT_EPS) \
+            and _at(results[0], eps) is not None:
+        _asked_block(results, eps)
     counts = {}
     for r in results:
         for law in (r.summary or {}).get("false", []):
@@ -181,6 +186,20 @@ def print_table(results, info):
     if info.get("context") and T and T > info["context"]:
         _wrap(f"note: rows {T // 2}-{T - 1} lie beyond the model's {info['context']}-token training context; "
               f"`--max-len {info['context']}` analyses rows inside it.")
+
+
+def _asked_block(results, eps):
+    """The block of the asked eps: L.H, the measured Var[W] and every law's ratio cell (ratio_cell)."""
+    order = [n for n in SHORT if n != "bootstrap"] + ["bootstrap"]             # the reference last
+    laws = [n for n in order if any(n in ((_rec(r, eps) or {}).get("laws") or {}) for r in results)]
+    print(f"at --eps {eps:g} (L = {gates.threshold(eps):.4g}): measured Var[W] and every law's Var_law / "
+          "Var_measured with its state")
+    print(f"{'L.H':>6s} {'V':>7s} " + " ".join(f"{SHORT[n]:>8s}" for n in laws))
+    for r in results:
+        rec = _rec(r, eps)
+        cells = [ratio_cell(rec["laws"][n]) if rec is not None and n in rec["laws"] else "-" for n in laws]
+        print(f"{str(r.layer) + '.' + str(r.head):>6s}"[:6] + f" {_meas_var(r, eps):>7s} "
+              + " ".join(f"{c:>8s}"[:8] for c in cells))
 
 
 def to_json(results, info):

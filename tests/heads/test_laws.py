@@ -171,6 +171,18 @@ def test_table_fits_120_columns(capsys):
     assert table.ratio_cell({"var_ratio": 1.59, "var_ratio_ci": [0.64, 3.97], "state": "holds"}) == "1.59~H"
     assert table.ratio_cell({"var_ratio": 0.97, "var_ratio_ci": [0.8, 1.2], "state": "false"}) == "0.97F"
     assert table.ratio_cell({"var_ratio": None, "var_ratio_ci": None, "state": "undetermined"}) == "?"
+    # an asked eps outside the table's three: a block of its own, every law's cell there, within 120 columns
+    table.print_table(results, info, eps=0.03)
+    out = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(out) if line.startswith("at --eps 0.03 (L = 3.507)"))
+    head, rows = out[start + 1].split(), out[start + 2:start + 2 + len(results)]
+    assert head[:2] == ["L.H", "V"] and "3cum" in head and "boot" in head and max(map(len, out)) <= table.WIDTH
+    k = next(i for i, Lk in enumerate(results[1].L_list) if abs(Lk - forget.threshold(0.03)) < 1e-9)
+    rec = results[1].laws["at"][k]
+    assert rows[1].split()[0] == f"{results[1].layer}.{results[1].head}"
+    assert rows[1].split()[2 + head[2:].index("boot")] == table.ratio_cell(rec["laws"]["bootstrap"])
+    table.print_table(results, info, eps=1e-3)                           # in the table: no block
+    assert "at --eps" not in capsys.readouterr().out
 
 
 def test_law_study_runs_small_and_calls_the_iid_law_false_on_regimes():
