@@ -294,12 +294,14 @@ def _layer_getter(traces, names):
         tr = traces[names[l]]
         if isinstance(tr, torch.Tensor):
             return tr[:, :, h].cpu().numpy()
-        if not isinstance(tr, LazyTrace):
+        base, n = (tr.tr, tr.n) if isinstance(tr, _Cut) else (tr, None)      # --max-len: the first n positions
+        if not isinstance(base, LazyTrace):
             return tr[:, :, h]
         if l not in blocks:
             blocks.clear()                      # one layer's block held at a time
-            blocks[l] = HeadBlocks(tr)
-        return blocks[l].head(h)
+            blocks[l] = HeadBlocks(base)
+        x = blocks[l].head(h)
+        return x if n is None else x[:, :n]
     return get
 
 

@@ -272,6 +272,23 @@ def test_heads_read_in_blocks_give_the_numbers_of_one_head_at_a_time(tmp_path, m
         assert table.to_json(one, i1)["heads"] == want == table.to_json(two, i2)["heads"]
 
 
+def test_max_len_reads_heads_in_blocks_and_gives_the_numbers_of_a_cut_file(tmp_path, monkeypatch):
+    """--max-len on a trace file: the heads read through HeadBlocks (one head a block here) and cut, the numbers of
+    a file holding only the first max_len positions."""
+    path, tr = _trace_file(tmp_path)
+    cut = str(tmp_path / "cut.npz")
+    traces.save_trace(cut, {k: v[:, :128] for k, v in tr.items()})
+    want, iw = heads.analyse_traces(cut, seed=5, n_boot=100, workers=1)
+    monkeypatch.setattr(traces, "HEAD_BLOCK_BYTES", 1)
+    reads = []
+    real = traces.LazyTrace.read_heads
+    monkeypatch.setattr(traces.LazyTrace, "read_heads", lambda self, hs: (reads.append(list(hs)), real(self, hs))[1])
+    for w in (1, 2):
+        got, ig = heads.analyse_traces(path, seed=5, n_boot=100, workers=w, max_len=128)
+        assert table.to_json(got, ig)["heads"] == table.to_json(want, iw)["heads"]
+    assert reads == [[0], [1], [0], [1], [2]]                            # this process's run (workers 1)
+
+
 def test_bad_values_are_found_once_per_head(tmp_path):
     path, tr = _trace_file(tmp_path, H=(2,))
     with np.load(path) as z:
