@@ -14,8 +14,10 @@ W (SE 0 and no spread: W = 0 at eps 0.5 for gates that always close at once) are
     python -m foxwindow seed-spread --traces results/lstm/textgenrnn_16units.npz --seeds 8 \\
         --per-doc 16 64 --json results/seeds/lstm.json
 """
+import functools
 import math
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -118,20 +120,28 @@ def measure(path, seeds, per_docs, eps=None, progress=True):
 
 
 def report(res):
+    """The summary table within 120 columns: a row per walks-per-document count."""
     K = len(res["seeds"])
     q90 = math.sqrt(_chi2_q(0.9, K - 1) / (K - 1))
-    print(f"{res['path']}: {res['n_units']} heads/units x {len(res['eps'])} eps, {K} seeds. r = seed sd / printed SE "
-          f"(<= 1 when the SE covers the seed spread; with {K} seeds an exactly covering SE gives r up to {q90:.2f} "
-          "in 90% of cells)")
-    print(f"{'walks/doc':>9s} {'r(mean) med':>11s} {'p90':>6s} {'max':>6s} {'per unit med':>12s} {'p90':>6s} "
-          f"{'r(var) med':>10s} {'p90':>6s} {'move of mean med':>16s} {'p90':>6s} {'MC share of SE':>14s} "
-          f"{'mean r^2 (mean/var)':>19s} {'const':>5s} {'CPU s':>6s}")
+    say = functools.partial(textwrap.fill, width=120, subsequent_indent="  ", break_on_hyphens=False)
+    print(say(f"{res['path']}: {res['n_units']} heads/units x {len(res['eps'])} eps, {K} seeds. r = seed sd / "
+              f"printed SE (<= 1 when the SE covers the seed spread; with {K} seeds an exactly covering SE gives r up "
+              f"to {q90:.2f} in 90% of cells)"))
+    print(say("r(E), r(V): r of the predicted mean and variance over the cells (median md, 90% quantile 90, max); "
+              "unit: each unit's median r(E) over its eps (median, 90%); mv: the seed sd of the predicted mean over "
+              "the mean; MC/SE: the Monte Carlo share of the printed SE; r2(E), r2(V): the pooled mean r^2; const: "
+              "cells with one value under every seed"))
+    cols = ("walks", "r(E)md", "r(E)90", "r(E)max", "unit md", "unit 90", "r(V)md", "r(V)90", "mv md", "mv 90",
+            "MC/SE", "r2(E)", "r2(V)", "const", "CPU s")
+    print(f"{cols[0]:>6s}" + "".join(f" {c:>7s}" for c in cols[1:]))
     for m, s in res["summary"].items():
         a, v, rel, mc = s["ratio_mean"], s["ratio_var"], s["rel_sd_mean"], s["mc_share_of_se"]
-        print(f"{m:>9s} {a['median']:11.2f} {a['p90']:6.2f} {a['max']:6.2f} {a['unit_median_median']:12.2f} "
-              f"{a['unit_median_p90']:6.2f} {v['median']:10.2f} {v['p90']:6.2f} {100 * rel['median']:15.2f}% "
-              f"{100 * rel['p90']:5.1f}% {mc['median']:14.2f} {s['pooled_r2_mean']:9.2f}/{s['pooled_r2_var']:<9.2f} "
-              f"{s['constant_cells']:5d} {s['cpu_s']:6.1f}")
+        cells = [f"{a['median']:.2f}", f"{a['p90']:.2f}", f"{a['max']:.2f}", f"{a['unit_median_median']:.2f}",
+                 f"{a['unit_median_p90']:.2f}", f"{v['median']:.2f}", f"{v['p90']:.2f}",
+                 f"{100 * rel['median']:.2f}%", f"{100 * rel['p90']:.1f}%", f"{mc['median']:.2f}",
+                 f"{s['pooled_r2_mean']:.2f}", f"{s['pooled_r2_var']:.2f}", f"{s['constant_cells']:d}",
+                 f"{s['cpu_s']:.1f}"]
+        print(f"{m:>6s}" + "".join(f" {c:>7s}" for c in cells))
 
 
 def _chi2_q(p, df):
