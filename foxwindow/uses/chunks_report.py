@@ -67,6 +67,18 @@ def say(text, file=None, indent="  "):
     print(textwrap.fill(text, WIDTH, subsequent_indent=indent, break_on_hyphens=False), file=file or sys.stdout)
 
 
+def say_items(lead, items, file=None):
+    """Print `lead` and items joined by ', ' within WIDTH columns, an item never cut (later lines indented)."""
+    file, line = file or sys.stdout, lead
+    for k, item in enumerate(items):
+        piece = item + ("," if k < len(items) - 1 else "")
+        if len(line) + len(piece) + 1 > WIDTH and line.strip() and line != lead:
+            print(line.rstrip(), file=file)
+            line = " " * len(lead)
+        line += ("" if line.endswith(" ") or line == lead else " ") + piece
+    print(line.rstrip(), file=file)
+
+
 def print_table(heads, risk, file=None):
     """Two lines a head and dtype: the predicted P(chunk overflows) and the measured one, one column per chunk
     size; more chunk sizes than fit in WIDTH columns go to further blocks of the table."""
@@ -262,9 +274,9 @@ def print_range(rows, a, file=None):
     """The --gate-range table: per dtype the largest safe chunk, worst case."""
     file = sys.stdout if file is None else file
     r0 = rows[0]
-    print(f"Chunk safety from the gate range alone ({_range_source(a)}): log g in [{r0.lo:.6g}, {r0.hi:.6g}] per "
-          f"token, X = -log g in [{r0.x_min:.6g}, {r0.x_max:.6g}] nats; worst case (every token at the range's "
-          "strongest decay).", file=file)
+    say(f"Chunk safety from the gate range alone ({_range_source(a)}): log g in [{r0.lo:.6g}, {r0.hi:.6g}] per "
+        f"token, X = -log g in [{r0.x_min:.6g}, {r0.x_max:.6g}] nats; worst case (every token at the range's "
+        "strongest decay).", file)
     hdr = (f"{'dtype':>9s} {'theta':>8s} {'textbook C_max':>14s} {'pow2':>5s} {'all fail at':>11s} "
            f"{'anchored (sub ' + str(r0.sub) + ', shift ' + format(r0.shift, '.3g') + ')':>30s}  re-centred")
     print(hdr, file=file)
@@ -276,13 +288,14 @@ def print_range(rows, a, file=None):
         an = "any C (sub-chunk safe)" if r.anchored_safe else "overflows in a sub-chunk"
         print(f"{r.dtype:>9s} {r.theta:8.4f} {tb:>14s} {p2:>5s} {af:>11s} {an:>30s}  any C", file=file)
     Cs = sorted(r0.per_token)
-    print("Strongest safe decay per token (textbook form, theta / C nats; log g >= -theta / C): "
-          + "; ".join(f"{r.dtype}: " + ", ".join(f"C={C} {r.per_token[C]:.4g}" for C in Cs) for r in rows), file=file)
-    print("textbook: q exp(cum_i), k exp(-cum_j) formed apart (the key factor exp(b_j), b_j the chunk's inclusive "
-          "sum of X up to j, overflows once b_j > theta: at token floor(theta / x_max) + 1 of a chunk at the "
-          "strongest decay); anchored: factors anchored per sub-chunk at G_0 - shift (fla 0.6 KDA's safe_gate "
-          "path); re-centred: exp(cum_i - cum_j) per pair (fla 0.6's GLA, Gated DeltaNet and KDA default paths): "
-          "never overflows. " + r0.risk_note + ".", file=file)
+    print("Strongest safe decay per token (textbook form, theta / C nats; log g >= -theta / C):", file=file)
+    for r in rows:
+        say_items(f"  {r.dtype:>8s}: ", [f"C={C} {r.per_token[C]:.4g}" for C in Cs], file)
+    say("textbook: q exp(cum_i), k exp(-cum_j) formed apart (the key factor exp(b_j), b_j the chunk's inclusive "
+        "sum of X up to j, overflows once b_j > theta: at token floor(theta / x_max) + 1 of a chunk at the "
+        "strongest decay); anchored: factors anchored per sub-chunk at G_0 - shift (fla 0.6 KDA's safe_gate "
+        "path); re-centred: exp(cum_i - cum_j) per pair (fla 0.6's GLA, Gated DeltaNet and KDA default paths): "
+        "never overflows. " + r0.risk_note + ".", file)
 
 
 def main(argv=None):

@@ -67,10 +67,12 @@ def test_gate_range_command(tmp_path, capsys):
     assert chunks_report.main(["--gate-range", "-5.545", "0", "--json", js]) == 0
     out = capsys.readouterr().out
     assert "float32  88.7228             16    16" in out and "worst case" in out and "C=16 5.545" in out
+    assert max(map(len, out.splitlines())) <= 120
     res = json.load(open(js))
     assert [r["textbook"] for r in res["range"]] == [16, 16, 2]
     assert chunks_report.main(["--a-log-range", "-5.56", "4.9", "--dt-range", "0.001", "0.1"]) == 0
-    assert "log g in [-13.429" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "log g in [-13.429" in " ".join(out.split()) and max(map(len, out.splitlines())) <= 120  # wrapped prose
     from foxwindow import outputs
     for argv in (["--gate-range", "-1", "-2"], ["--gate-range", "-1", "0", "--a-log-range", "0", "1"],
                  ["--dt-range", "0", "1"], ["--gate-range", "-1", "0", "--synthetic"]):
