@@ -3,6 +3,7 @@
 format_report(res) takes the dict of prune.analyse_model or prune.analyse_traces (softmax or recurrent kind).
 """
 import math
+import textwrap
 
 import numpy as np
 
@@ -10,10 +11,22 @@ from foxwindow.uses.prune_laws import CONTEXTS
 
 __all__ = ["LAW_SHORT", "format_recurrent", "format_report"]
 
-LAW_SHORT = {"iid, exact numerics": "iid exact", "autocorrelation-adjusted normal": "AR normal"}
+LAW_SHORT = {"iid, exact numerics": "iid exact", "autocorrelation-adjusted normal": "AR normal",
+             "iid, normal (L/kappa beyond the lattice numerics)": "iid norm",
+             "deterministic (constant gate)": "constant", "iid, closed form": "iid cform"}
+WIDTH = 120                     # the report's columns: prose wrapped, tables built to fit
+
+
+def _wrap(text, indent="  "):
+    """Prose as lines within WIDTH columns (later lines indented by `indent`)."""
+    return textwrap.wrap(text, WIDTH, subsequent_indent=indent, break_on_hyphens=False)
 
 
 def _header(info, traced):
+    return [line for text in _header_text(info, traced) for line in _wrap(text)]
+
+
+def _header_text(info, traced):
     if traced:
         ctx = info["context"]
         return [f"ACP block pruning and KV horizons from gate traces: {info['traces']} (model {info['model']}, "
@@ -37,9 +50,9 @@ def _header(info, traced):
 
 def _head_rows(res, traced, i):
     info = res["info"]
-    model_cols = "" if traced else f" {'Wm':>5s} {'cov':>5s} {'cert':>9s}"
-    out = [f"{'L.H':>4s} {'kappa':>7s} {'tau':>5s} {'law':>9s} {'U':>6s} {'L':>6s} {'pred':>6s} "
-           f"{'meas':>14s} {'err':>7s} {'h(T)':>7s}{model_cols} {'mem@32k':>7s} {'mem@1M':>7s} {'P(W>ctx)':>8s}"]
+    model_cols = "" if traced else f" {'Wm':>5s} {'cov':>5s} {'cert':>7s}"
+    out = [f"{'L.H':>4s} {'kappa':>7s} {'tau':>5s} {'law':>9s} {'U':>6s} {'L':>5s} {'pred':>6s} "
+           f"{'meas':>12s} {'err':>6s} {'h(T)':>6s}{model_cols} {'mem@32k':>7s} {'mem@1M':>7s} {'P(W>ctx)':>8s}"]
     out.append("-" * len(out[-1]))
     for hd in res["heads"]:
         e = hd["tols"][i]
@@ -48,12 +61,21 @@ def _head_rows(res, traced, i):
         if not traced:
             cert = e["certified_horizon"]
             cols = (f" {e.get('mass_window_max', -1):5d} {e.get('horizon_coverage', float('nan')):5.3f} "
-                    f"{cert if cert is not None else '-':>9}")
+                    f"{_count(cert, 7):>7}")
+        meas = f"{e['meas_frac_blocks']:.3f}+-{e['se_meas']:.3f}"
         out.append(f"{hd['layer']:>2d}.{hd['head']:<1d} {hd['kappa']:7.4f} {hd['tau']:5.2f} {law:>9s} {e['U']:6.2f} "
-                   f"{e['L']:6.2f} {e['pred_frac_blocks']:6.3f} {e['meas_frac_blocks']:6.3f}+-{e['se_meas']:<6.3f} "
-                   f"{e['err']:+7.3f} {e['horizon'][str(info['seq_len'])]:>7d}{cols} {e['mem_saved']['32768']:7.3f} "
+                   f"{e['L']:5.1f} {e['pred_frac_blocks']:6.3f} {meas:>12s} {e['err']:+6.3f} "
+                   f"{_count(e['horizon'][str(info['seq_len'])], 6):>6s}{cols} {e['mem_saved']['32768']:7.3f} "
                    f"{e['mem_saved']['1048576']:7.3f} {e['p_window_beyond_context']:8.3f}")
     return out
+
+
+def _count(v, width):
+    """An integer count in at most `width` characters ('-' for None; 1.2e6 style past that)."""
+    if v is None:
+        return "-"
+    t = str(int(v))
+    return t if len(t) <= width else f"{v:.{max(0, width - 6)}e}".replace("e+0", "e").replace("e+", "e")
 
 
 def _layer_names(res):
@@ -63,30 +85,33 @@ def _layer_names(res):
 
 def _tol_rows(res, traced):
     info = res["info"]
-    mem_hdr = " ".join(f"{'mem@' + (f'{T // 1024}k' if T < 1 << 20 else '1M'):>8s}" for T in CONTEXTS)
     if traced:
         out = ["Per tol, all heads:"]
-        hdr = f"{'ln tol':>6s} {'pred blk':>8s} {'meas blk':>8s} {'FLOP p/m':>11s} {'speedup p/m':>11s} " + mem_hdr
+        hdr = f"{'ln tol':>6s} {'pred blk':>8s} {'meas blk':>8s} {'FLOP p/m':>11s} {'speedup p/m':>11s}"
     else:
-        out = [f"Model, per tol (dense bits/byte {info['bpb_dense']:.4f}; mass bound: every row's pruned "
-               f"attention mass <= tol; output bound: |pruned - dense| <= mass x range(v) per entry, excess = "
-               f"largest |pruned - dense| - bound, which float32 rounding alone puts near 1e-7 x max|v|):"]
+        out = _wrap(f"Model, per tol (dense bits/byte {info['bpb_dense']:.4f}; mass bound: every row's pruned "
+                    f"attention mass <= tol; output bound: |pruned - dense| <= mass x range(v) per entry, excess = "
+                    f"largest |pruned - dense| - bound, which float32 rounding alone puts near 1e-7 x max|v|):")
         hdr = (f"{'ln tol':>6s} {'pred blk':>8s} {'meas blk':>8s} {'FLOP p/m':>11s} {'speedup p/m':>11s} "
-               f"{'dbpb':>9s} {'readout':>8s} {'max mass':>9s} {'tol':>9s} {'excess':>9s} " + mem_hdr)
+               f"{'dbpb':>9s} {'readout':>8s} {'max mass':>9s} {'tol':>9s} {'excess':>9s}")
     out += [hdr, "-" * len(hdr)]
     for r in res["per_tol"]:
-        model = "" if traced else (f"{r['delta_bpb']:+9.2e} {r['readout_bound']:8.2e} {r['max_pruned_mass']:9.2e} "
-                                   f"{math.exp(r['log_tol']):9.2e} {r['max_excess']:+9.1e} ")
+        model = "" if traced else (f" {r['delta_bpb']:+9.2e} {r['readout_bound']:8.2e} {r['max_pruned_mass']:9.2e} "
+                                   f"{math.exp(r['log_tol']):9.2e} {r['max_excess']:+9.1e}")
         out.append(f"{r['log_tol']:6.1f} {r['pred_frac_blocks']:8.3f} {r['meas_frac_blocks']:8.3f} "
                    f"{r['pred_frac_flops']:5.3f}/{r['meas_frac_flops']:5.3f} "
-                   f"{r['pred_speedup']:5.2f}/{r['meas_speedup']:<5.2f} " + model
-                   + " ".join(f"{r['mem_saved'][str(T)]:8.3f}" for T in CONTEXTS))
+                   f"{r['pred_speedup']:5.2f}/{r['meas_speedup']:<5.2f}" + model)
+    mem_hdr = f"{'ln tol':>6s} " + " ".join(f"{'mem@' + (f'{T // 1024}k' if T < 1 << 20 else '1M'):>8s}"
+                                             for T in CONTEXTS)
+    out += ["", "KV memory saved, per tol (mean over heads):", mem_hdr, "-" * len(mem_hdr)]
+    out += [f"{r['log_tol']:6.1f} " + " ".join(f"{r['mem_saved'][str(T)]:8.3f}" for T in CONTEXTS)
+            for r in res["per_tol"]]
     if traced:
-        out.append("mem@T: KV memory saved at context T (1 - kept/T, mean over heads); speedup: time proportional "
-                   "to visited blocks (a model).")
+        out += _wrap("mem@T: KV memory saved at context T (1 - kept/T, mean over heads); speedup: time proportional "
+                     "to visited blocks (a model).")
     else:
-        out.append("dbpb: pruned - dense bits/byte; readout: 2 mean_t max|d logit| / ln 2, a bound on |dbpb| from "
-                   "the measured logit change; mem@T: KV memory saved at context T (1 - kept/T, mean over heads).")
+        out += _wrap("dbpb: pruned - dense bits/byte; readout: 2 mean_t max|d logit| / ln 2, a bound on |dbpb| from "
+                     "the measured logit change; mem@T: KV memory saved at context T (1 - kept/T, mean over heads).")
     return out
 
 
@@ -94,19 +119,20 @@ def _decode_rows(d):
     out = ["", f"Decoding (recurrent form, {d['n_seq']} sequences): full cache {d['bpb_full']:.4f} bits/byte "
                f"(max |logit - parallel| {d['max_abs_logit_diff_vs_parallel']:.1e}, {d['seconds_full']:.1f} s)"]
     for r in d["runs"]:
-        out.append(f"  ln tol {r['log_tol']:6.1f}: horizons {r['horizons']}, bits/byte {r['bpb']:.4f} "
-                   f"({r['delta_bpb']:+.2e}), cache {r['cache_entries']}/{r['cache_entries_full']} entries "
-                   f"({r['mem_frac']:.3f} of full)")
+        out += _wrap(f"  ln tol {r['log_tol']:6.1f}: bits/byte {r['bpb']:.4f} ({r['delta_bpb']:+.2e}), cache "
+                     f"{r['cache_entries']}/{r['cache_entries_full']} entries ({r['mem_frac']:.3f} of full); horizons "
+                     f"by layer: " + "; ".join(",".join(map(str, hs)) for hs in r["horizons"]), indent=" " * 4)
     return out
 
 
 def _beyond_line(res, traced, i, ctx):
     pc = [h["tols"][i]["p_window_beyond_context"] for h in res["heads"]]
     pe = [h["p_window_beyond_context_eps1e-3"] for h in res["heads"]]
-    return (f"windows beyond the {'context' if traced else 'training context'} ({ctx}): at "
-            f"L = 2U + ln(1/tol) + ln ctx, mean P(W > ctx) over heads {np.mean(pc):.3f}, heads with P > 1/2: "
-            f"{sum(v > 0.5 for v in pc)} of {len(pc)}; at eps = 1e-3 (decay alone): {np.mean(pe):.3f}, "
-            f"{sum(v > 0.5 for v in pe)} of {len(pe)}")
+    return "\n".join(_wrap(
+        f"windows beyond the {'context' if traced else 'training context'} ({ctx}): at "
+        f"L = 2U + ln(1/tol) + ln ctx, mean P(W > ctx) over heads {np.mean(pc):.3f}, heads with P > 1/2: "
+        f"{sum(v > 0.5 for v in pc)} of {len(pc)}; at eps = 1e-3 (decay alone): {np.mean(pe):.3f}, "
+        f"{sum(v > 0.5 for v in pe)} of {len(pe)}"))
 
 
 def format_recurrent(res):
@@ -114,12 +140,14 @@ def format_recurrent(res):
     info = res["info"]
     i = info["log_tols"].index(info["decode_log_tol"])
     ctx = info["context"]
-    out = [f"Memory horizons of a recurrent state from gate traces: {info['traces']} (model {info['model']}, kind "
-           f"recurrent: {info['kind_source']}), laws fitted on {info['n_fit']} sequences x {info['seq_len']} tokens.",
-           f"Not reported: {info['left_out']}.",
-           f"Per head at ln tol = {info['decode_log_tol']:g}: state horizon h = {info['p']} quantile of W at "
-           f"L = ln(1/tol), the steps until an input's contribution to the state has decayed below tol; "
-           f"P(W>ctx) at context {ctx}{'' if info['context_given'] else ' (the trace length; --context sets it)'}."]
+    texts = [f"Memory horizons of a recurrent state from gate traces: {info['traces']} (model {info['model']}, kind "
+             f"recurrent: {info['kind_source']}), laws fitted on {info['n_fit']} sequences x {info['seq_len']} "
+             "tokens.",
+             f"Not reported: {info['left_out']}.",
+             f"Per head at ln tol = {info['decode_log_tol']:g}: state horizon h = {info['p']} quantile of W at "
+             f"L = ln(1/tol), the steps until an input's contribution to the state has decayed below tol; "
+             f"P(W>ctx) at context {ctx}{'' if info['context_given'] else ' (the trace length; --context sets it)'}."]
+    out = [line for text in texts for line in _wrap(text)]
     out.append(f"{'L.H':>4s} {'kappa':>7s} {'tau':>5s} {'law':>9s} {'L':>6s} {'h':>9s} {'P(W>ctx)':>8s}")
     out.append("-" * len(out[-1]))
     for hd in res["heads"]:
@@ -127,7 +155,7 @@ def format_recurrent(res):
         out.append(f"{hd['layer']:>2d}.{hd['head']:<1d} {hd['kappa']:7.4f} {hd['tau']:5.2f} "
                    f"{LAW_SHORT.get(e['method'], e['method'][:9]):>9s} {e['L']:6.2f} {e['state_horizon']:>9d} "
                    f"{e['p_window_beyond_context']:8.3f}")
-    out += [_layer_names(res), "", "Per tol, all heads:",
+    out += _wrap(_layer_names(res)) + ["", "Per tol, all heads:",
             f"{'ln tol':>6s} {'median h':>9s} {'max h':>9s} {'mean P(W>ctx)':>13s}"]
     out.append("-" * len(out[-1]))
     for r in res["per_tol"]:
@@ -147,7 +175,7 @@ def format_report(res):
     i = info["log_tols"].index(info["decode_log_tol"])
     out = _header(info, traced) + _head_rows(res, traced, i)
     if traced:
-        out.append(_layer_names(res))
+        out += _wrap(_layer_names(res))
     out.append("")
     out += _tol_rows(res, traced)
     if res.get("decode"):

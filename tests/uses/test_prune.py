@@ -390,7 +390,9 @@ def test_traces_cli_text_and_json(tmp_path, capsys):
     res = prune.run(["--traces", path, "--U", "0", "--log-tol", "-3", "--block", "16", "--out", str(tmp_path),
                      "--no-progress"])
     out = capsys.readouterr().out
-    assert "Left out: bits per byte" in out and "need the model itself" in out and " cov " not in out
+    flat = " ".join(out.split())                                         # the prose is wrapped to 120 columns
+    assert "Left out: bits per byte" in flat and "need the model itself" in flat and " cov " not in out
+    assert max(map(len, out.splitlines())) <= 120
     assert json.loads((tmp_path / "prune.json").read_text())["info"]["source"] == "traces"
     assert len(res["heads"]) == 3 and res["info"]["kind"] == "softmax"
 
@@ -472,3 +474,16 @@ def test_prune_library_modules_say_what_they_are(capsys, monkeypatch, module, fi
     with pytest.raises(SystemExit) as e:
         runpy.run_module("foxwindow.uses." + module, run_name="__main__")
     assert e.value.code in (0, None) and capsys.readouterr().out.startswith(first)
+
+
+def test_the_model_report_fits_120_columns():
+    """The shipped run's report (results/prune/prune.json, decoding included) within 120 columns, every head and
+    tol in it."""
+    from foxwindow.uses.prune_report import format_report
+    res = json.load(open(os.path.join(os.path.dirname(__file__), "..", "..", "results", "prune", "prune.json")))
+    text = format_report(res)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 120, max(map(len, lines))
+    assert sum(line.startswith(f"{hd['layer']:>2d}.{hd['head']}") for hd in res["heads"] for line in lines) \
+        == len(res["heads"])
+    assert all(f"{r['log_tol']:6.1f} " in text for r in res["per_tol"]) and "horizons by layer" in text
