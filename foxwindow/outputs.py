@@ -49,6 +49,7 @@ __all__ = ["REPO", "PACKAGE", "RUNS", "SPECIAL_ROOTS", "MIN_FREE_BYTES", "GENERA
            "UsageError", "MissingPiece", "repo_path", "resolve", "check_writable", "release", "scope", "scoped",
            "guard_output", "distinct", "check_dir", "runs_root", "run_dir", "atomic", "write_bytes", "write_text",
            "SCHEMA_VERSION", "stamped", "json_clean", "write_json", "save_npz", "save_torch", "save_figure",
+           "WIDTH", "fill", "fill_items",
            "positive", "eps_arg", "device_arg", "input_file", "add_common", "NEGATIVE_NUMBER", "parser", "cli",
            "describe"]
 
@@ -589,6 +590,31 @@ def save_figure(fig, path, **kwargs):
 
 
 # ----------------------------------------------------------------------------- command line
+
+
+WIDTH = 120                     # the columns every command's printed lines fit in
+
+
+def fill(text, indent="  ", width=WIDTH):
+    """Prose wrapped to `width` columns, later lines indented: one string."""
+    import textwrap  # textwrap: on use (prose of the commands' reports)
+    return textwrap.fill(text, width, subsequent_indent=indent, break_on_hyphens=False)
+
+
+def fill_items(lead, items, indent=None, width=WIDTH):
+    """`lead` and the items joined by ', ' within `width` columns, an item never cut: a list of lines (later lines
+    indented by `indent`, default as wide as lead)."""
+    pad = " " * len(lead) if indent is None else indent
+    lines, line, fresh = [], lead, True               # fresh: nothing after the lead or the indent yet
+    for k, item in enumerate(items):
+        piece = item + ("," if k < len(items) - 1 else "")
+        if not fresh and len(line) + 1 + len(piece) > width:
+            lines.append(line)
+            line, fresh = pad, True
+        line += piece if fresh else " " + piece
+        fresh = False
+    lines.append(line.rstrip())
+    return lines
 
 
 def positive(name, v, lo=1):

@@ -227,8 +227,9 @@ def report_regime(scan):
             print(f"  {p['mult']:5g} {p['L_over_kappa']:7.1f} {p['exact_var']:10.2f} "
                   + " ".join(f"{_pct(p[f'{k}_err']):>8s}" for k in VAR_LAWS) + f" {p['mean_err']:+8.3f}")
         t = sc["thresholds"]
-        print("  within tolerance from L/kappa = m tau on (None: not within the scan): "
-              + ", ".join(f"{k} {v if v is None else f'{v:.3g}'}" for k, v in t.items()))
+        print("\n".join(outputs.fill_items("  within tolerance from L/kappa = m tau on (None: not within the scan): ",
+                                            [f"{k} {v if v is None else f'{v:.3g}'}" for k, v in t.items()],
+                                            indent=" " * 4)))
 
 
 def _pct(x):
@@ -236,18 +237,21 @@ def _pct(x):
 
 
 def report(rows):
-    print("Errors of the dependent-increment laws, law/reference - 1 in % (variance), law - reference in tokens "
-          "(mean). 'neg.' = the law's variance is <= 0 there (OutsideRegime).")
-    hdr = (f"{'phi':>5s} {'tau':>6s} {'L/k':>5s} {'L/k/tau':>7s} {'MC Var[W]':>16s} {'exact Var':>10s} {'z':>5s} "
-           f"{'lead':>7s} {'Bartl.':>7s} {'second':>7s} {'fin-n':>7s} | {'mean-MC':>14s} {'mean-ex':>8s}")
+    print(outputs.fill("Errors of the dependent-increment laws, law/reference - 1 in % (variance), law - reference "
+                       "in tokens (mean). 'neg.' = the law's variance is <= 0 there (OutsideRegime)."))
+    hdr = (f"{'phi':>5s} {'tau':>6s} {'L/k':>5s} {'L/k/tau':>7s} {'MC Var[W]':>15s} {'exact Var':>10s} {'z':>5s} "
+           f"{'lead':>7s} {'Bartl.':>7s} {'second':>7s} {'fin-n':>7s} | {'mean-MC':>13s} {'mean-ex':>8s}")
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
+        mc = f"{r['mc_var']:.2f}±{r['mc_se_var']:.2f}"
+        mean = f"{r['mean_err_vs_mc']:+.3f}±{r['mc_se_mean']:.3f}"
         print(f"{r['phi']:5.2f} {r['tau']:6.2f} {r['L_over_kappa']:5g} {r['L_over_kappa_tau']:7.2f} "
-              f"{r['mc_var']:9.2f}±{r['mc_se_var']:6.2f} {r['exact_var']:10.3f} {r['z_var_mc_vs_exact']:+5.1f} "
+              f"{mc:>15s} {r['exact_var']:10.3f} {r['z_var_mc_vs_exact']:+5.1f} "
               + " ".join(_pct(r[f"{k}_err_vs_exact"]) for k in VAR_LAWS)
-              + f" | {r['mean_err_vs_mc']:+7.3f}±{r['mc_se_mean']:.3f} {r['mean_err_vs_exact']:+8.4f}")
-    print("Variance errors above are against the exact numerics; against Monte Carlo (law/MC - 1 ± SE) in the JSON.")
+              + f" | {mean:>13s} {r['mean_err_vs_exact']:+8.4f}")
+    print(outputs.fill("Variance errors above are against the exact numerics; against Monte Carlo (law/MC - 1 ± SE) "
+                       "in the JSON."))
 
 
 def markdown(saved):
@@ -430,18 +434,23 @@ def structure_scan(mults=STRUCT_MULTS, cells=8, progress=True):
 
 
 def report_structures(rows):
-    print("\nThree dependence structures against the exact Markov-additive numerics: law/exact - 1 in %, "
-          "at L/kappa = m max(tau, 1); [r] = in_regime.")
-    print(f"{'structure':46s} {'tau':>6s} {'C_dep':>8s} {'m':>3s} {'L/k':>7s} {'exact Var':>14s} "
+    print("\n" + outputs.fill("Three dependence structures against the exact Markov-additive numerics: law/exact - "
+                              "1 in %, at L/kappa = m max(tau, 1); [r] = in_regime; each structure's name on its "
+                              "own line."))
+    print(f"  {'tau':>6s} {'C_dep':>8s} {'m':>3s} {'L/k':>7s} {'exact Var':>14s} "
           + " ".join(f"{k:>9s}" for k in VAR_LAWS) + f" {'mean':>8s}")
+    name = None
     for r in rows:
+        if r["structure"] != name:
+            name = r["structure"]
+            print(name)
         cells = []
         for k in VAR_LAWS:
             c = _pct(r[f"{k}_err"]).strip()
             if k in ("bartlett", "second") and r[f"{k}_in_regime"]:
                 c += "[r]"
             cells.append(f"{c:>9s}")
-        print(f"{r['structure']:46s} {r['tau']:6.2f} {r['C_dep']:8.2f} {r['mult']:3g} {r['L_over_kappa']:7.1f} "
+        print(f"  {r['tau']:6.2f} {r['C_dep']:8.2f} {r['mult']:3g} {r['L_over_kappa']:7.1f} "
               f"{r['exact_var']:8.2f}±{r['exact_err_var']:<5.2g} " + " ".join(cells) + f" {r['mean_err']:+8.3f}")
 
 

@@ -302,8 +302,9 @@ def thresholds(curves, tols=TOLS, z=2.0):
 def report(curves, thr, spread):
     for c in curves:
         u = c["units"]
-        print(f"\n{c['name']} [{c['role']}; {c['reference']}]: kappa {c['kappa']:.4g}, C_dep {c['C_dep']:.4g}, "
-              + ", ".join(f"{k} {u[k]:.3g}" for k in UNITS))
+        print("\n" + "\n".join(outputs.fill_items(
+            f"{c['name']} [{c['role']}; {c['reference']}]: ",
+            [f"kappa {c['kappa']:.4g}", f"C_dep {c['C_dep']:.4g}"] + [f"{k} {u[k]:.3g}" for k in UNITS], indent="  ")))
         print(f"  {'n/ell_abs':>9s} {'n':>8s} {'n/ell_max':>9s} {'n/tau':>7s} {'n/t_rel':>7s} {'ref Var[W]':>18s} "
               f"{'second':>8s} {'+-':>6s} {'C/lead':>7s} claims (old: |C| <= lead/4)")
         for p in c["points"]:
@@ -311,14 +312,16 @@ def report(curves, thr, spread):
                   f"{p['n_over_t_relax']:7.2f} {p['ref_var']:10.2f}±{p['ref_err']:<7.2g} {100 * p['err']:+7.2f}% "
                   f"{100 * p['err_se']:5.2f}% {p['C_over_lead']:+7.3f} {'yes' if p['in_regime'] else 'no':>3s} "
                   f"({'yes' if p['in_regime_old'] else 'no'})")
-    print("\nWithin tolerance from n = m x unit on (every later point too); spread = max/min of m over the chosen "
-          "structures (1 = the unit collapses them):")
+    print("\n" + outputs.fill("Within tolerance from n = m x unit on (every later point too); spread = max/min of m "
+                              "over the chosen structures (1 = the unit collapses them):"))
     for tol in TOLS:
-        print(f"  tol {100 * tol:g}%: " + "; ".join(
-            f"{k} " + ("-" if spread[f'{k}_{tol:g}'] is None else f"x{spread[f'{k}_{tol:g}']:.2f}") for k in UNITS))
-        for r in thr:
-            print(f"    {r['name'][:52]:52s} {r['role']:8s} " + " ".join(
-                f"{k} {'>' if r[f'{k}_{tol:g}'] is None else format(r[f'{k}_{tol:g}'], '.3g'):>6s}" for k in UNITS))
+        print("\n".join(outputs.fill_items(f"  tol {100 * tol:g}%: ", [
+            f"{k} " + ("-" if spread[f'{k}_{tol:g}'] is None else f"x{spread[f'{k}_{tol:g}']:.2f}") for k in UNITS])))
+        print(f"    {'structure':40s} {'role':8s} " + " ".join(f"{k:>7s}" for k in UNITS))
+        for r in thr:                                       # '>': not within tolerance on the grid
+            name = r["name"] if len(r["name"]) <= 40 else r["name"][:39] + "…"
+            print(f"    {name:40s} {r['role']:8s} " + " ".join(
+                f"{'>' if r[f'{k}_{tol:g}'] is None else format(r[f'{k}_{tol:g}'], '.3g'):>7s}" for k in UNITS))
 
 
 @outputs.scoped

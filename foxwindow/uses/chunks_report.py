@@ -68,15 +68,8 @@ def say(text, file=None, indent="  "):
 
 
 def say_items(lead, items, file=None):
-    """Print `lead` and items joined by ', ' within WIDTH columns, an item never cut (later lines indented)."""
-    file, line = file or sys.stdout, lead
-    for k, item in enumerate(items):
-        piece = item + ("," if k < len(items) - 1 else "")
-        if len(line) + len(piece) + 1 > WIDTH and line.strip() and line != lead:
-            print(line.rstrip(), file=file)
-            line = " " * len(lead)
-        line += ("" if line.endswith(" ") or line == lead else " ") + piece
-    print(line.rstrip(), file=file)
+    """Print `lead` and items joined by ', ' within WIDTH columns, an item never cut (outputs.fill_items)."""
+    print("\n".join(outputs.fill_items(lead, items, width=WIDTH)), file=file or sys.stdout)
 
 
 def print_table(heads, risk, file=None):
