@@ -1516,8 +1516,8 @@ def _print_floor(path, shown=None):
     eps = [e for e in lawtable.EPS_SCAN if min(SUMMARY_EPS) * (1 - 1e-9) <= e <= max(SUMMARY_EPS) * (1 + 1e-9)]
     sizes = sorted({n for n in (16, 32, 64, S // 2) if 2 <= n <= S})
     res = subsample_floor(xs, [gates.threshold(e) for e in eps], sizes, np.random.default_rng(0))
-    print(f"{shown or path}: {len(xs)} heads x {S} documents, eps {max(eps):g}..{min(eps):g}; median over (head, eps) "
-          "cells of the relative error of Var[W], median [5%, 95%] over 400 draws")
+    print(outputs.fill(f"{shown or path}: {len(xs)} heads x {S} documents, eps {max(eps):g}..{min(eps):g}; median "
+                       "over (head, eps) cells of the relative error of Var[W], median [5%, 95%] over 400 draws"))
     print("| held-out documents | the true Var[W] (all documents) as the prediction | "
           "the Var[W] of n other documents |")
     print("| --- | --- | --- |")

@@ -211,9 +211,11 @@ def check(T=256, kernels=KERNELS, cases=None, progress=False):
     return rows
 
 
-def print_check(rows, file=sys.stdout):
-    print(f"Chunk by chunk on fla's chunked kernels (Triton interpreter, CPU, float32; chunks of {CHUNK} tokens, "
-          "2 heads; per head the chunks' state: '.' finite, 'X' NaN/inf; predicted | measured):", file=file)
+def print_check(rows, file=None):
+    file = file or sys.stdout
+    print(outputs.fill(f"Chunk by chunk on fla's chunked kernels (Triton interpreter, CPU, float32; chunks of {CHUNK} "
+                       "tokens, 2 heads; per head the chunks' state: '.' finite, 'X' NaN/inf; predicted | measured):"),
+          file=file)
     hdr = f"{'kernel':>15s} {'form':>10s} {'case':>16s}  {'predicted':>11s} | {'measured':<11s} agree"
     print(hdr, file=file)
     print("-" * len(hdr), file=file)
@@ -225,10 +227,11 @@ def print_check(rows, file=sys.stdout):
         print(f"{r['kernel']:>15s} {r['form']:>10s} {r['case']:>16s}  {cells(r['predicted']):>11s} | "
               f"{cells(r['measured']):<11s} {'yes' if r['agree'] else 'NO'}", file=file)
     n = sum(r["agree"] for r in rows)
-    print(f"{n} of {len(rows)} kernel x case runs agree chunk by chunk (anchored form: sub-chunks of {SUB}, shift "
-          f"{KDA_SHIFT:g} nats).", file=file)
+    print(outputs.fill(f"{n} of {len(rows)} kernel x case runs agree chunk by chunk (anchored form: sub-chunks of "
+                       f"{SUB}, shift {KDA_SHIFT:g} nats)."), file=file)
     for c in dict.fromkeys(r["case"] for r in rows):
-        print(f"  {c}: {next(r['description'] for r in rows if r['case'] == c)}", file=file)
+        print(outputs.fill(f"  {c}: {next(r['description'] for r in rows if r['case'] == c)}", indent="    "),
+              file=file)
 
 
 def main(argv=None):
