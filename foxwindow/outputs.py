@@ -41,6 +41,7 @@ import re
 import subprocess
 import sys
 import sysconfig
+import textwrap
 import time
 
 from foxwindow import __version__, safety
@@ -597,7 +598,6 @@ WIDTH = 120                     # the columns every command's printed lines fit 
 
 def fill(text, indent="  ", width=WIDTH):
     """Prose wrapped to `width` columns, later lines indented: one string."""
-    import textwrap  # textwrap: on use (prose of the commands' reports)
     return textwrap.fill(text, width, subsequent_indent=indent, break_on_hyphens=False)
 
 
