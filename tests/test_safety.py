@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import zipfile
 
 import numpy as np
 import pytest
@@ -524,3 +525,38 @@ def test_forget_save_traces_needs_its_room_before_the_capture(capsys, tmp_path, 
     _one_line(capsys, _cmd("forget"), ["--save-traces", str(tmp_path / "t.npz"), "--n-seq", "3", "--seq-len", "64",
                                        "--no-progress"], "--save-traces", "MiB free")
     assert time.perf_counter() - t0 < 60 and os.listdir(tmp_path) == []
+
+
+def _npy_bytes(a, shape=None):
+    """An .npy file of array a as bytes, its header claiming `shape` (None: a's own)."""
+    import io
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, dict(descr=np.lib.format.dtype_to_descr(a.dtype), fortran_order=False,
+                                                   shape=tuple(a.shape if shape is None else shape)))
+    return buf.getvalue() + a.tobytes()
+
+
+@pytest.mark.parametrize("compress", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_a_trace_header_claiming_more_than_the_file_holds_is_refused_before_any_allocation(tmp_path, capsys,
+                                                                                           compress):
+    """A crafted .npy header (6 x 2e9 x 2 float32: 89 GiB, a layout the checks accept) in a file of kilobytes: one
+    line naming the file and the member, before the check or the analysis allocates anything for it."""
+    good = _gates()
+    huge = (6, 2_000_000_000, 2)
+    path = str(tmp_path / "crafted.npz")
+    meta = dict(format=traces.TRACE_FORMAT, names=["L0"], shapes=[list(huge)])
+    with zipfile.ZipFile(path, "w", compression=compress) as zf:
+        zf.writestr("meta_json.npy", _npy_bytes(np.frombuffer(json.dumps(meta).encode(), np.uint8)))
+        zf.writestr("trace_0.npy", _npy_bytes(good, shape=huge))
+    with pytest.raises(ValueError, match=r"crafted.npz: member 'trace_0' claims 96000000000 bytes .* a truncated "
+                                         r"or crafted file"):
+        traces.check_trace_file(path)
+    for name, argv in (("forget", ["--n-boot", "0"]), ("chunks", []),
+                       ("prune", ["--U", "1", "--kind", "softmax", "--out", str(tmp_path / "P")])):
+        _one_line(capsys, _cmd(name), ["--traces", path, *argv], "crafted.npz", "trace_0", "claims")
+    # a header that is not one: named, one line
+    with zipfile.ZipFile(str(tmp_path / "garbled.npz"), "w", compression=compress) as zf:
+        zf.writestr("meta_json.npy", _npy_bytes(np.frombuffer(json.dumps(meta).encode(), np.uint8)))
+        zf.writestr("trace_0.npy", b"not an npy header at all" * 4)
+    with pytest.raises(ValueError, match="garbled.npz: member 'trace_0' is not a readable .npy array"):
+        traces.check_trace_file(str(tmp_path / "garbled.npz"))

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import zipfile
+import zlib
 
 import numpy as np
 import torch
@@ -315,10 +316,15 @@ def _npz_members(path):
     """{member name without '.npy': (data offset, dtype, shape, fortran order) or None} of an .npz: the offset of
     the array data in the file for an uncompressed (stored) member, None for a compressed one."""
     out = {}
+    size = os.path.getsize(path)
     with zipfile.ZipFile(path) as zf, open(path, "rb") as fh:
         for info in zf.infolist():
             name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
             if info.compress_type != zipfile.ZIP_STORED:
+                if info.filename.endswith(".npy"):          # its header, so that a claimed size is checked first
+                    with zf.open(info) as z:
+                        shape, _, dtype = _npy_header(z, path, name)
+                    _check_claim(path, name, shape, dtype, info.file_size)
                 out[name] = None
                 continue
             fh.seek(info.header_offset)
@@ -327,12 +333,33 @@ def _npz_members(path):
                 out[name] = None
                 continue
             n_name, n_extra = int.from_bytes(head[26:28], "little"), int.from_bytes(head[28:30], "little")
-            fh.seek(info.header_offset + 30 + n_name + n_extra)
-            version = np.lib.format.read_magic(fh)
-            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, fortran, dtype = read(fh)
+            start = info.header_offset + 30 + n_name + n_extra
+            fh.seek(start)
+            shape, fortran, dtype = _npy_header(fh, path, name)
+            # the data must lie inside both the zip entry and the file (a crafted header claims more)
+            _check_claim(path, name, shape, dtype, min(info.file_size - (fh.tell() - start), size - fh.tell()))
             out[name] = (fh.tell(), dtype, shape, fortran)
     return out
+
+
+def _npy_header(fh, path, name):
+    """(shape, fortran order, dtype) of the .npy header at fh's position (fh left at the data); ValueError naming
+    the file and member where it is not one."""
+    try:
+        version = np.lib.format.read_magic(fh)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        return read(fh)
+    except (ValueError, EOFError, zlib.error) as exc:
+        raise ValueError(f"{path}: member '{name}' is not a readable .npy array ({str(exc).splitlines()[0][:120]})") \
+            from None
+
+
+def _check_claim(path, name, shape, dtype, held):
+    """ValueError when an .npy header's shape and dtype need more bytes than the member holds."""
+    need = math.prod(shape) * dtype.itemsize
+    if need > held:
+        raise ValueError(f"{path}: member '{name}' claims {need} bytes of data ({tuple(shape)} {dtype}) and holds "
+                         f"{max(held, 0)}: a truncated or crafted file")
 
 
 READ_CHUNK = 1 << 25          # bytes of a trace's rows read at a time by LazyTrace.read_heads (32 MiB)
@@ -461,7 +488,7 @@ def open_traces(path):
             if "meta_json" not in z.files:
                 raise ValueError(f"{path}: missing metadata (no meta_json entry)")
             blob = z["meta_json"]
-    except (zipfile.BadZipFile, EOFError, OSError) as exc:
+    except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
         raise ValueError(f"{path}: not a readable .npz trace (corrupt or truncated): {exc}") from exc
     meta = _read_meta(path, blob, set(members) - {"meta_json"})
     traces = {}
