@@ -362,7 +362,7 @@ def _check_claim(path, name, shape, dtype, held):
                          f"{max(held, 0)}: a truncated or crafted file")
 
 
-READ_CHUNK = 1 << 25          # bytes of a trace's rows read at a time by LazyTrace.read_heads (32 MiB)
+READ_CHUNK = 1 << 25          # bytes of a trace read at a time by LazyTrace.read_heads and check_values (32 MiB)
 
 
 class LazyTrace:
@@ -381,8 +381,9 @@ class LazyTrace:
 
     def read_heads(self, hs):
         """Heads hs (a list or range of ints in [0, H)) as one (B, T, len(hs)) array in the trace's dtype, the
-        same values as self[:, :, hs]. Uncompressed C-order members are read READ_CHUNK bytes of rows at a time
-        (the process holds a chunk and the result, never a map of the file); others as __getitem__ reads them.
+        same values as self[:, :, hs]. Uncompressed C-order members are read READ_CHUNK bytes at a time, whole
+        positions (b, t) a read (the process holds a chunk and the result, never a map of the file); others as
+        __getitem__ reads them.
         Raises ValueError where the file ends before the member does."""
         hs = [int(h) for h in hs]
         B, T, H = self.shape
@@ -394,34 +395,36 @@ class LazyTrace:
         pick = slice(hs[0], hs[-1] + 1) if run else hs               # a slice: a view, no gather of its own
         off, dtype = self._loc[0], self._loc[1]
         out = np.empty((B, T, len(hs)), dtype)
-        rows = max(1, READ_CHUNK // (T * H * dtype.itemsize))
-        buf = np.empty(min(rows, B) * T * H, dtype)
+        flat = out.reshape(B * T, len(hs))                           # a view: positions (b, t) in file order
+        per = max(1, READ_CHUNK // (H * dtype.itemsize))             # positions a read (a row may exceed a chunk)
+        buf = np.empty(min(per, B * T) * H, dtype)
         with open(self.path, "rb", buffering=0) as fh:
             fh.seek(off)
-            for b0 in range(0, B, rows):
-                n = min(rows, B - b0)
-                part = buf[:n * T * H]
+            for p0 in range(0, B * T, per):
+                n = min(per, B * T - p0)
+                part = buf[:n * H]
                 got = fh.readinto(memoryview(part).cast("B"))
                 if got != part.nbytes:
                     raise ValueError(f"{self.path}: trace '{self.member}' ends early (truncated file)")
-                out[b0:b0 + n] = part.reshape(n, T, H)[:, :, pick]
+                flat[p0:p0 + n] = part.reshape(n, H)[:, pick]
         return out
 
     def check_values(self, name):
         """The value checks of load_trace (finite, within float32's range, <= 0; ValueError naming the trace and
-        the file), streamed READ_CHUNK bytes of rows at a time where the member is uncompressed and in C order."""
+        the file), streamed READ_CHUNK bytes at a time where the member is uncompressed and in C order."""
         B, T, H = self.shape
         if self._loc is None or self._loc[3]:
             _check_trace(name, self[...], self.path)
             return
         off, dtype = self._loc[0], self._loc[1]
-        rows = max(1, READ_CHUNK // (T * H * dtype.itemsize))
-        buf = np.empty(min(rows, B) * T * H, dtype)
+        total = B * T * H
+        per = max(1, READ_CHUNK // dtype.itemsize)                   # values a read (row boundaries do not matter)
+        buf = np.empty(min(per, total), dtype)
         lo, hi = math.inf, -math.inf
         with open(self.path, "rb", buffering=0) as fh:
             fh.seek(off)
-            for b0 in range(0, B, rows):
-                part = buf[:min(rows, B - b0) * T * H]
+            for v0 in range(0, total, per):
+                part = buf[:min(per, total - v0)]
                 if fh.readinto(memoryview(part).cast("B")) != part.nbytes:
                     raise ValueError(f"{self.path}: trace '{name}' ends early (truncated file)")
                 if not np.isfinite(part).all():

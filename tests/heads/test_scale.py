@@ -223,7 +223,7 @@ def test_lazy_traces_read_what_load_trace_reads(tmp_path):
     assert all(t._loc is None and np.array_equal(t[:, :, 0], eager[k][:, :, 0]) for k, t in lazy_c.items())
 
 
-@pytest.mark.parametrize("chunk", [1, 1000, 1 << 25])                 # bytes a read: one row, a few, all
+@pytest.mark.parametrize("chunk", [1, 1000, 1 << 25])        # bytes a read: one position, a few, all
 def test_read_heads_reads_blocks_of_heads_in_chunks_of_rows(tmp_path, monkeypatch, chunk):
     """LazyTrace.read_heads: the values of the head columns (a run, a scattered list, one head), read in chunks of
     rows without a memory map; a compressed file the same; a truncated one an error naming it."""
