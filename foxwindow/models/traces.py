@@ -437,7 +437,9 @@ class LazyTrace:
             raise ValueError(f"{self.path}: trace '{name}' has positive log gates (max {hi:.4g})")
 
     def __getitem__(self, key):
-        if self._loc is None:
+        if self._loc is None:                   # compressed: the whole member is decompressed for every read
+            safety.need_memory(math.prod(self.shape) * 8, f"{self.path}: reading the compressed trace "
+                                                          f"'{self.member}' (save it uncompressed: save_trace)")
             with np.load(self.path, allow_pickle=False) as z:
                 return np.asarray(z[self.member][key])
         off, dtype, shape, fortran = self._loc

@@ -570,3 +570,16 @@ def test_trace_file_values_are_checked_streamed_before_the_work(tmp_path, monkey
     monkeypatch.setattr(traces, "load_trace", lambda *a, **k: pytest.fail("the whole file was loaded"))
     argv = ["--traces", path, "--n-boot", "50", "--seed", "1", "--no-progress", "--workers", "1"]
     assert command.main(argv) in (0, None)
+
+
+def test_a_compressed_trace_too_big_for_memory_is_refused_in_one_line(tmp_path, monkeypatch):
+    """A compressed member is decompressed whole for every read: refused, naming the way out, when that cannot fit."""
+    from foxwindow import safety
+    path, tr = _trace_file(tmp_path)
+    comp = str(tmp_path / "c.npz")
+    with np.load(path) as z:
+        np.savez_compressed(comp, **{k: z[k] for k in z.files})
+    monkeypatch.setattr(safety, "available_memory", lambda: 1000)
+    with pytest.raises(ValueError, match=r"c.npz: reading the compressed trace 'trace_0' \(save it uncompressed: "
+                                         r"save_trace\) would hold about"):
+        traces.check_trace_file(comp)
