@@ -98,7 +98,7 @@ def _figures_main(argv):
     return subprocess.call([sys.executable, os.path.join(repo, *FIGURE_SCRIPT), *(argv or [])], env=env)
 
 
-USAGE_WIDTH = 120
+USAGE_WIDTH = outputs.WIDTH
 
 
 def _usage():

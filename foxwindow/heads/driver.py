@@ -288,7 +288,7 @@ def _layer_getter(traces, names):
     """get(l, h) -> (S, T) log gates of layer names[l], head h, from {name: (S, T, H)} arrays, tensors or lazy
     layers (those of the group at hand); a file's layer (traces.LazyTrace) through traces.HeadBlocks (a block of
     consecutive heads a read, kept for the block's next head)."""
-    blocks = {}                                 # layer -> HeadBlocks, this process's (a forked worker its own)
+    blocks = HeadBlocks()
 
     def get(l, h):
         tr = traces[names[l]]
@@ -297,10 +297,7 @@ def _layer_getter(traces, names):
         base, n = (tr.tr, tr.n) if isinstance(tr, _Cut) else (tr, None)      # --max-len: the first n positions
         if not isinstance(base, LazyTrace):
             return tr[:, :, h]
-        if l not in blocks:
-            blocks.clear()                      # one layer's block held at a time
-            blocks[l] = HeadBlocks(base)
-        x = blocks[l].head(h)
+        x = blocks.head(base, h)
         return x if n is None else x[:, :n]
     return get
 

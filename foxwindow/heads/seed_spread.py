@@ -14,10 +14,8 @@ W (SE 0 and no spread: W = 0 at eps 0.5 for gates that always close at once) are
     python -m foxwindow seed-spread --traces results/lstm/textgenrnn_16units.npz --seeds 8 \\
         --per-doc 16 64 --json results/seeds/lstm.json
 """
-import functools
 import math
 import sys
-import textwrap
 import time
 
 import numpy as np
@@ -74,12 +72,9 @@ def measure(path, seeds, per_docs, eps=None, progress=True):
     units = [(name, h) for name, tr in traces.items() for h in range(tr.shape[2])]
     rows, cpu = [], {}
     bar = tqdm(total=len(units) * len(per_docs), desc="seed spread", disable=not progress, file=sys.stderr)
-    blocks = {}
+    blocks = trace_files.HeadBlocks()
     for name, h in units:
-        if name not in blocks:
-            blocks.clear()
-            blocks[name] = trace_files.HeadBlocks(traces[name])
-        x = gates.increments_from_log_gates(np.asarray(blocks[name].head(h), dtype=np.float64))
+        x = gates.increments_from_log_gates(np.asarray(blocks.head(traces[name], h), dtype=np.float64))
         for m in per_docs:
             t0 = time.process_time()
             sp = spread(x, Ls, seeds, m, context)
@@ -123,7 +118,7 @@ def report(res):
     """The summary table within 120 columns: a row per walks-per-document count."""
     K = len(res["seeds"])
     q90 = math.sqrt(_chi2_q(0.9, K - 1) / (K - 1))
-    say = functools.partial(textwrap.fill, width=120, subsequent_indent="  ", break_on_hyphens=False)
+    say = outputs.fill
     print(say(f"{res['path']}: {res['n_units']} heads/units x {len(res['eps'])} eps, {K} seeds. r = seed sd / "
               f"printed SE (<= 1 when the SE covers the seed spread; with {K} seeds an exactly covering SE gives r up "
               f"to {q90:.2f} in 90% of cells)"))

@@ -37,7 +37,7 @@ def _at(r, eps):
     return None
 
 
-WIDTH = 120                                  # the printed table's width; what does not fit is in the JSON
+WIDTH = outputs.WIDTH                        # the printed table's width; what does not fit is in the JSON
 _CODE = {"holds": "H", "false": "F", "not claimed": "-", "undetermined": "?"}
 WIDE_CI = 3.0                   # a held-out Var ratio whose 95% interval spans more than this factor is marked '~'
 

@@ -458,22 +458,23 @@ HEAD_BLOCK_BYTES = 1 << 28      # HeadBlocks: a file's heads read a block at a t
 
 
 class HeadBlocks:
-    """head(h) -> (B, T) values of head h of a LazyTrace, read a block of consecutive heads at a time (about
+    """head(trace, h) -> (B, T) values of head h of a LazyTrace, read a block of consecutive heads at a time (about
     block_bytes; None: HEAD_BLOCK_BYTES) in one pass over the file and kept for the block's next head: every read
-    passes over the whole member, so one read a head would read an H-head file H times. One block is held."""
+    passes over the whole member, so one read a head would read an H-head file H times. One block (of the last
+    trace asked for) is held; a forked worker fills its own copy."""
 
-    def __init__(self, trace, block_bytes=None):
+    def __init__(self, block_bytes=None):
+        self.size = HEAD_BLOCK_BYTES if block_bytes is None else block_bytes
+        self.trace, self.lo, self.block = None, None, None
+
+    def head(self, trace, h):
         S, T, H = trace.shape
-        size = HEAD_BLOCK_BYTES if block_bytes is None else block_bytes
-        self.trace, self.g = trace, max(1, min(H, size // (S * T * trace.dtype.itemsize)))
-        self.key, self.block = None, None
-
-    def head(self, h):
-        lo = h - h % self.g
-        if self.key != lo:
-            self.block = None                           # the old block freed before the new one is read
-            self.block = self.trace.read_heads(range(lo, min(self.trace.shape[2], lo + self.g)))
-            self.key = lo
+        g = max(1, min(H, self.size // (S * T * trace.dtype.itemsize)))
+        lo = h - h % g
+        if self.trace is not trace or self.lo != lo:
+            self.trace, self.lo, self.block = None, None, None      # the old block freed before the new one is read
+            self.block = trace.read_heads(range(lo, min(H, lo + g)))
+            self.trace, self.lo = trace, lo
         return self.block[:, :, h - lo]
 
 

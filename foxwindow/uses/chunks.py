@@ -668,11 +668,8 @@ def _chunk_job(i):
     name, h = _JOBS["index"][i]
     src = _JOBS["x"][name]
     if isinstance(src, LazyTrace):              # a file's layer: a block of heads a read (this process's own)
-        blocks = _JOBS.setdefault("blocks", {})
-        if name not in blocks:
-            blocks.clear()
-            blocks[name] = HeadBlocks(src)
-        xh = np.ascontiguousarray(increments(blocks[name].head(h)[:, :, None])[:, :, 0])
+        lg = _JOBS.setdefault("blocks", HeadBlocks()).head(src, h)
+        xh = np.ascontiguousarray(gates.increments_from_log_gates(lg.astype(np.float64)))
     else:
         xh = np.ascontiguousarray(src[:, :, h])
     return analyse_head(xh, name, h, *_JOBS["args"])

@@ -12,7 +12,6 @@ import importlib
 import json
 import math
 import sys
-import textwrap
 import time
 from dataclasses import asdict
 
@@ -59,12 +58,12 @@ def _fmt(p):
     return "0" if p == 0 else ("1" if p >= 1 - 1e-12 else f"{p:.1e}")
 
 
-WIDTH = 120                     # the printed lines' columns
+WIDTH = outputs.WIDTH           # the printed lines' columns
 
 
 def say(text, file=None, indent="  "):
     """Print prose wrapped to WIDTH columns (later lines indented) to file (None: sys.stdout)."""
-    print(textwrap.fill(text, WIDTH, subsequent_indent=indent, break_on_hyphens=False), file=file or sys.stdout)
+    print(outputs.fill(text, indent), file=file or sys.stdout)
 
 
 def say_items(lead, items, file=None):

@@ -369,16 +369,13 @@ def _trace_heads(trs, head_fn, levels, progress, workers=1):
     (S/2, T) even sequences). A process holds a block of heads and the head at hand, never the file. Returns the
     heads' results in layer, head order; the values do not depend on `workers`."""
     index = [(li, name, h) for li, (name, tr) in enumerate(trs.items()) for h in range(tr.shape[2])]
-    blocks = {}                                       # this process's HeadBlocks (a forked worker its own)
+    blocks = traces.HeadBlocks()
 
     def one(i):
         li, name, h = index[i]
         tr = trs[name]
         if isinstance(tr, traces.LazyTrace):
-            if name not in blocks:
-                blocks.clear()
-                blocks[name] = traces.HeadBlocks(tr)
-            lg = blocks[name].head(h)                                  # (S, T)
+            lg = blocks.head(tr, h)                                    # (S, T)
         else:
             lg = tr[:, :, h].detach().cpu().numpy() if isinstance(tr, torch.Tensor) else np.asarray(tr[:, :, h])
         fit, meas = lg[1::2].astype(np.float64), lg[0::2].astype(np.float64)     # (S/2, T) each, disjoint
@@ -417,7 +414,7 @@ def _recurrent_per_tol(heads, L_tols):
 
 
 def analyse_traces(path, U=None, L_tols=DEFAULT_L_TOLS, block=64, p=0.99, context=None, report_L_tol=None,
-                   kind=None, progress=True, workers=1):
+                   kind=None, progress=True, workers=1, opened=None):
     """Predictions and measurements from a trace file written by traces.save_trace (any model's gates).
 
     Each head's law is fitted on the odd sequences (1, 3, ...) and measured on the even ones (0, 2, ...).
@@ -427,12 +424,13 @@ def analyse_traces(path, U=None, L_tols=DEFAULT_L_TOLS, block=64, p=0.99, contex
     recurrent: the memory horizon of the state at L = L_tol (U unused). L_tols: levels ln(1/tol) > 0;
     block: int or (BM, BN); p: horizon quantile in (0, 1); context: int > 0 for P(W > context) (None: the trace
     length T); report_L_tol: the tol of the per-head text table (None: the middle one); workers: processes
-    for the exact laws (the results do not depend on it). Returns a JSON-able dict like analyse_model's, without what
-    needs the model.
+    for the exact laws (the results do not depend on it); opened: (traces, meta) that load_traces(path) returned
+    already (the command checks the file before its outputs), so that the file is checked once. Returns a JSON-able
+    dict like analyse_model's, without what needs the model.
     """
     t0 = time.perf_counter()
     U, L_tols, (BM, BN), report_L_tol = _check_trace_args(U, L_tols, block, p, report_L_tol)
-    trs, meta = load_traces(path)
+    trs, meta = load_traces(path) if opened is None else opened
     kind, kind_source = trace_kind(meta, list(trs), kind)
     if kind == "softmax" and U is None:
         raise ValueError("--traces of a softmax model needs --U X, a number >= 0 ('auto' takes U from the model's "
@@ -520,7 +518,7 @@ def _check_mode(a):
         if a.context is not None:
             outputs.positive("--context", a.context)
         try:
-            trs, meta = load_traces(a.traces)
+            a.opened = trs, meta = load_traces(a.traces)              # checked once: analyse_traces reuses it
             kind = trace_kind(meta, list(trs), a.kind)[0]
         except (FileNotFoundError, ValueError) as exc:
             raise outputs.UsageError(f"--traces: {exc}") from None
@@ -582,8 +580,8 @@ def run(argv=None):
     L_tols, block, U, checkpoint, txt_path, json_path = _check_args(a)
     torch.set_num_threads(a.threads)
     if a.traces is not None:
-        res = analyse_traces(a.traces, U, L_tols, block, a.p, a.context, kind=a.kind, progress=not a.no_progress,
-                             workers=a.workers)
+        res = analyse_traces(a.traces, U, L_tols, block, a.p, a.context, kind=a.kind, opened=a.opened,
+                             progress=not a.no_progress, workers=a.workers)
     else:
         res = analyse_model(checkpoint, L_tols, block, a.n_seq, a.seq_len, a.p, decode_seqs=min(a.decode_seqs, a.n_seq),
                             seed=a.seed, progress=not a.no_progress, U=U)

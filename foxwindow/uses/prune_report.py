@@ -3,10 +3,10 @@
 format_report(res) takes the dict of prune.analyse_model or prune.analyse_traces (softmax or recurrent kind).
 """
 import math
-import textwrap
 
 import numpy as np
 
+from foxwindow import outputs
 from foxwindow.uses.prune_laws import CONTEXTS
 
 __all__ = ["LAW_SHORT", "format_recurrent", "format_report"]
@@ -14,12 +14,9 @@ __all__ = ["LAW_SHORT", "format_recurrent", "format_report"]
 LAW_SHORT = {"iid, exact numerics": "iid exact", "autocorrelation-adjusted normal": "AR normal",
              "iid, normal (L/kappa beyond the lattice numerics)": "iid norm",
              "deterministic (constant gate)": "constant", "iid, closed form": "iid cform"}
-WIDTH = 120                     # the report's columns: prose wrapped, tables built to fit
-
-
 def _wrap(text, indent="  "):
-    """Prose as lines within WIDTH columns (later lines indented by `indent`)."""
-    return textwrap.wrap(text, WIDTH, subsequent_indent=indent, break_on_hyphens=False)
+    """Prose as lines within outputs.WIDTH columns (later lines indented by `indent`)."""
+    return outputs.fill(text, indent).split("\n")
 
 
 def _header(info, traced):
