@@ -463,6 +463,12 @@ def test_trace_heads_are_read_a_block_at_a_time_never_the_whole_file(tmp_path, m
     for w in (1, 2):
         got = prune.analyse_traces(path, None, [3.0], progress=False, workers=w)
         assert got["heads"] == ref["heads"] and got["per_tol"] == ref["per_tol"]
+    # the command checks the file's values once (before its outputs), not again in analyse_traces
+    checks = []
+    real = traces.LazyTrace.check_values
+    monkeypatch.setattr(traces.LazyTrace, "check_values", lambda self, name: (checks.append(name), real(self, name)))
+    prune.run(["--traces", path, "--log-tol", "-3", "--out", str(tmp_path / "o"), "--no-progress", "--workers", "1"])
+    assert len(checks) == 2 == len(set(checks)), checks                 # two layers, each once
 
 
 @pytest.mark.parametrize("module, first", [("prune_laws", "The window law of a head"),
