@@ -32,6 +32,7 @@ import numpy as np
 
 from foxwindow import outputs, parallel
 from foxwindow.heads import driver as heads
+from foxwindow.heads import laws as headlaws
 from foxwindow.heads import predict, table
 from foxwindow.laws import bench as law_bench
 from foxwindow.laws import gates as forget
@@ -138,6 +139,7 @@ def head_grid(grid):
     out = []
     for S, T in grid:
         lg = {"a": synthetic_heads(3, S, T)}
+        headlaws.compile_fast_paths(3 * S * T * len(LS))      # the paths a run of this size takes, compiled untimed
         t = time.process_time()
         heads.analyse_layers(lg, L=LS, seed=1, mass_L=math.log(1e3), workers=1)
         cpu = (time.process_time() - t) / 3
@@ -364,7 +366,8 @@ def main(argv=None):
     res = dict(quick=a.quick, load=_load(), machine=f"{parallel.default_workers()} processors")
     say = parallel.say
     grid = [(32, 2048), (64, 4096), (128, 8192)] if a.quick else [(32, 2048), (64, 4096), (128, 4096),
-                                                                  (128, 8192), (256, 8192)]
+                                                                  (128, 8192), (256, 8192), (1024, 1024),
+                                                                  (2048, 2048)]
     say("hot paths ...")
     res["hot"] = hot_paths(rep, 2_000_000 if a.quick else 10_000_000)
     say("head grid ...")

@@ -31,8 +31,8 @@ import numpy as np
 from foxwindow.laws import renewal
 
 __all__ = ["MAX_LAG", "LEVEL_TOL", "LEVEL_Z", "MIN_STEPS", "LATTICE_VAR", "TAIL_FRAC", "TAIL_SHARE", "jackknife",
-           "loo_weights", "TauEstimate", "tau_estimate", "n_grid", "VarianceFunction", "variance_function", "DocSums",
-           "Regime",
+           "loo_weights", "group_weights", "TauEstimate", "tau_estimate", "n_grid", "VarianceFunction",
+           "variance_function", "DocSums", "Regime",
            "level_ratio", "tail_share", "tail_shares", "in_regime"]
 
 MAX_LAG = 256          # lags of the Geyer diagnostic
@@ -54,6 +54,15 @@ def jackknife(values_loo):
 def loo_weights(S):
     """(S, S) float64 weights of the S leave-one-sequence-out samples (row s drops sequence s)."""
     return 1.0 - np.eye(S)
+
+
+def group_weights(S, G):
+    """(min(S, G), S) float64 weights of a delete-a-group jackknife: row g drops the sequences s with s % G == g
+    (groups of sizes within one); G >= S: loo_weights(S). `jackknife` of its rows' estimates is the grouped
+    jackknife's SE ((G - 1) / G times the sum of squares, G - 1 degrees of freedom)."""
+    if G >= S:
+        return loo_weights(S)
+    return 1.0 - (np.arange(S)[None, :] % G == np.arange(G)[:, None])
 
 
 def _traces(x, what="x"):

@@ -209,18 +209,18 @@ def set_states(results, alpha=verdict.ALPHA):
     return fam
 
 
-# the cost of one head (CPU seconds, one process): COST_HEAD[0] + COST_HEAD[1] S^2 + COST_HEAD[2] S T, S documents
-# of T tokens (the S^2 term: the per-law evaluation's leave-one-document-out moments); fitted by hand to
-# bench_scale.py's head grid on the idle 2-core machine (32 x 2048 .. 256 x 8192, in-process: 0.30, 0.51, 0.86,
-# 1.25 CPU-s, and 2.7 at 256 x 8192 once its 1.3-1.6 s compile is taken out) and its 760M-class row (4.17 CPU-s a
-# head at 256 x 16384 in 2 workers; docs/BENCHMARKS.md): within 3% of each but 32 x 2048 (+13%)
-COST_HEAD = (0.28, 1.44e-5, 7.0e-7)
+# the cost of one head (CPU seconds, one process): COST_HEAD[0] + COST_HEAD[1] S + COST_HEAD[2] S T, S documents
+# of T tokens; a least-squares fit of relative errors to bench_scale.py's head grid extended to 4096 documents (14
+# sizes from 32 x 2048 to 4096 x 4096, in-process, the compiled loops built before the timing, one BLAS thread):
+# within 25% of every size of that run (0.21 CPU-s at 32 x 2048, 0.72 at 128 x 8192, 3.5 at 256 x 16384, 4.8 at
+# 2048 x 2048, 18.4 at 4096 x 4096); an S^2 term fitted there came out at 3e-8 (nothing)
+COST_HEAD = (0.11, 1.36e-3, 5.9e-7)
 ESTIMATE_FROM_S = 30.0                       # print the estimate when the analysis would take longer than this
 
 
 def head_cost(S, T):
     """Estimated CPU seconds of one head's analysis at S documents x T tokens (COST_HEAD)."""
-    return COST_HEAD[0] + COST_HEAD[1] * S * S + COST_HEAD[2] * S * T
+    return COST_HEAD[0] + COST_HEAD[1] * S + COST_HEAD[2] * S * T
 
 
 def estimate(n_heads, S, T, workers):

@@ -98,6 +98,8 @@ LEAD_CLAIM = 0.08           # its population error on iid, AR(1) and ARMA logits
                             # 0.012-0.149 on 128 documents, the largest within 0.94-1.04 on 512)
 HOLD_SE = 0.10             # "holds" needs SE of log(Var ratio) <= 10%
 TEST_GROUPS = 16           # the all-document test's jackknife: at most 16 groups of documents (its cost)
+LEAD_GROUPS = 128          # the lead law's held-out SE: a jackknife over at most 128 groups of the fitted documents
+                           # (each its own group up to 128, so up to 256 documents; beyond, its cells grew as S^2)
 ALL_DOCS = ("iid", "marginal", "three_cumulant")   # laws whose state is tested on all documents
 TAIL_P = 0.99              # the lead law's tail test: the measured share of windows beyond its 99% quantile ...
 TAIL_BAND = (0.5, 2.0)     # ... over 1 - TAIL_P within these factors (its population range on the null families)
@@ -827,8 +829,8 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True,
         d["claim"][k] = _claim_expansion(C_dep_up, P[0, k]) if nL[k] <= vf.ns[-1] * 1.05 else float("nan")
         d["why"][k] = "its O(1) term C_dep (+ 2 SE) omitted" if nL[k] <= vf.ns[-1] * 1.05 else \
             f"tau(n) not measured at n = L/kappa = {nL[k]:.0f} > T/2"
-    # the lead law
-    wts = np.concatenate([one, lw])
+    # the lead law (its jackknife over at most LEAD_GROUPS groups of documents: its rows' cells cost the most)
+    wts = np.concatenate([one, dependence.group_weights(Sf, LEAD_GROUPS)])
     surv = lead_survival(bs, Ls, wts, kappa)
     d = laws[LEAD]
     for k, s in enumerate(surv):
@@ -1233,6 +1235,8 @@ def _d_se(rec, law):
     if not (math.isfinite(se) and se > 0):
         return None
     nt, nf = rec.get("n_test", 2), rec.get("n_fit", 2)
+    if law == LEAD:                                # its jackknife's groups (evaluate)
+        nf = min(nf, LEAD_GROUPS)
     df = se ** 4 / (se_m ** 4 / max(nt - 1, 1) + se_l ** 4 / max(nf - 1, 1))
     return math.log(m["var"] / lw["var"]), se, df
 

@@ -482,3 +482,36 @@ def test_expansion_claims_are_stated_from_the_omitted_term_plus_two_se():
             for law in ("iid", "finite_n"):
                 d = rec["laws"][law]
                 assert d["claim"] >= lead_err[k], (seed, k, law, d["claim"], lead_err[k])
+
+
+def test_lead_law_se_is_the_grouped_jackknife_beyond_its_groups(monkeypatch):
+    # more fitted documents than LEAD_GROUPS: the lead law's SE is the delete-a-group jackknife (group d % G), by
+    # brute force each group's documents dropped and the law refitted; its mean and variance those of every
+    # document; up to LEAD_GROUPS documents each its own group (the leave-one-out jackknife)
+    rng = np.random.default_rng(5)
+    S, T = 24, 256
+    x = verdict_calibration.increments("ar1", 1.0, rng, S, T)
+    Ls = np.array([forget.threshold(e) for e in (1e-1, 1e-2)])
+    loo = headlaws.evaluate(x, Ls, np.random.default_rng(0))["at"]
+    G = 5
+    monkeypatch.setattr(headlaws, "LEAD_GROUPS", G)
+    at = headlaws.evaluate(x, Ls, np.random.default_rng(0))["at"]
+    xf = x[0::2]
+    Sf = len(xf)
+    kappa = float(xf.mean())
+
+    def law(keep):                                    # E[W], Var[W] at each L on the fitted documents `keep`
+        s = headlaws.lead_survival(headlaws.BlockSums(xf[keep], T // 2), Ls, np.ones((1, len(keep))), kappa)
+        w = [np.arange(1, sk.shape[1] + 1) for sk in s]                   # E W = sum P(W >= w), E W^2 likewise
+        e = np.array([sk[0].sum() for sk in s])
+        return np.array([(sk[0] * (2 * wk - 1)).sum() for sk, wk in zip(s, w)]) - e * e, e
+    v_g, e_g = zip(*[law(np.flatnonzero(np.arange(Sf) % G != g)) for g in range(G)])
+    v_g, e_g = np.array(v_g), np.array(e_g)                                          # (G, n)
+    for k in range(len(Ls)):
+        d, d0 = at[k]["laws"][headlaws.LEAD], loo[k]["laws"][headlaws.LEAD]
+        assert d["var"] == pytest.approx(d0["var"], rel=1e-12) and d["mean"] == pytest.approx(d0["mean"], rel=1e-12)
+        assert d["var_se"] == pytest.approx(dependence.jackknife(v_g[:, k]), rel=1e-6)
+        assert d["mean_se"] == pytest.approx(dependence.jackknife(e_g[:, k]), rel=1e-6)
+        assert d["var_se"] != pytest.approx(d0["var_se"], rel=1e-3)                 # not the leave-one-out SE
+    assert np.array_equal(dependence.group_weights(Sf, Sf), dependence.loo_weights(Sf))
+    assert dependence.group_weights(7, 3).sum(1).tolist() == [4, 5, 5]               # groups {0,3,6} {1,4} {2,5}
