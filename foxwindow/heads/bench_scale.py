@@ -10,7 +10,7 @@ python bench_scale.py [--quick] [--docs docs/BENCHMARKS.md] [--json out.json]
   workers        one trace file analysed with --workers 1 and --workers N (N: the available processors),
                  alternated, with the load average said; the results compared. The whole command (its start-up,
                  imports and output included) and the analysis alone, in this process; one head alone on
-                 the workers (its two halves) against one process
+                 the workers (its two halves, driver.SPLIT: off by default) against one process
   torchrun       the same file under torchrun with 2 ranks (gloo) against one process; the results compared
   760M class     peak memory (/usr/bin/time -v, max RSS) and wall time of heads of 256 documents x 16384
                  tokens, the time of 384 of them extrapolated from the measured per-head wall time
@@ -278,7 +278,8 @@ def markdown(res):
             f"{'yes' if w['identical'] else '**no**'} | {w['load']} |",
             f"| {aw['what']}, {aw['workers']} workers | {aw['seconds']:.1f} | {aw['one_s']:.1f} | "
             f"{aw['speedup']:.2f} | {'yes' if aw['identical'] else '**no**'} | {aw['load']} |",
-            *([f"| {lone['what']}, {lone['workers']} workers (its verdict and its per-law evaluation as two jobs) | "
+            *([f"| {lone['what']}, {lone['workers']} workers (its verdict and its per-law evaluation as two jobs: "
+               f"driver.SPLIT, off by default) | "
                f"{lone['seconds']:.1f} | {lone['one_s']:.1f} | {lone['speedup']:.2f} | "
                f"{'yes' if lone['identical'] else '**no**'} | {lone['load']} |"] if lone else []),
             f"| {r['what']}, torchrun 2 ranks (gloo) | {r['seconds']:.1f} | {r['one_s']:.1f} | {r['speedup']:.2f} | "
@@ -378,7 +379,11 @@ def main(argv=None):
         say("workers, the analysis alone ...")
         res["analysis_workers"] = analysis_workers_vs_one(8, 128, 8192 if a.quick else 16384, rep)
         say("one head on the workers (its two halves) ...")
-        res["lone_head"] = analysis_workers_vs_one(1, 128 if a.quick else 256, 8192 if a.quick else 16384, rep)
+        split, heads.SPLIT = heads.SPLIT, True                   # the split, off by default, measured here
+        try:
+            res["lone_head"] = analysis_workers_vs_one(1, 128 if a.quick else 256, 8192 if a.quick else 16384, rep)
+        finally:
+            heads.SPLIT = split
         say("torchrun ...")
         res["torchrun"] = torchrun_vs_one(tmp, 4, 64, 4096, rep)
         say("760M class ...")

@@ -256,9 +256,16 @@ def _part_job(k):
     return _head_job(k // 2, laws="only" if k % 2 else False)
 
 
-SPLIT = True            # too few heads for the processes asked or the ranks: each head as two jobs (analyse_stream),
-SPLIT_MIN = 1 << 20     # for heads of SPLIT_MIN increments (S T) or more (below, the fork costs more than it saves:
-WHOLE = 2               # 0.93x at 32 x 2048); in analyse_stream's done list: a whole head
+# SPLIT: too few heads for the processes asked or the ranks: each head as two jobs (analyse_stream), for heads of
+# SPLIT_MIN increments (S T) or more (below, the fork costs more than it saves: 0.93x at 32 x 2048). Off by
+# default: since the per-head work the per-law half is about 85% of a head (1.94 of 2.28 CPU-s at 256 x 16384, the
+# lag sums and V(n) that the verdict shares formed again), so two halves give at most 1.18x before the fork, and
+# measured they gave less than one process (one head of 256 x 16384, 2 workers, fresh processes alternated, three
+# rounds: `forget.py --traces` 6.9-8.6 s of wall against 5.5-7.3 s; the analysis alone 2.75-3.77 s against
+# 2.34-2.53 s; at 1024 x 4096 3.08-3.28 s against 3.08-4.36 s)
+SPLIT = False
+SPLIT_MIN = 1 << 20
+WHOLE = 2               # in analyse_stream's done list: a whole head
 
 
 def _split(S, T):
@@ -401,7 +408,8 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
                      + (f", in {len(groups)} capture passes" if len(groups) > 1 else ""))
     # a large run compiles the rows' windows loop and the lattice loop once here, before the workers fork (they
     # inherit them); the same numbers as the numpy paths
-    headlaws.compile_fast_paths(mine * S * T * len(Ls))
+    # (a head's positions counted once: a split head's two jobs share its rows)
+    headlaws.compile_fast_paths(sum((b - a + 1) // 2 if h else b - a for a, b, h in blocks) * S * T * len(Ls))
     _RUN.clear()
     _RUN.update(index=index, Ls=Ls, n_heads=n_heads, n_boot=n_boot, seed=seed,
                 children=np.random.SeedSequence(seed).spawn(n_heads), context=context, mass_L=mass_L, pmf_L=pmf_L,

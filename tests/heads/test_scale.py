@@ -470,6 +470,7 @@ def test_a_head_alone_on_two_workers_runs_as_two_halves_with_the_numbers_of_one_
     with as many heads as workers, one job a head."""
     path, _ = _trace_file(tmp_path, S=8, T=512, H=(1,))
     one, i1 = heads.analyse_traces(path, seed=5, n_boot=100, workers=1)
+    monkeypatch.setattr(heads, "SPLIT", True)                   # the split (off by default)
     monkeypatch.setattr(heads, "SPLIT_MIN", 8 * 512)            # heads this small split too (the default: 2^20)
     sizes = []
     real = parallel.run_jobs
@@ -509,6 +510,7 @@ def test_a_stopped_split_group_keeps_the_heads_whose_halves_are_both_done(tmp_pa
     every number that of a full run's head), a head with one half done is not."""
     path, _ = _trace_file(tmp_path, S=8, T=512, H=(3,))
     full, info = heads.analyse_traces(path, seed=5, n_boot=100, workers=1)
+    monkeypatch.setattr(heads, "SPLIT", True)
     monkeypatch.setattr(heads, "SPLIT_MIN", 0)
     jobs = []
 
@@ -541,7 +543,9 @@ def test_the_estimate_names_the_processes_a_lone_split_head_uses(monkeypatch, ca
         jobs.append(n)
         raise parallel.Stopped({}, "SIGTERM")
     monkeypatch.setattr(parallel, "run_jobs", stop)
-    for split_min, n, said in ((0, 2, "on 2 worker(s)"), (1 << 40, 1, "on 1 worker(s)")):
+    for split, split_min, n, said in ((True, 0, 2, "on 2 worker(s)"), (True, 1 << 40, 1, "on 1 worker(s)"),
+                                      (False, 0, 1, "on 1 worker(s)")):               # (the default: not split)
+        monkeypatch.setattr(heads, "SPLIT", split)
         monkeypatch.setattr(heads, "SPLIT_MIN", split_min)
         with pytest.raises(parallel.Stopped):
             heads.analyse_layers(lg, seed=0, workers=2, progress=True)

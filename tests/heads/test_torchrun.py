@@ -50,11 +50,11 @@ def _worker(tmp):
                      "--no-progress", "--workers", "1"])
     check("model", _model_args(tmp, "--json", f"{tmp}/model2.json", "--trace-gib", "1e-9"))
     parts, real_part = [], driver._part_job                 # one head, two ranks: a half on each
-    driver.SPLIT_MIN = 0                                    # (split however small the head)
+    driver.SPLIT, driver.SPLIT_MIN = True, 0                # (split however small the head)
     driver._part_job = lambda k: parts.append(k) or real_part(k)
     check("one", ["--traces", f"{tmp}/one.npz", "--json", f"{tmp}/one2.json", "--seed", "5", "--n-boot", "30",
                   "--no-progress", "--workers", "1"])
-    driver._part_job, driver.SPLIT_MIN = real_part, 1 << 20
+    driver._part_job, driver.SPLIT, driver.SPLIT_MIN = real_part, False, 1 << 20
     out["one_parts"] = parts
     with open(f"{tmp}/rank{rank}.json", "w") as fh:
         json.dump(out, fh)
