@@ -11,7 +11,7 @@ names below are imported on first use (`import foxwindow` itself loads nothing h
                        (FoX, fla, Hugging Face, LSTMs; the CPU fallbacks on the CPU); capture_log_decays(model,
                        ...): one forward pass; load_pretrained(dir) / load_checkpoint(path): a Hugging Face style
                        checkpoint / this package's FoX checkpoint
-    trace files        save_trace(path, traces, meta=None, force=False), load_trace(path)
+    trace files        save_trace(path, traces, meta=None, force=False), load_trace(path, mmap=False)
     analysis           analyse(x, eps=...): the per-head verdict and windows -> HeadsResult
 
 Thresholds are given by keyword, eps= or L= (exactly one), everywhere. The subpackages: laws/, heads/, models/,

@@ -276,13 +276,21 @@ def _not_npy(path):
                          "traces and their metadata)")
 
 
-def load_trace(path):
+def load_trace(path, mmap=False):
     """Read a file written by save_trace. Returns (traces {name: (B, T, H) float32 ndarray}, meta dict).
 
+    mmap: each trace a read-only numpy.memmap of the file instead of an array in memory (a file of any size; its
+      pages are read as they are used and the system may drop them again), every value checked streamed first.
+      Needs the members save_trace writes (stored uncompressed, float32); a compressed or other-dtype member is
+      refused (ValueError), not read eagerly instead.
     Raises FileNotFoundError if missing; ValueError naming the problem if the file is truncated or
     not an npz, the metadata is missing or unreadable, or a trace has the wrong shape, NaN or
     positive values.
     """
+    if mmap is not False and mmap is not True:
+        raise ValueError(f"mmap must be True or False; got {mmap!r}")
+    if mmap:
+        return _map_traces(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"trace file not found: {path}" + (" (a folder; expected an .npz file)"
                                                                    if os.path.isdir(path) else ""))
@@ -310,6 +318,25 @@ def load_trace(path):
             raise ValueError(f"{path}: trace '{name}' has {a.shape[2]} heads, metadata says {heads}")
         traces[name] = a.astype(np.float32, copy=False)                          # one copy in memory, not two
     return traces, meta
+
+
+def _map_traces(path):
+    """load_trace(path, mmap=True)."""
+    if os.path.isfile(path):
+        _not_npy(path)
+    lazy, meta = _open_lazy(path)
+    out = {}
+    for name, t in lazy.items():
+        if t._loc is None:
+            raise ValueError(f"{path}: trace '{safety.shown(name)}' is stored compressed and cannot be memory-mapped "
+                             "(load it with mmap=False, or save it uncompressed: save_trace)")
+        off, dtype, shape, fortran = t._loc
+        if dtype != np.float32:
+            raise ValueError(f"{path}: trace '{safety.shown(name)}' is {dtype}, not float32: memory-mapped traces "
+                             "are read as stored (load it with mmap=False, which converts it)")
+        t.check_values(name)
+        out[name] = np.memmap(path, dtype=dtype, mode="r", offset=off, shape=shape, order="F" if fortran else "C")
+    return out, meta
 
 
 def _npz_members(path):
@@ -482,6 +509,13 @@ def open_traces(path):
     """The traces of a save_trace file without reading them: ({name: LazyTrace (B, T, H)}, meta), with the
     metadata and layout checks of load_traces_checked (shapes, heads, at least 3 sequences, T >= max(B, H, 16)).
     The values (finite, <= 0) are checked as each head is read (heads.increments), once."""
+    traces, meta = _open_lazy(path)
+    check_layout(path, {n: t.shape for n, t in traces.items()})
+    return traces, meta
+
+
+def _open_lazy(path):
+    """open_traces without its layout checks (load_trace's checks of the file, metadata and shapes)."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"trace file not found: {path}" + (" (a folder; expected an .npz file)"
                                                                    if os.path.isdir(path) else ""))
@@ -508,7 +542,6 @@ def open_traces(path):
         if isinstance(heads, int) and shape[2] != heads:
             raise ValueError(f"{path}: trace '{name}' has {shape[2]} heads, metadata says {heads}")
         traces[name] = LazyTrace(path, f"trace_{i}", shape, loc)
-    check_layout(path, {n: t.shape for n, t in traces.items()})
     return traces, meta
 
 

@@ -223,6 +223,43 @@ def test_lazy_traces_read_what_load_trace_reads(tmp_path):
     assert all(t._loc is None and np.array_equal(t[:, :, 0], eager[k][:, :, 0]) for k, t in lazy_c.items())
 
 
+def test_load_trace_memory_mapped_reads_the_eager_values_and_refuses_what_it_cannot_map(tmp_path, monkeypatch):
+    """load_trace(path, mmap=True): read-only memory maps with the eager reader's values and metadata, every value
+    checked first (a NaN, a positive log gate: the eager messages); a compressed or float64 member refused, not
+    read eagerly; mmap must be a bool."""
+    monkeypatch.setattr(traces, "READ_CHUNK", 64)                          # the check streamed over many reads
+    path, tr = _trace_file(tmp_path)
+    eager, meta = traces.load_trace(path)
+    mapped, meta2 = traces.load_trace(path, mmap=True)
+    assert meta2 == meta and list(mapped) == list(eager)
+    for k, a in mapped.items():
+        assert isinstance(a, np.memmap) and a.dtype == np.float32 and not a.flags.writeable
+        assert np.array_equal(a, eager[k]) and np.array_equal(a[:, :, 1], tr[k][:, :, 1])
+    for bad, words in ((np.nan, "NaN or infinite"), (0.5, "positive log gates")):
+        with np.load(path) as z:                                           # (save_trace refuses to write it)
+            d = {k: z[k] for k in z.files}
+        d["trace_1"][-1, -1, -1] = bad
+        p2 = str(tmp_path / f"bad{bad}.npz")
+        np.savez(p2, **d)
+        for mm in (False, True):
+            with pytest.raises(ValueError, match=words):
+                traces.load_trace(p2, mmap=mm)
+    comp = str(tmp_path / "c.npz")
+    with np.load(path) as z:
+        np.savez_compressed(comp, **{k: z[k] for k in z.files})
+    with pytest.raises(ValueError, match="stored compressed and cannot be memory-mapped"):
+        traces.load_trace(comp, mmap=True)
+    name = "blocks.0.attn.hook_log_fgate"
+    assert np.array_equal(traces.load_trace(comp)[0][name], eager[name])
+    wide = str(tmp_path / "f64.npz")
+    with np.load(path) as z:
+        np.savez(wide, **{k: (z[k].astype(np.float64) if k.startswith("trace_") else z[k]) for k in z.files})
+    with pytest.raises(ValueError, match="float64, not float32"):
+        traces.load_trace(wide, mmap=True)
+    with pytest.raises(ValueError, match="mmap must be True or False"):
+        traces.load_trace(path, mmap="yes")
+
+
 @pytest.mark.parametrize("chunk", [1, 1000, 1 << 25])        # bytes a read: one position, a few, all
 def test_read_heads_reads_blocks_of_heads_in_chunks_of_rows(tmp_path, monkeypatch, chunk):
     """LazyTrace.read_heads: the values of the head columns (a run, a scattered list, one head), read in chunks of
