@@ -31,8 +31,8 @@ import numpy as np
 from foxwindow.laws import renewal
 
 __all__ = ["MAX_LAG", "LEVEL_TOL", "LEVEL_Z", "MIN_STEPS", "LATTICE_VAR", "TAIL_FRAC", "TAIL_SHARE", "jackknife",
-           "loo_weights", "group_weights", "TauEstimate", "tau_estimate", "n_grid", "VarianceFunction",
-           "variance_function", "DocSums", "Regime",
+           "loo_weights", "group_weights", "JACK_GROUPS", "jack_weights", "TauEstimate", "tau_estimate", "n_grid",
+           "VarianceFunction", "variance_function", "DocSums", "Regime",
            "level_ratio", "tail_share", "tail_shares", "in_regime"]
 
 MAX_LAG = 256          # lags of the Geyer diagnostic
@@ -54,6 +54,15 @@ def jackknife(values_loo):
 def loo_weights(S):
     """(S, S) float64 weights of the S leave-one-sequence-out samples (row s drops sequence s)."""
     return 1.0 - np.eye(S)
+
+
+JACK_GROUPS = 256      # jack_weights: at most 256 groups of sequences (each its own group up to 256 sequences)
+
+
+def jack_weights(S):
+    """The weights of the verdict's jackknife over S sequences: group_weights(S, JACK_GROUPS), the leave-one-out
+    rows up to JACK_GROUPS sequences (its matrix products grew as S^2 beyond)."""
+    return group_weights(S, JACK_GROUPS)
 
 
 def group_weights(S, G):
@@ -208,8 +217,9 @@ class VarianceFunction:
         return self._out(v / (self.ns * v[:, :1]), w)
 
     def se(self, f):
-        """Jackknife-over-sequences standard error of f(w) (f maps (B, S) weights to (B, ...) values)."""
-        return jackknife(f(loo_weights(self.S)))
+        """Jackknife-over-sequences standard error of f(w) (f maps (B, S) weights to (B, ...) values; at most
+        JACK_GROUPS groups of sequences, jack_weights)."""
+        return jackknife(f(jack_weights(self.S)))
 
     def index(self, n):
         """Position in ns of the grid point nearest to n (a float >= 1) on a log scale."""

@@ -327,10 +327,11 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
     res.censored_frac = cens.tolist()
     mean = docs.s1.sum(0) / (S * R)
     res.mean_W, res.var_W = mean.tolist(), (docs.s2.sum(0) / (S * R) - mean ** 2).tolist()
-    lw = dependence.loo_weights(S)
-    ml = (lw @ docs.s1) / ((S - 1) * R)
+    lw = dependence.jack_weights(S)                # leave-one-out, or groups of documents beyond JACK_GROUPS
+    nw = lw.sum(1)[:, None] * R
+    ml = (lw @ docs.s1) / nw
     res.se_mean_W = dependence.jackknife(ml).tolist()
-    res.se_var_W = dependence.jackknife((lw @ docs.s2) / ((S - 1) * R) - ml ** 2).tolist()
+    res.se_var_W = dependence.jackknife((lw @ docs.s2) / nw - ml ** 2).tolist()
     for k in range(len(Ls)):
         km = predict.kaplan_meier(Wr[:, :, k], Cr[:, :, k])
         res.km_mean.append(km.mean)
@@ -425,7 +426,7 @@ def _test(res, docs, vf, idx_L, Ls, U, n_boot, rng, alpha_test):
     point = stats_(np.ones((1, S)))[0]
     w = rng.multinomial(S, np.full(S, 1.0 / S), size=n_boot).astype(np.float64)
     star = np.concatenate([stats_(w[i:i + 1000]) for i in range(0, n_boot, 1000)])
-    jk = dependence.jackknife(stats_(dependence.loo_weights(S)))
+    jk = dependence.jackknife(stats_(dependence.jack_weights(S)))
     res.slope, res.slope_se = float(point[3]), float(jk[3])
     res.pred_slope_mix, res.mean_slope, res.pred_mean_slope, res.pred_slope_iid = (
         float(point[4]), float(point[5]), float(point[6]), float(point[7]))

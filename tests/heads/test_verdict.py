@@ -186,3 +186,30 @@ def test_the_regime_rule_has_one_home():
         assert f"{c:g}" in rule
     with open(os.path.join(REPO, "docs", "RESULTS.md")) as fh:
         assert rule in re.sub(r"\s+", " ", fh.read())
+
+
+def test_verdict_ses_are_the_grouped_jackknife_beyond_jack_groups(monkeypatch):
+    # more documents than JACK_GROUPS: the SEs of E[W] and Var[W] are the delete-a-group jackknife (group d % G), by
+    # brute force each group dropped; up to JACK_GROUPS documents the leave-one-out jackknife, the same numbers
+    rng = np.random.default_rng(8)
+    S, T = 14, 2048
+    x = cal.increments("iid", 2.0, rng, S, T)
+    Ls = np.array([gates.threshold(e) for e in (1e-2, 1e-3, 1e-4, 1e-5)])             # three in the regime
+    W = predict.window_rows(x, Ls, T // 2)[0].astype(np.float64)                 # (S, R, n)
+
+    def jk(groups):
+        keep = [np.flatnonzero(groups != g) for g in range(groups.max() + 1)]
+        m = np.array([W[k].mean((0, 1)) for k in keep])
+        v = np.array([W[k].var((0, 1)) for k in keep])
+        return dependence.jackknife(m), dependence.jackknife(v)
+    r = verdict.analyse(x, Ls, n_boot=50, seed=1)
+    for got, want in zip((r.se_mean_W, r.se_var_W), jk(np.arange(S))):
+        assert np.allclose(got, want, rtol=1e-9)
+    G = 4
+    monkeypatch.setattr(dependence, "JACK_GROUPS", G)
+    rg = verdict.analyse(x, Ls, n_boot=50, seed=1)
+    for got, want, loo in zip((rg.se_mean_W, rg.se_var_W), jk(np.arange(S) % G), (r.se_mean_W, r.se_var_W)):
+        assert np.allclose(got, want, rtol=1e-9) and not np.allclose(got, loo, rtol=1e-3)
+    assert rg.mean_W == r.mean_W and rg.var_W == r.var_W and rg.slope == r.slope and math.isfinite(r.slope)
+    assert rg.slope_se != pytest.approx(r.slope_se, rel=1e-3) and 0 < rg.slope_se < 3 * r.slope_se   # its own rows
+    assert dependence.jack_weights(S).shape == (G, S)
