@@ -322,8 +322,6 @@ def load_trace(path, mmap=False):
 
 def _map_traces(path):
     """load_trace(path, mmap=True)."""
-    if os.path.isfile(path):
-        _not_npy(path)
     lazy, meta = _open_lazy(path)
     out = {}
     for name, t in lazy.items():
@@ -335,7 +333,7 @@ def _map_traces(path):
             raise ValueError(f"{path}: trace '{safety.shown(name)}' is {dtype}, not float32: memory-mapped traces "
                              "are read as stored (load it with mmap=False, which converts it)")
         t.check_values(name)
-        out[name] = np.memmap(path, dtype=dtype, mode="r", offset=off, shape=shape, order="F" if fortran else "C")
+        out[name] = t.memmap()
     return out, meta
 
 
@@ -463,14 +461,18 @@ class LazyTrace:
         if hi > 0:
             raise ValueError(f"{self.path}: trace '{name}' has positive log gates (max {hi:.4g})")
 
+    def memmap(self):
+        """A read-only numpy.memmap of the (uncompressed) member."""
+        off, dtype, shape, fortran = self._loc
+        return np.memmap(self.path, dtype=dtype, mode="r", offset=off, shape=shape, order="F" if fortran else "C")
+
     def __getitem__(self, key):
         if self._loc is None:                   # compressed: the whole member is decompressed for every read
             safety.need_memory(math.prod(self.shape) * 8, f"{self.path}: reading the compressed trace "
                                                           f"'{self.member}' (save it uncompressed: save_trace)")
             with np.load(self.path, allow_pickle=False) as z:
                 return np.asarray(z[self.member][key])
-        off, dtype, shape, fortran = self._loc
-        mm = np.memmap(self.path, dtype=dtype, mode="r", offset=off, shape=shape, order="F" if fortran else "C")
+        mm = self.memmap()
         try:
             return np.array(mm[key])
         finally:
@@ -519,6 +521,7 @@ def _open_lazy(path):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"trace file not found: {path}" + (" (a folder; expected an .npz file)"
                                                                    if os.path.isdir(path) else ""))
+    _not_npy(path)
     outputs.note_input(path, "the trace file")             # no output of the command may replace it
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{path}: not an .npz trace file (not a zip archive; corrupt, truncated or another format)")
@@ -576,8 +579,6 @@ def check_trace_file(path):
     """Every check of load_traces_checked (the file, its metadata, shapes, layout and every value) without holding
     the traces: open_traces, then each trace's values streamed (LazyTrace.check_values), so that a trace file of
     any size is checked before the work in a chunk of memory. Returns (traces {name: LazyTrace}, meta)."""
-    if os.path.isfile(path):
-        _not_npy(path)
     traces, meta = open_traces(path)
     for name, t in traces.items():
         t.check_values(name)

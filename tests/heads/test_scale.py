@@ -258,6 +258,12 @@ def test_load_trace_memory_mapped_reads_the_eager_values_and_refuses_what_it_can
         traces.load_trace(wide, mmap=True)
     with pytest.raises(ValueError, match="mmap must be True or False"):
         traces.load_trace(path, mmap="yes")
+    npy = str(tmp_path / "one.npz")
+    with open(npy, "wb") as fh:
+        np.save(fh, tr["blocks.0.attn.hook_log_fgate"])
+    for reader in (lambda p: traces.load_trace(p, mmap=True), traces.open_traces, traces.check_trace_file):
+        with pytest.raises(ValueError, match="a single .npy array"):
+            reader(npy)
 
 
 @pytest.mark.parametrize("chunk", [1, 1000, 1 << 25])        # bytes a read: one position, a few, all
