@@ -109,8 +109,8 @@ def tau_estimate(x, centre="sequence", max_lag=MAX_LAG, sums=None, rows=None):
     S, T = x.shape
     K = min(int(max_lag), T - 1)
     nk = (T - np.arange(K + 1)) * 1.0
-    if sums is not None and centre == "sequence":
-        xx = sums.lag_sums(K) if rows is None else sums.lag_sums(K)[rows]
+    if sums is not None and (centre == "sequence" or rows is None):    # a subset's grand mean is its own
+        xx = sums.lag_sums(K, centre) if rows is None else sums.lag_sums(K)[rows]
     else:
         xx = renewal.lag_sums(x, K, centre)                                  # (S, K+1)
     g = xx.sum(0) / (nk * S)
@@ -250,11 +250,21 @@ class DocSums:
         self._lags, self._Q, self._E = {}, {}, {}
         self._cc = None
 
-    def lag_sums(self, K):
-        """renewal.lag_sums(x, K, "sequence"), (S, K + 1), formed once."""
-        if K not in self._lags:
-            self._lags[K] = renewal.lag_sums(self.x, K, "sequence")
-        return self._lags[K]
+    @classmethod
+    def from_parts(cls, x, lags, Q, E):
+        """The DocSums of x (S, T) with the sums already formed (docsplit.doc_parts: on parts of the documents):
+        lags {(K, centre): (S, K + 1)}, Q and E {block length: (S,)}; anything else asked is formed on use."""
+        out = cls(x)
+        out._lags.update(lags)
+        out._Q.update(Q)
+        out._E.update(E)
+        return out
+
+    def lag_sums(self, K, centre="sequence"):
+        """renewal.lag_sums(x, K, centre), (S, K + 1), formed once."""
+        if (K, centre) not in self._lags:
+            self._lags[K, centre] = renewal.lag_sums(self.x, K, centre)
+        return self._lags[K, centre]
 
     def block_columns(self, ns):
         """V(n)'s per-document sums at block lengths ns (ints in [1, T/2]): Q (S, m), the sums of squares of the

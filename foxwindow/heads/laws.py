@@ -243,6 +243,14 @@ def _reversed(a, hi, n):
     return a[:, hi - n + 1:hi + 1][:, ::-1]
 
 
+def _conj_times(a, f):
+    """conj(a) f, in that order at every size (f * conj(a) is computed so only where numpy reuses the temporary,
+    from 256 KiB, and a complex product's rounding depends on the order): each row's numbers are its own."""
+    out = np.conj(a)
+    np.multiply(out, f, out=out)
+    return out
+
+
 class BlockSums:
     """Moments of S_w = the w increments up to row r (inclusive), rows r0..T-1, w = 1..T//2, per document.
 
@@ -272,7 +280,7 @@ class BlockSums:
             A1, A2 = sp_fft.rfft(c[:, r0 + 1:], n), sp_fft.rfft(c2[:, r0 + 1:], n)
 
             def corr(a, f, b=None, g=None):     # sum_t a[t] f[t - w] (- sum_t b[t] g[t - w]), w = 1..nw
-                spec = f * np.conj(a) if b is None else f * np.conj(a) - g * np.conj(b)
+                spec = _conj_times(a, f) if b is None else _conj_times(a, f) - _conj_times(b, g)
                 return _reversed(sp_fft.irfft(spec, n), r0 - 1, self.nw)
         else:
             # lags up to nw only: a transform of T + 1 + nw points (a fast length) keeps every wrapped term of the
@@ -283,7 +291,7 @@ class BlockSums:
             A1, A2 = sp_fft.rfft(c * mask, n), sp_fft.rfft(c2 * mask, n)
 
             def corr(a, f, b=None, g=None):     # sum_t a[t] f[t - w] (- sum_t b[t] g[t - w]), w = 1..nw
-                spec = a * np.conj(f) if b is None else a * np.conj(f) - b * np.conj(g)
+                spec = _conj_times(f, a) if b is None else _conj_times(f, a) - _conj_times(g, b)
                 return sp_fft.irfft(spec, n)[:, w]
 
         cs = np.empty((S, T + 2))
@@ -311,6 +319,16 @@ class BlockSums:
         out = object.__new__(BlockSums)
         out.S, out.R, out.nw, out.w, out.ones = len(idx), self.R, self.nw, self.w, self.ones
         out.kappa_d, out.q1, out.q2, out.q3 = self.kappa_d[idx], self.q1[idx], self.q2[idx], self.q3[idx]
+        return out
+
+    @classmethod
+    def from_sums(cls, T, r0, kappa_d, q1, q2, q3):
+        """The BlockSums of documents of T tokens, rows r0.. whose per-document sums kappa_d (S,) and q1, q2, q3
+        (S, T // 2) were formed already (docsplit.doc_parts: BlockSums of blocks of documents, each row its own)."""
+        out = object.__new__(cls)
+        out.S, out.R, out.nw = len(kappa_d), T - r0, T // 2
+        out.w, out.ones = np.arange(1, out.nw + 1), float(out.R)
+        out.kappa_d, out.q1, out.q2, out.q3 = kappa_d, q1, q2, q3
         return out
 
     def moments(self, wts, cols=None):
@@ -494,15 +512,23 @@ def _surv_kernel(gammainc, gammaincc, ndtr, jit=lambda f: f):
     scalar gammainc, gammaincc and ndtr (scipy.special.cython_special's: the functions behind the ufuncs): for each
     weight row b and w, _s_cdf's cell (the Chernoff tail test, the limit or the shifted-gamma / normal value, the
     conditioning on S >= 0 of SUPPORT, the cell of a v <= 0 column) with _s_cdf's operations in its order, then the
-    clip to [0, 1] and the running minimum along w, written to out (B, w_max). It differs from the numpy path only
-    where a gamma cell's tail bound k (r - 1 - ln r) lies within rounding of TAIL_E (the compiled log may differ
-    from numpy's in the last bit), by less than that bound, e^-TAIL_E. Returns loop(L, m, v, sd, g, keep, use_keep,
-    vpos, out) (m3 enters through the skewness g of _s_parts)."""
+    clip to [0, 1] and the running minimum along w, written to out (B, w_max); once a row's minimum is 0 and no later
+    cell of it can be NaN (finite m, v, g), the rest of the row is 0 without being evaluated. It differs from the
+    numpy path only where a gamma cell's tail bound k (r - 1 - ln r) lies within rounding of TAIL_E (the compiled
+    log may differ from numpy's in the last bit), by less than that bound, e^-TAIL_E. Returns loop(L, m, v, sd, g,
+    keep, use_keep, vpos, out) (m3 enters through the skewness g of _s_parts)."""
     tail_e, support = TAIL_E, SUPPORT
 
     @jit
     def _max0(a):                                   # np.maximum(a, 0): NaN stays NaN
         return a if (a > 0.0 or a != a) else 0.0
+
+    @jit
+    def _zero_beyond(m, v, g, b, w0, n):            # no cell of row b from w0 on can be NaN: the minimum stays 0
+        for w in range(w0, n):                      # (finite m, v, g with |g| <= 1e150 give a cell in [0, 1])
+            if not (abs(m[b, w]) < np.inf and abs(v[b, w]) < np.inf and abs(g[b, w]) <= 1e150):
+                return False
+        return True
 
     @jit
     def _tail(k, y, exact, upper):                  # _gamma_tails on one cell
@@ -563,6 +589,9 @@ def _surv_kernel(gammainc, gammaincc, ndtr, jit=lambda f: f):
                 if w == 0 or val < run or (val != val and run == run):    # np.minimum.accumulate (NaN stays)
                     run = val
                 out[b, w] = run
+                if run == 0.0 and _zero_beyond(m, v, g, b, w + 1, n):
+                    out[b, w + 1:] = 0.0
+                    break
     return loop
 
 
@@ -691,12 +720,13 @@ def _upper(value, loo):
     return abs(value) + 2 * float(dependence.jackknife(loo))
 
 
-def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True, sums=None):
+def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True, sums=None, block_sums=None):
     """Every law of LAWS fitted on documents 0, 2, 4, ... of increments x (S, T) and scored on 1, 3, 5, ... at
     thresholds Ls (n,). rng: numpy Generator (the bootstrap's walks). pmf_L: the L of the pmf block (None:
     none). windows: (W, censored) of predict.window_rows(x, Ls, T // 2), every document, when the caller has
     them (None: computed here). all_docs: also the state's test of the laws of ALL_DOCS on all documents
     (`test_all`). sums: dependence.DocSums(x) shared with the verdict (None: formed here where needed).
+    block_sums: BlockSums(x, T // 2) of every document when the caller has them (docsplit; None: formed here).
     Returns dict(at=[record per L], pmf=..., cells=[...]) where each record's laws carry the
     numbers (state and claim are set by `assign_states` over the whole model)."""
     S, T = x.shape
@@ -768,7 +798,8 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True,
     tw_loo = vf.tau_within(lw)
     # the lead law's block sums of every document once where the all-document test needs them (an L without a
     # censored window), the fitted half's their rows
-    bs_all = BlockSums(x, r0) if all_docs and (windows is None or not windows[1].any(axis=(0, 1)).all()) else None
+    need_all = all_docs and (windows is None or not windows[1].any(axis=(0, 1)).all())
+    bs_all = (BlockSums(x, r0) if block_sums is None else block_sums) if need_all else None
     bs = BlockSums(xf, r0) if bs_all is None else bs_all.rows(fit)
     n3 = int(min(bs.nw, max(16, 4 * st["cut"], T // 8)))
     kappa3_lr = float(bs.moments(np.ones((1, Sf)), [n3 - 1])[2][0, 0] / n3)

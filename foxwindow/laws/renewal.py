@@ -36,7 +36,8 @@ from foxwindow.laws.gates import Moments, threshold
 
 __all__ = ["LATTICE_VAR", "wald_mean", "renewal_mean", "leading_var", "smith_C", "smith_var", "alibi_window",
            "alibi_window_real",
-           "exponential_exact", "gamma_survival", "gamma_band", "lag_sums", "acf", "batch_means", "tau_from_acf",
+           "exponential_exact", "gamma_survival", "gamma_band", "lag_sums", "lag_products", "acf", "batch_means",
+           "tau_from_acf",
            "geyer_cut", "initial_positive_tau", "long_run_variance", "dependent_var", "dependent_mean_N",
            "bartlett_correction", "OutsideRegime", "VarianceLaw", "REGIME_FRACTION", "BARTLETT_OMITTED",
            "bartlett_var", "second_order_constant", "second_order_var", "finite_n_var"]
@@ -196,10 +197,20 @@ def lag_sums(x, max_lag, centre="sequence"):
         raise ValueError(f"max_lag must lie in [0, n - 1] = [0, {n - 1}]; got {max_lag}")
     if centre not in ("sequence", "grand"):
         raise ValueError(f"centre must be 'sequence' or 'grand'; got {centre!r}")
-    y = x - (x.mean(1, keepdims=True) if centre == "sequence" else x.mean())
+    return lag_products(x - (x.mean(1, keepdims=True) if centre == "sequence" else x.mean()), max_lag)
+
+
+def lag_products(y, max_lag):
+    """sum_t y_t y_{t+k}, k = 0..max_lag, of each row of y (S, n) float64 as it is (lag_sums after its centring):
+    (S, max_lag + 1) float64, each row from that row alone (the rows of a subset are the subset's own numbers)."""
+    n = y.shape[1]
     m = next_fast_len(n + max_lag, real=True)                # no wrap-around up to max_lag (2n for every lag)
     f = np.fft.rfft(y, m, axis=1)
-    return np.fft.irfft(f * np.conj(f), m, axis=1)[:, : max_lag + 1]
+    # conj(f) f in that order at every size (f * conj(f) is computed so only where numpy reuses the temporary, from
+    # 256 KiB, and a complex product's rounding depends on the order): each row's numbers are its own
+    p = np.conj(f)
+    np.multiply(p, f, out=p)
+    return np.fft.irfft(p, m, axis=1)[:, : max_lag + 1]
 
 
 def acf(x, max_lag, pooled=False, centre="sequence"):

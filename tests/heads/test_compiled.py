@@ -117,6 +117,19 @@ def test_compiled_lead_law_cells_are_the_numpy_cells(compiled, monkeypatch):
                 headlaws._surv[0](L, m[:, c], v[:, c], parts[0][:, c], parts[1][:, c], parts[2][:, c],
                                   True, vpos, got)
                 assert np.all(np.abs(got - ref) <= bound), (case, L, w_max, np.abs(got - ref).max())
+    # rows whose minimum reaches 0 early (the kernel stops evaluating them there), and rows with NaN, infinite or
+    # absurd cells after that point (where it may not): the numpy path's numbers either way
+    m = w * rng.uniform(0.5, 2, (6, 1))
+    v = w * rng.uniform(0.01, 1, (6, 1)) + 0.0
+    g = np.full((6, n), 0.3)
+    m[1, 3000], v[2, 2500], g[3, 3500], v[4, 100:] = np.nan, np.inf, 1e200, np.nan
+    m3 = g * np.sqrt(np.maximum(v, 0)) ** 3
+    for L in (2.0, 50.0):
+        ref, parts, vpos = _numpy_survival(L, m, v, m3, n)
+        got = np.empty((6, n))
+        headlaws._surv[0](L, m, v, parts[0], parts[1], parts[2], True, vpos, got)
+        assert np.array_equal(np.isnan(got), np.isnan(ref)) and np.all(np.abs(got - ref)[~np.isnan(ref)] <= bound)
+        assert np.all(ref[0, n // 2:] == 0)                     # the early zeros are there
 
 
 def test_compiled_window_sums_and_counts_are_the_numpy_numbers(compiled, monkeypatch):

@@ -1,0 +1,104 @@
+"""One huge head's per-document statistics over worker processes.
+
+Most of a head with many documents is per-document work: the analysed rows' windows, the lag sums of Geyer's
+tau (both centrings), V(n)'s block sums and the lead law's block sums. Each of those numbers is a document's own
+(its row of the traces alone decides it), so forming them on blocks of documents in separate processes and putting
+the blocks together gives the numbers one process gives (tested to the bit). `doc_parts` does that: each forked
+worker writes its block's rows straight into arrays in shared memory, so nothing of that size is pickled. The rest
+of the head (its verdict and its per-law evaluation, which mix the documents) reads them as it would its own.
+"""
+import math
+import mmap
+from dataclasses import dataclass
+
+import numpy as np
+
+from foxwindow import parallel
+from foxwindow.heads import dependence, predict
+from foxwindow.heads import laws as headlaws
+from foxwindow.laws import renewal
+
+__all__ = ["ROW_ALIGN", "DocParts", "block_lengths", "blocks", "doc_parts"]
+
+ROW_ALIGN = 16          # blocks of documents start at multiples of 16 rows (the batched transforms' own groups)
+
+
+@dataclass
+class DocParts:
+    """What `doc_parts` forms for a head of increments x (S, T): windows (W, censored) as predict.window_rows(x,
+    Ls, T // 2) gives them, sums (dependence.DocSums with the lag sums and block sums filled) and block_sums
+    (laws.BlockSums(x, T // 2))."""
+    windows: tuple
+    sums: dependence.DocSums
+    block_sums: headlaws.BlockSums
+
+
+def block_lengths(x, Ls):
+    """The block lengths whose V(n) sums the verdict and the per-law evaluation of head x (S, T) ask for at
+    thresholds Ls: the grid with every L/kappa and 2 L/kappa of all documents, and every L/kappa of the fitted half
+    (documents 0, 2, ...), each kappa computed as they compute it. A block length missed here is formed when asked
+    (the same numbers, in one process)."""
+    S, T = x.shape
+    Ls = np.asarray(Ls, dtype=np.float64)
+    kappa = x.sum(1).sum() / x.size
+    kf = float(x[np.arange(0, S, 2)].mean())
+    out = [dependence.n_grid(T // 2, np.concatenate([np.round(Ls / kappa), np.round(2 * Ls / kappa)]))]
+    if kf > 0:
+        out.append(dependence.n_grid(T // 2, np.round(Ls / kf)))
+    return np.unique(np.concatenate(out)) if kappa > 0 else dependence.n_grid(T // 2)
+
+
+def _shared(shape, dtype):
+    """A zeroed array in anonymous shared memory: forked workers' writes to it are seen by this process."""
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = mmap.mmap(-1, max(n, 1))
+    return np.frombuffer(buf, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
+
+
+def blocks(S, parts):
+    """[(a, b)] of at most `parts` consecutive blocks of S rows, each starting at a multiple of ROW_ALIGN and, where
+    there is more than one, of ROW_ALIGN rows or more."""
+    step = max(ROW_ALIGN, int(math.ceil(S / parts / ROW_ALIGN)) * ROW_ALIGN)
+    starts = list(range(0, S, step))
+    if len(starts) > 1 and S - starts[-1] < ROW_ALIGN:              # no block of a few rows: the last one longer
+        starts.pop()
+    return [(a, b) for a, b in zip(starts, starts[1:] + [S])]
+
+
+def doc_parts(x, Ls, workers, deadline=None):
+    """DocParts of increments x (S, T) float64 C-contiguous (driver.increments) at thresholds Ls (n,) float > 0,
+    formed on blocks of documents in `workers` forked processes (parallel.run_jobs: Ctrl-C, SIGTERM and the
+    deadline raise parallel.Stopped). The numbers of one process."""
+    S, T = x.shape
+    Ls = np.ascontiguousarray(Ls, dtype=np.float64).reshape(-1)
+    r0, n, K = T // 2, len(Ls), min(dependence.MAX_LAG, T - 1)
+    ns = block_lengths(x, Ls)
+    gmean = x.mean()                                              # the grand centring's mean (renewal.lag_sums')
+    nw = T // 2
+    out = dict(W=_shared((S, n, T - r0), np.int64), C=_shared((S, n, T - r0), np.bool_),
+               seq=_shared((S, K + 1), np.float64), grand=_shared((S, K + 1), np.float64),
+               Q=_shared((S, len(ns)), np.float64), E=_shared((S, len(ns)), np.float64),
+               kd=_shared((S,), np.float64), q1=_shared((S, nw), np.float64), q2=_shared((S, nw), np.float64),
+               q3=_shared((S, nw), np.float64))
+    bounds = blocks(S, workers)
+
+    def block(j):                      # documents a..b: their rows of every array (in a forked worker)
+        a, b = bounds[j]
+        xa = x[a:b]
+        W, C = predict.window_rows(xa, Ls, r0)                    # (b - a, R, n) views of L-major arrays
+        out["W"][a:b] = W.transpose(0, 2, 1)
+        out["C"][a:b] = C.transpose(0, 2, 1)
+        sums = dependence.DocSums(xa)
+        out["seq"][a:b] = sums.lag_sums(K)
+        out["grand"][a:b] = renewal.lag_products(xa - gmean, K)
+        out["Q"][a:b], out["E"][a:b] = sums.block_columns(ns)
+        bs = headlaws.BlockSums(xa, r0)
+        out["kd"][a:b], out["q1"][a:b], out["q2"][a:b], out["q3"][a:b] = bs.kappa_d, bs.q1, bs.q2, bs.q3
+        return None
+
+    parallel.run_jobs(block, len(bounds), workers, deadline=deadline)
+    sums = dependence.DocSums.from_parts(x, {(K, "sequence"): out["seq"], (K, "grand"): out["grand"]},
+                                         {int(v): out["Q"][:, k] for k, v in enumerate(ns)},
+                                         {int(v): out["E"][:, k] for k, v in enumerate(ns)})
+    bs = headlaws.BlockSums.from_sums(T, r0, out["kd"], out["q1"], out["q2"], out["q3"])
+    return DocParts((out["W"].transpose(0, 2, 1), out["C"].transpose(0, 2, 1)), sums, bs)

@@ -1,0 +1,128 @@
+"""One huge head's per-document statistics over worker processes (heads/docsplit.py): the numbers of one process
+to the bit, and a lone head analysed that way equal to one process in every number of its JSON."""
+import numpy as np
+import pytest
+from scipy.fft import next_fast_len
+
+from foxwindow import parallel
+from foxwindow.heads import dependence, docsplit, predict, table
+from foxwindow.heads import driver as heads
+from foxwindow.heads import laws as headlaws
+from foxwindow.laws import gates, renewal
+from foxwindow.models import traces
+
+LS = np.array([gates.threshold(e) for e in heads.EPS_SCAN])
+
+
+def _x(S, T, mu=2.0, phi=0.8, seed=3):
+    x, _ = gates.AR1LogitGate(mu, 0.8, phi).sample_paths(np.random.default_rng(seed), S, T)
+    return np.ascontiguousarray(x, dtype=np.float64)
+
+
+def _same(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("S, T, workers", [(33, 257, 2), (70, 300, 2), (17, 4096, 2), (40, 1000, 3), (48, 512, 1)])
+def test_doc_parts_are_the_numbers_of_one_process(S, T, workers):
+    """Windows, lag sums (both centrings), V(n)'s block sums and the lead law's block sums formed on blocks of
+    documents in forked workers equal those of one process on all documents, to the bit; a block length not
+    formed up front is formed when asked, the same numbers."""
+    x = _x(S, T)
+    p = docsplit.doc_parts(x, LS, workers)
+    W, C = predict.window_rows(x, LS, T // 2)
+    assert _same(W, p.windows[0]) and _same(C, p.windows[1]) and W.strides == p.windows[0].strides
+    K = min(dependence.MAX_LAG, T - 1)
+    for centre in ("sequence", "grand"):
+        assert _same(p.sums.lag_sums(K, centre), renewal.lag_sums(x, K, centre))
+    ns = docsplit.block_lengths(x, LS)
+    ref = dependence.DocSums(x)
+    for a, b in zip(ref.block_columns(ns), p.sums.block_columns(ns)):
+        assert _same(a, b)
+    extra = np.array([int(ns.max()) - 1, 3])                     # not asked up front: formed on use
+    for a, b in zip(ref.block_columns(extra), p.sums.block_columns(extra)):
+        assert _same(a, b)
+    bs = headlaws.BlockSums(x, T // 2)
+    for a in ("kappa_d", "q1", "q2", "q3", "w"):
+        assert _same(getattr(bs, a), getattr(p.block_sums, a))
+    assert (bs.S, bs.R, bs.nw, bs.ones) == (p.block_sums.S, p.block_sums.R, p.block_sums.nw, p.block_sums.ones)
+    wts = np.concatenate([np.ones((1, S)), dependence.group_weights(S, 8)])
+    for a, b in zip(bs.moments(wts), p.block_sums.moments(wts)):
+        assert _same(a, b)
+
+
+def test_blocks_of_documents_start_at_multiples_of_16_rows_and_cover_every_row():
+    for S in (3, 16, 17, 31, 33, 100, 2048, 2049):
+        for parts in (1, 2, 3, 7):
+            b = docsplit.blocks(S, parts)
+            assert b[0][0] == 0 and b[-1][1] == S and all(u[1] == v[0] for u, v in zip(b, b[1:]))
+            assert all(a % docsplit.ROW_ALIGN == 0 for a, _ in b) and len(b) <= max(parts, 1)
+            assert all(e - a >= docsplit.ROW_ALIGN for a, e in b) or len(b) == 1
+
+
+def test_each_row_of_the_lag_products_is_its_own_at_every_size():
+    """renewal.lag_products' rows are the rows' own numbers whether the array is below or above the size from which
+    numpy reuses a temporary (256 KiB), and lag_sums keeps the numbers of f * conj(f) there (the large arrays of
+    real heads)."""
+    for S, T in ((10, 300), (70, 300), (4, 2048)):
+        y = np.random.default_rng(S).normal(size=(S, T))
+        full = renewal.lag_products(y, 50)
+        for a, b in ((0, 1), (1, 3), (S // 2, S)):
+            assert _same(full[a:b], renewal.lag_products(y[a:b], 50))
+    y = np.random.default_rng(0).normal(size=(70, 1000))
+    m = next_fast_len(1000 + 50, real=True)                      # lag_products' transform length
+    f = np.fft.rfft(y, m, axis=1)
+    assert f.nbytes >= 256 * 1024
+    old = np.fft.irfft(f * np.conj(f), m, axis=1)[:, :51]
+    assert _same(renewal.lag_products(y, 50), old)
+
+
+def _file(tmp_path, S, T, name="lone.npz"):
+    tr = {"blocks.0.attn.hook_log_fgate": (-_x(S, T, mu=3.0, seed=7))[:, :, None].astype(np.float32)}
+    path = str(tmp_path / name)
+    traces.save_trace(path, tr, {"model": "synthetic"})
+    return path
+
+
+def test_a_lone_head_of_many_documents_by_documents_equals_one_process(tmp_path, monkeypatch):
+    """A lone head on two processes, its per-document statistics formed over both (docsplit) and its verdict and
+    per-law evaluation as two jobs that read them: every number of its JSON that of one process."""
+    path = _file(tmp_path, 64, 512)
+    one, i1 = heads.analyse_traces(path, seed=5, n_boot=100, workers=1)
+    monkeypatch.setattr(heads, "DOCS_MIN_S", 64)
+    monkeypatch.setattr(heads, "DOCS_MIN", 64 * 512)
+    sizes, calls = [], []
+    real_jobs, real_parts = parallel.run_jobs, docsplit.doc_parts
+
+    def spy_jobs(fn, n, *a, **k):
+        sizes.append(n)
+        return real_jobs(fn, n, *a, **k)
+
+    def spy_parts(x, Ls, workers, deadline=None):
+        calls.append((x.shape, workers))
+        return real_parts(x, Ls, workers, deadline)
+    monkeypatch.setattr(parallel, "run_jobs", spy_jobs)
+    monkeypatch.setattr(docsplit, "doc_parts", spy_parts)
+    two, i2 = heads.analyse_traces(path, seed=5, n_boot=100, workers=2)
+    assert calls == [((64, 512), 2)] and sizes == [2, 2]          # the documents' two blocks, the two jobs
+    assert one[0].laws and table.to_json(one, i1)["heads"] == table.to_json(two, i2)["heads"]
+    calls.clear()
+    monkeypatch.setattr(heads, "DOCS_MIN_S", 65)                  # fewer documents than that: one job
+    heads.analyse_traces(path, seed=5, n_boot=100, workers=2)
+    assert calls == []
+    monkeypatch.setattr(heads, "DOCS_MIN_S", 64)
+    monkeypatch.setattr(heads, "DOCS", False)                     # off: one job
+    heads.analyse_traces(path, seed=5, n_boot=100, workers=2)
+    assert calls == []
+
+
+def test_a_stop_while_the_documents_are_formed_finishes_no_head(tmp_path, monkeypatch):
+    path = _file(tmp_path, 40, 512)
+    monkeypatch.setattr(heads, "DOCS_MIN_S", 1)
+    monkeypatch.setattr(heads, "DOCS_MIN", 1)
+
+    def stopped(x, Ls, workers, deadline=None):
+        raise parallel.Stopped({0: None}, "SIGTERM")                  # one block of documents done, then a stop
+    monkeypatch.setattr(docsplit, "doc_parts", stopped)
+    res, info = heads.analyse_traces(path, seed=5, n_boot=100, workers=2)
+    assert res == [] and info["partial"] == {"reason": "SIGTERM", "heads_done": 0, "heads_total": 1}
