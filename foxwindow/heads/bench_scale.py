@@ -10,7 +10,8 @@ python bench_scale.py [--quick] [--docs docs/BENCHMARKS.md] [--json out.json]
   workers        one trace file analysed with --workers 1 and --workers N (N: the available processors),
                  alternated, with the load average said; the results compared. The whole command (its start-up,
                  imports and output included) and the analysis alone, in this process; one head alone on
-                 the workers (its two halves, driver.SPLIT: off by default) against one process
+                 the workers (its two halves, driver.SPLIT: off by default) against one process; one head of
+                 many documents by documents (driver.DOCS, the default) against one process
   torchrun       the same file under torchrun with 2 ranks (gloo) against one process; the results compared
   760M class     peak memory (/usr/bin/time -v, max RSS) and wall time of heads of 256 documents x 16384
                  tokens, the time of 384 of them extrapolated from the measured per-head wall time
@@ -271,7 +272,7 @@ def markdown(res):
             "| S x T | CPU s a head | cost model (heads.COST_HEAD) |", "| --- | --- | --- |"]
     out += [f"| {g['S']} x {g['T']} | {g['cpu_per_head']:.2f} | {g['model']:.2f} |" for g in res["grid"]]
     w, aw, r, b = res["workers"], res["analysis_workers"], res["torchrun"], res["big"]
-    lone = res.get("lone_head")
+    lone, d = res.get("lone_head"), res.get("docs_head")
     out += ["", "| parallel run | seconds | one process s | speedup | results identical | load |",
             "| --- | --- | --- | --- | --- | --- |",
             f"| {w['what']}, --workers {w['workers']} | {w['seconds']:.1f} | {w['one_s']:.1f} | {w['speedup']:.2f} | "
@@ -282,6 +283,10 @@ def markdown(res):
                f"driver.SPLIT, off by default) | "
                f"{lone['seconds']:.1f} | {lone['one_s']:.1f} | {lone['speedup']:.2f} | "
                f"{'yes' if lone['identical'] else '**no**'} | {lone['load']} |"] if lone else []),
+            *([f"| {d['what']}, {d['workers']} workers (its per-document statistics over them, then its verdict "
+               f"and its per-law evaluation as two jobs: driver.DOCS, the default) | {d['seconds']:.1f} | "
+               f"{d['one_s']:.1f} | {d['speedup']:.2f} | {'yes' if d['identical'] else '**no**'} | {d['load']} |"]
+              if d else []),
             f"| {r['what']}, torchrun 2 ranks (gloo) | {r['seconds']:.1f} | {r['one_s']:.1f} | {r['speedup']:.2f} | "
             f"{'yes' if r['identical'] else '**no**'} | {r['load']} |", "",
             f"760M class: {b['heads']} heads of {b['S']} documents x {b['T']} tokens "
@@ -384,6 +389,8 @@ def main(argv=None):
             res["lone_head"] = analysis_workers_vs_one(1, 128 if a.quick else 256, 8192 if a.quick else 16384, rep)
         finally:
             heads.SPLIT = split
+        say("one head of many documents on the workers (by documents) ...")
+        res["docs_head"] = analysis_workers_vs_one(1, 1024 if a.quick else 2048, 4096 if a.quick else 2048, rep)
         say("torchrun ...")
         res["torchrun"] = torchrun_vs_one(tmp, 4, 64, 4096, rep)
         say("760M class ...")

@@ -305,6 +305,30 @@ def _lone_parts(i, workers, deadline):
         raise parallel.Stopped({}, exc.reason) from None
 
 
+def _rank_parts(i, workers, deadline, flag, rank, world):
+    """{i: (increments, docsplit.DocParts)} on rank 0 ({} on the others) of head i of the run (_RUN): each rank
+    forms its block of the documents on `workers` processes, and rank 0 gathers them. Signals only set `flag`
+    here (deferred_stops): every rank finishes its block, then all agree whether to stop (a time bound or a
+    signal on any rank stops every rank, before the gather) and raise parallel.Stopped, finishing no head."""
+    l, h = _RUN["index"][i]
+    x = increments(_RUN["get"](l, h))
+    bl = docsplit.blocks(x.shape[0], world)
+    reason, rows = None, None
+    try:
+        if rank < len(bl):
+            rows = docsplit.doc_rows(x, _RUN["Ls"], bl[rank], workers, deadline)
+    except parallel.Stopped as exc:
+        reason = exc.reason
+    if distributed.any_true(reason is not None or bool(flag)):
+        raise parallel.Stopped({}, reason or flag.reason or "another rank stopped")
+    got = distributed.gather_lists([rows])
+    if rank != 0:
+        return {}
+    got = [g for g in got if g is not None]
+    rows = {k: np.concatenate([g[k] for g in got]) for k in got[0]}
+    return {i: (x, docsplit.assemble(x, _RUN["Ls"], rows))}
+
+
 def _join_halves(done):
     """{head index: HeadResult} from analyse_stream's (head index, half, result) entries: whole heads as they are,
     a split head's two halves joined (its verdict's HeadResult with the per-law evaluation as its laws); a head
@@ -416,21 +440,25 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
     # two workers): each head as two jobs, its verdict and its per-law evaluation (_part_job's jobs 2 i, 2 i + 1 of
     # head i), joined into the HeadResult one job gives (_join_halves): the same numbers in less wall time
     asked = parallel.resolve_workers(workers, 1 << 30)                # the processes asked (None: the processors)
-    # a rank's share of one head and more than one process (one huge head): its per-document statistics formed on
-    # blocks of documents over the processes (docsplit), then its verdict and its per-law evaluation as two jobs
-    # that read them, joined as a split head's halves (the same numbers)
+    # one huge head (a rank's share of one head and more than one process, or a group of one head and more than one
+    # rank): its per-document statistics formed on blocks of documents over the processes (docs "workers") or over
+    # the ranks, each with its processes, gathered on rank 0 (docs "ranks"; docsplit), then its verdict and its
+    # per-law evaluation as two jobs that read them, joined as a split head's halves (the same numbers)
     blocks, pos = [], 0
     for g in groups:
         n_g = sum(shapes[n][2] for n in g)
         a, b = _block(n_g, rank, world)
         halves = _split(S, T) and (n_g < world or 1 <= b - a <= asked // 2)
-        lone = not halves and b - a == 1 and asked >= 2 and _by_docs(S, T)
+        docs = None if halves or not _by_docs(S, T) else \
+            "ranks" if n_g == 1 and world > 1 else "workers" if b - a == 1 and asked >= 2 else None
         if halves:
             a, b = _block(2 * n_g, rank, world) if n_g < world else (2 * a, 2 * b)
-        elif lone:
+        elif docs == "ranks":
+            a, b = (0, 2) if rank == 0 else (0, 0)                  # rank 0 runs the head's two jobs
+        elif docs:
             a, b = 2 * a, 2 * b
-        off = 2 * pos if halves or lone else pos
-        blocks.append((off + a, off + b, halves or lone, lone))
+        off = 2 * pos if halves or docs else pos
+        blocks.append((off + a, off + b, halves or docs is not None, docs))
         pos += n_g
     mine = sum(b - a for a, b, _, _ in blocks)                                      # this rank's jobs
     workers = parallel.resolve_workers(workers, max(1, max(b - a for a, b, _, _ in blocks)))
@@ -459,7 +487,7 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
     stop, done = None, []              # done: (head index, half, result) of this rank; half WHOLE: a HeadResult
     try:
         with parallel.deferred_stops() as flag:
-            for (a, b, halves, lone), g in zip(blocks, groups):
+            for (a, b, halves, docs), g in zip(blocks, groups):
                 if stop is None and deadline is not None and time.monotonic() > deadline:
                     stop = parallel.Stopped({}, "the time bound (--max-minutes) was reached")
                 # every rank agrees to go on before the group's capture (whose collectives need them all)
@@ -478,8 +506,10 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
                 def entry(i, r, a=a, halves=halves):       # done's entry of job i of this group
                     return ((a + i) // 2, (a + i) % 2, r) if halves else (a + i, WHOLE, r)
                 try:
+                    if docs == "ranks":                     # every rank (a stop agreed on by all, as a capture's)
+                        _RUN["pre"] = _rank_parts(a // 2, asked, deadline, flag, rank, world)
                     with parallel.stop_signals():
-                        if lone:
+                        if docs == "workers":
                             _RUN["pre"] = _lone_parts(a // 2, asked, deadline)
                         w = parallel.resolve_workers(workers, max(1, b - a))
                         res = parallel.run_jobs((lambda k, a=a: _part_job(a + k)) if halves else

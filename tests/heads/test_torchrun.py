@@ -1,6 +1,6 @@
-"""`forget.py --model` (4 sequences: with the per-law evaluation and its states), `--traces` (3) and a lone head under
-torchrun (2 ranks, gloo on the CPU) against one process, and a SIGTERM to the torchrun job: the heads the ranks
-finished are gathered and saved, marked partial.
+"""`forget.py --model` (4 sequences: with the per-law evaluation and its states), `--traces` (3), a lone head and a
+lone head of many documents under torchrun (2 ranks, gloo on the CPU) against one process, and a SIGTERM to the
+torchrun job: the heads the ranks finished are gathered and saved, marked partial.
 
 One job, started by torchrun (`python -m torch.distributed.run --standalone --nproc_per_node=2 test_torchrun.py
 TMP`), runs in fresh interpreters (so each analysis sets up the process group itself): --traces, then --model
@@ -22,7 +22,7 @@ import torch
 
 from conftest import REPO
 from foxwindow import outputs
-from foxwindow.heads import bench_scale, command, driver
+from foxwindow.heads import bench_scale, command, docsplit, driver
 
 DROP = ("capture_s", "total_s", "partial")       # timings; every other field of the run's record agrees
 
@@ -56,6 +56,14 @@ def _worker(tmp):
                   "--no-progress", "--workers", "1"])
     driver._part_job, driver.SPLIT, driver.SPLIT_MIN = real_part, False, 1 << 20
     out["one_parts"] = parts
+    rows, real_rows = [], docsplit.doc_rows                  # one head of many documents: a block on each rank
+    docs_min = driver.DOCS_MIN_S, driver.DOCS_MIN
+    driver.DOCS_MIN_S, driver.DOCS_MIN = 0, 0                # (however few its documents)
+    docsplit.doc_rows = lambda x, Ls, r, *a, **k: rows.append(list(r)) or real_rows(x, Ls, r, *a, **k)
+    check("docs", ["--traces", f"{tmp}/docs.npz", "--json", f"{tmp}/docs2.json", "--seed", "5", "--n-boot", "30",
+                   "--no-progress", "--workers", "1"])
+    docsplit.doc_rows, (driver.DOCS_MIN_S, driver.DOCS_MIN) = real_rows, docs_min
+    out["doc_rows"] = rows
     with open(f"{tmp}/rank{rank}.json", "w") as fh:
         json.dump(out, fh)
     # the stop: rank 0 sends SIGTERM to torchrun when it starts its second head (the second layer: both ranks
@@ -99,6 +107,7 @@ def job(tmp_path_factory):
     build_fla_fox(tmp_path)
     tmp = str(tmp_path)
     bench_scale.write_traces(f"{tmp}/one.npz", 1, 1, 8, 512)
+    bench_scale.write_traces(f"{tmp}/docs.npz", 1, 1, 64, 512)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -107,6 +116,8 @@ def job(tmp_path_factory):
                      _model_args(tmp, "--json", f"{tmp}/model1.json"),
                      _model_args(tmp, "--json", f"{tmp}/stopref.json", "--save-traces", f"{tmp}/t1.npz", n_seq=3),
                      ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/traced1.json", "--seed", "5", "--n-boot", "30",
+                      "--no-progress", "--workers", "1"],
+                     ["--traces", f"{tmp}/docs.npz", "--json", f"{tmp}/docs1.json", "--seed", "5", "--n-boot", "30",
                       "--no-progress", "--workers", "1"]):
             with contextlib.redirect_stdout(io.StringIO()):
                 assert outputs.cli(command.main, argv) == 0
@@ -161,6 +172,18 @@ def test_one_head_under_torchrun_runs_its_two_halves_on_the_two_ranks(job):
     one = _json(tmp, "one1.json")
     assert len(one["heads"]) == 1 and one["heads"][0]["at"][0]["laws"]
     _same_run(one, _json(tmp, "one2.json"))
+
+
+def test_one_head_of_many_documents_under_torchrun_has_its_documents_split_over_the_ranks(job):
+    """A head of 64 documents alone on 2 ranks: each rank forms the per-document statistics of its 32 documents,
+    rank 0 gathers them and runs the head's verdict and per-law evaluation: the numbers of one process."""
+    tmp, ranks, _, _ = job
+    got = _ok(ranks, "docs")
+    assert [g["code"] for g in got] == [0, 0] and not got[1]["printed"]
+    assert [r["doc_rows"] for r in ranks] == [[[0, 32]], [[32, 64]]]
+    one = _json(tmp, "docs1.json")
+    assert len(one["heads"]) == 1 and one["heads"][0]["at"][0]["laws"]
+    _same_run(one, _json(tmp, "docs2.json"))
 
 
 def test_model_under_torchrun_layer_by_layer_equals_one_process(job):
