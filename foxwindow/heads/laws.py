@@ -251,6 +251,62 @@ def _conj_times(a, f):
     return out
 
 
+BLOCK_SUM_ROWS = 16        # BlockSums: documents a block
+
+
+def _block_sums(x, r0):
+    """BlockSums' per-document numbers of the rows of x (S, T): kappa_d (S,), q1, q2, q3 (S, T // 2)."""
+    S, T = x.shape
+    nw = T // 2
+    kappa_d = x.sum(1) / T
+    t = np.arange(T + 1, dtype=np.float64)                               # (float: no cast a cell)
+    c = np.empty((S, T + 1))
+    c[:, 0] = 0.0
+    np.cumsum(x, 1, out=c[:, 1:])
+    c -= kappa_d[:, None] * t[None, :]
+    c -= c[:, r0 + 1:].mean(1, keepdims=True)
+    c2 = c * c
+    w = np.arange(1, nw + 1)
+    if r0 >= nw:
+        # the rows' terms a^i[t], t = r0+1..T, against c^j[t - w], t - w in 1..T-1 (w <= nw <= r0): both shifted
+        # to start at 0, the sum at w is the correlation at lag r0 - w in 0..r0-1, and no term wraps on a
+        # transform of T - 1 points (a fast length: T itself where T is a power of two)
+        n = sp_fft.next_fast_len(T - 1, real=True)
+        F1, F2 = sp_fft.rfft(c[:, 1:T], n), sp_fft.rfft(c2[:, 1:T], n)
+        A1, A2 = sp_fft.rfft(c[:, r0 + 1:], n), sp_fft.rfft(c2[:, r0 + 1:], n)
+
+        def corr(a, f, b=None, g=None):     # sum_t a[t] f[t - w] (- sum_t b[t] g[t - w]), w = 1..nw
+            spec = _conj_times(a, f) if b is None else _conj_times(a, f) - _conj_times(b, g)
+            return _reversed(sp_fft.irfft(spec, n), r0 - 1, nw)
+    else:
+        # lags up to nw only: a transform of T + 1 + nw points (a fast length) keeps every wrapped term of the
+        # circular correlation on the zero padding; only c, c^2 and c, c^2 on the rows are transformed
+        n = sp_fft.next_fast_len(T + 1 + nw, real=True)
+        mask = (t >= r0 + 1).astype(np.float64)
+        F1, F2 = sp_fft.rfft(c, n), sp_fft.rfft(c2, n)
+        A1, A2 = sp_fft.rfft(c * mask, n), sp_fft.rfft(c2 * mask, n)
+
+        def corr(a, f, b=None, g=None):     # sum_t a[t] f[t - w] (- sum_t b[t] g[t - w]), w = 1..nw
+            spec = _conj_times(f, a) if b is None else _conj_times(f, a) - _conj_times(g, b)
+            return sp_fft.irfft(spec, n)[:, w]
+
+    cs = np.empty((S, T + 2))
+    cs[:, 0] = 0.0
+
+    def masked(ci):                         # sum over t - w: a window of the prefix sums of c^i
+        np.cumsum(ci, 1, out=cs[:, 1:])
+        if r0 + 1 - nw >= 0:
+            return _reversed(cs, T, nw) - _reversed(cs, r0, nw)
+        return cs[:, T + 1 - w] - cs[:, r0 + 1 - w]
+
+    c3 = c2 * c                                                          # (a product: no pow pass)
+    sa1, sa2, sa3 = (a[:, r0 + 1:].sum(1)[:, None] for a in (c, c2, c3))
+    q1 = sa1 - masked(c)                                                 # sum S~, (S, nw)
+    q2 = sa2 - 2 * corr(A1, F1) + masked(c2)
+    q3 = sa3 - 3 * corr(A2, F1, A1, F2) - masked(c3)
+    return kappa_d, q1, q2, q3
+
+
 class BlockSums:
     """Moments of S_w = the w increments up to row r (inclusive), rows r0..T-1, w = 1..T//2, per document.
 
@@ -262,55 +318,14 @@ class BlockSums:
     def __init__(self, x, r0):
         S, T = x.shape
         self.S, self.R, self.nw = S, T - r0, T // 2
-        self.kappa_d = x.sum(1) / T
-        t = np.arange(T + 1, dtype=np.float64)                               # (float: no cast a cell)
-        c = np.empty((S, T + 1))
-        c[:, 0] = 0.0
-        np.cumsum(x, 1, out=c[:, 1:])
-        c -= self.kappa_d[:, None] * t[None, :]
-        c -= c[:, r0 + 1:].mean(1, keepdims=True)
-        c2 = c * c
-        w = np.arange(1, self.nw + 1)
-        if r0 >= self.nw:
-            # the rows' terms a^i[t], t = r0+1..T, against c^j[t - w], t - w in 1..T-1 (w <= nw <= r0): both shifted
-            # to start at 0, the sum at w is the correlation at lag r0 - w in 0..r0-1, and no term wraps on a
-            # transform of T - 1 points (a fast length: T itself where T is a power of two)
-            n = sp_fft.next_fast_len(T - 1, real=True)
-            F1, F2 = sp_fft.rfft(c[:, 1:T], n), sp_fft.rfft(c2[:, 1:T], n)
-            A1, A2 = sp_fft.rfft(c[:, r0 + 1:], n), sp_fft.rfft(c2[:, r0 + 1:], n)
-
-            def corr(a, f, b=None, g=None):     # sum_t a[t] f[t - w] (- sum_t b[t] g[t - w]), w = 1..nw
-                spec = _conj_times(a, f) if b is None else _conj_times(a, f) - _conj_times(b, g)
-                return _reversed(sp_fft.irfft(spec, n), r0 - 1, self.nw)
-        else:
-            # lags up to nw only: a transform of T + 1 + nw points (a fast length) keeps every wrapped term of the
-            # circular correlation on the zero padding; only c, c^2 and c, c^2 on the rows are transformed
-            n = sp_fft.next_fast_len(T + 1 + self.nw, real=True)
-            mask = (t >= r0 + 1).astype(np.float64)
-            F1, F2 = sp_fft.rfft(c, n), sp_fft.rfft(c2, n)
-            A1, A2 = sp_fft.rfft(c * mask, n), sp_fft.rfft(c2 * mask, n)
-
-            def corr(a, f, b=None, g=None):     # sum_t a[t] f[t - w] (- sum_t b[t] g[t - w]), w = 1..nw
-                spec = _conj_times(f, a) if b is None else _conj_times(f, a) - _conj_times(g, b)
-                return sp_fft.irfft(spec, n)[:, w]
-
-        cs = np.empty((S, T + 2))
-        cs[:, 0] = 0.0
-
-        def masked(ci):                         # sum over t - w: a window of the prefix sums of c^i
-            np.cumsum(ci, 1, out=cs[:, 1:])
-            if r0 + 1 - self.nw >= 0:
-                return _reversed(cs, T, self.nw) - _reversed(cs, r0, self.nw)
-            return cs[:, T + 1 - w] - cs[:, r0 + 1 - w]
-
-        ones = float(self.R)
-        c3 = c2 * c                                                          # (a product: no pow pass)
-        sa1, sa2, sa3 = (a[:, r0 + 1:].sum(1)[:, None] for a in (c, c2, c3))
-        self.q1 = sa1 - masked(c)                                            # sum S~, (S, nw)
-        self.q2 = sa2 - 2 * corr(A1, F1) + masked(c2)
-        self.q3 = sa3 - 3 * corr(A2, F1, A1, F2) - masked(c3)
-        self.w = w
-        self.ones = ones
+        self.w, self.ones = np.arange(1, self.nw + 1), float(self.R)
+        self.kappa_d = np.empty(S)
+        self.q1, self.q2, self.q3 = (np.empty((S, self.nw)) for _ in range(3))
+        # BLOCK_SUM_ROWS documents at a time: each row's numbers are its own (_conj_times), and a block's arrays
+        # stay in cache through the dozen passes over them (0.044 against 0.055 s for 128 x 8192 in one pass)
+        for a in range(0, S, BLOCK_SUM_ROWS):
+            b = min(a + BLOCK_SUM_ROWS, S)
+            self.kappa_d[a:b], self.q1[a:b], self.q2[a:b], self.q3[a:b] = _block_sums(x[a:b], r0)
 
     def rows(self, idx):
         """The BlockSums of documents idx (an index array) alone: every sum here is a document's own (the
