@@ -103,16 +103,27 @@ def increments(lg):
     return x
 
 
-def _analyse_x(x, *, eps=None, L=None, z=None, layer=0, head=0, n_heads=1, n_boot=N_BOOT, seed=None,
-               context=None, pmf_L=math.log(1e3), laws=True, parts=None):
-    """analyse_head on increments x (S, T) float64 already converted and validated (increments). parts: its
-    per-document statistics at these thresholds when formed already (docsplit.doc_parts; None: formed here)."""
+def _check_shape(x):
+    """The shape checks of a head's increments x, before any work on them (ValueError naming the problem)."""
     if x.ndim != 2 or x.shape[0] < 3:
         raise ValueError(f"lg: need traces (S, T) with S >= 3 sequences for jackknife errors; got {x.shape}")
     S, T = x.shape
     if S > T:
         raise ValueError(f"lg: shape {x.shape} reads as {S} sequences x {T} tokens; expected (S sequences, "
                          "T tokens) with T >= S: is the array transposed (T, S)?")
+
+
+def _check_n_boot(n_boot):
+    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
+        raise ValueError(f"n_boot must be an int >= 0; got {n_boot!r}")
+
+
+def _analyse_x(x, *, eps=None, L=None, z=None, layer=0, head=0, n_heads=1, n_boot=N_BOOT, seed=None,
+               context=None, pmf_L=math.log(1e3), laws=True, parts=None):
+    """analyse_head on increments x (S, T) float64 already converted and validated (increments). parts: its
+    per-document statistics at these thresholds when formed already (docsplit.doc_parts; None: formed here)."""
+    _check_shape(x)
+    S, T = x.shape
     eps_list = None if eps is None else [float(e) for e in np.ravel(np.asarray(eps, dtype=object))]
     Ls = gates.levels(eps, L, default=EPS_SCAN)
     if L is None and eps is None:
@@ -122,8 +133,7 @@ def _analyse_x(x, *, eps=None, L=None, z=None, layer=0, head=0, n_heads=1, n_boo
         if isinstance(z, bool) or not isinstance(z, (int, float, np.floating)) or not (math.isfinite(z) and z > 0):
             raise ValueError(f"z must be a finite number > 0 (or None for the default); got {z!r}")
         n_heads = max(1, int(round(verdict.ALPHA / (4 * stats.t.sf(z, S - 1)))))
-    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
-        raise ValueError(f"n_boot must be an int >= 0; got {n_boot!r}")
+    _check_n_boot(n_boot)
     ss = verdict.seed_sequence(seed)
     if parts is None:
         windows = predict.window_rows(x, Ls, T // 2)               # the analysed rows' windows, once for both
@@ -299,6 +309,7 @@ def _lone_parts(i, workers, deadline):
     jobs of that head (_head_job reads them). A stop while they are formed finishes no head."""
     l, h = _RUN["index"][i]
     x = increments(_RUN["get"](l, h))
+    _check_shape(x)                                    # (the head's own checks, before the work on its documents)
     try:
         return {i: (x, docsplit.doc_parts(x, _RUN["Ls"], workers, deadline))}
     except parallel.Stopped as exc:
@@ -312,6 +323,7 @@ def _rank_parts(i, workers, deadline, flag, rank, world):
     signal on any rank stops every rank, before the gather) and raise parallel.Stopped, finishing no head."""
     l, h = _RUN["index"][i]
     x = increments(_RUN["get"](l, h))
+    _check_shape(x)                                    # (every rank: the same head, the same error)
     bl = docsplit.blocks(x.shape[0], world)
     reason, rows = None, None
     try:
@@ -426,6 +438,7 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
       (None, seed)). Returns ([HeadResult], seed); a stopped run raises parallel.Stopped as analyse_layers."""
     Ls = gates.levels(eps, L, default=EPS_SCAN)
     seed = root_seed(seed)
+    _check_n_boot(n_boot)
     names = list(shapes)
     groups = [names] if groups is None else [list(g) for g in groups]
     if [n for g in groups for n in g] != names:

@@ -126,3 +126,17 @@ def test_a_stop_while_the_documents_are_formed_finishes_no_head(tmp_path, monkey
     monkeypatch.setattr(docsplit, "doc_parts", stopped)
     res, info = heads.analyse_traces(path, seed=5, n_boot=100, workers=2)
     assert res == [] and info["partial"] == {"reason": "SIGTERM", "heads_done": 0, "heads_total": 1}
+
+
+def test_a_head_split_by_documents_is_refused_before_the_work_on_its_documents(monkeypatch):
+    """A lone head the documents split would take, transposed (more sequences than tokens) or with a bad n_boot:
+    the one-line error of one process, before any document is formed."""
+    monkeypatch.setattr(heads, "DOCS_MIN_S", 1)
+    monkeypatch.setattr(heads, "DOCS_MIN", 1)
+    monkeypatch.setattr(docsplit, "doc_rows", lambda *a, **k: pytest.fail("documents formed before the checks"))
+    lg = {"a": (-np.abs(_x(64, 32)))[:, :, None].astype(np.float32)}
+    with pytest.raises(ValueError, match=r"reads as 64 sequences x 32 tokens.*transposed"):
+        heads.analyse_layers(lg, seed=0, workers=2)
+    lg = {"a": (-np.abs(_x(40, 512)))[:, :, None].astype(np.float32)}
+    with pytest.raises(ValueError, match="n_boot must be an int >= 0; got -1"):
+        heads.analyse_layers(lg, seed=0, workers=2, n_boot=-1)
