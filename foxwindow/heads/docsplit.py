@@ -22,7 +22,8 @@ from foxwindow.laws import renewal
 
 __all__ = ["ROW_ALIGN", "DocParts", "block_lengths", "blocks", "doc_rows", "assemble", "doc_parts"]
 
-ROW_ALIGN = 16          # blocks of documents start at multiples of 16 rows (the batched transforms' own groups)
+ROW_ALIGN = 16          # blocks of documents start at multiples of 16 rows and hold 16 or more where there are
+                        # several (dependence.DocSums takes 2 documents or more; a block's rows are its own numbers)
 
 
 @dataclass
