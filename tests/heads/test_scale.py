@@ -630,3 +630,24 @@ def test_a_compressed_trace_too_big_for_memory_is_refused_in_one_line(tmp_path, 
     with pytest.raises(ValueError, match=r"c.npz: reading the compressed trace 'trace_0' \(save it uncompressed: "
                                          r"save_trace\) would hold about"):
         traces.check_trace_file(comp)
+
+
+def test_bench_scale_markdown_has_a_row_for_each_parallel_run():
+    """The regenerated section: every parallel run measured has its row, the lone head by task and by documents
+    among them, with its speedup and whether its results were identical."""
+    from foxwindow.heads import bench_scale
+    run = dict(what="w", workers=2, seconds=1.0, one_s=2.0, speedup=2.0, identical=True, load="load 1")
+    res = dict(quick=False, machine="2 processors", load="load 1", hot=[], grid=[dict(S=32, T=2048, cpu_per_head=0.2,
+               model=0.19)], workers=run, analysis_workers=run, torchrun=dict(run, identical=False),
+               lone_head=dict(run, what="1 head x 256 x 16384"), docs_head=dict(run, what="1 head x 2048 x 2048",
+                                                                                speedup=1.41),
+               big=dict(heads=8, S=256, T=16384, file_gib=0.13, workers=2, wall=15.0, heads0=2, wall0=9.0,
+                        max_rss_gib=1.4, cpu_per_head=2.9, marginal_cpu_per_head=1.7, marginal_wall_per_head=0.9,
+                        load="load 1", full_heads=384, full_file_gib=6.0, full_wall_measured_min=5.8,
+                        full_wall_idle_min=5.6))
+    text = bench_scale.markdown(res)
+    assert "| 1 head x 256 x 16384, 2 workers (its verdict and its per-law evaluation as two jobs" in text
+    assert "| 1 head x 2048 x 2048, 2 workers (its per-document statistics over them" in text and "| 1.41 |" in text
+    assert "torchrun 2 ranks (gloo) | 1.0 | 2.0 | 2.00 | **no** |" in text
+    res.pop("docs_head")
+    assert "per-document statistics" not in bench_scale.markdown(res)
