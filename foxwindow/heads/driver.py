@@ -494,7 +494,8 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
                 children=np.random.SeedSequence(seed).spawn(n_heads), context=context, mass_L=mass_L, pmf_L=pmf_L,
                 layer_names=[f"blocks.{n}" if isinstance(n, (int, np.integer)) else str(n) for n in names],
                 rows=np.asarray(query_rows(T) if rows is None else rows, dtype=np.int64))
-    bar = tqdm(total=mine, desc="heads" + (f" (rank {rank})" if world > 1 else ""),
+    halved = any(h for _, _, h, _ in blocks)                # a head as two jobs: the bar counts its halves
+    bar = tqdm(total=mine, desc=("head halves" if halved else "heads") + (f" (rank {rank})" if world > 1 else ""),
                disable=not progress, file=sys.stderr)
     deadline = None if max_minutes is None else time.monotonic() + 60 * max_minutes
     stop, done = None, []              # done: (head index, half, result) of this rank; half WHOLE: a HeadResult
