@@ -114,8 +114,8 @@ def build_parser():
                    help="after the analysis, write the HTML report (index.html, a page per layer, PNGs) to this folder")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--workers", type=int, default=None,
-                   help="processes analysing heads in parallel (default: the available processors); the results "
-                        "do not depend on it")
+                   help="processes analysing heads in parallel (default: the available processors; a lone head of "
+                        "1024 documents or more has its documents split over them); the results do not depend on it")
     p.add_argument("--max-minutes", type=float, default=None,
                    help="refuse an analysis estimated to take longer, and stop one that runs past it (the finished "
                         "heads are printed and saved, marked partial)")
