@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.fft import next_fast_len
 
-from foxwindow import parallel
+from foxwindow import outputs, parallel
 from foxwindow.heads import dependence, docsplit, predict, table
 from foxwindow.heads import driver as heads
 from foxwindow.heads import laws as headlaws
@@ -140,3 +140,46 @@ def test_a_head_split_by_documents_is_refused_before_the_work_on_its_documents(m
     lg = {"a": (-np.abs(_x(40, 512)))[:, :, None].astype(np.float32)}
     with pytest.raises(ValueError, match="n_boot must be an int >= 0; got -1"):
         heads.analyse_layers(lg, seed=0, workers=2, n_boot=-1)
+
+
+class _TwoRanks:
+    """torch.distributed as rank 0 of two sees it, in one process: rank 1's block of the documents formed here
+    (docsplit.doc_rows on one process), its other gathers empty; `stopped` makes rank 1 report a stop."""
+
+    def __init__(self, x, stopped=False):
+        self.x, self.stopped, self.gathered = x, stopped, []
+
+    def install(self, monkeypatch):
+        from foxwindow.training import distributed
+        for name, fn in (("launched", lambda: True), ("world_size", lambda: 2), ("rank", lambda: 0),
+                         ("is_main", lambda: True), ("any_true", lambda flag: bool(flag) or self.stopped),
+                         ("gather_lists", self.gather)):
+            monkeypatch.setattr(distributed, name, fn)
+
+    def gather(self, items):
+        items = list(items)
+        if items and isinstance(items[0], dict) and "W" in items[0]:          # the blocks of the documents
+            blocks = docsplit.blocks(self.x.shape[0], 2)
+            self.gathered.append([blocks[0], blocks[1]])
+            return items + [docsplit.doc_rows(self.x, LS, blocks[1], 1)]
+        return items + ([None] if items and items[0] is None else [])          # the stop reasons; rank 1's heads: none
+
+
+def test_a_lone_head_over_two_ranks_is_assembled_on_rank_0_into_the_numbers_of_one_process(monkeypatch):
+    """The ranks' split as rank 0 runs it (the other rank's block formed here): each rank's block of the documents,
+    gathered and assembled, then the head's two jobs: every number of one process; a stop on the other rank while
+    the blocks are formed stops this one before the gather, finishing no head."""
+    lg = {"a": (-_x(64, 512, mu=3.0, seed=7))[:, :, None].astype(np.float32)}
+    one, _ = heads.analyse_layers(lg, L=LS, seed=5, n_boot=100, workers=1)
+    monkeypatch.setattr(heads, "DOCS_MIN_S", 1)
+    monkeypatch.setattr(heads, "DOCS_MIN", 1)
+    ranks = _TwoRanks(heads.increments(lg["a"][:, :, 0]))
+    ranks.install(monkeypatch)
+    two, _ = heads.analyse_layers(lg, L=LS, seed=5, n_boot=100, workers=1)
+    assert ranks.gathered == [[(0, 32), (32, 64)]]
+    assert [outputs.json_clean(table.head_json(r)) for r in one] == [outputs.json_clean(table.head_json(r))
+                                                                      for r in two]                # (NaN: None)
+    ranks.stopped = True
+    with pytest.raises(parallel.Stopped, match="another rank stopped") as exc:
+        heads.analyse_layers(lg, L=LS, seed=5, n_boot=100, workers=1)
+    assert exc.value.results == [] and len(ranks.gathered) == 1             # no gather after the agreed stop
