@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from foxwindow import parallel
-from foxwindow.heads import dependence, predict
+from foxwindow.heads import dependence, predict, verdict
 from foxwindow.heads import laws as headlaws
 from foxwindow.laws import renewal
 
@@ -43,12 +43,14 @@ def block_lengths(x, Ls):
     (the same numbers, in one process)."""
     S, T = x.shape
     Ls = np.asarray(Ls, dtype=np.float64)
-    kappa = x.sum(1).sum() / x.size
-    kf = float(x[np.arange(0, S, 2)].mean())
-    out = [dependence.n_grid(T // 2, np.concatenate([np.round(Ls / kappa), np.round(2 * Ls / kappa)]))]
+    kappa = x.sum(1).sum() / x.size                               # verdict.analyse's
+    kf = float(x[np.arange(0, S, 2)].mean())                      # laws.evaluate's
+    out = [dependence.n_grid(T // 2)]
+    if kappa > 0:
+        out.append(verdict.block_lengths(T, Ls / kappa))
     if kf > 0:
-        out.append(dependence.n_grid(T // 2, np.round(Ls / kf)))
-    return np.unique(np.concatenate(out)) if kappa > 0 else dependence.n_grid(T // 2)
+        out.append(headlaws.block_lengths(T, Ls / kf))
+    return np.unique(np.concatenate(out))
 
 
 def _shared(shape, dtype):

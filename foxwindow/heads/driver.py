@@ -304,12 +304,18 @@ def _by_docs(S, T):
     return DOCS and S >= DOCS_MIN_S and S * T >= DOCS_MIN
 
 
+def _checked_head(i):
+    """Head i of the run (_RUN) as increments, with the head's own checks, before any work on its documents."""
+    l, h = _RUN["index"][i]
+    x = increments(_RUN["get"](l, h))
+    _check_shape(x)
+    return x
+
+
 def _lone_parts(i, workers, deadline):
     """{i: (increments, docsplit.DocParts)} of head i of the run (_RUN), formed on `workers` processes, for the two
     jobs of that head (_head_job reads them). A stop while they are formed finishes no head."""
-    l, h = _RUN["index"][i]
-    x = increments(_RUN["get"](l, h))
-    _check_shape(x)                                    # (the head's own checks, before the work on its documents)
+    x = _checked_head(i)
     try:
         return {i: (x, docsplit.doc_parts(x, _RUN["Ls"], workers, deadline))}
     except parallel.Stopped as exc:
@@ -321,9 +327,7 @@ def _rank_parts(i, workers, deadline, flag, rank, world):
     forms its block of the documents on `workers` processes, and rank 0 gathers them. Signals only set `flag`
     here (deferred_stops): every rank finishes its block, then all agree whether to stop (a time bound or a
     signal on any rank stops every rank, before the gather) and raise parallel.Stopped, finishing no head."""
-    l, h = _RUN["index"][i]
-    x = increments(_RUN["get"](l, h))
-    _check_shape(x)                                    # (every rank: the same head, the same error)
+    x = _checked_head(i)                               # (every rank: the same head, the same error)
     bl = docsplit.blocks(x.shape[0], world)
     reason, rows = None, None
     try:

@@ -71,8 +71,8 @@ __all__ = ["LAWS", "LEAD", "ALPHA", "CLAIM_MAX", "CLAIM_FLOOR", "CLAIM_MULT", "S
            "LEAD_CLAIM", "HOLD_SE", "HOLD_LEVEL", "ALL_DOCS", "TEST_GROUPS", "TAIL_P", "TAIL_BAND", "MEAN_TOL", "CELLS",
            "MAX_CELLS", "TAIL_MAX_SHARE", "SUMMARY_EPS", "STATES", "Q",
            "MarginalPassage", "marginal_passage", "marginal_moments", "marginal_pmf", "BlockSums", "SUPPORT", "MIXED",
-           "lead_survival", "compile_fast_paths", "evaluate", "assign_states", "summary", "noise_floor",
-           "subsample_floor", "score", "score_table", "main"]
+           "lead_survival", "compile_fast_paths", "block_lengths", "evaluate", "assign_states", "summary",
+           "noise_floor", "subsample_floor", "score", "score_table", "main"]
 
 LAWS = {
     "iid": ("iid two-moment", "renewal law with iid increments: E[W] = L/kappa + mu2/(2 kappa^2) - 1, "
@@ -317,23 +317,26 @@ class BlockSums:
 
     def __init__(self, x, r0):
         S, T = x.shape
-        self.S, self.R, self.nw = S, T - r0, T // 2
-        self.w, self.ones = np.arange(1, self.nw + 1), float(self.R)
-        self.kappa_d = np.empty(S)
-        self.q1, self.q2, self.q3 = (np.empty((S, self.nw)) for _ in range(3))
+        sums = np.empty(S), *(np.empty((S, T // 2)) for _ in range(3))          # kappa_d, q1, q2, q3
         # BLOCK_SUM_ROWS documents at a time: each row's numbers are its own (_conj_times), and a block's arrays
         # stay in cache through the dozen passes over them (0.044 against 0.055 s for 128 x 8192 in one pass)
         for a in range(0, S, BLOCK_SUM_ROWS):
             b = min(a + BLOCK_SUM_ROWS, S)
-            self.kappa_d[a:b], self.q1[a:b], self.q2[a:b], self.q3[a:b] = _block_sums(x[a:b], r0)
+            for out, v in zip(sums, _block_sums(x[a:b], r0)):
+                out[a:b] = v
+        self._set(T - r0, T // 2, *sums)
+
+    def _set(self, R, nw, kappa_d, q1, q2, q3):
+        self.S, self.R, self.nw = len(kappa_d), R, nw
+        self.w, self.ones = np.arange(1, nw + 1), float(R)
+        self.kappa_d, self.q1, self.q2, self.q3 = kappa_d, q1, q2, q3
 
     def rows(self, idx):
         """The BlockSums of documents idx (an index array) alone: every sum here is a document's own (the
         transforms, cumsums and sums are taken row by row), so these are the numbers of BlockSums(x[idx], r0) up to
         rounding (identical on the usual shapes; numpy may sum a row's mean in an order set by the array's shape)."""
         out = object.__new__(BlockSums)
-        out.S, out.R, out.nw, out.w, out.ones = len(idx), self.R, self.nw, self.w, self.ones
-        out.kappa_d, out.q1, out.q2, out.q3 = self.kappa_d[idx], self.q1[idx], self.q2[idx], self.q3[idx]
+        out._set(self.R, self.nw, self.kappa_d[idx], self.q1[idx], self.q2[idx], self.q3[idx])
         return out
 
     @classmethod
@@ -341,9 +344,7 @@ class BlockSums:
         """The BlockSums of documents of T tokens, rows r0.. whose per-document sums kappa_d (S,) and q1, q2, q3
         (S, T // 2) were formed already (docsplit.doc_parts: BlockSums of blocks of documents, each row its own)."""
         out = object.__new__(cls)
-        out.S, out.R, out.nw = len(kappa_d), T - r0, T // 2
-        out.w, out.ones = np.arange(1, out.nw + 1), float(out.R)
-        out.kappa_d, out.q1, out.q2, out.q3 = kappa_d, q1, q2, q3
+        out._set(T - r0, T // 2, kappa_d, q1, q2, q3)
         return out
 
     def moments(self, wts, cols=None):
@@ -735,6 +736,12 @@ def _upper(value, loo):
     return abs(value) + 2 * float(dependence.jackknife(loo))
 
 
+def block_lengths(T, nL):
+    """The block lengths of the per-law evaluation's V(n) for documents of T tokens: the grid with every n_L =
+    L/kappa of nL (an array; kappa of the fitted half)."""
+    return dependence.n_grid(T // 2, np.round(nL))
+
+
 def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True, sums=None, block_sums=None):
     """Every law of LAWS fitted on documents 0, 2, 4, ... of increments x (S, T) and scored on 1, 3, 5, ... at
     thresholds Ls (n,). rng: numpy Generator (the bootstrap's walks). pmf_L: the L of the pmf block (None:
@@ -807,7 +814,7 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True,
     d["var_se"] = iid_lse * d["var"]
     # V(n) of the fitted half, on a grid with every n = L/kappa
     nL = Ls / kappa
-    vf = dependence.variance_function(xf, dependence.n_grid(T // 2, np.round(nL)), sums, fit)
+    vf = dependence.variance_function(xf, block_lengths(T, nL), sums, fit)
     tw = vf.tau_within()
     idx = np.array([vf.index(n) for n in nL])
     tw_loo = vf.tau_within(lw)

@@ -51,7 +51,8 @@ from scipy import stats
 from foxwindow.heads import dependence, predict
 from foxwindow.laws import gates, renewal
 
-__all__ = ["ALPHA", "N_BOOT", "HOLD_TOL", "MIN_TESTED", "MIN_DOCS", "STATES", "HeadResult", "law_curves", "analyse"]
+__all__ = ["ALPHA", "N_BOOT", "HOLD_TOL", "MIN_TESTED", "MIN_DOCS", "STATES", "HeadResult", "law_curves", "analyse",
+           "block_lengths"]
 
 ALPHA = 0.05            # family-wise level per model
 N_BOOT = 4000           # document-bootstrap draws per head (reweighting: cheap)
@@ -306,8 +307,7 @@ def analyse(x, Ls, n_heads=1, n_boot=N_BOOT, seed=None, context=None, layer=0, h
 
     # V(n) on a grid with every n_L and 2 n_L
     nL = Ls / kappa
-    vf = dependence.variance_function(x, dependence.n_grid(T // 2, np.concatenate([np.round(nL),
-                                                                                  np.round(2 * nL)])), sums)
+    vf = dependence.variance_function(x, block_lengths(T, nL), sums)
     tw = vf.tau_within()
     res.n_list = vf.ns.tolist()
     res.tau_n = tw.tolist()
@@ -454,6 +454,12 @@ def _test(res, docs, vf, idx_L, Ls, U, n_boot, rng, alpha_test):
     res.reasons.append(f"{res.n_tested} L tested; band +-{q[0] / abs(res.pred_slope_mix):.0%}"
                        + ("" if iid_ok else f"; iid law rejected (p = {res.p_iid:.1e})" if res.p_iid < alpha_test
                           else "; iid law not resolved"))
+
+
+def block_lengths(T, nL):
+    """The block lengths of the verdict's V(n) for documents of T tokens: the grid with every n_L = L/kappa of nL
+    (an array) and 2 n_L."""
+    return dependence.n_grid(T // 2, np.concatenate([np.round(nL), np.round(2 * nL)]))
 
 
 # public names of the reweightable law, for the per-law evaluation (heads/laws.py)

@@ -116,6 +116,32 @@ def test_a_lone_head_of_many_documents_by_documents_equals_one_process(tmp_path,
     assert calls == []
 
 
+@pytest.mark.parametrize("kind", ["slow", "lattice", "no_forgetting", "spiky"])
+def test_awkward_lone_heads_by_documents_equal_one_process(kind, tmp_path, monkeypatch):
+    """Off the happy path: a head so slow that every threshold has censored windows (the lead law's block sums of
+    every document go unused), a lattice head (one gate value: no variance), a head that never forgets (g = 1) and
+    one of rare huge steps: split by documents, every number of one process."""
+    rng = np.random.default_rng(11)
+    S, T = 48, 512
+    if kind == "slow":
+        lg = -_x(S, T, mu=7.5, seed=2)
+    elif kind == "lattice":
+        lg = np.full((S, T), np.log(0.9))
+    elif kind == "no_forgetting":
+        lg = np.zeros((S, T))
+    else:
+        lg = -np.where(rng.random((S, T)) < 0.01, 30.0, 1e-3)
+    path = str(tmp_path / f"{kind}.npz")
+    traces.save_trace(path, {"blocks.0.attn.hook_log_fgate": lg[:, :, None].astype(np.float32)}, {"model": "x"})
+    one, i1 = heads.analyse_traces(path, seed=3, n_boot=100, workers=1)
+    monkeypatch.setattr(heads, "DOCS_MIN_S", S)
+    monkeypatch.setattr(heads, "DOCS_MIN", S * T)
+    calls, real = [], docsplit.doc_parts
+    monkeypatch.setattr(docsplit, "doc_parts", lambda *a, **k: calls.append(1) or real(*a, **k))
+    two, i2 = heads.analyse_traces(path, seed=3, n_boot=100, workers=2)
+    assert calls == [1] and table.to_json(one, i1)["heads"] == table.to_json(two, i2)["heads"]
+
+
 def test_a_stop_while_the_documents_are_formed_finishes_no_head(tmp_path, monkeypatch):
     path = _file(tmp_path, 40, 512)
     monkeypatch.setattr(heads, "DOCS_MIN_S", 1)
