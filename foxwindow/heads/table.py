@@ -134,8 +134,9 @@ def print_table(results, info, eps=None):
           f"'cens': censored windows); 'lead' ({headlaws.LEAD}, the lead law) and 'boot' (block "
           f"bootstrap, the reference): Var_law / Var_measured with its state (H holds, F false, - not claimed, "
           f"? undetermined; the state is the test on all documents, '~' marks a held-out ratio whose 95% interval "
-          f"spans more than {WIDE_CI:g}x); mean, var: the first law that explains the mean / holds for Var[W] at "
-          f"every eps 1e-2..1e-4 (" + ", ".join(f"{v} {k}" for k, v in SHORT.items()) + ")"
+          f"spans more than {WIDE_CI:g}x); mean: the first law that explains the mean at every eps "
+          f"1e-2..1e-4, var: of the laws that hold for Var[W] at every such eps, the one of the tightest claim ("
+          + ", ".join(f"{v} {k}" for k, v in SHORT.items()) + ")"
           + (f"; family-wise level {headlaws.ALPHA:g} per model over {fam['m']} claimed cells (Holm, the first "
              f"step at {fam['alpha_test']:.2g}, t = {fam['t_crit']:.2f}); seed {info.get('seed')}" if fam else "")
           + ". Every law's numbers at every eps: --json (docs/HEADS_JSON.md).")

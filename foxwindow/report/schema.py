@@ -132,6 +132,7 @@ class Mass:
 class Summary:
     mean_law: str | None = None
     var_law: str | None = None
+    var_claim: float | None = None
     false: list = field(default_factory=list)
     text: str = ""
 
@@ -334,7 +335,8 @@ def _head(r):
                 kappa=r.num("kappa", None), sigma2=r.num("sigma2", None), tau=r.num("tau", None),
                 tau_se=r.num("tau_se", None),
                 summary=Summary(mean_law=s.get("mean_law", None), var_law=s.get("var_law", None),
-                                false=list(s.get("false", None) or []), text=str(s.get("text", "") or "")),
+                                var_claim=s.num("var_claim", None), false=list(s.get("false", None) or []),
+                                text=str(s.get("text", "") or "")),
                 dependence=None if dep is None else Dependence(
                     n=dep.nums("n"), tau_n=dep.nums("tau_n"), tau_n_se=dep.nums("tau_n_se", None),
                     levelled_at=dep.get("levelled_at", None)),

@@ -309,6 +309,53 @@ def test_holds_is_an_equivalence_and_never_an_off_cell():
     assert at[0][0]["laws"]["iid"]["state"] == "false"
 
 
+def test_a_law_claims_up_to_the_claim_bound_and_is_tested_against_its_own_claim():
+    # a claim of 30% (within CLAIM_MAX) is tested: off by 2x with a small SE it is false, within 10% it holds
+    at = [[_cell(math.log(2.0), 0.02, claim=0.30)], [_cell(math.log(1.10), 0.02, claim=0.30)]]
+    headlaws.assign_states(at, df=15)
+    assert [h[0]["laws"]["iid"]["state"] for h in at] == ["false", "holds"]
+    # a law off by 1.4x is within a claim of 45%: never false there, however small its SE
+    at = [[_cell(math.log(1.4), 0.01, claim=0.45)]]
+    headlaws.assign_states(at, df=15)
+    assert at[0][0]["laws"]["iid"]["state"] == "holds"
+    # beyond the bound it claims nothing, even off by 3x
+    at = [[_cell(math.log(3.0), 0.01, claim=headlaws.CLAIM_MAX + 0.01)]]
+    fam = headlaws.assign_states(at, df=15)
+    lw = at[0][0]["laws"]["iid"]
+    assert lw["state"] == "not claimed" and "stated accuracy" in lw["why"] and fam["m"] == 0
+
+
+def _summary_rec(eps, states_claims):
+    """One `at` record at eps whose laws (every name of LAWS) have the given (state, claim), the rest undetermined."""
+    laws = {n: dict(state="undetermined", claim=0.1, mean_ok=None) for n in headlaws.LAWS}
+    for n, (st, c) in states_claims.items():
+        laws[n].update(state=st, claim=c)
+    return dict(eps=eps, measured=dict(var=1.0), laws=laws)
+
+
+def test_summary_names_the_law_of_the_tightest_claim_among_those_that_hold():
+    eps = (1e-2, 1e-3, 1e-4)
+    # iid holds within 45% at every eps, the lead law within 8%: the lead law explains the variance
+    recs = [_summary_rec(e, {"iid": ("holds", 0.45), headlaws.LEAD: ("holds", 0.08)}) for e in eps]
+    s = headlaws.summary(recs)
+    assert (s["var_law"], s["var_claim"]) == (headlaws.LEAD, 0.08) and "within 8%" in s["text"]
+    # a law's claim there is its largest over the eps: iid at 5% and 9% against the lead law's 8% everywhere
+    recs = [_summary_rec(e, {"iid": ("holds", c), headlaws.LEAD: ("holds", 0.08)}) for e, c in zip(eps, (0.05, 0.09,
+                                                                                                             0.05))]
+    assert headlaws.summary(recs)["var_law"] == headlaws.LEAD
+    # a tie goes to the earlier law in display order; a law that fails to hold at one eps is not named
+    recs = [_summary_rec(e, {"iid": ("holds", 0.08), headlaws.LEAD: ("holds", 0.08)}) for e in eps]
+    assert headlaws.summary(recs)["var_law"] == "iid"
+    recs = [_summary_rec(e, {"iid": ("holds", 0.02), headlaws.LEAD: ("holds", 0.08)}) for e in eps]
+    recs[1]["laws"]["iid"]["state"] = "undetermined"
+    assert headlaws.summary(recs)["var_law"] == headlaws.LEAD
+    # none holds everywhere: no law, no claim
+    recs[1]["laws"][headlaws.LEAD]["state"] = "false"
+    s = headlaws.summary(recs)
+    assert s["var_law"] is None and s["var_claim"] is None and s["false"] == [headlaws.LEAD]
+    assert "variance no law" in s["text"]
+
+
 def test_holm_rejects_what_bonferroni_would_not_and_keeps_the_family_level():
     band = math.log(1.08)
     # two cells: one far outside, one whose p lies between alpha/2 (Bonferroni) and alpha (Holm's second step)

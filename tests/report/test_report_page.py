@@ -344,6 +344,8 @@ def test_the_analysis_golden_file_makes_a_report(tmp_path):
     assert res.heads and res.lead_law in res.laws
     h = res.heads[0]
     assert h.at and all(a.measured.mean is not None for a in h.at)
+    raw = json.load(open(LAWS_GOLDEN))["heads"]                     # the summary's claim read as written
+    assert [r.summary.var_claim for r in res.heads] == [d["summary"].get("var_claim") for d in raw]
     command.write_report(LAWS_GOLDEN, str(tmp_path / "r"), jobs=1)
     imgs, _, text = _refs(tmp_path / "r" / "layer-00.html")
     assert all((tmp_path / "r" / i).stat().st_size > 10_000 for i in imgs)
