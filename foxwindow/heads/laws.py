@@ -60,7 +60,7 @@ import os
 
 import numpy as np
 from scipy import fft as sp_fft
-from scipy import special, stats
+from scipy import special
 
 from foxwindow import outputs, parallel
 from foxwindow.heads import dependence, predict, verdict
@@ -176,7 +176,7 @@ class MarginalPassage:
     def quantile(self, p):
         """Smallest w >= 0 with P(W <= w) >= p (an int), by bisection on the decreasing P(S_n <= L)."""
         sd = math.sqrt(max(self.var, 0.0)) if math.isfinite(self.var) else 0.0
-        guess = max(self.mean, 0.0) + stats.norm.ppf(p) * sd                # the normal law's quantile
+        guess = max(self.mean, 0.0) + float(special.ndtri(p)) * sd                # the normal law's quantile
         lo, hi = max(int(guess - sd - 2), 0), int(guess + sd + 2)          # P(W <= lo - 1) < p <= P(W <= hi)
         while lo > 0 and self.cdf(lo - 1) >= p:
             lo, hi = max(lo - 2 * (hi - lo), 0), lo
@@ -719,12 +719,20 @@ def _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls, sums=None, fit=None
     out = np.full((Sf, len(Ls)), np.nan)
     cdep = np.array([_safe(renewal.second_order_constant, k_loo[j], s2_loo[j] * st["tau_loo"][j], k3[j], skg[j])
                      for j in range(Sf)])
+    Ls = np.asarray(Ls, dtype=np.float64)
     for j in range(Sf):
-        for k, L in enumerate(Ls):
-            try:
-                out[j, k] = renewal.second_order_var(k_loo[j], s2_loo[j] * st["tau_loo"][j], k3[j], skg[j], L).var
-            except (ValueError, ZeroDivisionError):
-                pass
+        # renewal.second_order_var(kappa, sigma2_lr, k3, skg, L).var at every L at once: its leading law
+        # sigma2_lr L / kappa^3 plus the constant cdep[j] (the same operations, so the same numbers); NaN where
+        # it raises (a kappa or sigma2_lr it refuses, a constant it cannot form, a variance <= 0)
+        kj, s2j = float(k_loo[j]), float(s2_loo[j] * st["tau_loo"][j])
+        if not (0 < kj < math.inf and 0 <= s2j < math.inf) or math.isnan(cdep[j]):
+            continue
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                v = s2j * Ls / kj ** 3 + float(cdep[j])
+        except OverflowError:
+            continue
+        out[j] = np.where((v > 0) & (Ls > 0) & np.isfinite(Ls), v, np.nan)
     return out, cdep, k3
 
 
@@ -1296,10 +1304,21 @@ def _d_se(rec, law):
     return math.log(m["var"] / lw["var"]), se, df
 
 
+def _t_sf(x, df):
+    """stats.t.sf(x, df) for scalars by the special function behind it (the same number; without the
+    distribution's argument checks, 30x the function's cost: a model's thousands of cells call it)."""
+    return float(special.stdtr(df, -x))
+
+
+def _t_isf(q, df):
+    """stats.t.isf(q, df) for scalars, the same way (the same number; q = 0 gives +inf as stats does)."""
+    return math.inf if q == 0 else float(-special.stdtrit(df, q))
+
+
 def _p_outside(D, se, df, lo, hi):
     """Two-sided p-value of "D within [lo, hi]": 2 P(t_df > distance outside / se) (1 inside)."""
     dist = max(D - hi, lo - D, 0.0)
-    return float(min(1.0, 2 * stats.t.sf(dist / se, df))) if dist > 0 else 1.0
+    return float(min(1.0, 2 * _t_sf(dist / se, df))) if dist > 0 else 1.0
 
 
 def assign_states(heads_at, df, alpha=ALPHA):
@@ -1352,7 +1371,7 @@ def assign_states(heads_at, df, alpha=ALPHA):
                     cells.append((lw, D, se, dfc, lo, hi, sample, p_var, None, p_var))
     m = len(cells)
     a_test = alpha / max(m, 1)
-    t_crit = float(stats.t.isf(a_test / 2, df))
+    t_crit = _t_isf(a_test / 2, df)
     order = sorted(range(m), key=lambda i: cells[i][-1])
     reject = [False] * m
     level = [alpha] * m
@@ -1364,8 +1383,8 @@ def assign_states(heads_at, df, alpha=ALPHA):
     for i in order[sum(reject):]:
         level[i] = alpha / (m - sum(reject))
     for i, (lw, D, se, dfc, lo, hi, sample, p_var, p_tail, p) in enumerate(cells):
-        tc = float(stats.t.isf(level[i] / 2, dfc))
-        th = float(stats.t.isf(HOLD_LEVEL, dfc))
+        tc = _t_isf(level[i] / 2, dfc)
+        th = _t_isf(HOLD_LEVEL, dfc)
         lw["test"] = dict(D=D, se=se, df=dfc, t_crit=tc, p=p, level=level[i], t_hold=th, sample=sample)
         if p_tail is not None:
             lw["test"].update(p_var=p_var, p_tail=p_tail)

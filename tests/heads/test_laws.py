@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from foxwindow import outputs
 from foxwindow.heads import calibration as verdict_calibration
@@ -142,6 +143,9 @@ def test_schema_one_document_matches_the_golden_file():
                 assert d["state"] == rg["laws"][n]["state"]
                 if d["var"] is not None:
                     assert d["var"] == pytest.approx(rg["laws"][n]["var"], rel=1e-6)
+                for k in ("var_se", "claim"):          # the law's jackknife (every fitted term refitted) and claim
+                    if rg["laws"][n].get(k) is not None:
+                        assert d[k] == pytest.approx(rg["laws"][n][k], rel=1e-6), (n, k)
         assert h["pmf"]["eps"] == pytest.approx(1e-3)
         assert list(h["pmf"]["laws"]) == list(g["pmf"]["laws"]) == ["marginal", headlaws.LEAD, "bootstrap"]
         for n, pl in h["pmf"]["laws"].items():
@@ -359,7 +363,7 @@ def test_summary_names_the_law_of_the_tightest_claim_among_those_that_hold():
 def test_holm_rejects_what_bonferroni_would_not_and_keeps_the_family_level():
     band = math.log(1.08)
     # two cells: one far outside, one whose p lies between alpha/2 (Bonferroni) and alpha (Holm's second step)
-    t_mid = float(headlaws.stats.t.isf(0.035 / 2, 30))
+    t_mid = float(stats.t.isf(0.035 / 2, 30))
     heads_at = [[_cell(band + 20 * 0.05, 0.05)], [_cell(band + t_mid * 0.05, 0.05)]]
     fam = headlaws.assign_states(heads_at, df=15)
     assert fam["m"] == 2 and fam["rejected"] == 2
