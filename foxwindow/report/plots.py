@@ -568,7 +568,8 @@ def plot_laws(result, which="var", laws=None, layers=None, max_heads=64, title=N
         kap = f", κ {h.kappa:.3g}" if h.kappa is not None else ""
         lines = [f"{h.label}{kap}"]
         if s.text or s.mean_law or s.var_law:
-            lines[0] += f": mean {s.mean_law or 'no law'}, var {s.var_law or 'no law'}"
+            claim = f" ({s.var_claim:.0%})" if s.var_law and s.var_claim is not None else ""
+            lines[0] += f": mean {s.mean_law or 'no law'}, var {s.var_law or 'no law'}{claim}"
         if s.false:
             lines.append("false: " + ", ".join(s.false))
         ax.set_title(_t("\n".join(textwrap.shorten(x, 52, placeholder="…") for x in lines)), fontsize=7.5)

@@ -346,6 +346,11 @@ def test_the_analysis_golden_file_makes_a_report(tmp_path):
     assert h.at and all(a.measured.mean is not None for a in h.at)
     raw = json.load(open(LAWS_GOLDEN))["heads"]                     # the summary's claim read as written
     assert [r.summary.var_claim for r in res.heads] == [d["summary"].get("var_claim") for d in raw]
+    titles = [a.get_title() for a in plots.plot_laws(LAWS_GOLDEN).axes if a.get_title()]
+    assert len(titles) == len(res.heads) and any(r.summary.var_law for r in res.heads)
+    for r, t in zip(res.heads, titles):                             # the variance law's claim in its panel's title
+        s = r.summary
+        assert (f"var {s.var_law} ({s.var_claim:.0%})" if s.var_law else "var no law") in t, t
     command.write_report(LAWS_GOLDEN, str(tmp_path / "r"), jobs=1)
     imgs, _, text = _refs(tmp_path / "r" / "layer-00.html")
     assert all((tmp_path / "r" / i).stat().st_size > 10_000 for i in imgs)
