@@ -271,7 +271,7 @@ def law_study(families, reps, S, T, seed=0, progress=False):
         rng = np.random.default_rng([seed, 29, known.index(fam)])    # the same draws whichever families run
         t0 = time.perf_counter()
         labels = [_pop_labels(fam, mu, rng, T, Ls) for mu in LAW_MUS]
-        runs_false, runs_any, cnt = 0, 0, {}
+        runs_false, runs_any, cnt, cnt_eps = 0, 0, {}, {}
         for _ in range(reps):
             at = [headlaws.evaluate(increments(fam, mu, rng, S, T), Ls, rng)["at"] for mu in LAW_MUS]
             headlaws.assign_states(at, df=S // 2 - 1)
@@ -286,6 +286,8 @@ def law_study(families, reps, S, T, seed=0, progress=False):
                         key = (law, lab)
                         c = cnt.setdefault(key, {s: 0 for s in headlaws.STATES})
                         c[d["state"]] += 1
+                        ce = cnt_eps.setdefault((law, lab, k), {s: 0 for s in headlaws.STATES})
+                        ce[d["state"]] += 1
                         bad |= lab == "null" and d["state"] == "false"
             runs_false += bad
         pops = {f"{key[0]}@{LAW_EPS[key[1]]:g}@{LAW_MUS[h]:g}": labels[h][key][1] for h in range(len(LAW_MUS))
@@ -297,7 +299,9 @@ def law_study(families, reps, S, T, seed=0, progress=False):
                     c = claims.setdefault(key[1], dict(within=0, open=0, beyond=0))
                     c[v] += 1
         out[fam] = dict(null=fam in LAW_NULLS, reps=reps, runs_any_false_on_null=runs_false, runs_any_false=runs_any,
-                        cells={f"{law}|{lab}": c for (law, lab), c in cnt.items()}, population_ratio=pops,
+                        cells={f"{law}|{lab}": c for (law, lab), c in cnt.items()},
+                        cells_eps={f"{law}|{lab}|{LAW_EPS[k]:g}": c for (law, lab, k), c in cnt_eps.items()},
+                        population_ratio=pops,
                         claim_check=claims,
                         seconds=time.perf_counter() - t0)
         if progress:
@@ -306,10 +310,34 @@ def law_study(families, reps, S, T, seed=0, progress=False):
     return out
 
 
+EPS_BANDS = (("0.1-0.03", (1e-1, 3e-2)), ("1e-2..1e-4", (1e-2, 3e-3, 1e-3, 3e-4, 1e-4)))   # the eps attention uses
+
+
+def eps_table(res):
+    """Markdown: on the power families, each law's off cells called false (of all its off cells) at eps 0.1-0.03
+    and at the eps attention uses, 1e-2 ... 1e-4 (law_study's `cells_eps`; results without it give no rows)."""
+    rows = ["| family | law | " + " | ".join(f"off cells at eps {b} | false" for b, _ in EPS_BANDS) + " |",
+            "| --- | --- |" + " --- | --- |" * len(EPS_BANDS)]
+    for fam, r in res.items():
+        if r["null"] or "cells_eps" not in r:
+            continue
+        laws = sorted({k.split("|")[0] for k in r["cells_eps"] if k.split("|")[1] == "off"})
+        for law in laws:
+            cells = []
+            for _, band in EPS_BANDS:
+                cs = [r["cells_eps"].get(f"{law}|off|{e:g}") for e in band]
+                n = sum(sum(c.values()) for c in cs if c)
+                f = sum(c["false"] for c in cs if c)
+                cells.append(f"{n} | {f / n:.2f}" if n else "0 | -")
+            rows.append(f"| {fam} | {law} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def law_tables(res, S, T):
     """Markdown: the size table (runs with any 'false' where the law is within its claim), the power table (per
     family and law: off cells called false / holds / not claimed / undetermined, false of all off cells and of
-    the claimed ones) and the claim check (claimed cells of the population runs within / beyond the claim)."""
+    the claimed ones), the claim check (claimed cells of the population runs within / beyond the claim) and the
+    power families' false share by eps band (eps_table)."""
     a = headlaws.ALPHA
     size = ["| family | kind | runs | runs with a 'false' on a cell within its claim (level %g per run) | "
             "such cells | of them false | holds | runs with any 'false' (any cell) |" % a,
@@ -342,7 +370,8 @@ def law_tables(res, S, T):
             f"documents x {T} tokens, eps {', '.join(f'{e:g}' for e in LAW_EPS)}; laws fitted on the even documents "
             f"and scored on the odd ones (the states of {', '.join(headlaws.ALL_DOCS)} tested on all documents); "
             f"cells labelled by a {BIG_S}-document population run of each head.")
-    return "\n".join(size) + "\n\n" + "\n".join(power) + "\n\n" + "\n".join(check) + note
+    return ("\n".join(size) + "\n\n" + "\n".join(power) + "\n\n" + "\n".join(check) + "\n\n" + eps_table(res)
+            + note)
 
 
 def population_table(res):

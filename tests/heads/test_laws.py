@@ -197,6 +197,13 @@ def test_law_study_runs_small_and_calls_the_iid_law_false_on_regimes():
     assert res["runs_any_false_on_null"] <= 1
     text = verdict_calibration.law_tables({"regime_switching": res}, 16, 512)
     assert "false where claimed" in text
+    for key, c in res["cells"].items():                    # the counts by eps add up to each law's counts
+        by_eps = [v for k, v in res["cells_eps"].items() if k.rsplit("|", 1)[0] == key]
+        assert {st: sum(v[st] for v in by_eps) for st in c} == c, key
+    rows = verdict_calibration.eps_table({"as_power": dict(res, null=False)}).splitlines()[2:]
+    iid = next(r for r in rows if r.startswith("| as_power | iid |")).strip("| ").split(" | ")
+    n_lo, n_hi = int(iid[2]), int(iid[4])
+    assert n_lo + n_hi == sum(off.values())
 
 
 
