@@ -310,21 +310,28 @@ def law_study(families, reps, S, T, seed=0, progress=False):
     return out
 
 
-EPS_BANDS = (("0.1-0.03", (1e-1, 3e-2)), ("1e-2..1e-4", (1e-2, 3e-3, 1e-3, 3e-4, 1e-4)))   # the eps attention uses
+def _eps_bands():
+    """LAW_EPS in two bands: above the eps attention uses, and those (headlaws.SUMMARY_EPS, 1e-2 ... 1e-4)."""
+    lo, hi = min(headlaws.SUMMARY_EPS), max(headlaws.SUMMARY_EPS)
+    inside = tuple(e for e in LAW_EPS if lo * (1 - 1e-9) <= e <= hi * (1 + 1e-9))
+    above = tuple(e for e in LAW_EPS if e not in inside)
+    return [(f"{max(b):g}..{min(b):g}", b) for b in (above, inside) if b]
 
 
 def eps_table(res):
-    """Markdown: on the power families, each law's off cells called false (of all its off cells) at eps 0.1-0.03
-    and at the eps attention uses, 1e-2 ... 1e-4 (law_study's `cells_eps`; results without it give no rows)."""
-    rows = ["| family | law | " + " | ".join(f"off cells at eps {b} | false" for b, _ in EPS_BANDS) + " |",
-            "| --- | --- |" + " --- | --- |" * len(EPS_BANDS)]
+    """Markdown: on the power families, each law's off cells called false (of all its off cells) at the eps above
+    those attention uses (0.1-0.03) and at those (1e-2 ... 1e-4) (law_study's `cells_eps`; results without it give
+    no rows)."""
+    bands = _eps_bands()
+    rows = ["| family | law | " + " | ".join(f"off cells at eps {b} | false" for b, _ in bands) + " |",
+            "| --- | --- |" + " --- | --- |" * len(bands)]
     for fam, r in res.items():
         if r["null"] or "cells_eps" not in r:
             continue
         laws = sorted({k.split("|")[0] for k in r["cells_eps"] if k.split("|")[1] == "off"})
         for law in laws:
             cells = []
-            for _, band in EPS_BANDS:
+            for _, band in bands:
                 cs = [r["cells_eps"].get(f"{law}|off|{e:g}") for e in band]
                 n = sum(sum(c.values()) for c in cs if c)
                 f = sum(c["false"] for c in cs if c)

@@ -698,6 +698,23 @@ def _fit_stats(x, sums=None, rows=None):
     return dict(kappa=kappa, sigma2=sigma2, mu3=mu3, tau=tau, tau_loo=te.tau_loo, sum_k_gamma=skg, cut=te.cut)
 
 
+def _second_order_vars(kappa, sigma2_lr, cdep, Ls):
+    """renewal.second_order_var(kappa, sigma2_lr, ., ., L).var at every L of Ls (n,) at once, given its constant
+    cdep (renewal.second_order_constant of the same arguments, NaN where it could not be formed): the leading law
+    sigma2_lr L / kappa^3 plus cdep, the same operations in the same order, so the same numbers. NaN where
+    second_order_var raises (a kappa or sigma2_lr it refuses, a variance <= 0). (n,) float64."""
+    Ls = np.asarray(Ls, dtype=np.float64)
+    kappa, sigma2_lr, cdep = float(kappa), float(sigma2_lr), float(cdep)
+    if not (0 < kappa < math.inf and 0 <= sigma2_lr < math.inf) or math.isnan(cdep):
+        return np.full(len(Ls), np.nan)
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            v = sigma2_lr * Ls / kappa ** 3 + cdep
+    except OverflowError:                                   # kappa ** 3 beyond the floats, as second_order_var
+        return np.full(len(Ls), np.nan)
+    return np.where((v > 0) & (Ls > 0) & np.isfinite(Ls), v, np.nan)
+
+
 def _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls, sums=None, fit=None):
     """The second-order law's Var[W] (Sf, n) with each fitted document dropped in turn, every fitted statistic
     refitted (kappa, sigma^2, tau at the full fit's Geyer cut, kappa3_LR from BlockSums bs at block length n3
@@ -719,20 +736,8 @@ def _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls, sums=None, fit=None
     out = np.full((Sf, len(Ls)), np.nan)
     cdep = np.array([_safe(renewal.second_order_constant, k_loo[j], s2_loo[j] * st["tau_loo"][j], k3[j], skg[j])
                      for j in range(Sf)])
-    Ls = np.asarray(Ls, dtype=np.float64)
     for j in range(Sf):
-        # renewal.second_order_var(kappa, sigma2_lr, k3, skg, L).var at every L at once: its leading law
-        # sigma2_lr L / kappa^3 plus the constant cdep[j] (the same operations, so the same numbers); NaN where
-        # it raises (a kappa or sigma2_lr it refuses, a constant it cannot form, a variance <= 0)
-        kj, s2j = float(k_loo[j]), float(s2_loo[j] * st["tau_loo"][j])
-        if not (0 < kj < math.inf and 0 <= s2j < math.inf) or math.isnan(cdep[j]):
-            continue
-        try:
-            with np.errstate(over="ignore", invalid="ignore"):
-                v = s2j * Ls / kj ** 3 + float(cdep[j])
-        except OverflowError:
-            continue
-        out[j] = np.where((v > 0) & (Ls > 0) & np.isfinite(Ls), v, np.nan)
+        out[j] = _second_order_vars(k_loo[j], s2_loo[j] * st["tau_loo"][j], cdep[j], Ls)
     return out, cdep, k3
 
 

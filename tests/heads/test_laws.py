@@ -367,6 +367,31 @@ def test_summary_names_the_law_of_the_tightest_claim_among_those_that_hold():
     assert "variance no law" in s["text"]
 
 
+def test_second_order_law_at_every_l_at_once_is_renewals_law_on_awkward_arguments():
+    """The leave-one-out second-order variances formed at every L at once are renewal.second_order_var's numbers
+    to the bit, NaN wherever it raises: zero, negative, NaN, infinite, tiny and huge kappa and sigma2_lr, NaN and
+    huge kappa3_LR, variances that go negative at small L."""
+    from foxwindow.laws import renewal
+    rng = np.random.default_rng(0)
+    Ls = np.array([0.3, 2.3, 9.2, 40.0])
+    for _ in range(3000):
+        k = float(rng.choice([rng.uniform(1e-3, 5), 1e-150, 1e120, 0.0, -1.0, np.nan, np.inf]))
+        s2 = float(rng.choice([rng.uniform(0, 20), 0.0, 1e300, -1e-3, np.nan]))
+        k3 = float(rng.choice([rng.normal() * 10, np.nan, 1e308]))
+        skg = float(rng.normal() * 5)
+        try:
+            c = renewal.second_order_constant(k, s2, k3, skg)
+        except (ValueError, ZeroDivisionError, OverflowError):
+            c = float("nan")
+        ref = []
+        for L in Ls:
+            try:
+                ref.append(renewal.second_order_var(k, s2, k3, skg, L).var)
+            except (ValueError, ZeroDivisionError, OverflowError):
+                ref.append(np.nan)
+        assert np.array_equal(headlaws._second_order_vars(k, s2, c, Ls), np.array(ref), equal_nan=True), (k, s2, k3)
+
+
 def test_holm_rejects_what_bonferroni_would_not_and_keeps_the_family_level():
     band = math.log(1.08)
     # two cells: one far outside, one whose p lies between alpha/2 (Bonferroni) and alpha (Holm's second step)
