@@ -416,15 +416,26 @@ class SecondOrderInputs:
     centre: str
 
 
-def _block_moments(x, n, centre):
+def _block_moments(x, n, centre, c=None, m=None, buf=None):
     """Per-sequence sums over all overlapping n-blocks of (d - n m)^2 and (d - n m)^3, d the block sums, m the
-    sequence's (or grand) mean: two (S,) arrays and the block count."""
+    sequence's (or grand) mean: two (S,) arrays and the block count. c, m: the prefix sums [0, cumsum(x)] (S, T + 1)
+    and the mean (S, 1) when the caller has them (the same for every n; None: formed here); buf: two (S, T)
+    float64 scratch arrays reused between calls (the same operations in the same order as without them)."""
     S, T = x.shape
-    c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1)
-    d = c[:, n:] - c[:, :-n]
-    m = x.mean(1, keepdims=True) if centre == "sequence" else np.full((S, 1), x.mean())
-    e = d - n * m
-    return (e * e).sum(1), (e * e * e).sum(1), T - n + 1
+    if c is None:
+        c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1)
+    if m is None:
+        m = x.mean(1, keepdims=True) if centre == "sequence" else np.full((S, 1), x.mean())
+    if buf is None:
+        buf = np.empty((S, T)), np.empty((S, T))
+    k = T + 1 - n
+    e, e2 = buf[0][:, :k], buf[1][:, :k]
+    np.subtract(c[:, n:], c[:, :-n], out=e)                              # d, the block sums
+    np.subtract(e, n * m, out=e)                                         # d - n m
+    np.multiply(e, e, out=e2)
+    q2 = e2.sum(1)
+    np.multiply(e2, e, out=e2)
+    return q2, e2.sum(1), k
 
 
 def second_order_inputs(x, centre="sequence"):
@@ -440,10 +451,13 @@ def second_order_inputs(x, centre="sequence"):
     kap = (lw @ p1) / (W * T)
     sig2 = (lw @ p2) / (W * T) - kap ** 2
     cache = {}
+    c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1)            # (S, T + 1), shared by every n
+    m = x.mean(1, keepdims=True) if centre == "sequence" else np.full((S, 1), x.mean())
+    buf = np.empty((S, T)), np.empty((S, T))
 
     def moments(n):                                                        # V(n), K3(n) under each weight row
         if n not in cache:
-            q2, q3, cnt = _block_moments(x, n, centre)
+            q2, q3, cnt = _block_moments(x, n, centre, c, m, buf)
             f2 = 1 - n / T if centre == "sequence" else 1.0
             f3 = (1 - n / T) * (1 - 2 * n / T) if centre == "sequence" else 1.0
             cache[n] = ((lw @ q2) / (W * cnt) / f2, (lw @ q3) / (W * cnt) / f3)

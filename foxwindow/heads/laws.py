@@ -47,7 +47,9 @@ finite_n / mixture: 1.5 x the size of the O(1) term the law omits + 2 of its jac
 value, + CLAIM_FLOOR (C_dep for the dependent laws, the inversion and overshoot part for finite_n: both rest on
 kappa3_LR, a third cumulant of block sums, so a claim from the point estimate alone is too tight where it is noisy);
 second_order: SECOND_ORDER_CLAIM where renewal says
-in_regime (measured against the exact chain numerics, dependent_errors.py --structures); marginal: the
+in_regime and the fitted documents' own correlation length puts L in its regime (dependence.second_order_claim:
+the length measurable, L/kappa >= 5 (ell + 2 SE); measured against the exact chain numerics on nine structures,
+laws/second_order_regime.py, docs/DEPENDENT.md); marginal: the
 lattice error MARGINAL_CLAIM (measured against exact.exact_first_passage in the tests); three_cumulant:
 LEAD_CLAIM (its error measured on the calibration study's families with large samples, results/verdict);
 bootstrap: 0 (resampling: its only error is sampling, inside SE_D) below T/2, not claimed beyond.
@@ -845,6 +847,12 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True,
     dep_lse = rel_se(s2_loo[:, None] * st["tau_loo"][:, None] * Ls[None, :] / k_loo[:, None] ** 3)
     so_loo, cdep_loo, k3_loo = _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls, sums, fit)
     C_dep_up = _upper(C_dep, cdep_loo)
+    # where the second-order law claims: the trace's own correlation length measured (ell + 2 SE, converged), as
+    # dependence.second_order_claim states it; the plug-in in_regime of this law's inputs alone is no check of it
+    try:
+        so_inp = dependence.second_order_inputs(xf)
+    except ValueError:                      # documents too short to read the length
+        so_inp = None
     for k, L in enumerate(Ls):
         d = laws["dependent"]
         d["mean"][k] = _safe(renewal.dependent_mean_N, kappa, sig_lr, L) - 1
@@ -861,9 +869,13 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True,
             # included; a leave-one-document-out fit without a positive variance leaves it without a finite SE
             col = so_loo[:, k]
             d["var_se"][k] = rel_se(col) * vl.var if np.all(np.isfinite(col) & (col > 0)) else float("inf")
-            d["claim"][k] = SECOND_ORDER_CLAIM if vl.in_regime else float("nan")
-            d["why"][k] = "in its regime (renewal.second_order_var)" if vl.in_regime else \
-                "outside its regime (|C_dep| > 25% of the leading term)"
+            ok, _, why = (dependence.second_order_claim(L, so_inp) if so_inp is not None else
+                          (False, None, "correlation length not measurable: documents too short"))
+            if not vl.in_regime:
+                ok, why = False, ("outside its regime (|C_dep| or Bartlett's term above 1/5 of the leading term: "
+                                  "L/kappa below 5 correlation lengths)")
+            d["claim"][k] = SECOND_ORDER_CLAIM if ok else float("nan")
+            d["why"][k] = "in its regime (L/kappa >= 5 (ell + 2 SE), dependence.second_order_claim)" if ok else why
         except (ValueError, ZeroDivisionError) as exc:
             d["why"][k] = str(exc).split(":")[0]
         # finite n

@@ -2,7 +2,7 @@
 the lead law's and the bootstrap's Var ratios to it with their states, and the head's summary) and the JSON
 document of the results (schema 1, docs/HEADS_JSON.md).
 
-    print_table(results, info)    the table on stdout
+    print_table(results, info)    the table on stdout (and states_block: every law's state at eps 1e-2 ... 1e-4)
     ratio_cell(law_record)        one law's cell at one eps: '0.97H', '1.59~H' (a wide held-out interval)
     to_json(results, info)        the schema-1 document, ready for outputs.write_json
 """
@@ -19,7 +19,7 @@ from foxwindow.heads import laws as headlaws
 from foxwindow.laws import gates
 from foxwindow.models.adapters import MEMORY_UPPER
 
-__all__ = ["REPORT_EPS", "WIDE_CI", "print_table", "ratio_cell", "to_json"]
+__all__ = ["REPORT_EPS", "WIDE_CI", "print_table", "ratio_cell", "states_block", "to_json"]
 
 REPORT_EPS = (1e-2, 1e-3, 1e-4)              # the eps whose predictions the table prints
 
@@ -161,6 +161,7 @@ def print_table(results, info, eps=None):
         if len(tail) > last:
             tail, cut = tail[:last - 1] + "+", cut + 1
         print(" ".join(cells) + " " + tail)
+    states_block(results)
     if eps is not None and results and not any(abs(e - eps) <= 1e-12 * e for e in REPORT_EPS) \
             and _at(results[0], eps) is not None:
         _asked_block(results, eps)
@@ -189,10 +190,40 @@ def print_table(results, info, eps=None):
               f"`--max-len {info['context']}` analyses rows inside it.")
 
 
+def _law_order(recs):
+    """The laws present in the records recs, in SHORT's order with the bootstrap (the reference) last."""
+    order = [n for n in SHORT if n != "bootstrap"] + ["bootstrap"]
+    return [n for n in order if any(n in (rec.get("laws") or {}) for rec in recs)]
+
+
+def states_block(results):
+    """Every law's state per head at each eps of the scan the summary reads (headlaws.SUMMARY_EPS, 1e-2 ... 1e-4),
+    a letter an eps (_CODE), one column a law: the printed table's compact view of every law (the numbers are in
+    the JSON). Nothing where no head has per-law records."""
+    lo, hi = min(headlaws.SUMMARY_EPS), max(headlaws.SUMMARY_EPS)
+    first = next((r for r in results if r.laws and r.laws.get("at")), None)
+    if first is None:
+        return
+    eps = [rec["eps"] for rec in first.laws["at"]
+           if rec.get("eps") is not None and lo * (1 - 1e-9) <= rec["eps"] <= hi * (1 + 1e-9)]
+    if not eps:
+        return
+    eps.sort(reverse=True)
+    laws = _law_order([rec for r in results if r.laws for rec in r.laws["at"]])
+    w = max(len(eps), 4)
+    _wrap("every law's state at eps " + ", ".join(f"{e:g}" for e in eps)
+          + " (H holds, F false, - not claimed, ? undetermined):")
+    print(f"{'L.H':>6s} " + " ".join(f"{SHORT[n]:>{w}s}" for n in laws))
+    for r in results:
+        recs = [_rec(r, e) for e in eps]
+        cells = ["".join(_CODE[rec["laws"][n]["state"]] if rec is not None and n in rec["laws"] else " "
+                         for rec in recs) for n in laws]
+        print(f"{str(r.layer) + '.' + str(r.head):>6s}"[:6] + " " + " ".join(f"{c:>{w}s}" for c in cells))
+
+
 def _asked_block(results, eps):
     """The block of the asked eps: L.H, the measured Var[W] and every law's ratio cell (ratio_cell)."""
-    order = [n for n in SHORT if n != "bootstrap"] + ["bootstrap"]             # the reference last
-    laws = [n for n in order if any(n in ((_rec(r, eps) or {}).get("laws") or {}) for r in results)]
+    laws = _law_order([_rec(r, eps) or {} for r in results])            # the reference last
     print(f"at --eps {eps:g} (L = {gates.threshold(eps):.4g}): measured Var[W] and every law's Var_law / "
           "Var_measured with its state")
     print(f"{'L.H':>6s} {'V':>7s} " + " ".join(f"{SHORT[n]:>8s}" for n in laws))

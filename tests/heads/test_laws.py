@@ -175,6 +175,19 @@ def test_table_fits_120_columns(capsys):
     assert table.ratio_cell({"var_ratio": 1.59, "var_ratio_ci": [0.64, 3.97], "state": "holds"}) == "1.59~H"
     assert table.ratio_cell({"var_ratio": 0.97, "var_ratio_ci": [0.8, 1.2], "state": "false"}) == "0.97F"
     assert table.ratio_cell({"var_ratio": None, "var_ratio_ci": None, "state": "undetermined"}) == "?"
+    # every law's state at eps 1e-2 ... 1e-4, a letter an eps, read back against the JSON's records
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("every law's state at eps 0.01, 0.003, 0.001"))
+    head = lines[start + 1].split()
+    assert head[0] == "L.H" and set(head[1:]) == {table.SHORT[n] for n in headlaws.LAWS} and head[-1] == "boot"
+    band = [e for e in (1e-2, 3e-3, 1e-3, 3e-4, 1e-4)]
+    for r, line in zip(results, lines[start + 2:start + 2 + len(results)]):
+        cells = line.split()
+        assert cells[0] == f"{r.layer}.{r.head}"
+        for name, cell in zip(head[1:], cells[1:]):
+            law = next(n for n in headlaws.LAWS if table.SHORT[n] == name)
+            recs = [next(rec for rec in r.laws["at"] if abs(rec["eps"] - e) < 1e-12) for e in band]
+            assert cell == "".join(table._CODE[rec["laws"][law]["state"]] for rec in recs), (r.head, law, cell)
     # an asked eps outside the table's three: a block of its own, every law's cell there, within 120 columns
     table.print_table(results, info, eps=0.03)
     out = capsys.readouterr().out.splitlines()
@@ -598,3 +611,32 @@ def test_lead_law_se_is_the_grouped_jackknife_beyond_its_groups(monkeypatch):
         assert d["var_se"] != pytest.approx(d0["var_se"], rel=1e-3)                 # not the leave-one-out SE
     assert np.array_equal(dependence.group_weights(Sf, Sf), dependence.loo_weights(Sf))
     assert dependence.group_weights(7, 3).sum(1).tolist() == [4, 5, 5]               # groups {0,3,6} {1,4} {2,5}
+
+
+def test_second_order_claims_only_where_the_fitted_documents_correlation_length_allows(monkeypatch):
+    # the per-head second-order law claims by dependence.second_order_claim on its fitted documents (the length
+    # measurable, L/kappa >= 5 (ell + 2 SE)): on heavy-tailed gates its plug-in O(1) term is small beside the
+    # leading law (renewal's in_regime) at every L, yet the length with its SE (kappa3_LR of 16 heavy-tailed
+    # documents) puts every L below 5 of it, so nothing is claimed; on iid gates the length is a fraction of a step
+    # and the law claims at every L
+    Ls = np.array([forget.threshold(e) for e in (1e-1, 1e-2, 1e-3, 1e-4)])
+    for fam, claims in (("heavy_tails", False), ("iid", True)):
+        rng = np.random.default_rng(3)
+        x = verdict_calibration.increments(fam, 1.5, rng, 32, 512)
+        inp = dependence.second_order_inputs(x[::2])
+        at = headlaws.evaluate(x, Ls, rng, all_docs=False)["at"]
+        for L, rec in zip(Ls, at):
+            d = rec["laws"]["second_order"]
+            trace_ok = dependence.second_order_claim(L, inp)[0]
+            assert trace_ok is claims, (fam, L)
+            assert (d["claim"] is not None) is claims, (fam, L, d["why"])
+            if claims:
+                assert d["claim"] == headlaws.SECOND_ORDER_CLAIM and "ell + 2 SE" in d["why"]
+            else:
+                assert "correlation length" in d["why"], d["why"]
+    # without the trace's rule the heavy tails' law would claim its 4% at every L (the plug-in alone says in_regime)
+    monkeypatch.setattr(dependence, "second_order_claim", lambda L, inp: (True, None, ""))
+    rng = np.random.default_rng(3)
+    x = verdict_calibration.increments("heavy_tails", 1.5, rng, 32, 512)
+    at = headlaws.evaluate(x, Ls, rng, all_docs=False)["at"]
+    assert all(rec["laws"]["second_order"]["claim"] == headlaws.SECOND_ORDER_CLAIM for rec in at)

@@ -365,7 +365,8 @@ def test_bidirectional_trace_labelled(tmp_path, capsys):
     js = str(tmp_path / "bi.json")
     command.main(["--traces", p, "--n-boot", "0", "--no-progress", "--seed", "0", "--json", js])
     out = capsys.readouterr().out
-    table = [ln for ln in out.splitlines() if re.match(r"\s*\d+\.\d+ ", ln)]         # the table's rows (L.H)
+    main = out.split("every law's state at eps")[0]                                  # the table, not the states block
+    table = [ln for ln in main.splitlines() if re.match(r"\s*\d+\.\d+ ", ln)]
     assert len(table) == 4 and all(("[fwd]" in ln) == ln.startswith(" 1.") for ln in table)
     assert "[fwd] (looks forward): layers 1 (GRU.reverse)" in " ".join(out.split())
     info = json.load(open(js))["info"]
@@ -387,7 +388,8 @@ def test_delta_rule_families_state_upper_bound(tmp_path, capsys):
     js = str(tmp_path / "gdn.json")
     command.main(["--traces", p, "--n-boot", "0", "--no-progress", "--seed", "0", "--json", js])
     out = capsys.readouterr().out
-    table = [ln for ln in out.splitlines() if re.match(r"\s*\d+\.\d+ ", ln)]
+    main = out.split("every law's state at eps")[0]                                  # the table, not the states block
+    table = [ln for ln in main.splitlines() if re.match(r"\s*\d+\.\d+ ", ln)]
     assert len(table) == 4 and all(("[ub]" in ln) == ln.startswith(" 0.") for ln in table)
     assert "upper: delta-rule erasure not counted" in " ".join(out.split())
     info = json.load(open(js))["info"]
