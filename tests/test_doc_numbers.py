@@ -98,7 +98,7 @@ def test_readme_size_table_is_the_committed_calibration(readme):
 
 def test_readme_power_table_is_the_committed_calibration(readme):
     res = _load("results", "verdict", "laws_calibration.json")["results"]
-    band = [e for e in (1e-2, 3e-3, 1e-3, 3e-4, 1e-4)]
+    band = (1e-2, 3e-3, 1e-3, 3e-4, 1e-4)
 
     def at_eps(fam, law):
         c = {s: 0 for s in headlaws.STATES}

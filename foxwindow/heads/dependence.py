@@ -416,19 +416,11 @@ class SecondOrderInputs:
     centre: str
 
 
-def _block_moments(x, n, centre, c=None, m=None, buf=None):
-    """Per-sequence sums over all overlapping n-blocks of (d - n m)^2 and (d - n m)^3, d the block sums, m the
-    sequence's (or grand) mean: two (S,) arrays and the block count. c, m: the prefix sums [0, cumsum(x)] (S, T + 1)
-    and the mean (S, 1) when the caller has them (the same for every n; None: formed here); buf: two (S, T)
-    float64 scratch arrays reused between calls (the same operations in the same order as without them)."""
-    S, T = x.shape
-    if c is None:
-        c = np.concatenate([np.zeros((S, 1)), np.cumsum(x, 1)], 1)
-    if m is None:
-        m = x.mean(1, keepdims=True) if centre == "sequence" else np.full((S, 1), x.mean())
-    if buf is None:
-        buf = np.empty((S, T)), np.empty((S, T))
-    k = T + 1 - n
+def _block_moments(c, m, n, buf):
+    """Per-sequence sums over all overlapping n-blocks of (d - n m)^2 and (d - n m)^3, d the block sums: two (S,)
+    arrays and the block count. c: the prefix sums [0, cumsum(x)] (S, T + 1); m: the sequence's (or grand) mean
+    (S, 1); buf: two (S, T) float64 scratch arrays, reused from one n to the next."""
+    k = c.shape[1] - n
     e, e2 = buf[0][:, :k], buf[1][:, :k]
     np.subtract(c[:, n:], c[:, :-n], out=e)                              # d, the block sums
     np.subtract(e, n * m, out=e)                                         # d - n m
@@ -457,7 +449,7 @@ def second_order_inputs(x, centre="sequence"):
 
     def moments(n):                                                        # V(n), K3(n) under each weight row
         if n not in cache:
-            q2, q3, cnt = _block_moments(x, n, centre, c, m, buf)
+            q2, q3, cnt = _block_moments(c, m, n, buf)
             f2 = 1 - n / T if centre == "sequence" else 1.0
             f3 = (1 - n / T) * (1 - 2 * n / T) if centre == "sequence" else 1.0
             cache[n] = ((lw @ q2) / (W * cnt) / f2, (lw @ q3) / (W * cnt) / f3)

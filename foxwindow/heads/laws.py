@@ -848,11 +848,9 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True,
     so_loo, cdep_loo, k3_loo = _second_order_loo(xf, st, k_loo, s2_loo, bs, lw, n3, Ls, sums, fit)
     C_dep_up = _upper(C_dep, cdep_loo)
     # where the second-order law claims: the trace's own correlation length measured (ell + 2 SE, converged), as
-    # dependence.second_order_claim states it; the plug-in in_regime of this law's inputs alone is no check of it
-    try:
-        so_inp = dependence.second_order_inputs(xf)
-    except ValueError:                      # documents too short to read the length
-        so_inp = None
+    # dependence.second_order_claim states it; the plug-in in_regime of this law's inputs alone is no check of it.
+    # The length is read once, at the first L the plug-in puts in the regime (none: never read)
+    so_inp = []
     for k, L in enumerate(Ls):
         d = laws["dependent"]
         d["mean"][k] = _safe(renewal.dependent_mean_N, kappa, sig_lr, L) - 1
@@ -869,11 +867,17 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True,
             # included; a leave-one-document-out fit without a positive variance leaves it without a finite SE
             col = so_loo[:, k]
             d["var_se"][k] = rel_se(col) * vl.var if np.all(np.isfinite(col) & (col > 0)) else float("inf")
-            ok, _, why = (dependence.second_order_claim(L, so_inp) if so_inp is not None else
-                          (False, None, "correlation length not measurable: documents too short"))
             if not vl.in_regime:
                 ok, why = False, ("outside its regime (|C_dep| or Bartlett's term above 1/5 of the leading term: "
                                   "L/kappa below 5 correlation lengths)")
+            else:
+                if not so_inp:
+                    try:
+                        so_inp.append(dependence.second_order_inputs(xf))
+                    except ValueError:      # documents too short to read the length
+                        so_inp.append(None)
+                ok, _, why = (dependence.second_order_claim(L, so_inp[0]) if so_inp[0] is not None else
+                              (False, None, "correlation length not measurable: documents too short"))
             d["claim"][k] = SECOND_ORDER_CLAIM if ok else float("nan")
             d["why"][k] = "in its regime (L/kappa >= 5 (ell + 2 SE), dependence.second_order_claim)" if ok else why
         except (ValueError, ZeroDivisionError) as exc:

@@ -180,7 +180,7 @@ def test_table_fits_120_columns(capsys):
     start = next(i for i, line in enumerate(lines) if line.startswith("every law's state at eps 0.01, 0.003, 0.001"))
     head = lines[start + 1].split()
     assert head[0] == "L.H" and set(head[1:]) == {table.SHORT[n] for n in headlaws.LAWS} and head[-1] == "boot"
-    band = [e for e in (1e-2, 3e-3, 1e-3, 3e-4, 1e-4)]
+    band = (1e-2, 3e-3, 1e-3, 3e-4, 1e-4)
     for r, line in zip(results, lines[start + 2:start + 2 + len(results)]):
         cells = line.split()
         assert cells[0] == f"{r.layer}.{r.head}"
