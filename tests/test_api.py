@@ -55,7 +55,12 @@ def test_analyse_takes_a_mapping_an_array_a_file_and_a_model(tmp_path):
     assert doc["schema_version"] == 1 and doc["foxwindow_version"] == foxwindow.__version__ and doc["kind"] == "heads"
     text = a.table()
     assert "held-out sequences" not in text and "eps = nan" not in text and "6 sequences x 400 tokens" in text
-    assert "HeadsResult(2 heads" in repr(a)
+    rep = repr(a)                                  # the laws' summary of the table's last line, not a verdict
+    assert rep.startswith("HeadsResult(2 heads") and "pre-asymptotic" not in rep
+    from foxwindow.heads import table as heads_table
+    vl, false = heads_table.summary_counts(a.heads)
+    assert sum(vl.values()) == 2 and all(f"{k} {c}" in rep for k, c in {**vl, **false}.items())
+    assert "variance explained by " + ", ".join(f"{k}: {c}" for k, c in vl.items()) in " ".join(text.split())
     net = torch.nn.LSTM(3, 4, batch_first=True).eval()
     d = foxwindow.analyse(net, tokens=torch.randn(4, 300, 3), eps=1e-2, n_boot=0, seed=0)
     assert len(d.heads) == 4                                   # one per LSTM unit

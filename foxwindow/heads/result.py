@@ -91,11 +91,11 @@ class HeadsResult:
         return iter(self.heads)
 
     def __repr__(self):
-        counts = {}
-        for r in self.heads:
-            counts[r.verdict] = counts.get(r.verdict, 0) + 1
         layers = len({r.layer for r in self.heads})
         eps = [math.exp(-x) for x in self.L]
         scan = f"eps {max(eps):.3g}..{min(eps):.3g}" if eps else "no thresholds"
-        verdicts = ", ".join(f"{v} {c}" for v, c in counts.items())
-        return f"HeadsResult({len(self.heads)} heads in {layers} layers, {scan}; {verdicts})"
+        vl, false = table.summary_counts(self.heads)        # the laws' summary that the printed table ends with
+        laws = ", ".join(f"{k} {c}" for k, c in vl.items())
+        wrong = ", ".join(f"{k} {c}" for k, c in false.items()) or "none"
+        return (f"HeadsResult({len(self.heads)} heads in {layers} layers, {scan}; at eps 1e-2..1e-4 Var[W] "
+                f"explained by {laws}; false at some eps: {wrong})")

@@ -113,6 +113,18 @@ def _wrap(text):
     print("\n".join(textwrap.wrap(text, WIDTH, break_on_hyphens=False)))
 
 
+def summary_counts(results):
+    """The model's summary over its heads at eps 1e-2 ... 1e-4 (each head's `summary`): ({law that explains
+    Var[W], or "no law": heads}, {law false at some of those eps: heads}), in the heads' order."""
+    vl, false = {}, {}
+    for r in results:
+        v = (r.summary or {}).get("var_law") or "no law"
+        vl[v] = vl.get(v, 0) + 1
+        for law in (r.summary or {}).get("false", []):
+            false[law] = false.get(law, 0) + 1
+    return vl, false
+
+
 def print_table(results, info, eps=None):
     """The per-head table within WIDTH columns: measured Var[W] at REPORT_EPS, the lead law's and the
     bootstrap's Var ratio to it (out of sample) with their states, and each head's summary. eps: an eps the user
@@ -165,14 +177,7 @@ def print_table(results, info, eps=None):
     if eps is not None and results and not any(abs(e - eps) <= 1e-12 * e for e in REPORT_EPS) \
             and _at(results[0], eps) is not None:
         _asked_block(results, eps)
-    counts = {}
-    for r in results:
-        for law in (r.summary or {}).get("false", []):
-            counts[law] = counts.get(law, 0) + 1
-    vl = {}
-    for r in results:
-        v = (r.summary or {}).get("var_law") or "no law"
-        vl[v] = vl.get(v, 0) + 1
+    vl, counts = summary_counts(results)
     _wrap("summary (eps 1e-2..1e-4): variance explained by " + ", ".join(f"{k}: {c}" for k, c in vl.items())
           + "; false at some eps: " + (", ".join(f"{k} {c}" for k, c in counts.items()) or "none")
           + (f"; {cut} rows cut at {WIDTH} columns ('+': the rest is in the JSON)" if cut else "")
