@@ -61,6 +61,7 @@ def test_analyse_takes_a_mapping_an_array_a_file_and_a_model(tmp_path):
     vl, false = heads_table.summary_counts(a.heads)
     assert sum(vl.values()) == 2 and all(f"{k} {c}" in rep for k, c in {**vl, **false}.items())
     assert "variance explained by " + ", ".join(f"{k}: {c}" for k, c in vl.items()) in " ".join(text.split())
+    assert repr(type(a)([], {})) == "HeadsResult(0 heads, no thresholds)"
     net = torch.nn.LSTM(3, 4, batch_first=True).eval()
     d = foxwindow.analyse(net, tokens=torch.randn(4, 300, 3), eps=1e-2, n_boot=0, seed=0)
     assert len(d.heads) == 4                                   # one per LSTM unit

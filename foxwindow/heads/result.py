@@ -95,6 +95,8 @@ class HeadsResult:
         eps = [math.exp(-x) for x in self.L]
         scan = f"eps {max(eps):.3g}..{min(eps):.3g}" if eps else "no thresholds"
         vl, false = table.summary_counts(self.heads)        # the laws' summary that the printed table ends with
+        if not self.heads:
+            return f"HeadsResult(0 heads, {scan})"
         laws = ", ".join(f"{k} {c}" for k, c in vl.items())
         wrong = ", ".join(f"{k} {c}" for k, c in false.items()) or "none"
         return (f"HeadsResult({len(self.heads)} heads in {layers} layers, {scan}; at eps 1e-2..1e-4 Var[W] "
