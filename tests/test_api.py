@@ -11,6 +11,7 @@ import torch
 
 from conftest import REPO
 from foxwindow.heads import table
+from foxwindow.heads.result import HeadsResult
 from foxwindow.laws import gates
 from foxwindow.models import adapters, traces
 
@@ -132,6 +133,26 @@ def test_print_table_on_user_data_without_info(capsys):
     table.print_table(results, {})
     out = capsys.readouterr().out
     assert "eps = nan" not in out and out.startswith("Per-head window laws: user data, 6 held-out sequences")
+
+
+def test_the_summary_names_the_eps_it_read(capsys):
+    """The summary reads only the eps of 1e-2 ... 1e-4 that were analysed: it lists them when they are not the
+    scan's five, and says nothing of any law (not "explained by no law") when none was."""
+    from foxwindow.heads import driver
+    for eps, band in (([1e-1], None), ([1e-2, 1e-3], "eps 0.01, 0.001"), (None, "eps 1e-2..1e-4")):
+        results, _ = driver.analyse_layers({"l0": _lg()}, eps=eps, n_boot=0, seed=0)
+        assert table.summary_band(results) == band
+        table.print_table(results, {})
+        out = capsys.readouterr().out
+        last = " ".join(out[out.rindex("\nsummary") + len("\nsummary"):].split())
+        rep = repr(HeadsResult(results, {}))
+        if band is None:
+            assert last.startswith(": no eps of 1e-2..1e-4 analysed") and "explained" not in last
+            assert rep.endswith("no eps of 1e-2..1e-4 analysed)")
+            assert all(r.summary["text"] == "no eps of 0.01..0.0001 analysed" and r.summary["var_law"] is None
+                       for r in results)
+        else:
+            assert last.startswith(f"({band}): variance explained by ") and f"at {band} Var[W] explained by" in rep
 
 
 def test_capture_of_an_fla_model_on_the_cpu():

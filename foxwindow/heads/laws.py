@@ -1443,7 +1443,7 @@ def summary(recs):
     false = [law for law in LAWS if any(r["laws"][law]["state"] == "false" for r in rs)]
     var_text = f"{var_law} (within {var_claim:.0%})" if var_law else "no law"
     text = (f"eps {hi:g}..{lo:g}: mean {mean_law or 'no law'}, variance {var_text}"
-            + (f"; false: {', '.join(false)}" if false else ""))
+            + (f"; false: {', '.join(false)}" if false else "")) if rs else f"no eps of {hi:g}..{lo:g} analysed"
     return dict(mean_law=mean_law, var_law=var_law, var_claim=var_claim, false=false, text=text)
 
 

@@ -94,10 +94,13 @@ class HeadsResult:
         layers = len({r.layer for r in self.heads})
         eps = [math.exp(-x) for x in self.L]
         scan = f"eps {max(eps):.3g}..{min(eps):.3g}" if eps else "no thresholds"
-        vl, false = table.summary_counts(self.heads)        # the laws' summary that the printed table ends with
         if not self.heads:
             return f"HeadsResult(0 heads, {scan})"
+        vl, false = table.summary_counts(self.heads)        # the laws' summary that the printed table ends with
+        band = table.summary_band(self.heads)
+        if band is None:
+            return f"HeadsResult({len(self.heads)} heads in {layers} layers, {scan}; no eps of 1e-2..1e-4 analysed)"
         laws = ", ".join(f"{k} {c}" for k, c in vl.items())
         wrong = ", ".join(f"{k} {c}" for k, c in false.items()) or "none"
-        return (f"HeadsResult({len(self.heads)} heads in {layers} layers, {scan}; at eps 1e-2..1e-4 Var[W] "
+        return (f"HeadsResult({len(self.heads)} heads in {layers} layers, {scan}; at {band} Var[W] "
                 f"explained by {laws}; false at some eps: {wrong})")

@@ -16,7 +16,7 @@ import foxwindow
 from foxwindow import outputs
 from foxwindow.heads import dependence
 from foxwindow.heads import laws as headlaws
-from foxwindow.laws import gates
+from foxwindow.laws import gates, lawtable
 from foxwindow.models.adapters import MEMORY_UPPER
 
 __all__ = ["REPORT_EPS", "WIDE_CI", "print_table", "ratio_cell", "states_block", "to_json"]
@@ -113,6 +113,22 @@ def _wrap(text):
     print("\n".join(textwrap.wrap(text, WIDTH, break_on_hyphens=False)))
 
 
+def summary_band(results):
+    """How the summary's eps read (the heads' recorded eps within headlaws.SUMMARY_EPS, 1e-2 ... 1e-4): "eps
+    1e-2..1e-4" where the scan has all five of them, else the list ("eps 0.01, 0.001"); None where no eps of that
+    band was analysed (the summary then says nothing of any law)."""
+    lo, hi = min(headlaws.SUMMARY_EPS), max(headlaws.SUMMARY_EPS)
+    first = next((r for r in results if r.laws and r.laws.get("at")), None)
+    eps = sorted({rec["eps"] for rec in (first.laws["at"] if first else [])
+                  if rec.get("eps") is not None and lo * (1 - 1e-9) <= rec["eps"] <= hi * (1 + 1e-9)}, reverse=True)
+    if not eps:
+        return None
+    full = [e for e in lawtable.EPS_SCAN if lo * (1 - 1e-9) <= e <= hi * (1 + 1e-9)]
+    if len(eps) == len(full) and all(abs(a - b) <= 1e-9 * b for a, b in zip(eps, full)):
+        return f"eps {hi:g}..{lo:g}".replace("0.01", "1e-2").replace("0.0001", "1e-4")
+    return "eps " + ", ".join(f"{e:g}" for e in eps)
+
+
 def summary_counts(results):
     """The model's summary over its heads at eps 1e-2 ... 1e-4 (each head's `summary`): ({law that explains
     Var[W], or "no law": heads}, {law false at some of those eps: heads}), in the heads' order."""
@@ -178,8 +194,11 @@ def print_table(results, info, eps=None):
             and _at(results[0], eps) is not None:
         _asked_block(results, eps)
     vl, counts = summary_counts(results)
-    _wrap("summary (eps 1e-2..1e-4): variance explained by " + ", ".join(f"{k}: {c}" for k, c in vl.items())
-          + "; false at some eps: " + (", ".join(f"{k} {c}" for k, c in counts.items()) or "none")
+    band = summary_band(results)
+    _wrap((f"summary ({band}): variance explained by " + ", ".join(f"{k}: {c}" for k, c in vl.items())
+           + "; false at some eps: " + (", ".join(f"{k} {c}" for k, c in counts.items()) or "none")
+           if band else "summary: no eps of 1e-2..1e-4 analysed (the summary reads only those; each law's state at "
+                        "the eps analysed: --json)")
           + (f"; {cut} rows cut at {WIDTH} columns ('+': the rest is in the JSON)" if cut else "")
           + (f"; capture {info['capture_s']:.1f} s" if "capture_s" in info else "")
           + (f", total {info['total_s']:.1f} s" if "total_s" in info else ""))
