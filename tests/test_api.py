@@ -153,6 +153,12 @@ def test_the_summary_names_the_eps_it_read(capsys):
                        for r in results)
         else:
             assert last.startswith(f"({band}): variance explained by ") and f"at {band} Var[W] explained by" in rep
+    few, _ = driver.analyse_layers({"l0": _lg()[:3]}, eps=[1e-2], n_boot=0, seed=0)     # below MIN_DOCS: no law
+    assert table.summary_band(few) is None and not any(r.laws for r in few)
+    table.print_table(few, {})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "summary: no law evaluated: every head has fewer than 4 documents" in out
+    assert "no law evaluated: every head has fewer than 4 documents)" in repr(HeadsResult(few, {}))
 
 
 def test_capture_of_an_fla_model_on_the_cpu():
