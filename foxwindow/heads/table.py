@@ -129,13 +129,13 @@ def summary_band(results):
     return "eps " + ", ".join(f"{e:g}" for e in eps)
 
 
-def _no_summary(results):
-    """The summary line where summary_band is None: no head with per-law records, or no eps of the band."""
+def no_summary(results):
+    """Why there is no summary where summary_band is None (no head with per-law records, or no eps of the band),
+    as "what (why)"."""
     if results and not any(r.laws and r.laws.get("at") for r in results):
-        return (f"summary: no law evaluated: every head has fewer than {verdict.MIN_DOCS} documents (two to fit, two "
-                "to score out of sample)")
-    return ("summary: no eps of 1e-2..1e-4 analysed (the summary reads only those; each law's state at the eps "
-            "analysed: --json)")
+        return (f"no law evaluated: every head has fewer than {verdict.MIN_DOCS} documents (two to fit, two to score "
+                "out of sample)")
+    return "no eps of 1e-2..1e-4 analysed (the summary reads only those; each law's state at the eps analysed: --json)"
 
 
 def summary_counts(results):
@@ -206,7 +206,7 @@ def print_table(results, info, eps=None):
     band = summary_band(results)
     _wrap((f"summary ({band}): variance explained by " + ", ".join(f"{k}: {c}" for k, c in vl.items())
            + "; false at some eps: " + (", ".join(f"{k} {c}" for k, c in counts.items()) or "none")
-           if band else _no_summary(results))
+           if band else "summary: " + no_summary(results))
           + (f"; {cut} rows cut at {WIDTH} columns ('+': the rest is in the JSON)" if cut else "")
           + (f"; capture {info['capture_s']:.1f} s" if "capture_s" in info else "")
           + (f", total {info['total_s']:.1f} s" if "total_s" in info else ""))
