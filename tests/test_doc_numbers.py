@@ -134,3 +134,50 @@ def test_results_md_state_counts_are_the_shipped_models():
     assert m and tuple(map(int, m.groups())) == (states["iid"]["states"]["false"], states["iid"]["states"]["holds"])
     m = re.search(r"marginal law \(exact for independent steps\) is false in (\d+)", text)
     assert m and int(m.group(1)) == states["marginal"]["states"]["false"]
+
+
+def _scores_md(*parts):
+    """A results/*/scores.md (the per-law scores of a run whose JSON is not committed): {law: row cells} of its
+    score table, and its heads line's counts {"explained": {...}, "false": {...}}."""
+    with open(os.path.join(ROOT, "results", *parts, "scores.md")) as fh:
+        text = fh.read()
+    rows = {r[0]: r[1:] for r in _table(text, "| law | ")}
+    line = next(ln for ln in text.splitlines() if ln.startswith("Heads: "))
+
+    def counts(part):
+        return {k.rsplit(" ", 1)[0]: int(k.rsplit(" ", 1)[1]) for k in part.split(", ") if k != "none"}
+    m = re.match(r"Heads: (\d+); Var\[W\] explained by: (.*); false at some eps: (.*)$", line)
+    return rows, dict(heads=int(m.group(1)), explained=counts(m.group(2)), false=counts(m.group(3)))
+
+
+def test_readme_numbers_of_the_full_lstm_and_the_gru_are_their_scores(readme):
+    text = " ".join(readme.split())
+    lstm, lc = _scores_md("lstm", "all_units")
+    gru, gc = _scores_md("gru")
+    pct = lambda v: f"{100 * float(v):.1f}%" if float(v) < 0.1 else f"{100 * float(v):.0f}%"    # noqa: E731
+    lead, boot = lstm["three_cumulant"], lstm["bootstrap"]
+    assert (f"the lead law is off by a median {pct(lead[0])} of Var[W] (the bootstrap {pct(boot[0])}), within 2 SE "
+            f"on {lead[2].split(' of ')[0]} of the cells, coverage {float(lead[3]):.2f}, false on "
+            f"{lc['false']['three_cumulant']} units") in text
+    floor = re.search(r"([0-9.]+) for a law exact in population", open(os.path.join(
+        ROOT, "results", "gru", "scores.md")).read()).group(1)
+    assert (f"it is off by a median {pct(gru['three_cumulant'][0])} (the bootstrap {pct(gru['bootstrap'][0])}; "
+            f"sampling alone {pct(floor)}), false on {gc['false']['three_cumulant']} of the {gc['heads']} units, and "
+            "no law explains any unit's variance") in text
+    assert gc["explained"] == {"no law": gc["heads"]} and lc["heads"] == 256
+
+
+def test_models_md_unit_counts_are_the_scores():
+    with open(os.path.join(ROOT, "docs", "MODELS.md")) as fh:
+        text = fh.read()
+    rows = {r[0]: r[-1] for r in _table(text, "| 256 units | kappa 10% / 50% / 90%")}
+    names = {"reactionrnn GRU (hard sigmoid, the trained network)": ("gru",),
+             "reactionrnn GRU read with logistic gates": ("gru", "sigmoid_reading"),
+             "textgenrnn LSTM (forget gates)": ("lstm", "all_units")}
+    assert set(rows) == set(names)
+    for label, parts in names.items():
+        _, c = _scores_md(*parts)
+        explained, false = rows[label].split("; false on ")
+        got = {k.rsplit(" ", 1)[0].replace("the lead law", "three_cumulant"): int(k.rsplit(" ", 1)[1])
+               for k in explained.split(", ")}
+        assert got == c["explained"] and int(false) == c["false"].get("three_cumulant", 0), (label, rows[label])
