@@ -74,7 +74,7 @@ __all__ = ["LAWS", "LEAD", "ALPHA", "CLAIM_MAX", "CLAIM_FLOOR", "CLAIM_MULT", "S
            "MAX_CELLS", "TAIL_MAX_SHARE", "SUMMARY_EPS", "STATES", "Q",
            "MarginalPassage", "marginal_passage", "marginal_moments", "marginal_pmf", "BlockSums", "SUPPORT", "MIXED",
            "lead_survival", "compile_fast_paths", "block_lengths", "evaluate", "assign_states", "summary",
-           "noise_floor", "subsample_floor", "score", "score_table", "main"]
+           "noise_floor", "subsample_floor", "score", "score_table", "states_table", "main"]
 
 LAWS = {
     "iid": ("iid two-moment", "renewal law with iid increments: E[W] = L/kappa + mu2/(2 kappa^2) - 1, "
@@ -1579,11 +1579,38 @@ def score_table(docs):
     return "\n".join(lines)
 
 
+def states_table(name, doc):
+    """Markdown: every law's states over the (head, eps) cells at eps 1e-2..1e-4 of a schema-1 document (`score`'s
+    counts, most frequent first), then the heads' summaries counted: the law that explains Var[W] and the laws
+    false at some of those eps, and the law that explains E[W]."""
+    sc = score(doc)
+    lines = [f"| law | {name}: states at eps 1e-2 ... 1e-4 (cells) |", "| --- | --- |"]
+    for law in doc["laws"]:
+        st = sorted(sc[law]["states"].items(), key=lambda kv: -kv[1])
+        lines.append(f"| {law} | " + ", ".join(f"{k} {v}" for k, v in st) + " |")
+    var, false, mean = {}, {}, {}
+    for h in doc["heads"]:
+        s = h.get("summary") or {}
+        var[s.get("var_law") or "no law"] = var.get(s.get("var_law") or "no law", 0) + 1
+        mean[s.get("mean_law") or "no law"] = mean.get(s.get("mean_law") or "no law", 0) + 1
+        for law in s.get("false") or []:
+            false[law] = false.get(law, 0) + 1
+
+    def fmt(d):
+        return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
+    lines += ["", f"Heads: {len(doc['heads'])}; Var[W] explained by: {fmt(var)}; false at some eps: {fmt(false)}",
+              "", f"E[W] explained by: {fmt(mean)}"]
+    return "\n".join(lines)
+
+
 def main(argv=None):
-    """`python -m foxwindow.heads.laws NAME=heads.json ...`: the out-of-sample score table of every law."""
+    """`python -m foxwindow.heads.laws NAME=heads.json ...`: the out-of-sample score table of every law (--states:
+    and each document's states table)."""
     p = outputs.parser("Out-of-sample scores of every law at eps 1e-2..1e-4 from schema-1 per-head JSON files "
                        "(python forget.py --json)")
     p.add_argument("files", nargs="*", help="NAME=PATH of a per-head JSON")
+    p.add_argument("--states", action="store_true",
+                   help="also every law's states at eps 1e-2..1e-4 and the heads' summaries counted, per document")
     p.add_argument("--floor", default=None, metavar="TRACES",
                    help="instead: the sampling floor measured on a trace file (.npz of save_trace) of many documents "
                         "(subsample_floor at eps 1e-2..1e-4: 16, 32, 64 and half of its documents, 400 draws, seed 0)")
@@ -1606,6 +1633,9 @@ def main(argv=None):
                                      "(python forget.py --json)")
         docs[name if path else os.path.basename(name)] = doc
     print(score_table(docs))
+    for name, doc in docs.items() if a.states else ():
+        print()
+        print(states_table(name, doc))
 
 
 def _print_floor(path, shown=None):

@@ -251,6 +251,27 @@ def test_population_table_reads_the_committed_study_and_refuses_other_json(tmp_p
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0]
 
+def test_score_command_states_counts_every_cell_and_head(capsys):
+    """--states: each law's state counts over the (head, eps) cells at eps 1e-2..1e-4 add up to the cells, and the
+    heads line counts every head once, as the heads' own summaries say."""
+    path = os.path.join(outputs.REPO, "results", "laws", "fox_heads.json")
+    assert outputs.cli(headlaws.main, ["--states", f"fox={path}"]) == 0
+    out = capsys.readouterr().out
+    with open(path) as fh:
+        doc = json.load(fh)
+    n_cells = sum(1 for h in doc["heads"] for r in h["at"] if 1e-4 * (1 - 1e-9) <= r["eps"] <= 1e-2 * (1 + 1e-9))
+    rows = [ln for ln in out.splitlines() if ln.startswith("| ") and "states at eps" not in ln
+            and ln.count("|") == 3 and not ln.startswith("| ---")]
+    assert {ln.split("|")[1].strip() for ln in rows} == set(doc["laws"])
+    for ln in rows:
+        assert sum(int(c.rsplit(" ", 1)[1]) for c in ln.split("|")[2].strip().split(", ")) == n_cells, ln
+    line = next(ln for ln in out.splitlines() if ln.startswith("Heads: "))
+    var = line.split("Var[W] explained by: ")[1].split("; false")[0]
+    assert sum(int(c.rsplit(" ", 1)[1]) for c in var.split(", ")) == len(doc["heads"]) == int(line.split()[1][:-1])
+    want = sum(1 for h in doc["heads"] if (h["summary"] or {}).get("var_law") == "three_cumulant")
+    assert f"three_cumulant {want}" in var
+
+
 def test_score_command_refuses_bad_files_in_one_line(tmp_path, capsys):
     """python -m foxwindow.heads.laws: a missing file, a file that is not JSON and a JSON of another shape are one
     line each, exit 2, before any work."""
