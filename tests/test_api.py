@@ -161,6 +161,19 @@ def test_the_summary_names_the_eps_it_read(capsys):
     assert "no law evaluated: every head has fewer than 4 documents)" in repr(HeadsResult(few, {}))
 
 
+def test_a_trace_files_family_names_its_rows(tmp_path):
+    """forget.py --traces: the family the trace file states (a GRU's "keras-gru") is the JSON's source family, and
+    a recurrent family's row is a unit; a file that states none keeps the default reading."""
+    from foxwindow.heads import driver
+    for meta, fam, unit in (({"family": "keras-gru"}, "keras-gru", "unit"), ({"family": "torch-lstm"}, "lstm", "unit"),
+                            ({}, "fox", "head")):
+        path = str(tmp_path / f"t{len(meta)}{fam}.npz")
+        traces.save_trace(path, {"rnn": _lg()}, meta)
+        results, info = driver.analyse_traces(path, eps=[1e-2], n_boot=0, seed=0)
+        src = HeadsResult(results, info).to_json()["source"]
+        assert (src["family"], src["unit"]) == (fam, unit), meta
+
+
 def test_capture_of_an_fla_model_on_the_cpu():
     fla_models = pytest.importorskip("fla.models")
     import foxwindow

@@ -768,6 +768,8 @@ def analyse_traces(path, *, eps=None, L=None, mass_eps=None, mass_L=None, n_boot
                 total_s=time.perf_counter() - t0, layers=list(traces), context=context, rows=_rows_note(T, context))
     if partial:
         info["partial"] = partial
+    if isinstance(meta.get("family"), str) and meta["family"]:
+        info["family"] = meta["family"]                 # the trace file's own word (a GRU's file says keras-gru)
     info.update(layer_traits(list(traces), meta.get("families", meta.get("family")), meta.get("looks_forward")))
     return results, info
 

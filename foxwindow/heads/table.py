@@ -300,7 +300,8 @@ def _source(info):
                                 "traces" if info.get("layers") is not None and not info.get("capture_s") else
                                 "shipped" if str(info.get("checkpoint", "")).endswith("fox_shakespeare.pt") else
                                 "model")
-    unit = info.get("unit") or ("unit" if fam == "lstm" else "head")
+    recurrent = isinstance(fam, str) and any(k in fam.lower() for k in ("lstm", "gru", "rnn"))
+    unit = info.get("unit") or ("unit" if recurrent else "head")       # an RNN's row is a unit, not a head
     return dict(what=what, path=info.get("checkpoint"), family=fam, unit=unit, n_seq=info.get("n_seq"),
                 seq_len=info.get("seq_len"), seed=info.get("seed"),
                 split=info.get("split") or ("held-out" if info.get("spans") else "user data"))

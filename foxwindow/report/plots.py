@@ -345,8 +345,9 @@ def check_in_scan(heads, eps):
         raise ValueError(f"eps {eps:g} is in no head's scan (one of {', '.join(format(e, 'g') for e in scan)})")
 
 
-def _ticks(ax, layers, ncol, many):
-    step = max(1, ncol // 16)
+def _ticks(ax, layers, ncol, many, most=16):
+    # at most `most` head ticks, a power-of-2 step (0, 64, 128, ... for 256 heads): labels that do not collide
+    step = 1 << max(0, math.ceil(math.log2(max(ncol, 1) / most)))
     ax.set_xticks(range(0, ncol, step))
     ystep = max(1, len(layers) // 24)
     ax.set_yticks(range(0, len(layers), ystep))
@@ -441,7 +442,7 @@ def plot_overview(result, eps=1e-3, layers=None, dpi=80):
                 if any(name in a.laws for a in h.at):
                     axl.text(h.head, lay.index(h.layer), STATE_MARKS[h.state(name)], ha="center", va="center",
                              fontsize=10 if ncol * len(lay) <= 64 else 7)
-        _ticks(axl, lay, ncol, many)
+        _ticks(axl, lay, ncol, many, most=6)                                # a quarter of the width
         axl.set_title(_t(name) + (" (lead law)" if name == res.lead_law else ""))
         axl.set_xlabel(res.unit, fontsize=8)
     if laws:

@@ -170,6 +170,18 @@ def test_layer_ticks_stay_short_and_distinct(golden):
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["blocks.0"]
 
 
+def test_head_ticks_of_many_heads_do_not_collide(golden):
+    """256 heads in one layer (the GRU's units): the overview's wide panel ticks every 16th head, the quarter-width
+    law panels every 64th, steps of a power of 2; 16 heads tick each one."""
+    import matplotlib.pyplot as plt
+    for ncol, most, want in ((256, 16, list(range(0, 256, 16))), (256, 6, [0, 64, 128, 192]), (16, 16, list(range(16))),
+                             (24, 6, [0, 4, 8, 12, 16, 20])):
+        fig, ax = plt.subplots()
+        plots._ticks(ax, ["rnn"], ncol, False, most=most)
+        assert list(ax.get_xticks()) == want, (ncol, most)
+        plt.close(fig)
+
+
 def test_default_folder_is_a_fresh_run_folder(tmp_path, monkeypatch, capsys, stub_pictures):
     monkeypatch.setattr(outputs, "RUNS", str(tmp_path / "runs"))
     assert cli.main(["report", GOLDEN, "--jobs", "1"]) == 0
