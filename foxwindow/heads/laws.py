@@ -954,6 +954,7 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True,
     k_rse = float(dependence.jackknife(np.log(k_loo)))                     # relative SE of 1/kappa
     for n in ("iid", "dependent", "second_order", "finite_n", "mixture", "marginal"):
         laws[n]["mean_se"] = np.abs(laws[n]["mean"]) * k_rse
+    _drop_impossible(laws, EXPANSIONS)
     out = _pack(Ls, eps_list, meas, laws, pmf_k, Wt, Ct, pmf_laws, Sf)
     if all_docs:
         _add_all_doc_tests(out["at"], x, Ls, windows, bs_all)
@@ -1268,6 +1269,27 @@ def _cover_sample(pred, W, C, counts=None):
 def _num(v):
     v = float(v)
     return v if math.isfinite(v) else None
+
+
+EXPANSIONS = ("iid", "dependent", "second_order", "finite_n", "mixture")   # formulas in L, not distributions of W
+
+
+def _drop_impossible(laws, names):
+    """No value (NaN, so null in the JSON and 'not claimed') where an expansion law gives what no window law can:
+    Var[W] <= 0 (a tau(n) or between-document term estimated below 0) or E[W] < 0 (E[N] < 1: the expansion far
+    outside its range, at the smallest L); the reason is added to its `why`."""
+    for n in names:
+        d = laws[n]
+        for k in range(len(d["var"])):
+            bad = []
+            if d["var"][k] <= 0:
+                bad.append(f"its Var[W] {d['var'][k]:.3g} <= 0")
+                d["var"][k] = d["var_se"][k] = np.nan
+            if d["mean"][k] < 0:
+                bad.append(f"its E[W] {d['mean'][k]:.3g} < 0")
+                d["mean"][k] = d["mean_se"][k] = np.nan
+            if bad:
+                d["why"][k] += "; no value: " + " and ".join(bad) + " (outside what any window law gives)"
 
 
 def _pack(Ls, eps_list, meas, laws, pmf_k, Wt, Ct, pmf_laws, n_fit):

@@ -251,6 +251,29 @@ def test_population_table_reads_the_committed_study_and_refuses_other_json(tmp_p
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0]
 
+def test_an_expansion_gives_no_value_where_no_window_law_could():
+    """E[W] < 0 (the renewal mean below one step at the smallest L of a fast head) or Var[W] <= 0 is no value (null,
+    'not claimed', the reason in `why`), never a number a table or a plot would show."""
+    rng = np.random.default_rng(3)
+    x = np.logaddexp(0.0, -(-2.0 + 0.3 * rng.standard_normal((16, 512))))          # kappa about 2.1: fast
+    Ls = np.array([math.log(2.0), math.log(1e2)])
+    out = headlaws.evaluate(x, Ls, np.random.default_rng(0))
+    small, big = out["at"]
+    assert small["laws"]["iid"]["mean"] is None and "no value: its E[W]" in small["laws"]["iid"]["why"]
+    assert big["laws"]["iid"]["mean"] is not None and big["laws"]["iid"]["mean"] > 0
+    for rec in out["at"]:
+        for n in headlaws.EXPANSIONS:
+            lw = rec["laws"][n]
+            assert lw["mean"] is None or lw["mean"] >= 0, (n, lw)
+            assert lw["var"] is None or lw["var"] > 0, (n, lw)
+    laws = {"mixture": dict(mean=np.array([2.0, -0.5]), var=np.array([-3.0, 4.0]), mean_se=np.ones(2),
+                            var_se=np.ones(2), why=["a", "b"])}
+    headlaws._drop_impossible(laws, ["mixture"])
+    d = laws["mixture"]
+    assert np.isnan(d["var"][0]) and np.isnan(d["var_se"][0]) and d["mean"][0] == 2.0 and d["var"][1] == 4.0
+    assert np.isnan(d["mean"][1]) and np.isnan(d["mean_se"][1]) and "Var[W] -3 <= 0" in d["why"][0]
+
+
 def test_score_command_states_counts_every_cell_and_head(capsys):
     """--states: each law's state counts over the (head, eps) cells at eps 1e-2..1e-4 add up to the cells, and the
     heads line counts every head once, as the heads' own summaries say."""
