@@ -18,7 +18,8 @@ __all__ = ["COMMANDS", "command", "main"]
 
 # name -> (module, one line for `foxwindow --help`)
 COMMANDS = {
-    "forget": ("heads.command", "every window law on every head, out of sample: the shipped model, saved traces, --model, --synthetic"),
+    "forget": ("heads.command", "every window law on every head, out of sample: the shipped model, saved traces, "
+                                "--model, --synthetic"),
     "renewal": ("laws.lawtable", "the window laws against exact first-passage numerics"),
     "train": ("training.train", "train the FoX language model (or score a checkpoint)"),
     "prune": ("uses.prune", "ACP block pruning and KV-cache horizons predicted from the gate laws"),
