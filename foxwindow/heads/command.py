@@ -86,7 +86,8 @@ def run_synthetic(a):
 def build_parser():
     """The command line of the per-head analysis (`python forget.py`): every per-head flag, the --model
     flags of hf_models and --synthetic (forget's synthetic table)."""
-    p = outputs.parser("Per-head verdict and windows of a gated model (python forget.py)")
+    p = outputs.parser("Every window law at every eps of every head of a gated model, out of sample, with its "
+                       "state (python forget.py)")
     p.add_argument("--synthetic", action="store_true", help="synthetic gates instead of the shipped model's traces")
     p.add_argument("--eps", type=float, default=1e-3,
                    help="decay threshold in (0, 1): added to the scan of the verdict and predictions (one outside "
