@@ -138,16 +138,19 @@ def test_results_md_state_counts_are_the_shipped_models():
 
 def _scores_md(*parts):
     """A results/*/scores.md (the per-law scores of a run whose JSON is not committed): {law: row cells} of its
-    score table, and its heads line's counts {"explained": {...}, "false": {...}}."""
+    score table, and its heads line's counts {"explained": {...}, "false": {...}} with its sampling floor (the
+    median error of a law exact in population)."""
     with open(os.path.join(ROOT, "results", *parts, "scores.md")) as fh:
         text = fh.read()
+    floor = re.search(r"([0-9.]+) for a law exact in population", text)
     rows = {r[0]: r[1:] for r in _table(text, "| law | ")}
     line = next(ln for ln in text.splitlines() if ln.startswith("Heads: "))
 
     def counts(part):
         return {k.rsplit(" ", 1)[0]: int(k.rsplit(" ", 1)[1]) for k in part.split(", ") if k != "none"}
     m = re.match(r"Heads: (\d+); Var\[W\] explained by: (.*); false at some eps: (.*)$", line)
-    return rows, dict(heads=int(m.group(1)), explained=counts(m.group(2)), false=counts(m.group(3)))
+    return rows, dict(heads=int(m.group(1)), explained=counts(m.group(2)), false=counts(m.group(3)),
+                      floor=floor and floor.group(1))
 
 
 def test_readme_numbers_of_the_full_lstm_and_the_gru_are_their_scores(readme):
@@ -159,11 +162,9 @@ def test_readme_numbers_of_the_full_lstm_and_the_gru_are_their_scores(readme):
     assert (f"the lead law is off by a median {pct(lead[0])} of Var[W] (the bootstrap {pct(boot[0])}), within 2 SE "
             f"on {lead[2].split(' of ')[0]} of the cells, coverage {float(lead[3]):.2f}, false on "
             f"{lc['false']['three_cumulant']} units") in text
-    floor = re.search(r"([0-9.]+) for a law exact in population", open(os.path.join(
-        ROOT, "results", "gru", "scores.md")).read()).group(1)
     assert (f"it is off by a median {pct(gru['three_cumulant'][0])} (the bootstrap {pct(gru['bootstrap'][0])}; "
-            f"sampling alone {pct(floor)}), false on {gc['false']['three_cumulant']} of the {gc['heads']} units, and "
-            "no law explains any unit's variance") in text
+            f"sampling alone {pct(gc['floor'])}), false on {gc['false']['three_cumulant']} of the {gc['heads']} "
+            "units, and no law explains any unit's variance") in text
     assert gc["explained"] == {"no law": gc["heads"]} and lc["heads"] == 256
 
 

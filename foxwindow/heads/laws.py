@@ -74,7 +74,7 @@ __all__ = ["LAWS", "LEAD", "ALPHA", "CLAIM_MAX", "CLAIM_FLOOR", "CLAIM_MULT", "S
            "MAX_CELLS", "TAIL_MAX_SHARE", "SUMMARY_EPS", "STATES", "Q",
            "MarginalPassage", "marginal_passage", "marginal_moments", "marginal_pmf", "BlockSums", "SUPPORT", "MIXED",
            "lead_survival", "compile_fast_paths", "block_lengths", "evaluate", "assign_states", "summary",
-           "noise_floor", "subsample_floor", "score", "score_table", "states_table", "main"]
+           "noise_floor", "subsample_floor", "score", "score_table", "count_summaries", "states_table", "main"]
 
 LAWS = {
     "iid": ("iid two-moment", "renewal law with iid increments: E[W] = L/kappa + mu2/(2 kappa^2) - 1, "
@@ -1601,6 +1601,21 @@ def score_table(docs):
     return "\n".join(lines)
 
 
+def count_summaries(summaries):
+    """The heads' summaries (`summary`'s dicts, None for a head without one) counted, in the heads' order:
+    ({law that explains Var[W], or "no law": heads}, {law false at some eps: heads}, {law that explains E[W], or
+    "no law": heads})."""
+    var, false, mean = {}, {}, {}
+    for s in summaries:
+        s = s or {}
+        v, m = s.get("var_law") or "no law", s.get("mean_law") or "no law"
+        var[v] = var.get(v, 0) + 1
+        mean[m] = mean.get(m, 0) + 1
+        for law in s.get("false") or []:
+            false[law] = false.get(law, 0) + 1
+    return var, false, mean
+
+
 def states_table(name, doc):
     """Markdown: every law's states over the (head, eps) cells at eps 1e-2..1e-4 of a schema-1 document (`score`'s
     counts, most frequent first), then the heads' summaries counted: the law that explains Var[W] and the laws
@@ -1610,13 +1625,7 @@ def states_table(name, doc):
     for law in doc["laws"]:
         st = sorted(sc[law]["states"].items(), key=lambda kv: -kv[1])
         lines.append(f"| {law} | " + ", ".join(f"{k} {v}" for k, v in st) + " |")
-    var, false, mean = {}, {}, {}
-    for h in doc["heads"]:
-        s = h.get("summary") or {}
-        var[s.get("var_law") or "no law"] = var.get(s.get("var_law") or "no law", 0) + 1
-        mean[s.get("mean_law") or "no law"] = mean.get(s.get("mean_law") or "no law", 0) + 1
-        for law in s.get("false") or []:
-            false[law] = false.get(law, 0) + 1
+    var, false, mean = count_summaries([h.get("summary") for h in doc["heads"]])
 
     def fmt(d):
         return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"

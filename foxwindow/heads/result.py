@@ -99,7 +99,7 @@ class HeadsResult:
         vl, false = table.summary_counts(self.heads)        # the laws' summary that the printed table ends with
         band = table.summary_band(self.heads)
         if band is None:
-            why = table.no_summary(self.heads).split(" (")[0]
+            why = table.no_summary(self.heads, why=False)
             return f"HeadsResult({len(self.heads)} heads in {layers} layers, {scan}; {why})"
         laws = ", ".join(f"{k} {c}" for k, c in vl.items())
         wrong = ", ".join(f"{k} {c}" for k, c in false.items()) or "none"

@@ -113,41 +113,47 @@ def _wrap(text):
     print("\n".join(textwrap.wrap(text, WIDTH, break_on_hyphens=False)))
 
 
-def summary_band(results):
-    """How the summary's eps read (the heads' recorded eps within headlaws.SUMMARY_EPS, 1e-2 ... 1e-4): "eps
-    1e-2..1e-4" where the scan has all five of them, else the list ("eps 0.01, 0.001"); None where no eps of that
-    band was analysed (the summary then says nothing of any law)."""
+BAND = "1e-2..1e-4"          # headlaws.SUMMARY_EPS as the table and the repr write it
+
+
+def _band_eps(results):
+    """The eps of headlaws.SUMMARY_EPS's band that the heads were analysed at (the first head with per-law
+    records; every head shares the scan), largest first; [] where none or no head has per-law records."""
     lo, hi = min(headlaws.SUMMARY_EPS), max(headlaws.SUMMARY_EPS)
     first = next((r for r in results if r.laws and r.laws.get("at")), None)
-    eps = sorted({rec["eps"] for rec in (first.laws["at"] if first else [])
-                  if rec.get("eps") is not None and lo * (1 - 1e-9) <= rec["eps"] <= hi * (1 + 1e-9)}, reverse=True)
+    return sorted({rec["eps"] for rec in (first.laws["at"] if first else [])
+                   if rec.get("eps") is not None and lo * (1 - 1e-9) <= rec["eps"] <= hi * (1 + 1e-9)}, reverse=True)
+
+
+def summary_band(results):
+    """How the summary's eps read: "eps 1e-2..1e-4" where the heads were analysed at all five of the scan's eps in
+    that band, else the list ("eps 0.01, 0.001"); None where no eps of the band was analysed (the summary then says
+    nothing of any law)."""
+    eps = _band_eps(results)
     if not eps:
         return None
+    lo, hi = min(headlaws.SUMMARY_EPS), max(headlaws.SUMMARY_EPS)
     full = [e for e in lawtable.EPS_SCAN if lo * (1 - 1e-9) <= e <= hi * (1 + 1e-9)]
     if len(eps) == len(full) and all(abs(a - b) <= 1e-9 * b for a, b in zip(eps, full)):
-        return f"eps {hi:g}..{lo:g}".replace("0.01", "1e-2").replace("0.0001", "1e-4")
+        return f"eps {BAND}"
     return "eps " + ", ".join(f"{e:g}" for e in eps)
 
 
-def no_summary(results):
-    """Why there is no summary where summary_band is None (no head with per-law records, or no eps of the band),
-    as "what (why)"."""
+def no_summary(results, why=True):
+    """What stands in for the summary where summary_band is None: no head with per-law records, or no eps of the
+    band (why: with the reason in parentheses)."""
     if results and not any(r.laws and r.laws.get("at") for r in results):
-        return (f"no law evaluated: every head has fewer than {verdict.MIN_DOCS} documents (two to fit, two to score "
-                "out of sample)")
-    return "no eps of 1e-2..1e-4 analysed (the summary reads only those; each law's state at the eps analysed: --json)"
+        return (f"no law evaluated: every head has fewer than {verdict.MIN_DOCS} documents"
+                + (" (two to fit, two to score out of sample)" if why else ""))
+    return (f"no eps of {BAND} analysed"
+            + (" (the summary reads only those; each law's state at the eps analysed: --json)" if why else ""))
 
 
 def summary_counts(results):
-    """The model's summary over its heads at eps 1e-2 ... 1e-4 (each head's `summary`): ({law that explains
-    Var[W], or "no law": heads}, {law false at some of those eps: heads}), in the heads' order."""
-    vl, false = {}, {}
-    for r in results:
-        v = (r.summary or {}).get("var_law") or "no law"
-        vl[v] = vl.get(v, 0) + 1
-        for law in (r.summary or {}).get("false", []):
-            false[law] = false.get(law, 0) + 1
-    return vl, false
+    """The model's summary over its heads at eps 1e-2 ... 1e-4 (headlaws.count_summaries of each head's
+    `summary`): ({law that explains Var[W], or "no law": heads}, {law false at some of those eps: heads})."""
+    var, false, _ = headlaws.count_summaries([r.summary for r in results])
+    return var, false
 
 
 def print_table(results, info, eps=None):
@@ -232,15 +238,9 @@ def states_block(results):
     """Every law's state per head at each eps of the scan the summary reads (headlaws.SUMMARY_EPS, 1e-2 ... 1e-4),
     a letter an eps (_CODE), one column a law: the printed table's compact view of every law (the numbers are in
     the JSON). Nothing where no head has per-law records."""
-    lo, hi = min(headlaws.SUMMARY_EPS), max(headlaws.SUMMARY_EPS)
-    first = next((r for r in results if r.laws and r.laws.get("at")), None)
-    if first is None:
-        return
-    eps = [rec["eps"] for rec in first.laws["at"]
-           if rec.get("eps") is not None and lo * (1 - 1e-9) <= rec["eps"] <= hi * (1 + 1e-9)]
+    eps = _band_eps(results)
     if not eps:
         return
-    eps.sort(reverse=True)
     laws = _law_order([rec for r in results if r.laws for rec in r.laws["at"]])
     w = max(len(eps), 4)
     _wrap("every law's state at eps " + ", ".join(f"{e:g}" for e in eps)
