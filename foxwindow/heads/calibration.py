@@ -28,7 +28,7 @@ is within its own claim there, "off" where its Var ratio is beyond 1.5x. Size: r
 
     python -m foxwindow.heads.calibration --laws [--reps 20] [--n-seq 16] [--seq-len 512]
     python -m foxwindow.heads.calibration --population results/verdict/laws_calibration.json   # population errors
-    python -m foxwindow.heads.calibration --laws --lead-variants [--families ...]   # the S_w law's three forms
+    python -m foxwindow.heads.calibration --laws --lead-variants [--families ...]   # the S_w law's four forms
 """
 import json
 import math
@@ -396,23 +396,26 @@ def population_table(res):
     return "\n".join(rows)
 
 
-LEAD_VARIANTS = {"pooled": False, "documents": True, "rates": "rates"}   # headlaws.MIXED: the lead law's forms
+# the lead law's forms: (headlaws.MIXED, headlaws.SHAPE)
+LEAD_VARIANTS = {"pooled": (False, "gamma"), "documents": (True, "gamma"), "rates": ("rates", "gamma"),
+                 "lognormal": (False, "lognormal")}
 
 
 def lead_variants(families, seed=0, T=512):
     """The lead law's population Var ratios under each of its forms (LEAD_VARIANTS: S_w pooled over the documents,
     the default; a mixture of the documents, each its own three cumulants; each its own mean with the documents'
-    average shape) on the population runs of law_study (the same draws: BIG_S documents x T tokens a head, fitted
-    on half, scored on half). Returns {family: {variant: [ratio, ...]}} over the heads LAW_MUS x eps LAW_EPS."""
+    average shape; pooled, S_w a shifted lognormal instead of a gamma) on the population runs of law_study (the
+    same draws: BIG_S documents x T tokens a head, fitted on half, scored on half). Returns
+    {family: {variant: [ratio, ...]}} over the heads LAW_MUS x eps LAW_EPS."""
     Ls = np.array([gates.threshold(e) for e in LAW_EPS])
     known = LAW_NULLS + LAW_POWER
     out = {}
-    saved = headlaws.MIXED
+    saved = headlaws.MIXED, headlaws.SHAPE
     try:
         for fam in families:
             out[fam] = {}
-            for name, mixed in LEAD_VARIANTS.items():
-                headlaws.MIXED = mixed
+            for name, (mixed, shape) in LEAD_VARIANTS.items():
+                headlaws.MIXED, headlaws.SHAPE = mixed, shape
                 rng = np.random.default_rng([seed, 29, known.index(fam)])   # law_study's draws of this family
                 rs = []
                 for mu in LAW_MUS:
@@ -422,7 +425,7 @@ def lead_variants(families, seed=0, T=512):
                         rs.append(v / mv if mv and v else float("nan"))
                 out[fam][name] = rs
     finally:
-        headlaws.MIXED = saved
+        headlaws.MIXED, headlaws.SHAPE = saved
     return out
 
 

@@ -45,6 +45,19 @@ def _input(path, what):
     return outputs.input_file(what, p)
 
 
+def _check_all(a):
+    """Every check before the shipped model's or a trace file's analysis (check_args, --max-len, check)."""
+    check_args(a)
+    if a.max_len is not None:
+        outputs.positive("--max-len", a.max_len, lo=32)
+        if not a.traces and a.max_len > a.seq_len:
+            raise outputs.UsageError(f"--max-len {a.max_len} exceeds --seq-len {a.seq_len}")
+    try:
+        check(a)
+    except ValueError as exc:
+        raise outputs.UsageError(str(exc)) from None
+
+
 def check_args(a):
     """Every argument checked before any work; outputs.UsageError naming the argument."""
     outputs.eps_arg("--eps", a.eps)
@@ -65,6 +78,8 @@ def check_args(a):
         a.traces = _input(a.traces, "--traces")
     if a.checkpoint:
         a.checkpoint = _input(a.checkpoint, "--checkpoint")
+    if not distributed.is_main():
+        return                      # under torchrun rank 0 alone writes: the outputs are its machine's to check
     if a.json:
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")
     if a.report:
@@ -171,17 +186,15 @@ def main(argv=None):
         if clash:
             raise outputs.UsageError(f"--model analyses that model; {' and '.join(clash)} would be ignored: drop one")
         return hf_run.main_hf_model(a)             # loading, capture and the same table
-    check_args(a)
     if a.synthetic:
+        check_args(a)
         return run_synthetic(a)
-    if a.max_len is not None:
-        outputs.positive("--max-len", a.max_len, lo=32)
-        if not a.traces and a.max_len > a.seq_len:
-            raise outputs.UsageError(f"--max-len {a.max_len} exceeds --seq-len {a.seq_len}")
-    try:
-        check(a)
-    except ValueError as exc:
-        raise outputs.UsageError(str(exc)) from None
+    if distributed.launched():
+        # every rank joins the process group before any check, and the checks' outcome is shared: a file missing
+        # on one machine stops every rank with its message instead of leaving the others waiting for that rank
+        outputs.device_arg("--device", a.device)
+        distributed.setup("cpu" if a.traces else a.device)
+    distributed.together(lambda: _check_all(a))
     # eps -> L, once: the scan plus the user's eps
     eps = sorted(set(EPS_SCAN) | {a.eps}, reverse=True)
     kw = dict(L=[gates.threshold(e) for e in eps], mass_L=gates.threshold(a.eps), n_boot=a.n_boot,

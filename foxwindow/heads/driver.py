@@ -18,6 +18,7 @@ Verdict states and their calibration: verdict.py's docstring and docs/VERDICT.md
 """
 import math
 import os
+import socket
 import sys
 import time
 
@@ -39,6 +40,7 @@ from foxwindow.models.traces import (  # noqa: F401  (capture, mass_windows: the
     capture,
     decay_window_rows,
     decay_window_summary,
+    fingerprint,
     load_trace,
     load_traces_checked,
     mass_windows,
@@ -453,6 +455,10 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
     # under torchrun each rank analyses a contiguous block of every group's heads (its own processes)
     world = distributed.world_size() if distributed.launched() else 1
     rank = distributed.rank() if world > 1 else 0
+    if world > 1:
+        # one root seed for every rank (rank 0's: the one recorded): a fresh seed drawn on each rank would give
+        # the other ranks' heads streams that the recorded seed does not reproduce
+        seed = distributed.broadcast(seed)
     # a group with fewer heads than ranks, or a rank's share of fewer heads than half its processes (one huge head on
     # two workers): each head as two jobs, its verdict and its per-law evaluation (_part_job's jobs 2 i, 2 i + 1 of
     # head i), joined into the HeadResult one job gives (_join_halves): the same numbers in less wall time
@@ -732,6 +738,22 @@ def analyse_or_partial(traces, Ls, n_boot, seed, progress, context, workers, mas
                                              heads_total=stop.n_heads)
 
 
+def same_file_on_every_rank(path):
+    """Under torchrun each rank reads the trace file at `path` on its own machine, which need not share a disk
+    with rank 0's: where a rank's file is not rank 0's (traces.fingerprint: size, members, CRC-32s), every rank
+    raises the same ValueError naming the ranks and hosts that differ, before any work (those ranks would analyse
+    other traces than the ones rank 0 names in the results). One process: nothing to compare."""
+    if not distributed.launched() or distributed.world_size() < 2:
+        return
+    got = distributed.gather_lists([(distributed.rank(), socket.gethostname(), fingerprint(path))])
+    bad = None if got is None else ([f"{r} ({host})" for r, host, fp in got if fp != got[0][2]], got[0][1])
+    bad, host0 = distributed.broadcast(bad)
+    if bad:                                     # each rank names its own path (the same words otherwise)
+        raise ValueError(f"--traces: {path} is not the same file on every rank: rank{'s' if len(bad) > 1 else ''} "
+                         f"{', '.join(bad)} read{'' if len(bad) > 1 else 's'} another file than rank 0 ({host0}); "
+                         "copy rank 0's file to every machine")
+
+
 def analyse_traces(path, *, eps=None, L=None, mass_eps=None, mass_L=None, n_boot=N_BOOT, max_len=None, seed=None,
                    progress=False, workers=1, max_minutes=None):
     """Per-head analysis of traces saved with traces.save_trace (any model's gates): each (S, T, H) entry is
@@ -750,6 +772,7 @@ def analyse_traces(path, *, eps=None, L=None, mass_eps=None, mass_L=None, n_boot
     parallel.tune_allocator()
     if distributed.launched():
         distributed.setup("cpu")                # the process group of the ranks sharing the heads
+        same_file_on_every_rank(path)
     T0 = next(iter(traces.values())).shape[1]
     if max_len is not None:
         if not 32 <= max_len <= T0:

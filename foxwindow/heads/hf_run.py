@@ -46,12 +46,16 @@ def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, 
     t0 = time.perf_counter()
     if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
         raise hf_models.ModelError(f"--device {cfg.device}: no CUDA device here")
-    hf_models.load_adapters(cfg.adapters)
     env = distributed.setup(cfg.device)         # under torchrun: the process group, and this rank's device
     device = str(env.device) if distributed.launched() else cfg.device
-    model, config = hf_models.load_pretrained(cfg.model, device, cfg.dtype)
-    tok = hf_models.load_tokenizer(cfg.tokenizer or cfg.model)
-    ids, spans = hf_models.heldout_ids(tok, cfg.n_seq, cfg.seq_len, cfg.text, getattr(config, "vocab_size", None))
+
+    def load():                                 # each rank its own machine's files; one outcome for all ranks
+        hf_models.load_adapters(cfg.adapters)
+        model, config = hf_models.load_pretrained(cfg.model, device, cfg.dtype)
+        tok = hf_models.load_tokenizer(cfg.tokenizer or cfg.model)
+        return model, config, hf_models.heldout_ids(tok, cfg.n_seq, cfg.seq_len, cfg.text,
+                                                    getattr(config, "vocab_size", None))
+    model, config, (ids, spans) = distributed.together(load)
     rows = query_rows(cfg.seq_len)
     S, T = ids.shape
     # the layers, their families and heads, from one sequence (in call order; a layer called twice is a second name)
@@ -134,11 +138,21 @@ def main_hf_model(args):
                                        batch=args.batch, mass_eps=args.eps, per_channel=args.per_channel,
                                        adapters=tuple(getattr(args, "adapter", None) or ()))
         json_path, traces_path = getattr(args, "json", None), getattr(args, "save_traces", None)
-        for p, what in ((json_path, "--json"), (traces_path, "--save-traces")):
-            if p:
-                outputs.check_writable(p, force=force, what=what)                 # before any work
-        if getattr(args, "report", None):
-            args.report = report_command.check_out_arg(args)
+        if distributed.launched():
+            # every rank joins the process group before any check (analyse_hf_model's checks are shared)
+            if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
+                raise hf_models.ModelError(f"--device {cfg.device}: no CUDA device here")
+            distributed.setup(cfg.device)
+
+        def outputs_ok():                   # rank 0 alone writes: the outputs are its machine's to check
+            if not distributed.is_main():
+                return
+            for p, what in ((json_path, "--json"), (traces_path, "--save-traces")):
+                if p:
+                    outputs.check_writable(p, force=force, what=what)             # before any work
+            if getattr(args, "report", None):
+                args.report = report_command.check_out_arg(args)
+        distributed.together(outputs_ok)
         eps = sorted(set(driver.EPS_SCAN) | {args.eps}, reverse=True)          # eps -> L, once
         results, info = analyse_hf_model(cfg, L=[gates.threshold(e) for e in eps],
                                          progress=not getattr(args, "no_progress", False), save_traces=traces_path,

@@ -73,6 +73,7 @@ __all__ = ["LAWS", "LEAD", "ALPHA", "CLAIM_MAX", "CLAIM_FLOOR", "CLAIM_MULT", "S
            "LEAD_CLAIM", "HOLD_SE", "HOLD_LEVEL", "ALL_DOCS", "TEST_GROUPS", "TAIL_P", "TAIL_BAND", "MEAN_TOL", "CELLS",
            "MAX_CELLS", "TAIL_MAX_SHARE", "SUMMARY_EPS", "STATES", "Q",
            "MarginalPassage", "marginal_passage", "marginal_moments", "marginal_pmf", "BlockSums", "SUPPORT", "MIXED",
+           "SHAPE",
            "lead_survival", "compile_fast_paths", "block_lengths", "evaluate", "assign_states", "summary",
            "noise_floor", "subsample_floor", "score", "score_table", "count_summaries", "states_table", "main"]
 
@@ -475,6 +476,39 @@ def _s_cdf_cells(L, m, v, m3, sd=None, z=None, g=None):
 
 SUPPORT = True            # the shifted-gamma law of S_w kept on S_w >= 0
 MIXED = False             # the lead law's variant: pooled moments (False) or a mixture of documents (True)
+SHAPE = "gamma"           # the law of S_w given its three moments: "gamma" (Pearson III, the lead law) or "lognormal"
+
+
+def _lognormal_cdf(L, m, v, m3):
+    """P(S <= L) for the shifted lognormal with mean m, variance v, third central moment m3 (arrays of one shape;
+    reflected where the skewness g < 0, the normal law where |g| <= 1e-3), conditioned on S >= 0 where g > 1e-3 and
+    the shift is below 0 (SUPPORT), as the gamma law is: SHAPE = "lognormal", a variant measured and not adopted
+    (docs/LAWS.md). With u = sqrt(omega - 1) the real root of u^3 + 3u = |g| (Cardano), sigma^2 = ln omega,
+    e^mu = sd / sqrt(omega (omega - 1)) and the shift m -+ e^mu sqrt(omega)."""
+    sd = np.sqrt(np.maximum(v, 1e-300))
+    with np.errstate(all="ignore"):
+        g = m3 / sd ** 3
+        ag = np.abs(g)
+        h = np.sqrt(ag * ag / 4 + 1)
+        u = np.cbrt(ag / 2 + h) + np.cbrt(ag / 2 - h)
+        om = 1 + u * u
+        sig = np.sqrt(np.log(om))
+        emu = sd / np.sqrt(om * (om - 1))
+        mu = np.log(emu)
+        right = g >= 0
+        c = np.where(right, m - emu * np.sqrt(om), m + emu * np.sqrt(om))
+
+        def cdf(x):                                     # P(S <= x) of the unconditioned law
+            up = special.ndtr((np.log(np.maximum(x - c, 0)) - mu) / sig)
+            down = special.ndtr((mu - np.log(np.maximum(c - x, 0))) / sig)
+            return np.where(right, up, down)
+        out = cdf(L)
+        if SUPPORT:
+            bad = (g > 1e-3) & (c < 0)
+            f0 = cdf(0.0)
+            out = np.where(bad, np.clip((out - f0) / np.maximum(1 - f0, 1e-300), 0, 1), out)
+        out = np.where(ag <= 1e-3, special.ndtr((L - m) / sd), out)
+    return np.where(v > 0, out, (m <= L).astype(np.float64))
 
 
 def lead_survival(bs, Ls, wts, kappa, w_cap=predict.N_CAP, mixed=None):
@@ -482,6 +516,8 @@ def lead_survival(bs, Ls, wts, kappa, w_cap=predict.N_CAP, mixed=None):
     wts (B, S), from BlockSums bs; beyond T/2 the mean, variance and third cumulant continue linearly (slopes
     over the last half of the measured range). kappa: the fitted rate (sets how far to sum)."""
     mixed = MIXED if mixed is None else mixed
+    if SHAPE not in ("gamma", "lognormal"):
+        raise ValueError(f"laws.SHAPE must be 'gamma' or 'lognormal', not {SHAPE!r}")
     if mixed == "rates":                       # each document its own mean, the documents' average shape
         m, v, m3 = bs.doc_moments()
         v = np.broadcast_to(v.mean(0), v.shape)
@@ -508,7 +544,7 @@ def lead_survival(bs, Ls, wts, kappa, w_cap=predict.N_CAP, mixed=None):
     sd, g, keep, _ = _s_parts(mm, vv, tt)
     nonpos = np.flatnonzero(~np.all(vv > 0, axis=0))
     first_nonpos = int(nonpos[0]) if len(nonpos) else w_top                 # columns before it: every v > 0
-    kernel = _surv[0] if _surv and gates.COMPILED and not mixed else None
+    kernel = _surv[0] if _surv and gates.COMPILED and not mixed and SHAPE == "gamma" else None
     out = []
     for L, w_max in zip(Ls, tops):
         c = slice(0, w_max)
@@ -519,8 +555,11 @@ def lead_survival(bs, Ls, wts, kappa, w_cap=predict.N_CAP, mixed=None):
                    w_max <= first_nonpos, s)
             out.append(s)
             continue
-        s = _s_cdf(L, mm[:, c], vv[:, c], tt[:, c],
-                   (sd[:, c], g[:, c], None if keep is None else keep[:, c], w_max <= first_nonpos))
+        if SHAPE == "lognormal":
+            s = _lognormal_cdf(L, mm[:, c], vv[:, c], tt[:, c])
+        else:
+            s = _s_cdf(L, mm[:, c], vv[:, c], tt[:, c],
+                       (sd[:, c], g[:, c], None if keep is None else keep[:, c], w_max <= first_nonpos))
         if mixed:
             s = (wts @ s) / wts.sum(1)[:, None]
         out.append(np.minimum.accumulate(np.clip(s, 0, 1), axis=1))

@@ -36,8 +36,8 @@ from foxwindow.training import distributed
 
 __all__ = ["run_with_cache", "DEFAULT_GATE_SUFFIXES", "GATE_OUTPUTS", "capture_gates", "TRACE_FORMAT",
            "TRACE_RESERVED", "save_trace", "load_trace", "MIN_TRACE_LEN", "check_layout", "load_traces_checked",
-           "open_traces", "LazyTrace", "READ_CHUNK", "check_trace_file", "HEAD_BLOCK_BYTES", "HeadBlocks",
-           "capture", "query_rows", "attention_mass_window", "mass_windows", "decay_window_summary"]
+           "open_traces", "LazyTrace", "READ_CHUNK", "check_trace_file", "fingerprint", "HEAD_BLOCK_BYTES",
+           "HeadBlocks", "capture", "query_rows", "attention_mass_window", "mass_windows", "decay_window_summary"]
 
 # ----------------------------------------------------------------------------- reading gates
 
@@ -514,6 +514,14 @@ def open_traces(path):
     traces, meta = _open_lazy(path)
     check_layout(path, {n: t.shape for n, t in traces.items()})
     return traces, meta
+
+
+def fingerprint(path):
+    """What identifies a trace file's contents without reading its values: its size and each zip member's name,
+    size and CRC-32 (computed by numpy.savez as it wrote the member). Copies of one file agree; files saved from
+    other traces differ (unless a member was altered in place without its archive being rewritten)."""
+    with zipfile.ZipFile(path) as zf:
+        return os.path.getsize(path), tuple((i.filename, i.file_size, i.CRC) for i in zf.infolist())
 
 
 def _open_lazy(path):

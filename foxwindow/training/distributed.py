@@ -14,6 +14,7 @@ data or the laws; train.py, heads.py and fox_attention.py call it in a few lines
     rng_states, set_rng_states                             every rank's RNG state, for an exact resume
     main_only                                              rank 0 alone runs a step (a folder name, a write)
                                                            and every rank shares its result or its error
+    together                                               every rank runs its checks, all share the outcome
 
 The data order of a sharded run is data.ShardedWindows; atomic writes are outputs'. This file imports
 only outputs (the bottom layer), so any layer may use it (traces unwraps models with it).
@@ -25,6 +26,7 @@ NCCL for CUDA, gloo for the CPU.
 import atexit
 import gc
 import os
+import socket
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
@@ -36,7 +38,8 @@ from foxwindow import outputs
 
 __all__ = ["WRAPPER_PREFIXES", "DistEnv", "launched", "setup", "teardown", "rank", "world_size", "is_main", "barrier",
            "all_mean", "any_true", "broadcast", "shard_range", "gather_traces", "wrap", "unwrap", "clean_name",
-           "train_state", "model_state", "rng_states", "set_rng_states", "load_train_state", "main_only"]
+           "train_state", "model_state", "rng_states", "set_rng_states", "load_train_state", "main_only",
+           "together"]
 
 # prefixes that wrappers insert into module and parameter names: DDP / DataParallel ("module."),
 # torch.compile ("_orig_mod."), FSDP1 ("_fsdp_wrapped_module."), activation checkpointing
@@ -196,6 +199,33 @@ def any_true(flag):
     t = torch.tensor([1.0 if flag else 0.0], device=_collective_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item() > 0)
+
+
+def together(fn):
+    """fn() (the checks before any work) on every rank with one outcome for all. Ranks on separate machines see
+    their own files, so a check may fail on one rank alone; a rank that stopped there would leave the others
+    waiting in their first collective (for the process group's timeout, 30 minutes). Here every rank learns
+    every rank's outcome: where fn raised on any rank, the ranks where it raised raise their own error and the
+    others a ValueError naming the first rank that failed, its host and its message. Returns fn()'s value.
+    Without a process group (one process): fn()."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return fn()
+    err, out = None, None
+    try:
+        out = fn()
+    except Exception as exc:               # any error: the others must hear of it, or they wait
+        err = exc
+    said = [None] * dist.get_world_size()
+    dist.all_gather_object(said, None if err is None else (socket.gethostname(), str(err).splitlines()[0]
+                                                           if str(err) else type(err).__name__))
+    if err is not None:
+        raise err
+    failed = [(r, x) for r, x in enumerate(said) if x is not None]
+    if failed:
+        r, (host, msg) = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        raise ValueError(f"rank {r} ({host}){more} stopped before any work: {msg}")
+    return out
 
 
 def broadcast(obj, src=0):

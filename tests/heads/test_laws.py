@@ -684,3 +684,38 @@ def test_second_order_claims_only_where_the_fitted_documents_correlation_length_
     x = verdict_calibration.increments("heavy_tails", 1.5, rng, 32, 512)
     at = headlaws.evaluate(x, Ls, rng, all_docs=False)["at"]
     assert all(rec["laws"]["second_order"]["claim"] == headlaws.SECOND_ORDER_CLAIM for rec in at)
+
+
+def _lognormal(m, sd, g):
+    """scipy's shifted lognormal (frozen) of mean m, sd and skewness g > 0: the shape s solves
+    (e^{s^2} + 2) sqrt(e^{s^2} - 1) = g (bracketed)."""
+    from scipy import optimize
+    s = optimize.brentq(lambda s: (np.exp(s * s) + 2) * np.sqrt(np.expm1(s * s)) - g, 1e-6, 3)
+    scale = sd / stats.lognorm(s).std()
+    return stats.lognorm(s, loc=m - stats.lognorm(s, scale=scale).mean(), scale=scale)
+
+
+def test_lognormal_shape_matches_scipy_and_its_three_moments():
+    """SHAPE = "lognormal" (a variant of the S_w law, not adopted): its P(S <= L) is scipy's shifted lognormal whose
+    mean, variance and third central moment are the given ones, reflected for a negative skewness, the normal law
+    at |g| <= 1e-3, conditioned on S >= 0 where the shift is below 0; an unknown SHAPE is refused."""
+    m, sd = np.array([10.0, 10.0, 10.0, 2.0]), 2.0
+    g = np.array([1.34, -0.7, 1e-4, 2.5])
+    L = 9.0
+    got = headlaws._lognormal_cdf(L, m, np.full(4, sd * sd), g * sd ** 3)
+    right = _lognormal(10.0, sd, 1.34)
+    assert np.allclose(right.stats("mvs"), [10.0, 4.0, 1.34], rtol=1e-9)
+    assert got[0] == pytest.approx(right.cdf(L), rel=1e-9)
+    assert got[1] == pytest.approx(_lognormal(-10.0, sd, 0.7).sf(-L), rel=1e-9)       # -S is right-skewed
+    assert got[2] == pytest.approx(stats.norm(10.0, sd).cdf(L), rel=1e-12)
+    low = _lognormal(2.0, sd, 2.5)                  # its shift is below 0: conditioned on S >= 0
+    assert low.cdf(0) > 1e-3
+    assert got[3] == pytest.approx((low.cdf(L) - low.cdf(0)) / low.sf(0), rel=1e-9)
+    saved = headlaws.SHAPE
+    try:
+        headlaws.SHAPE = "weibull"
+        bs = headlaws.BlockSums(np.full((4, 64), 0.2), 32)
+        with pytest.raises(ValueError, match="SHAPE"):
+            headlaws.lead_survival(bs, [2.0], np.ones((1, 4)), 0.2)
+    finally:
+        headlaws.SHAPE = saved

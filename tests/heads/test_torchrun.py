@@ -48,6 +48,8 @@ def _worker(tmp):
             out[name] = {"error": traceback.format_exc()}
     check("traces", ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/traced2.json", "--seed", "5", "--n-boot", "30",
                      "--no-progress", "--workers", "1"])
+    check("noseed", ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/noseed2.json", "--n-boot", "30",
+                     "--no-progress", "--workers", "1"])                     # a fresh seed: rank 0's for every rank
     check("model", _model_args(tmp, "--json", f"{tmp}/model2.json", "--trace-gib", "1e-9"))
     parts, real_part = [], driver._part_job                 # one head, two ranks: a half on each
     driver.SPLIT, driver.SPLIT_MIN = True, 0                # (split however small the head)
@@ -160,6 +162,20 @@ def test_traces_under_torchrun_equal_one_process(job):
     one = _json(tmp, "traced1.json")
     assert len(one["heads"]) == 6
     _same_run(one, _json(tmp, "traced2.json"))
+
+
+def test_fresh_seed_under_torchrun_is_one_seed_that_reproduces_every_head(job):
+    """Without --seed each rank would draw its own fresh seed; rank 0's is broadcast, so the recorded seed
+    reproduces the heads of both ranks in one process (the bootstrap's draws included)."""
+    tmp, ranks, _, _ = job
+    got = _ok(ranks, "noseed")
+    assert [g["code"] for g in got] == [0, 0]
+    two = _json(tmp, "noseed2.json")
+    seed = two["info"]["seed"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert outputs.cli(command.main, ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/noseed1.json", "--seed",
+                                          str(seed), "--n-boot", "30", "--no-progress", "--workers", "1"]) == 0
+    _same_run(_json(tmp, "noseed1.json"), two)
 
 
 def test_one_head_under_torchrun_runs_its_two_halves_on_the_two_ranks(job):

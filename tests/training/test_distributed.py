@@ -131,6 +131,17 @@ def _worker(tmp):
         except outputs.UsageError as exc:
             r["overwrite"] = str(exc)
         r["folder"] = distributed.main_only(lambda: f"made on rank {distributed.rank()}")
+
+        def fails_on_rank_1():
+            if rank == 1:
+                raise FileNotFoundError("t.npz not found here")
+            return "checked"
+        try:       # a check that fails on rank 1 alone: rank 1 raises its own error, rank 0 one naming rank 1
+            distributed.together(fails_on_rank_1)
+            r["together"] = "no error"
+        except (ValueError, FileNotFoundError) as exc:
+            r["together"] = f"{type(exc).__name__}: {exc}"
+        r["together_ok"] = distributed.together(lambda: f"ok on {rank}")
         return r
     check("collectives", collectives)
     # outputs.atomic hands the writers a temporary ".NAME.XXXXXXXX.tmp.EXT" beside NAME: record NAME
@@ -319,6 +330,9 @@ def test_collectives_and_their_error_paths(job):
     assert r1["mismatch"] == "no error"                         # rank 1 sent its part and went on
     assert "exists; pass --force" in r0["overwrite"] and r1["overwrite"] == "on rank 0: " + r0["overwrite"]
     assert r0["folder"] == r1["folder"] == "made on rank 0"
+    assert r1["together"] == "FileNotFoundError: t.npz not found here"
+    assert re.fullmatch(r"ValueError: rank 1 \(.+\) stopped before any work: t\.npz not found here", r0["together"])
+    assert (r0["together_ok"], r1["together_ok"]) == ("ok on 0", "ok on 1")
     with open(f"{tmp}/exists.txt") as fh:
         assert fh.read() == "old"
 
