@@ -324,6 +324,11 @@ def _lone_parts(i, workers, deadline):
         raise parallel.Stopped({}, exc.reason) from None
 
 
+def _raise(err):
+    if err is not None:
+        raise err
+
+
 def _rank_parts(i, workers, deadline, flag, rank, world):
     """{i: (increments, docsplit.DocParts)} on rank 0 ({} on the others) of head i of the run (_RUN): each rank
     forms its block of the documents on `workers` processes, and rank 0 gathers them. Signals only set `flag`
@@ -331,13 +336,16 @@ def _rank_parts(i, workers, deadline, flag, rank, world):
     signal on any rank stops every rank, before the gather) and raise parallel.Stopped, finishing no head."""
     x = _checked_head(i)                               # (every rank: the same head, the same error)
     bl = docsplit.blocks(x.shape[0], world)
-    reason, rows = None, None
+    reason, rows, failed = None, None, None
     try:
         if rank < len(bl):
             rows = docsplit.doc_rows(x, _RUN["Ls"], bl[rank], workers, deadline)
     except parallel.Stopped as exc:
         reason = exc.reason
+    except Exception as exc:                            # raised after the agreement below: the others stop there
+        failed, reason = exc, "a rank failed"
     if distributed.any_true(reason is not None or bool(flag)):
+        _raise(failed)
         raise parallel.Stopped({}, reason or flag.reason or "another rank stopped")
     got = distributed.gather_lists([rows])
     if rank != 0:
@@ -509,6 +517,7 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
                disable=not progress, file=sys.stderr)
     deadline = None if max_minutes is None else time.monotonic() + 60 * max_minutes
     stop, done = None, []              # done: (head index, half, result) of this rank; half WHOLE: a HeadResult
+    failed = None                      # under torchrun: this rank's error, raised once every rank has heard of it
     try:
         with parallel.deferred_stops() as flag:
             for (a, b, halves, docs), g in zip(blocks, groups):
@@ -542,6 +551,11 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
                 except parallel.Stopped as exc:
                     stop = exc
                     done.extend(entry(i, exc.done[i]) for i in sorted(exc.done))
+                except Exception as exc:
+                    if world == 1:
+                        raise
+                    # the other ranks meet this one at the next agreement (they stop there) and then hear of it
+                    failed, stop = exc, parallel.Stopped({}, "a rank failed")
                 finally:
                     _RUN.pop("get", None)
                     _RUN.pop("pre", None)
@@ -552,6 +566,8 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
         bar.close()
         _RUN.clear()
     if world > 1:
+        # an error in one rank's heads (memory on one machine, say): every rank raises, none waits for that rank
+        distributed.together(lambda: _raise(failed), "failed in the analysis")
         done = distributed.gather_lists(done)
         why = distributed.gather_lists([None if stop is None else stop.reason])
         if not distributed.is_main():

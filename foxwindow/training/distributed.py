@@ -201,13 +201,14 @@ def any_true(flag):
     return bool(t.item() > 0)
 
 
-def together(fn):
+def together(fn, what="stopped before any work"):
     """fn() (the checks before any work) on every rank with one outcome for all. Ranks on separate machines see
     their own files, so a check may fail on one rank alone; a rank that stopped there would leave the others
     waiting in their first collective (for the process group's timeout, 30 minutes). Here every rank learns
     every rank's outcome: where fn raised on any rank, the ranks where it raised raise their own error and the
-    others a ValueError naming the first rank that failed, its host and its message. Returns fn()'s value.
-    Without a process group (one process): fn()."""
+    others a ValueError "rank R (HOST) WHAT: MESSAGE" naming the first rank that failed (what: the words for
+    where it failed). Returns fn()'s value. A collective: every rank must call it. Without a process group (one
+    process): fn()."""
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return fn()
     err, out = None, None
@@ -216,16 +217,24 @@ def together(fn):
     except Exception as exc:               # any error: the others must hear of it, or they wait
         err = exc
     said = [None] * dist.get_world_size()
-    dist.all_gather_object(said, None if err is None else (socket.gethostname(), str(err).splitlines()[0]
-                                                           if str(err) else type(err).__name__))
+    dist.all_gather_object(said, None if err is None else (socket.gethostname(), _one_line(err)))
     if err is not None:
         raise err
     failed = [(r, x) for r, x in enumerate(said) if x is not None]
     if failed:
         r, (host, msg) = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        raise ValueError(f"rank {r} ({host}){more} stopped before any work: {msg}")
+        raise ValueError(f"rank {r} ({host}){more} {what}: {msg}")
     return out
+
+
+def _one_line(err):
+    """An error as one line: its message's first line, with its kind where the message alone does not say it (a
+    MemoryError has none; a KeyError's is the key)."""
+    msg = str(err).splitlines()[0] if str(err).strip() else ""
+    if isinstance(err, (ValueError, OSError)) and msg:
+        return msg
+    return f"{type(err).__name__}: {msg}" if msg else type(err).__name__
 
 
 def broadcast(obj, src=0):

@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,6 +52,19 @@ def _worker(tmp):
     check("noseed", ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/noseed2.json", "--n-boot", "30",
                      "--no-progress", "--workers", "1"])                     # a fresh seed: rank 0's for every rank
     check("model", _model_args(tmp, "--json", f"{tmp}/model2.json", "--trace-gib", "1e-9"))
+    real_job = driver._head_job                              # rank 1 runs out of memory in its first head
+
+    def failing_job(i):
+        if rank == 1:
+            raise MemoryError()
+        return real_job(i)
+    driver._head_job = failing_job
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        check("failed", ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/failed2.json", "--seed", "5", "--n-boot",
+                         "30", "--no-progress", "--workers", "1"])
+    out["failed"]["stderr"] = err.getvalue()
+    driver._head_job = real_job
     parts, real_part = [], driver._part_job                 # one head, two ranks: a half on each
     driver.SPLIT, driver.SPLIT_MIN = True, 0                # (split however small the head)
     driver._part_job = lambda k: parts.append(k) or real_part(k)
@@ -176,6 +190,18 @@ def test_fresh_seed_under_torchrun_is_one_seed_that_reproduces_every_head(job):
         assert outputs.cli(command.main, ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/noseed1.json", "--seed",
                                           str(seed), "--n-boot", "30", "--no-progress", "--workers", "1"]) == 0
     _same_run(_json(tmp, "noseed1.json"), two)
+
+
+def test_an_error_in_one_ranks_heads_stops_every_rank_with_its_message(job):
+    """Rank 1 fails in its heads (a MemoryError, as on a machine with less memory): it reports its own error, rank
+    0 one line naming rank 1 and the error, and nothing is written (before, rank 0 waited for rank 1's heads for
+    the process group's 30-minute timeout)."""
+    tmp, ranks, _, _ = job
+    got = _ok(ranks, "failed")
+    assert got[1]["code"] == 1 and "error: out of memory" in got[1]["stderr"]
+    assert got[0]["code"] == 2
+    assert re.search(r"error: rank 1 \(.+\) failed in the analysis: MemoryError", got[0]["stderr"]), got[0]["stderr"]
+    assert not os.path.exists(f"{tmp}/failed2.json")
 
 
 def test_one_head_under_torchrun_runs_its_two_halves_on_the_two_ranks(job):
