@@ -629,7 +629,7 @@ def analyse_model(checkpoint=None, *, eps=None, L=None, n_seq=32, seq_len=2048, 
     Ls = gates.levels(eps, L, default=EPS_SCAN)
     mass_L = _mass_level(mass_eps, mass_L)
     path = checkpoint or DEFAULT_CHECKPOINT
-    if save_traces:                             # before the capture, not after it
+    if save_traces and distributed.is_main():   # before the capture, not after it (rank 0 writes it)
         outputs.check_writable(save_traces, force=True, what="save_traces")
     env = distributed.setup(device)             # under torchrun each rank captures a block of the sequences
     device = str(env.device) if distributed.launched() else device
@@ -639,6 +639,7 @@ def analyse_model(checkpoint=None, *, eps=None, L=None, n_seq=32, seq_len=2048, 
         outputs.need_space(save_traces, 4 * n_seq * seq_len * sum(b.attn.num_heads for b in model.blocks),
                            "--save-traces")
     tokens, spans = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
+    same_model_on_every_rank(model, tokens, f"--checkpoint {_shown_path(path)}")
     T = seq_len if max_len is None else max_len
     if not 32 <= T <= seq_len:
         raise ValueError(f"--max-len must lie in [32, {seq_len}] (the traces' length); got {max_len}")
@@ -752,6 +753,19 @@ def analyse_or_partial(traces, Ls, n_boot, seed, progress, context, workers, mas
     except parallel.Stopped as stop:
         return stop.results, stop.seed, dict(reason=stop.reason, heads_done=len(stop.results),
                                              heads_total=stop.n_heads)
+
+
+def same_model_on_every_rank(model, tokens, what):
+    """Under torchrun each rank loads the model and the held-out text from its own machine's files and captures
+    a block of the sequences: where a rank's weights (distributed.tensor_digest of its state_dict) or held-out
+    tokens differ from rank 0's, every rank raises the same ValueError naming them, before the capture (the
+    traces would mix two models or two texts). One process: nothing to compare."""
+    if not distributed.launched() or distributed.world_size() < 2:
+        return
+    ids = tokens.detach().cpu().contiguous() if isinstance(tokens, torch.Tensor) else torch.as_tensor(tokens)
+    distributed.same_everywhere({"the weights": distributed.tensor_digest(model.state_dict()),
+                                 "the held-out text": distributed.tensor_digest({"ids": ids})},
+                                f"{what}: the model or its held-out text")
 
 
 def same_file_on_every_rank(path):

@@ -56,6 +56,7 @@ def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, 
         return model, config, hf_models.heldout_ids(tok, cfg.n_seq, cfg.seq_len, cfg.text,
                                                     getattr(config, "vocab_size", None))
     model, config, (ids, spans) = distributed.together(load)
+    driver.same_model_on_every_rank(model, ids, f"--model {cfg.model}")
     rows = query_rows(cfg.seq_len)
     S, T = ids.shape
     # the layers, their families and heads, from one sequence (in call order; a layer called twice is a second name)

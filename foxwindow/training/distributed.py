@@ -15,6 +15,7 @@ data or the laws; train.py, heads.py and fox_attention.py call it in a few lines
     main_only                                              rank 0 alone runs a step (a folder name, a write)
                                                            and every rank shares its result or its error
     together                                               every rank runs its checks, all share the outcome
+    same_everywhere, tensor_digest                         every rank read the same weights and text as rank 0
 
 The data order of a sharded run is data.ShardedWindows; atomic writes are outputs'. This file imports
 only outputs (the bottom layer), so any layer may use it (traces unwraps models with it).
@@ -25,6 +26,7 @@ NCCL for CUDA, gloo for the CPU.
 """
 import atexit
 import gc
+import hashlib
 import os
 import socket
 import sys
@@ -39,7 +41,7 @@ from foxwindow import outputs
 __all__ = ["WRAPPER_PREFIXES", "DistEnv", "launched", "setup", "teardown", "rank", "world_size", "is_main", "barrier",
            "all_mean", "any_true", "broadcast", "shard_range", "gather_traces", "wrap", "unwrap", "clean_name",
            "train_state", "model_state", "rng_states", "set_rng_states", "load_train_state", "main_only",
-           "together"]
+           "together", "same_everywhere", "tensor_digest"]
 
 # prefixes that wrappers insert into module and parameter names: DDP / DataParallel ("module."),
 # torch.compile ("_orig_mod."), FSDP1 ("_fsdp_wrapped_module."), activation checkpointing
@@ -226,6 +228,34 @@ def together(fn, what="stopped before any work"):
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         raise ValueError(f"rank {r} ({host}){more} {what}: {msg}")
     return out
+
+
+def same_everywhere(parts, what):
+    """Check that every rank holds what rank 0 holds: parts {name: picklable value} (digests of the files or
+    tensors each rank read on its own machine). Where a rank's differ, every rank raises the same ValueError
+    naming `what`, the parts that differ and the ranks and hosts. A collective: every rank must call it. One
+    process: nothing to compare."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    got = [None] * dist.get_world_size()
+    dist.all_gather_object(got, (socket.gethostname(), dict(parts)))
+    host0, ref = got[0]
+    bad = [f"rank {r} ({host}): {', '.join(k for k in ref if p.get(k) != ref[k])}"
+           for r, (host, p) in enumerate(got) if p != ref]
+    if bad:
+        raise ValueError(f"{what} differ between the ranks ({'; '.join(bad)} differ from rank 0's on {host0}); "
+                         "every rank must read the same files")
+
+
+def tensor_digest(tensors):
+    """A digest (hex str) of named tensors {name: tensor} (a state_dict): each one's name, dtype, shape and bytes,
+    read on the CPU one tensor at a time, so that it is the same on any device and machine."""
+    h = hashlib.sha1()
+    for name, t in tensors.items():
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
 
 
 def _one_line(err):

@@ -24,6 +24,7 @@ import torch
 from conftest import REPO
 from foxwindow import outputs
 from foxwindow.heads import bench_scale, command, docsplit, driver
+from foxwindow.models import hf_load as hf_models
 
 DROP = ("capture_s", "total_s", "partial")       # timings; every other field of the run's record agrees
 
@@ -52,6 +53,20 @@ def _worker(tmp):
     check("noseed", ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/noseed2.json", "--n-boot", "30",
                      "--no-progress", "--workers", "1"])                     # a fresh seed: rank 0's for every rank
     check("model", _model_args(tmp, "--json", f"{tmp}/model2.json", "--trace-gib", "1e-9"))
+    real_load = hf_models.load_pretrained                    # rank 1's copy of the model differs in one weight
+
+    def other_weights(*a, **k):
+        model, config = real_load(*a, **k)
+        if rank == 1:
+            with torch.no_grad():
+                next(model.parameters()).view(-1)[0] += 1.0
+        return model, config
+    hf_models.load_pretrained = other_weights
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        check("othermodel", _model_args(tmp, "--json", f"{tmp}/othermodel2.json"))
+    out["othermodel"]["stderr"] = err.getvalue()
+    hf_models.load_pretrained = real_load
     real_job = driver._head_job                              # rank 1 runs out of memory in its first head
 
     def failing_job(i):
@@ -190,6 +205,19 @@ def test_fresh_seed_under_torchrun_is_one_seed_that_reproduces_every_head(job):
         assert outputs.cli(command.main, ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/noseed1.json", "--seed",
                                           str(seed), "--n-boot", "30", "--no-progress", "--workers", "1"]) == 0
     _same_run(_json(tmp, "noseed1.json"), two)
+
+
+def test_ranks_with_different_weights_stop_before_the_capture(job):
+    """Rank 1 loads a model that differs from rank 0's in one weight (a stale copy on another machine): every
+    rank stops before the capture with one line naming the weights and rank 1; nothing is written."""
+    tmp, ranks, _, _ = job
+    got = _ok(ranks, "othermodel")
+    assert [g["code"] for g in got] == [2, 2]
+    for g in got:
+        assert re.search(r"the model or its held-out text differ between the ranks \(rank 1 \(.+\): the weights "
+                         r"differ from rank 0's", g["stderr"]), g["stderr"]
+        assert "held-out text," not in g["stderr"] and "Per-head" not in g["printed"]
+    assert not os.path.exists(f"{tmp}/othermodel2.json")
 
 
 def test_an_error_in_one_ranks_heads_stops_every_rank_with_its_message(job):

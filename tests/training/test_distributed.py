@@ -142,6 +142,12 @@ def _worker(tmp):
         except (ValueError, FileNotFoundError) as exc:
             r["together"] = f"{type(exc).__name__}: {exc}"
         r["together_ok"] = distributed.together(lambda: f"ok on {rank}")
+        distributed.same_everywhere({"a": 1, "b": distributed.tensor_digest({"w": torch.ones(3)})}, "x")
+        try:       # part b differs on rank 1: every rank raises the same line
+            distributed.same_everywhere({"a": 1, "b": rank}, "the inputs")
+            r["same"] = "no error"
+        except ValueError as exc:
+            r["same"] = str(exc)
         return r
     check("collectives", collectives)
     # outputs.atomic hands the writers a temporary ".NAME.XXXXXXXX.tmp.EXT" beside NAME: record NAME
@@ -333,6 +339,9 @@ def test_collectives_and_their_error_paths(job):
     assert r1["together"] == "FileNotFoundError: t.npz not found here"
     assert re.fullmatch(r"ValueError: rank 1 \(.+\) stopped before any work: t\.npz not found here", r0["together"])
     assert (r0["together_ok"], r1["together_ok"]) == ("ok on 0", "ok on 1")
+    assert r0["same"] == r1["same"] and re.fullmatch(r"the inputs differ between the ranks \(rank 1 \(.+\): b differ "
+                                                     r"from rank 0's on .+\); every rank must read the same files",
+                                                     r0["same"])
     with open(f"{tmp}/exists.txt") as fh:
         assert fh.read() == "old"
 
