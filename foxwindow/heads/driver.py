@@ -566,14 +566,19 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
         bar.close()
         _RUN.clear()
     if world > 1:
-        # an error in one rank's heads (memory on one machine, say): every rank raises, none waits for that rank
-        distributed.together(lambda: _raise(failed), "failed in the analysis")
-        done = distributed.gather_lists(done)
-        why = distributed.gather_lists([None if stop is None else stop.reason])
+        # a Ctrl-C or SIGTERM that reaches this rank while it waits in these collectives (torchrun signals the ranks
+        # one after the other) only sets a flag: raised between two of them, it would leave the others waiting
+        with parallel.deferred_stops() as late:
+            # an error in one rank's heads (memory on one machine, say): every rank raises, none waits for it
+            distributed.together(lambda: _raise(failed), "failed in the analysis")
+            done = distributed.gather_lists(done)
+            why = distributed.gather_lists([None if stop is None else stop.reason])
         if not distributed.is_main():
             return None, seed
         if stop is None and any(why):                          # another rank was stopped
             stop = parallel.Stopped({}, next(w for w in why if w))
+        if stop is None and late:                              # stopped once every head was in: saved as such
+            stop = parallel.Stopped({}, late.reason)
     whole = _join_halves(done)
     if world > 1:
         if stop is None and len(whole) < n_heads:

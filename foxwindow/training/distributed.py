@@ -260,10 +260,10 @@ def tensor_digest(tensors):
 
 def _one_line(err):
     """An error as one line: its message's first line, with its kind where the message alone does not say it (a
-    MemoryError has none; a KeyError's is the key)."""
+    built-in error other than ValueError and OSError: a MemoryError has no message, a KeyError's is the key)."""
     msg = str(err).splitlines()[0] if str(err).strip() else ""
-    if isinstance(err, (ValueError, OSError)) and msg:
-        return msg
+    if msg and (isinstance(err, (ValueError, OSError)) or type(err).__module__ != "builtins"):
+        return msg                                      # a message meant for the user (ModelError's too)
     return f"{type(err).__name__}: {msg}" if msg else type(err).__name__
 
 

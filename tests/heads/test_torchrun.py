@@ -25,6 +25,7 @@ from conftest import REPO
 from foxwindow import outputs
 from foxwindow.heads import bench_scale, command, docsplit, driver
 from foxwindow.models import hf_load as hf_models
+from foxwindow.training import distributed
 
 DROP = ("capture_s", "total_s", "partial")       # timings; every other field of the run's record agrees
 
@@ -66,6 +67,15 @@ def _worker(tmp):
     with contextlib.redirect_stderr(err):
         check("othermodel", _model_args(tmp, "--json", f"{tmp}/othermodel2.json"))
     out["othermodel"]["stderr"] = err.getvalue()
+    def missing_on_rank_1(*a, **k):                          # rank 1's machine has no copy of the model
+        if rank == 1:
+            raise hf_models.ModelError(f"--model {tmp}/model: not found on this machine")
+        return real_load(*a, **k)
+    hf_models.load_pretrained = missing_on_rank_1
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        check("nomodel", _model_args(tmp, "--json", f"{tmp}/nomodel2.json"))
+    out["nomodel"]["stderr"] = err.getvalue()
     hf_models.load_pretrained = real_load
     real_job = driver._head_job                              # rank 1 runs out of memory in its first head
 
@@ -95,6 +105,34 @@ def _worker(tmp):
                    "--no-progress", "--workers", "1"])
     docsplit.doc_rows, (driver.DOCS_MIN_S, driver.DOCS_MIN) = real_rows, docs_min
     out["doc_rows"] = rows
+    # a SIGTERM that reaches rank 1 while it waits for rank 0 after its heads (torchrun signals the ranks one after
+    # the other): rank 1 marks where it waits, rank 0 signals it there and then finishes its own heads
+    real_together, real_job = distributed.together, driver._head_job
+    if rank == 1:
+        with open(f"{tmp}/pid1", "w") as fh:
+            fh.write(str(os.getpid()))
+
+        def marked_together(fn, what="stopped before any work"):
+            if what == "failed in the analysis":
+                open(f"{tmp}/waiting1", "w").close()
+            return real_together(fn, what)
+        distributed.together = marked_together
+    else:
+        def job_signalling_rank_1(i):
+            if not os.path.exists(f"{tmp}/signalled"):
+                for _ in range(600):
+                    if os.path.exists(f"{tmp}/waiting1"):
+                        break
+                    time.sleep(0.1)
+                with open(f"{tmp}/pid1") as fh:
+                    os.kill(int(fh.read()), signal.SIGTERM)
+                open(f"{tmp}/signalled", "w").close()
+                time.sleep(1.0)
+            return real_job(i)
+        driver._head_job = job_signalling_rank_1
+    check("late", ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/late2.json", "--seed", "5", "--n-boot", "30",
+                   "--no-progress", "--workers", "1"])
+    distributed.together, driver._head_job = real_together, real_job
     with open(f"{tmp}/rank{rank}.json", "w") as fh:
         json.dump(out, fh)
     # the stop: rank 0 sends SIGTERM to torchrun when it starts its second head (the second layer: both ranks
@@ -220,6 +258,18 @@ def test_ranks_with_different_weights_stop_before_the_capture(job):
     assert not os.path.exists(f"{tmp}/othermodel2.json")
 
 
+def test_a_model_missing_on_one_rank_stops_every_rank_before_any_work(job):
+    """Rank 1 cannot load the model (its machine has no copy): it says so, rank 0 names rank 1 and its message
+    (before, rank 0 went on alone and waited for rank 1 in the capture's gather)."""
+    tmp, ranks, _, _ = job
+    got = _ok(ranks, "nomodel")
+    assert [g["code"] for g in got] == [2, 2]
+    assert f"forget: error: --model {tmp}/model: not found on this machine" in got[1]["stderr"]
+    assert re.search(r"forget: error: rank 1 \(.+\) stopped before any work: --model .+: not found on this machine",
+                     got[0]["stderr"]), got[0]["stderr"]
+    assert not os.path.exists(f"{tmp}/nomodel2.json")
+
+
 def test_an_error_in_one_ranks_heads_stops_every_rank_with_its_message(job):
     """Rank 1 fails in its heads (a MemoryError, as on a machine with less memory): it reports its own error, rank
     0 one line naming rank 1 and the error, and nothing is written (before, rank 0 waited for rank 1's heads for
@@ -230,6 +280,16 @@ def test_an_error_in_one_ranks_heads_stops_every_rank_with_its_message(job):
     assert got[0]["code"] == 2
     assert re.search(r"error: rank 1 \(.+\) failed in the analysis: MemoryError", got[0]["stderr"]), got[0]["stderr"]
     assert not os.path.exists(f"{tmp}/failed2.json")
+
+
+def test_a_sigterm_while_a_rank_waits_for_the_others_leaves_none_waiting(job):
+    """Rank 1 is signalled while it waits for rank 0 in the collectives after its heads: the signal only marks it
+    (raised there, it would leave rank 0 waiting in the gather for the 30-minute timeout), and rank 0 writes every
+    head, the numbers of one process."""
+    tmp, ranks, _, _ = job
+    got = _ok(ranks, "late")
+    assert [g["code"] for g in got] == [0, 0]
+    _same_run(_json(tmp, "traced1.json"), _json(tmp, "late2.json"))
 
 
 def test_one_head_under_torchrun_runs_its_two_halves_on_the_two_ranks(job):
