@@ -671,7 +671,7 @@ def analyse_model(checkpoint=None, *, eps=None, L=None, n_seq=32, seq_len=2048, 
         # thread against 12.4 s with two, and 6.8 s against 35.9 s of wall time)
         if str(device) == "cpu":
             torch.set_num_threads(1)
-        try:
+        def forward():                          # this rank's block of the sequences
             for s0 in tqdm(range(a, b, per), desc="capture" + (f" {layers[0]}-{layers[-1]}" if len(groups) > 1 else ""),
                            unit=f"x{per} seq", disable=not show, file=sys.stderr):
                 if flag:
@@ -680,6 +680,9 @@ def analyse_model(checkpoint=None, *, eps=None, L=None, n_seq=32, seq_len=2048, 
                 for l in tr:
                     traces.setdefault(l, []).append(tr[l])
                     inputs.setdefault(l, []).append(inp[l])
+        try:
+            # an error on one rank (memory on one machine) stops every rank with its message, none left waiting
+            distributed.together(forward, "failed in the capture")
         finally:
             torch.set_num_threads(threads)
         if distributed.any_true(flag):
@@ -689,25 +692,28 @@ def analyse_model(checkpoint=None, *, eps=None, L=None, n_seq=32, seq_len=2048, 
         # every rank's block in rank order, (S, T, H) on every rank (each analyses a block of the heads) and
         # (S, T, d) on rank 0 (the attention-mass windows), as one process captures them
         traces, inputs = distributed.gather_traces(traces, to_all=True), distributed.gather_traces(inputs)
-        if save_traces and distributed.is_main():
-            save_trace(save_traces, {f"blocks.{l}.attn.hook_log_fgate": t for l, t in traces.items()},
-                       dict(model=meta.get("name", shown), checkpoint=shown, spans=spans, L=list(Ls),
-                            heads=model.cfg.n_heads, seq_len=seq_len, context=context),
-                       force=True)                          # save_traces: checked (and --force) before the work
+
+        def on_rank_0():                        # the traces written and the attention-mass windows, rank 0's work
+            if save_traces and distributed.is_main():
+                save_trace(save_traces, {f"blocks.{l}.attn.hook_log_fgate": t for l, t in traces.items()},
+                           dict(model=meta.get("name", shown), checkpoint=shown, spans=spans, L=list(Ls),
+                                heads=model.cfg.n_heads, seq_len=seq_len, context=context),
+                           force=True)                      # save_traces: checked (and --force) before the work
+            if distributed.is_main() and not model.cfg.fixed_gate:
+                # causal: rows < T see the same attention in the first T tokens
+                torch.set_num_threads(1)            # as for the capture
+                try:
+                    # a few sequences at a time (each sequence's windows are its own): the (s, H, R, T) float64
+                    # logits of `per` sequences at once, not of all S
+                    for l in layers:
+                        x = inputs.pop(l)
+                        mass[l] = torch.cat([mass_windows(model.blocks[l].attn, x[s0:s0 + per, :T].cpu(), mass_L,
+                                                          rows) for s0 in range(0, x.shape[0], per)], 0)  # (S, R, H)
+                        del x
+                finally:
+                    torch.set_num_threads(threads)
+        distributed.together(on_rank_0, "failed in the capture")
         traces = _truncate(traces, max_len)
-        if distributed.is_main() and not model.cfg.fixed_gate:
-            # causal: rows < T see the same attention in the first T tokens
-            torch.set_num_threads(1)            # as for the capture
-            try:
-                # a few sequences at a time (each sequence's windows are its own): the (s, H, R, T) float64
-                # logits of `per` sequences at once, not of all S
-                for l in layers:
-                    x = inputs.pop(l)
-                    mass[l] = torch.cat([mass_windows(model.blocks[l].attn, x[s0:s0 + per, :T].cpu(), mass_L, rows)
-                                         for s0 in range(0, x.shape[0], per)], 0)                   # (S, R, H)
-                    del x
-            finally:
-                torch.set_num_threads(threads)
         t_capture[0] += time.perf_counter() - t
         return traces
 

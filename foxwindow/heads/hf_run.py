@@ -60,7 +60,8 @@ def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, 
     rows = query_rows(cfg.seq_len)
     S, T = ids.shape
     # the layers, their families and heads, from one sequence (in call order; a layer called twice is a second name)
-    probe, fam, lay, _ = hf_capture.capture_batches(model, ids[:1], 1, device, per_channel=cfg.per_channel)
+    probe, fam, lay, _ = distributed.together(lambda: hf_capture.capture_batches(model, ids[:1], 1, device,
+                                                                                 per_channel=cfg.per_channel))
     shapes = {n: (S, T, t.shape[2]) for n, t in hf_capture.analysis_traces(probe, cfg.per_channel).items()}
     del probe
     if save_traces and distributed.is_main():     # float32 (S, T, H) a layer: refused before the capture
@@ -78,11 +79,12 @@ def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, 
     def capture_group(names, flag):
         t = time.perf_counter()
         one = len(groups) == 1
-        decays, _, _, mg = hf_capture.capture_batches(model, ids[a:b], cfg.batch, device, cfg.mass_eps, rows,
-                                                      cfg.per_channel, progress=progress and distributed.is_main(),
-                                                      names=None if one else names,
-                                                      upto=names[-1] if in_order else None,     # no LM head
-                                                      stop=flag)
+        # each rank's forward passes, then rank 0's writes: an error on one rank (memory on one machine) stops every
+        # rank with its message (distributed.together) instead of leaving them waiting in the gather
+        decays, _, _, mg = distributed.together(lambda: hf_capture.capture_batches(
+            model, ids[a:b], cfg.batch, device, cfg.mass_eps, rows, cfg.per_channel,
+            progress=progress and distributed.is_main(), names=None if one else names,
+            upto=names[-1] if in_order else None, stop=flag), "failed in the capture")          # (upto: no LM head)
         if distributed.any_true(flag):
             return None
         traces = hf_capture.analysis_traces(decays, cfg.per_channel)            # {name: (S, T, H or H*K)}
@@ -90,14 +92,17 @@ def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, 
         if distributed.launched():          # every rank's sequences in rank order, as one process captures them
             traces = distributed.gather_traces(traces, to_all=True)
             mg = distributed.gather_traces(mg) if mg else mg
-        if save_traces and distributed.is_main():
-            save_trace(save_traces, traces, dict(model=cfg.model, families=fam,
-                                                 kinds={n: kinds[f] for n, f in fam.items()}, family_kinds=kinds,
-                                                 kv_cache=all(k == "softmax" for k in kinds.values()),
-                                                 spans=spans, L=list(Ls), per_channel=cfg.per_channel),
-                       force=True)                          # save_traces: checked (and --force) before the work
-        if distributed.is_main():
-            mass.update(mg)
+
+        def keep():
+            if save_traces and distributed.is_main():
+                save_trace(save_traces, traces, dict(model=cfg.model, families=fam,
+                                                     kinds={n: kinds[f] for n, f in fam.items()}, family_kinds=kinds,
+                                                     kv_cache=all(k == "softmax" for k in kinds.values()),
+                                                     spans=spans, L=list(Ls), per_channel=cfg.per_channel),
+                           force=True)                      # save_traces: checked (and --force) before the work
+            if distributed.is_main():
+                mass.update(mg)
+        distributed.together(keep, "failed in the capture")
         t_capture[0] += time.perf_counter() - t
         return traces
 

@@ -24,6 +24,7 @@ import torch
 from conftest import REPO
 from foxwindow import outputs
 from foxwindow.heads import bench_scale, command, docsplit, driver
+from foxwindow.models import hf_capture
 from foxwindow.models import hf_load as hf_models
 from foxwindow.training import distributed
 
@@ -77,6 +78,18 @@ def _worker(tmp):
         check("nomodel", _model_args(tmp, "--json", f"{tmp}/nomodel2.json"))
     out["nomodel"]["stderr"] = err.getvalue()
     hf_models.load_pretrained = real_load
+    real_batches = hf_capture.capture_batches                # rank 1 runs out of memory in its block's forward
+
+    def batches_failing_on_rank_1(model, ids, *a, **k):
+        if rank == 1 and len(ids) > 1:                       # (not the one-sequence probe)
+            raise RuntimeError("CUDA out of memory")
+        return real_batches(model, ids, *a, **k)
+    hf_capture.capture_batches = batches_failing_on_rank_1
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        check("capturefail", _model_args(tmp, "--json", f"{tmp}/capturefail2.json"))
+    out["capturefail"]["stderr"] = err.getvalue()
+    hf_capture.capture_batches = real_batches
     real_job = driver._head_job                              # rank 1 runs out of memory in its first head
 
     def failing_job(i):
@@ -268,6 +281,18 @@ def test_a_model_missing_on_one_rank_stops_every_rank_before_any_work(job):
     assert re.search(r"forget: error: rank 1 \(.+\) stopped before any work: --model .+: not found on this machine",
                      got[0]["stderr"]), got[0]["stderr"]
     assert not os.path.exists(f"{tmp}/nomodel2.json")
+
+
+def test_an_error_in_one_ranks_capture_stops_every_rank_with_its_message(job):
+    """Rank 1's forward passes fail (out of memory on its machine): rank 1 reports its error, rank 0 one line
+    naming rank 1 and the error (before, rank 0 waited for rank 1's traces in the gather); nothing is written."""
+    tmp, ranks, _, _ = job
+    got = _ok(ranks, "capturefail")
+    assert got[1]["code"] == 1 and "CUDA out of memory" in got[1]["stderr"]
+    assert got[0]["code"] == 2
+    assert re.search(r"forget: error: rank 1 \(.+\) failed in the capture: RuntimeError: CUDA out of memory",
+                     got[0]["stderr"]), got[0]["stderr"]
+    assert not os.path.exists(f"{tmp}/capturefail2.json")
 
 
 def test_an_error_in_one_ranks_heads_stops_every_rank_with_its_message(job):
