@@ -14,7 +14,7 @@ import textwrap
 
 from foxwindow import __version__, outputs
 
-__all__ = ["COMMANDS", "command", "main"]
+__all__ = ["COMMANDS", "RANKED", "command", "main"]
 
 # name -> (module, one line for `foxwindow --help`)
 COMMANDS = {
@@ -42,12 +42,29 @@ COMMANDS = {
 }
 
 
+# the commands that split their work over the ranks of a torchrun job (rank 0 writes); any other, started by torchrun,
+# would run whole on every rank and write the same outputs from each
+RANKED = ("forget", "train")
+
+
+def _one_process(name):
+    if name not in RANKED and os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
+        raise outputs.UsageError(
+            f"{name} runs in one process: under torchrun every rank would run it whole and write the same outputs "
+            f"(only {' and '.join(RANKED)} split their work over ranks); run it with python, not torchrun")
+
+
 def command(name, argv=None):
-    """Run the command `name` with argv (default sys.argv[1:]). Returns its exit code."""
+    """Run the command `name` with argv (default sys.argv[1:]). Returns its exit code. Under torchrun (WORLD_SIZE > 1)
+    a command that does not split its work over the ranks (all but RANKED) stops at once with one line."""
     if COMMANDS[name][0] is None:
-        return outputs.cli(_figures_main, argv)
+        def figures(a):
+            _one_process(name)
+            return _figures_main(a)
+        return outputs.cli(figures, argv)
 
     def run(a):                 # the module is imported inside the wrapper: Ctrl-C during start-up is one line
+        _one_process(name)
         return importlib.import_module(f"foxwindow.{COMMANDS[name][0]}").main(a)
     return outputs.cli(run, argv)
 

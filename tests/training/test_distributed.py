@@ -476,3 +476,24 @@ def test_single_process_analyses_refused_under_torchrun(monkeypatch, capsys):
     assert outputs.cli(command.main, ["--synthetic"]) == 2
     err = capsys.readouterr().err
     assert "torchrun" in err and "--synthetic" in err and len(err.strip().splitlines()) == 1
+
+
+def test_commands_that_do_not_split_over_ranks_refuse_torchrun(monkeypatch, capsys, tmp_path):
+    """Started by torchrun, every command but forget and train (cli.RANKED) stops at once with one line: it would
+    run whole on every rank and write the same outputs from each (measured before: `prune.py --traces` under 2 ranks
+    wrote two run folders and its JSON twice). Nothing is written."""
+    from foxwindow import cli
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.chdir(tmp_path)
+    for name in cli.COMMANDS:
+        if name in cli.RANKED:
+            continue
+        assert cli.command(name, ["--json", "out.json"]) == 2, name
+        err = capsys.readouterr().err
+        assert f"error: {name} runs in one process: under torchrun" in err and len(err.strip().splitlines()) == 1
+    assert os.listdir(tmp_path) == []
+    monkeypatch.setenv("WORLD_SIZE", "1")                    # one process: the command runs (here: its parser)
+    with pytest.raises(SystemExit):
+        cli.command("prune", ["--no-such-flag"])
+    assert "runs in one process" not in capsys.readouterr().err
