@@ -48,10 +48,12 @@ RANKED = ("forget", "train")
 
 
 def _one_process(name):
-    if name not in RANKED and os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
+    world = os.environ.get("WORLD_SIZE", "1")
+    if name not in RANKED and world not in ("", "1"):
         raise outputs.UsageError(
-            f"{name} runs in one process: under torchrun every rank would run it whole and write the same outputs "
-            f"(only {' and '.join(RANKED)} split their work over ranks); run it with python, not torchrun")
+            f"{name} runs in one process: under torchrun (WORLD_SIZE={world}) every rank would run it whole and write "
+            f"the same outputs (only {' and '.join(RANKED)} split their work over ranks); run it with python, not "
+            "torchrun (or unset WORLD_SIZE)")
 
 
 def command(name, argv=None):
