@@ -63,11 +63,13 @@ def command(name, argv=None):
         def figures(a):
             _one_process(name)
             return _figures_main(a)
+        figures.ranked = True                   # (outputs.cli: this wrapper refuses torchrun itself, naming `name`)
         return outputs.cli(figures, argv)
 
     def run(a):                 # the module is imported inside the wrapper: Ctrl-C during start-up is one line
         _one_process(name)
         return importlib.import_module(f"foxwindow.{COMMANDS[name][0]}").main(a)
+    run.ranked = True
     return outputs.cli(run, argv)
 
 

@@ -221,6 +221,9 @@ def main(argv=None):
         return say_partial(info, a.json)
 
 
+main.ranked = True              # it splits its heads over torchrun's ranks (outputs.cli runs it under torchrun)
+
+
 def run():
     """The `forget` console command and `python forget.py` / `python heads.py`: main with one-line errors."""
     return outputs.cli(main)

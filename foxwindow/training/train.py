@@ -531,5 +531,8 @@ def find_input(path, what, note=True):
     return outputs.input_file(what, p, note=note)
 
 
+main.ranked = True              # it trains over torchrun's ranks (outputs.cli runs it under torchrun)
+
+
 if __name__ == "__main__":
     raise SystemExit(outputs.cli(main))

@@ -497,3 +497,19 @@ def test_commands_that_do_not_split_over_ranks_refuse_torchrun(monkeypatch, caps
     with pytest.raises(SystemExit):
         cli.command("prune", ["--no-such-flag"])
     assert "runs in one process" not in capsys.readouterr().err
+
+
+def test_module_commands_refuse_torchrun_too(monkeypatch, capsys):
+    """A command started as a module (`python -m foxwindow.heads.calibration`, outputs.cli without cli.command) is
+    refused the same way under torchrun; forget's and train's mains are not (they split their work)."""
+    from foxwindow import outputs
+    from foxwindow.heads import calibration, command
+    from foxwindow.training import train
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    ran = []
+    assert outputs.cli(lambda a: ran.append(a), ["--laws"]) == 2 and ran == []
+    assert outputs.cli(calibration.main, ["--laws"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("runs in one process: under torchrun (WORLD_SIZE=2)") == 2 and len(err.strip().splitlines()) == 2
+    assert command.main.ranked and train.main.ranked
