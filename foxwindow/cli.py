@@ -42,34 +42,20 @@ COMMANDS = {
 }
 
 
-# the commands that split their work over the ranks of a torchrun job (rank 0 writes); any other, started by torchrun,
-# would run whole on every rank and write the same outputs from each
+# the commands whose mains split their work over the ranks of a torchrun job (`main.ranked`); outputs.cli refuses
+# any other under torchrun: it would run whole on every rank and write the same outputs from each
 RANKED = ("forget", "train")
-
-
-def _one_process(name):
-    world = os.environ.get("WORLD_SIZE", "1")
-    if name not in RANKED and world not in ("", "1"):
-        raise outputs.UsageError(
-            f"{name} runs in one process: under torchrun (WORLD_SIZE={world}) every rank would run it whole and write "
-            f"the same outputs (only {' and '.join(RANKED)} split their work over ranks); run it with python, not "
-            "torchrun (or unset WORLD_SIZE)")
 
 
 def command(name, argv=None):
     """Run the command `name` with argv (default sys.argv[1:]). Returns its exit code. Under torchrun (WORLD_SIZE > 1)
-    a command that does not split its work over the ranks (all but RANKED) stops at once with one line."""
-    if COMMANDS[name][0] is None:
-        def figures(a):
-            _one_process(name)
-            return _figures_main(a)
-        figures.ranked = True                   # (outputs.cli: this wrapper refuses torchrun itself, naming `name`)
-        return outputs.cli(figures, argv)
-
+    a command that does not split its work over the ranks (all but RANKED) stops at once with one line, before its
+    module is imported (outputs.cli)."""
     def run(a):                 # the module is imported inside the wrapper: Ctrl-C during start-up is one line
-        _one_process(name)
+        if COMMANDS[name][0] is None:
+            return _figures_main(a)
         return importlib.import_module(f"foxwindow.{COMMANDS[name][0]}").main(a)
-    run.ranked = True
+    run.ranked, run.command = name in RANKED, name
     return outputs.cli(run, argv)
 
 

@@ -767,10 +767,10 @@ def _run(main, argv, debug, prog):
         world = os.environ.get("WORLD_SIZE", "1")
         if world not in ("", "1") and not getattr(main, "ranked", False):
             # a command that does not split its work over torchrun's ranks would run whole on each and write its
-            # outputs from each (`ranked`: forget's and train's mains, and cli.command's own wrapper)
-            raise UsageError(f"{prog} runs in one process: under torchrun (WORLD_SIZE={world}) every rank would run "
-                             "it whole and write the same outputs; run it with python, not torchrun (or unset "
-                             "WORLD_SIZE)")
+            # outputs from each (`ranked`: forget's and train's mains; `command`: its name, cli.command's wrappers)
+            raise UsageError(f"{getattr(main, 'command', prog)} runs in one process: under torchrun (WORLD_SIZE="
+                             f"{world}) every rank would run it whole and write the same outputs; run it with python, "
+                             "not torchrun (or unset WORLD_SIZE)")
         rc = main(argv)
         # an int is the exit code; anything else (None, or the results a main also returns to callers) is 0
         return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0

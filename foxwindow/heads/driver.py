@@ -18,7 +18,6 @@ Verdict states and their calibration: verdict.py's docstring and docs/VERDICT.md
 """
 import math
 import os
-import socket
 import sys
 import time
 
@@ -784,15 +783,7 @@ def same_file_on_every_rank(path):
     with rank 0's: where a rank's file is not rank 0's (traces.fingerprint: size, members, CRC-32s), every rank
     raises the same ValueError naming the ranks and hosts that differ, before any work (those ranks would analyse
     other traces than the ones rank 0 names in the results). One process: nothing to compare."""
-    if not distributed.launched() or distributed.world_size() < 2:
-        return
-    got = distributed.gather_lists([(distributed.rank(), socket.gethostname(), fingerprint(path))])
-    bad = None if got is None else ([f"{r} ({host})" for r, host, fp in got if fp != got[0][2]], got[0][1])
-    bad, host0 = distributed.broadcast(bad)
-    if bad:                                     # each rank names its own path (the same words otherwise)
-        raise ValueError(f"--traces: {path} is not the same file on every rank: rank{'s' if len(bad) > 1 else ''} "
-                         f"{', '.join(bad)} read{'' if len(bad) > 1 else 's'} another file than rank 0 ({host0}); "
-                         "copy rank 0's file to every machine")
+    distributed.same_everywhere({"its contents": fingerprint(path)}, f"--traces: {path}: the trace files")
 
 
 def analyse_traces(path, *, eps=None, L=None, mass_eps=None, mass_L=None, n_boot=N_BOOT, max_len=None, seed=None,

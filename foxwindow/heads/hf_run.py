@@ -24,6 +24,11 @@ from foxwindow.training import distributed
 __all__ = ["analyse_hf_model", "main_hf_model"]
 
 
+def _need_device(cfg):
+    if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
+        raise hf_models.ModelError(f"--device {cfg.device}: no CUDA device here")
+
+
 def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, n_boot=driver.N_BOOT, seed=None,
                      workers=1, max_minutes=None, trace_gib=driver.TRACE_GIB):
     """Per-head analysis of a Hugging Face style checkpoint (see hf_models' module docstring).
@@ -44,8 +49,7 @@ def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, 
     Ls = gates.levels(eps, L, default=driver.EPS_SCAN)
     mass_L = gates.threshold(cfg.mass_eps)
     t0 = time.perf_counter()
-    if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
-        raise hf_models.ModelError(f"--device {cfg.device}: no CUDA device here")
+    _need_device(cfg)
     env = distributed.setup(cfg.device)         # under torchrun: the process group, and this rank's device
     device = str(env.device) if distributed.launched() else cfg.device
 
@@ -146,8 +150,7 @@ def main_hf_model(args):
         json_path, traces_path = getattr(args, "json", None), getattr(args, "save_traces", None)
         if distributed.launched():
             # every rank joins the process group before any check (analyse_hf_model's checks are shared)
-            if str(cfg.device).startswith("cuda") and not torch.cuda.is_available():
-                raise hf_models.ModelError(f"--device {cfg.device}: no CUDA device here")
+            _need_device(cfg)
             distributed.setup(cfg.device)
 
         def outputs_ok():                   # rank 0 alone writes: the outputs are its machine's to check

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import traceback
+from unittest import mock
 
 import pytest
 import torch
@@ -42,12 +43,18 @@ def _worker(tmp):
     torch.set_num_threads(1)
     out = {}
 
-    def check(name, argv):
-        printed = io.StringIO()
+    def check(name, argv, *patches):
+        """forget's main on argv, with patches (obj, attribute, replacement) in place for the call: its exit code,
+        stdout and stderr (or the traceback of an error that escaped it)."""
+        printed, said = io.StringIO(), io.StringIO()
         try:
-            with contextlib.redirect_stdout(printed):
+            with contextlib.ExitStack() as stack:
+                for obj, attr, new in patches:
+                    stack.enter_context(mock.patch.object(obj, attr, new))
+                stack.enter_context(contextlib.redirect_stdout(printed))
+                stack.enter_context(contextlib.redirect_stderr(said))
                 code = outputs.cli(command.main, argv)
-            out[name] = {"code": code, "printed": printed.getvalue()}
+            out[name] = {"code": code, "printed": printed.getvalue(), "stderr": said.getvalue()}
         except BaseException:
             out[name] = {"error": traceback.format_exc()}
     check("traces", ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/traced2.json", "--seed", "5", "--n-boot", "30",
@@ -55,72 +62,54 @@ def _worker(tmp):
     check("noseed", ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/noseed2.json", "--n-boot", "30",
                      "--no-progress", "--workers", "1"])                     # a fresh seed: rank 0's for every rank
     check("model", _model_args(tmp, "--json", f"{tmp}/model2.json", "--trace-gib", "1e-9"))
-    real_load = hf_models.load_pretrained                    # rank 1's copy of the model differs in one weight
+    real_load = hf_models.load_pretrained
 
-    def other_weights(*a, **k):
+    def other_weights(*a, **k):                              # rank 1's copy of the model differs in one weight
         model, config = real_load(*a, **k)
         if rank == 1:
             with torch.no_grad():
                 next(model.parameters()).view(-1)[0] += 1.0
         return model, config
-    hf_models.load_pretrained = other_weights
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        check("othermodel", _model_args(tmp, "--json", f"{tmp}/othermodel2.json"))
-    out["othermodel"]["stderr"] = err.getvalue()
+
     def missing_on_rank_1(*a, **k):                          # rank 1's machine has no copy of the model
         if rank == 1:
             raise hf_models.ModelError(f"--model {tmp}/model: not found on this machine")
         return real_load(*a, **k)
-    hf_models.load_pretrained = missing_on_rank_1
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        check("nomodel", _model_args(tmp, "--json", f"{tmp}/nomodel2.json"))
-    out["nomodel"]["stderr"] = err.getvalue()
-    hf_models.load_pretrained = real_load
-    real_batches = hf_capture.capture_batches                # rank 1 runs out of memory in its block's forward
+    real_batches = hf_capture.capture_batches
 
-    def batches_failing_on_rank_1(model, ids, *a, **k):
+    def batches_failing_on_rank_1(model, ids, *a, **k):     # rank 1 runs out of memory in its block's forward
         if rank == 1 and len(ids) > 1:                       # (not the one-sequence probe)
             raise RuntimeError("CUDA out of memory")
         return real_batches(model, ids, *a, **k)
-    hf_capture.capture_batches = batches_failing_on_rank_1
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        check("capturefail", _model_args(tmp, "--json", f"{tmp}/capturefail2.json"))
-    out["capturefail"]["stderr"] = err.getvalue()
-    hf_capture.capture_batches = real_batches
-    real_job = driver._head_job                              # rank 1 runs out of memory in its first head
+    real_job = driver._head_job
 
-    def failing_job(i):
+    def failing_job(i):                                      # rank 1 runs out of memory in its first head
         if rank == 1:
             raise MemoryError()
         return real_job(i)
-    driver._head_job = failing_job
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        check("failed", ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/failed2.json", "--seed", "5", "--n-boot",
-                         "30", "--no-progress", "--workers", "1"])
-    out["failed"]["stderr"] = err.getvalue()
-    driver._head_job = real_job
+    check("othermodel", _model_args(tmp, "--json", f"{tmp}/othermodel2.json"),
+          (hf_models, "load_pretrained", other_weights))
+    check("nomodel", _model_args(tmp, "--json", f"{tmp}/nomodel2.json"),
+          (hf_models, "load_pretrained", missing_on_rank_1))
+    check("capturefail", _model_args(tmp, "--json", f"{tmp}/capturefail2.json"),
+          (hf_capture, "capture_batches", batches_failing_on_rank_1))
+    check("failed", ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/failed2.json", "--seed", "5", "--n-boot", "30",
+                     "--no-progress", "--workers", "1"], (driver, "_head_job", failing_job))
     parts, real_part = [], driver._part_job                 # one head, two ranks: a half on each
-    driver.SPLIT, driver.SPLIT_MIN = True, 0                # (split however small the head)
-    driver._part_job = lambda k: parts.append(k) or real_part(k)
     check("one", ["--traces", f"{tmp}/one.npz", "--json", f"{tmp}/one2.json", "--seed", "5", "--n-boot", "30",
-                  "--no-progress", "--workers", "1"])
-    driver._part_job, driver.SPLIT, driver.SPLIT_MIN = real_part, False, 1 << 20
+                  "--no-progress", "--workers", "1"],
+          (driver, "SPLIT", True), (driver, "SPLIT_MIN", 0),    # (split however small the head)
+          (driver, "_part_job", lambda k: parts.append(k) or real_part(k)))
     out["one_parts"] = parts
     rows, real_rows = [], docsplit.doc_rows                  # one head of many documents: a block on each rank
-    docs_min = driver.DOCS_MIN_S, driver.DOCS_MIN
-    driver.DOCS_MIN_S, driver.DOCS_MIN = 0, 0                # (however few its documents)
-    docsplit.doc_rows = lambda x, Ls, r, *a, **k: rows.append(list(r)) or real_rows(x, Ls, r, *a, **k)
     check("docs", ["--traces", f"{tmp}/docs.npz", "--json", f"{tmp}/docs2.json", "--seed", "5", "--n-boot", "30",
-                   "--no-progress", "--workers", "1"])
-    docsplit.doc_rows, (driver.DOCS_MIN_S, driver.DOCS_MIN) = real_rows, docs_min
+                   "--no-progress", "--workers", "1"],
+          (driver, "DOCS_MIN_S", 0), (driver, "DOCS_MIN", 0),   # (however few its documents)
+          (docsplit, "doc_rows", lambda x, Ls, r, *a, **k: rows.append(list(r)) or real_rows(x, Ls, r, *a, **k)))
     out["doc_rows"] = rows
     # a SIGTERM that reaches rank 1 while it waits for rank 0 after its heads (torchrun signals the ranks one after
     # the other): rank 1 marks where it waits, rank 0 signals it there and then finishes its own heads
-    real_together, real_job = distributed.together, driver._head_job
+    real_together = distributed.together
     if rank == 1:
         with open(f"{tmp}/pid1", "w") as fh:
             fh.write(str(os.getpid()))
@@ -129,7 +118,7 @@ def _worker(tmp):
             if what == "failed in the analysis":
                 open(f"{tmp}/waiting1", "w").close()
             return real_together(fn, what)
-        distributed.together = marked_together
+        late = (distributed, "together", marked_together)
     else:
         def job_signalling_rank_1(i):
             if not os.path.exists(f"{tmp}/signalled"):
@@ -142,10 +131,9 @@ def _worker(tmp):
                 open(f"{tmp}/signalled", "w").close()
                 time.sleep(1.0)
             return real_job(i)
-        driver._head_job = job_signalling_rank_1
+        late = (driver, "_head_job", job_signalling_rank_1)
     check("late", ["--traces", f"{tmp}/t1.npz", "--json", f"{tmp}/late2.json", "--seed", "5", "--n-boot", "30",
-                   "--no-progress", "--workers", "1"])
-    distributed.together, driver._head_job = real_together, real_job
+                   "--no-progress", "--workers", "1"], late)
     with open(f"{tmp}/rank{rank}.json", "w") as fh:
         json.dump(out, fh)
     # the stop: rank 0 sends SIGTERM to torchrun when it starts its second head (the second layer: both ranks

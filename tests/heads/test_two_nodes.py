@@ -96,7 +96,8 @@ def test_a_node_with_another_file_stops_both_before_any_work(files):
     (rc0, out0, err0), (rc1, out1, err1) = _two_nodes(dirs, "other")
     assert rc0 != 0 and rc1 != 0
     for node, err in enumerate((err0, err1)):
-        line = f"forget.py: error: --traces: {dirs[node] / 't.npz'} is not the same file on every rank: rank 1 ("
+        line = (f"forget.py: error: --traces: {dirs[node] / 't.npz'}: the trace files differ between the ranks "
+                "(rank 1 (")
         assert line in err, err[-3000:]
     assert "Per-head window laws" not in out0 + out1
     assert not (dirs[0] / "h.json").exists() and not (dirs[1] / "h.json").exists()

@@ -7,6 +7,7 @@ through command.main (the forget.py command), hook names of wrapped models, and 
 paths. Each rank writes what it saw to a JSON file that the tests below read.
 """
 import contextlib
+import importlib
 import io
 import json
 import os
@@ -513,3 +514,6 @@ def test_module_commands_refuse_torchrun_too(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.count("runs in one process: under torchrun (WORLD_SIZE=2)") == 2 and len(err.strip().splitlines()) == 2
     assert command.main.ranked and train.main.ranked
+    from foxwindow import cli
+    assert all(getattr(importlib.import_module(f"foxwindow.{cli.COMMANDS[n][0]}").main, "ranked", False)
+               for n in cli.RANKED)                          # the command table's RANKED: those same mains
