@@ -109,6 +109,47 @@ def test_analyse_refuses_bad_arrays_before_any_work():
         foxwindow.analyse({"l": _lg(S=4, T=30, H=40)}, eps=1e-2, n_boot=0, seed=0)
 
 
+def test_analyse_checks_every_value_first_and_names_the_head(monkeypatch):
+    """A bad value in the last head of the last layer stops analyse() before the first head is analysed, naming
+    the layer and the head; so do log-gates beyond float32's range (their sums would overflow float64)."""
+    import foxwindow
+    from foxwindow.heads import driver
+    lg = _lg(S=6, T=64, H=3)
+    bad = lg.copy()
+    bad[5, 63, 2] = np.nan
+    calls = []
+    monkeypatch.setattr(driver, "_analyse_x", lambda *a, **k: calls.append(1))
+    with pytest.raises(ValueError, match=r"'b', head 2: log-gates contain NaN"):
+        foxwindow.analyse({"a": lg, "b": bad}, eps=1e-2, n_boot=0, seed=0)
+    with pytest.raises(ValueError, match=r"'layer0', head 0: log-gates must be >= -3.4e\+38.*min is -1e\+300"):
+        foxwindow.analyse(np.full((6, 64, 1), -1e300), eps=1e-2, n_boot=0, seed=0)
+    with pytest.raises(ValueError, match="eps: 0.01 is given twice"):
+        foxwindow.analyse({"a": lg}, eps=[1e-2, 1e-3, 1e-2], n_boot=0, seed=0)
+    assert calls == []
+
+
+def test_at_finds_a_float32_eps_and_says_what_the_scan_holds():
+    import foxwindow
+    r = foxwindow.analyse({"a": _lg(S=6, T=256, H=1)}, eps=np.array([1e-2, 1e-3], np.float32), n_boot=0, seed=0)
+    assert r.at(eps=1e-3)[0]["eps"] == pytest.approx(1e-3, rel=1e-6)
+    assert r.at(eps=np.float32(1e-2))[0]["eps"] == pytest.approx(1e-2, rel=1e-6)
+    with pytest.raises(KeyError, match=r"eps = 0.002 .* not in the scan \(eps = 0.01, 0.001\)"):
+        r.at(eps=2e-3)
+    with pytest.raises(TypeError):
+        r.plot("0.0", 1e-3)                                     # the threshold by keyword only
+    assert r.plot(head="0.0", L=r.L[0]).axes and r.plot_overview(eps=1e-2).axes
+    assert "at --eps 0.001" not in r.table() and "at --eps 0.005" not in r.table()
+    r5 = foxwindow.analyse({"a": _lg(S=6, T=256, H=1)}, eps=[5e-3], n_boot=0, seed=0)
+    assert "at --eps 0.005 (L = 5.298)" in r5.table()           # a scan without the table's columns: its own block
+    r3 = foxwindow.analyse({"a": _lg(S=3, T=256, H=1)}, eps=[1e-2], n_boot=0, seed=0)   # too few to fit and score
+    assert "no law evaluated: every head has fewer than 4 documents" in r3.table()
+    with pytest.raises(KeyError, match="no per-eps records .* at least 4 documents"):
+        r3.at(eps=1e-2)
+    for draw in (r3.plot_laws, r3.plot, r3.plot_overview):
+        with pytest.raises(ValueError, match="no per-eps records to draw"):
+            draw()
+
+
 def test_analyse_checks_a_whole_trace_file_before_any_head(tmp_path, monkeypatch):
     """A trace file's bad value in its last head is found before the first head is analysed."""
     import foxwindow
@@ -163,10 +204,10 @@ def test_the_summary_names_the_eps_it_read(capsys):
 
 def test_a_trace_files_family_names_its_rows(tmp_path):
     """forget.py --traces: the family the trace file states (a GRU's "keras-gru") is the JSON's source family, and
-    a recurrent family's row is a unit; a file that states none keeps the default reading."""
+    a recurrent family's row is a unit; a file that states none is of an unknown family, read by heads."""
     from foxwindow.heads import driver
     for meta, fam, unit in (({"family": "keras-gru"}, "keras-gru", "unit"), ({"family": "torch-lstm"}, "lstm", "unit"),
-                            ({}, "fox", "head")):
+                            ({}, "unknown", "head")):
         path = str(tmp_path / f"t{len(meta)}{fam}.npz")
         traces.save_trace(path, {"rnn": _lg()}, meta)
         results, info = driver.analyse_traces(path, eps=[1e-2], n_boot=0, seed=0)

@@ -557,3 +557,38 @@ def test_available_memory_is_a_positive_number_here():
     from foxwindow import safety
     m = safety.available_memory()
     assert m is None or 2 ** 20 < m < 2 ** 50
+
+
+def test_python_api_inputs_get_one_clear_error_before_any_work(tmp_path):
+    """Thresholds, gates and arrays the API cannot use: each a ValueError or TypeError naming the problem."""
+    import foxwindow as fw
+    from foxwindow.laws import exact
+    cases = [(lambda: exact.exact_first_passage(gates.ConstantGate(0.5), L=800.0), ValueError, "beyond 708.4"),
+             (lambda: gates.first_passage_mc(gates.ConstantGate(0.5), L=710.0, trials=10), ValueError, "beyond 708.4"),
+             (lambda: exact.exact_first_passage(None, eps=1e-3), TypeError, "gate must be a foxwindow Gate"),
+             (lambda: gates.first_passage_mc(0.5, eps=1e-3, trials=10), TypeError, "gate must be a foxwindow Gate"),
+             (lambda: exact.exact_first_passage(gates.ConstantGate(0.5), eps=[1e-3]), ValueError,
+              "eps must be one number; got a list"),
+             (lambda: exact.exact_first_passage(gates.ConstantGate(0.5), eps="0.001"), ValueError,
+              "eps must be one number; got '0.001'"),
+             (lambda: gates.AR1LogitGate(2, 0.5, 0.9).sample(np.random.default_rng(0), (3, 4)), TypeError,
+              "dependent increments: sample"),
+             (lambda: gates.windows(np.full(10, -1.7e308), eps=1e-3), ValueError, "passes float64's range"),
+             (lambda: gates.windows(torch.full((10,), -1.7e308, dtype=torch.float64), eps=1e-3), ValueError,
+              "passes float64's range"),
+             (lambda: gates.windows(np.zeros((0, 5)), eps=1e-3), ValueError, "empty"),
+             (lambda: gates.windows(np.array(-0.1), eps=1e-3), ValueError, "empty"),
+             (lambda: gates.EmpiricalGate(None), ValueError, "real-valued array; got dtype object"),
+             (lambda: fw.capture_traces(torch.nn.LSTM(3, 4, batch_first=True), torch.randn(4, 30, 3), batch=0),
+              ValueError, "batch must be an integer >= 1"),
+             (lambda: fw.capture_traces("model", [[1, 2]]), TypeError, "torch.nn.Module")]
+    for i, (call, kind, msg) in enumerate(cases):
+        with pytest.raises(kind, match=msg):
+            call()
+    # what is valid there still works: L up to 708.4, a 0-d threshold, bfloat16 tensors
+    assert exact.exact_first_passage(gates.ConstantGate(0.5), L=700.0).mean == 1400
+    assert exact.exact_first_passage(gates.ConstantGate(0.1), L=6.9).L == pytest.approx(6.9)
+    bf = torch.full((4, 64, 1), -0.1).bfloat16()
+    assert gates.EmpiricalGate(bf).moments().kappa == pytest.approx(0.10009765625)
+    fw.save_trace(str(tmp_path / "bf.npz"), {"x": bf})
+    assert float(fw.load_trace(str(tmp_path / "bf.npz"))[0]["x"][0, 0, 0]) == pytest.approx(-0.10009765625)

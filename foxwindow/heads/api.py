@@ -16,6 +16,7 @@ from foxwindow import safety
 from foxwindow.heads import driver
 from foxwindow.heads.result import HeadsResult
 from foxwindow.heads.verdict import ALPHA
+from foxwindow.laws import gates
 from foxwindow.models import hf_capture, traces
 from foxwindow.models.fox import FoXLM
 from foxwindow.training import data
@@ -34,7 +35,8 @@ def _as_traces(x, layout=True):
     """{layer: (S, T, H) float64 array} from a mapping or one array / tensor ((S, T): one head), each of a real
     floating dtype (bfloat16 tensors read as float32, exactly), non-empty and (layout: the user's arrays) laid out as
     traces.check_layout asks of a trace file (a capture's own layout is known: per-channel captures may hold more
-    channels than tokens). The values (finite, <= 0) are checked as each head is analysed (driver.increments), once."""
+    channels than tokens). The values (finite, <= 0, within float32's range) are checked here, head by head, before any
+    work."""
     items = list(x.items()) if isinstance(x, Mapping) else [("layer0", x)]
     if not items:
         raise ValueError("no traces: the mapping is empty")
@@ -59,7 +61,14 @@ def _as_traces(x, layout=True):
             raise ValueError(f"{what} must be (S, T, H) (or (S, T) for one head); got shape {a.shape}")
         if 0 in a.shape:
             raise ValueError(f"{what} are empty: shape (S, T, H) = {a.shape}; every dimension must be >= 1")
-        out[str(name)] = a.astype(np.float64)
+        a = a.astype(np.float64)
+        lo, hi = a.min(axis=(0, 1)), a.max(axis=(0, 1))                    # (H,) each; NaN propagates
+        for h in range(a.shape[2]):                                         # every value before any work
+            try:
+                gates.check_log_gates(float(hi[h]), float(lo[h]), in_range=True)
+            except ValueError as exc:
+                raise ValueError(f"{what}, head {h}: {exc}") from None
+        out[str(name)] = a
     if len(out) < len(items):
         raise ValueError("two layers have the same name once written as strings; give every layer its own name")
     if layout:

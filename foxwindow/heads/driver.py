@@ -20,6 +20,7 @@ import math
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -83,6 +84,7 @@ def analyse_head(lg, *, eps=None, L=None, z=None, layer=0, head=0, n_heads=1, n_
     laws: also every law at every L out of sample (heads/laws.py: evaluate, into r.laws; pmf_L: the L of its
       pmf block); the states need the whole model: analyse_layers sets them (set_states).
     """
+    gates.levels(eps, L, default=EPS_SCAN, distinct=True)          # the thresholds' errors and warning, first
     return _analyse_x(increments(lg), eps=eps, L=L, z=z, layer=layer, head=head, n_heads=n_heads, n_boot=n_boot,
                       seed=seed, context=context, pmf_L=pmf_L, laws=laws)
 
@@ -94,13 +96,7 @@ def increments(lg):
     if not np.issubdtype(a.dtype, np.floating) or a.size == 0:
         return np.ascontiguousarray(gates.increments_from_log_gates(np.asarray(a, dtype=np.float64)))
     x = np.negative(a, dtype=np.float64)
-    lo, hi = float(x.min()), float(x.max())                          # NaN propagates through both
-    if math.isnan(lo) or math.isnan(hi):
-        raise ValueError("log-gates contain NaN; gates must lie in (0, 1]")
-    if math.isinf(hi):
-        raise ValueError("log-gates contain infinite values (a gate of 0); gates must lie in (0, 1]")
-    if lo < 0:
-        raise ValueError(f"log-gates must be <= 0 (gates in (0, 1]); max is {-lo:.3g}")
+    gates.check_log_gates(-float(x.min()), -float(x.max()), in_range=True)    # max and min of lg (NaN propagates)
     return x
 
 
@@ -126,7 +122,9 @@ def _analyse_x(x, *, eps=None, L=None, z=None, layer=0, head=0, n_heads=1, n_boo
     _check_shape(x)
     S, T = x.shape
     eps_list = None if eps is None else [float(e) for e in np.ravel(np.asarray(eps, dtype=object))]
-    Ls = gates.levels(eps, L, default=EPS_SCAN)
+    with warnings.catch_warnings():             # every caller converted the thresholds first and warned there
+        warnings.simplefilter("ignore", gates.ThresholdWarning)
+        Ls = gates.levels(eps, L, default=EPS_SCAN, distinct=True)
     if L is None and eps is None:
         eps_list = list(EPS_SCAN)
     critical_z(n_heads, S)                                                          # validates n_heads
@@ -449,7 +447,7 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
       arguments: analyse_layers'. Under torchrun every rank walks the same groups, each analysing a
       contiguous block of every group's heads; rank 0 gathers them in head order (the others return
       (None, seed)). Returns ([HeadResult], seed); a stopped run raises parallel.Stopped as analyse_layers."""
-    Ls = gates.levels(eps, L, default=EPS_SCAN)
+    Ls = gates.levels(eps, L, default=EPS_SCAN, distinct=True)
     seed = root_seed(seed)
     _check_n_boot(n_boot)
     names = list(shapes)
@@ -630,7 +628,7 @@ def analyse_model(checkpoint=None, *, eps=None, L=None, n_seq=32, seq_len=2048, 
     Under torchrun each rank captures a contiguous block of the sequences, every rank gets them all and
     analyses a block of the heads, and rank 0 gathers the heads and writes; the other ranks return (None, None)."""
     t0 = time.perf_counter()
-    Ls = gates.levels(eps, L, default=EPS_SCAN)
+    Ls = gates.levels(eps, L, default=EPS_SCAN, distinct=True)
     mass_L = _mass_level(mass_eps, mass_L)
     path = checkpoint or DEFAULT_CHECKPOINT
     if save_traces and distributed.is_main():   # before the capture, not after it (rank 0 writes it)
@@ -796,7 +794,7 @@ def analyse_traces(path, *, eps=None, L=None, mass_eps=None, mass_L=None, n_boot
     saying so. Under torchrun every rank analyses a block of the heads and rank 0 returns them all (the others
     (None, None))."""
     t0 = time.perf_counter()
-    Ls = gates.levels(eps, L, default=EPS_SCAN)
+    Ls = gates.levels(eps, L, default=EPS_SCAN, distinct=True)
     mass_L = _mass_level(mass_eps, mass_L)
     traces, meta = open_traces(path)
     # no model in this process: freed arrays may stay in its heap for the next head (as in forked workers), which

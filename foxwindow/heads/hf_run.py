@@ -46,7 +46,7 @@ def analyse_hf_model(cfg, *, eps=None, L=None, progress=True, save_traces=None, 
     layers and their heads before any long work.
     Under torchrun each rank captures a block of the sequences and analyses a block of the heads; rank 0
     gathers and returns them (the other ranks (None, None))."""
-    Ls = gates.levels(eps, L, default=driver.EPS_SCAN)
+    Ls = gates.levels(eps, L, default=driver.EPS_SCAN, distinct=True)
     mass_L = gates.threshold(cfg.mass_eps)
     t0 = time.perf_counter()
     _need_device(cfg)

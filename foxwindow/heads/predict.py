@@ -349,7 +349,7 @@ def predict(x, Ls, rng, context=None, per_doc=WALKS_PER_DOC, block=None):
 class KaplanMeier:
     """Kaplan-Meier estimate from right-censored windows at one L. mean: restricted to the longest time
     observed (a lower bound when the survival has not reached 0: then mean_is_bound). q50: median, NaN
-    when the survival never falls to 0.5 (then median_bound is the largest time seen: W > it with
+    when the survival never falls to 0.5 (then median_bound is the largest window seen: W >= it with
     probability > 0.5)."""
     mean: float
     mean_is_bound: bool
@@ -357,24 +357,40 @@ class KaplanMeier:
     median_bound: float
 
 
+def _km_counts(t, c, top):
+    """Event and at-risk counts at u = 0..top - 1 of windows t (int) with flags c (bool: the true window is at
+    least t, i.e. W > t - 1, so a censored window leaves the risk set before time t, not after it). Returns
+    (events, at_risk), float64 (top,) each."""
+    ev = np.bincount(t[~c], minlength=top)[:top]
+    at = ev + np.bincount(t[c] - 1, minlength=top + 1)[:top] if c.any() else ev.copy()
+    return ev.astype(np.float64), np.cumsum(at[::-1])[::-1].astype(np.float64)      # times >= u
+
+
+def _km_top(t, c):
+    """The number of times u = 0..top - 1 the data speak for: the longest uncensored window + 1, or the longest
+    censored one (W >= t leaves P(W > t - 1) known, P(W > t) not), whichever is larger."""
+    return max(int(t[~c].max()) + 1 if (~c).any() else 0, int(t[c].max()) if c.any() else 0)
+
+
 def kaplan_meier(W, censored):
     """Kaplan-Meier survival of windows W (any shape, int) with right-censoring flags `censored` (same shape,
-    bool: the true window is at least W). Returns KaplanMeier."""
+    bool: the true window is at least W, as gates.windows and window_rows flag it). Returns KaplanMeier."""
     t = np.asarray(W, dtype=np.int64).ravel()
     c = np.asarray(censored, dtype=bool).ravel()
     if t.size == 0:
         raise ValueError("kaplan_meier: no windows")
-    tmax = int(t.max())
-    n_t = np.bincount(t, minlength=tmax + 1)
-    # no censored window (the usual case): the events are every window, the same counts as bincount(t[~c])
-    ev = (np.bincount(t[~c], minlength=tmax + 1) if c.any() else n_t).astype(np.float64)
-    at = np.cumsum(n_t[::-1])[::-1].astype(np.float64)                      # times >= u
+    if c.any() and t[c].min() <= 0:                                         # W >= 0 says nothing: left out
+        t, c = t[~c | (t > 0)], c[~c | (t > 0)]
+        if t.size == 0:
+            return KaplanMeier(0.0, True, float("nan"), 0.0)
+    top = _km_top(t, c)
+    ev, at = _km_counts(t, c, top)
     h = np.divide(ev, at, out=np.zeros_like(ev), where=at > 0)
-    surv = np.cumprod(1 - h)                                                # P(W > u), u = 0..tmax
-    mean = float(surv.sum())                                                # sum_u P(W > u), u < tmax + 1
+    surv = np.cumprod(1 - h)                                                # P(W > u), u = 0..top - 1
+    mean = float(surv.sum())                                                # sum_u P(W > u), u < top
     below = np.nonzero(surv <= 0.5)[0]
     q50 = float(below[0]) if len(below) else float("nan")
-    return KaplanMeier(mean, bool(surv[-1] > 0), q50, float(tmax))
+    return KaplanMeier(mean, bool(surv[-1] > 0), q50, float(t.max()))
 
 
 def kaplan_meier_loo_means(W, censored):
@@ -386,18 +402,22 @@ def kaplan_meier_loo_means(W, censored):
     S = W.shape[0]
     if S < 2 or W.size == 0:
         raise ValueError("kaplan_meier: no windows")
+    if C.any() and W[C].min() <= 0:
+        raise ValueError("kaplan_meier_loo_means: a window censored at 0 (the leave-one-out counts need W >= 1)")
     M = int(W.max()) + 1
-    key = np.arange(S)[:, None] * M + W                                   # (S, R): document and time
-    A = np.bincount(key.ravel(), minlength=S * M).reshape(S, M)
-    E = np.bincount(key[~C], minlength=S * M).reshape(S, M)
-    A, E = A.sum(0) - A, E.sum(0) - E                                     # without document d, (S, M)
-    at = np.cumsum(A[:, ::-1], axis=1)[:, ::-1]                           # times >= u
-    top = W.max(1)
-    order = np.argsort(top)
+    rows = np.arange(S)[:, None] * M
+    E = np.bincount((rows + W)[~C], minlength=S * M).reshape(S, M)        # events at u, per document
+    # at risk at u: the uncensored windows >= u and the censored ones >= u + 1 (W >= t: at risk up to t - 1)
+    R = E + np.bincount((rows + W - 1)[C], minlength=S * M).reshape(S, M)
+    E, R = E.sum(0) - E, R.sum(0) - R                                     # without document d, (S, M)
+    at = np.cumsum(R[:, ::-1], axis=1)[:, ::-1]                           # times >= u
+    unc = np.where(~C, W + 1, 0).max(1)
+    top_d = np.maximum(unc, np.where(C, W, 0).max(1))                     # each document's _km_top
+    order = np.argsort(top_d)
     out = np.empty(S)
     for d in range(S):
-        tmax = int(top[order[-1]] if order[-1] != d else top[order[-2]])  # the longest window of the others
-        ev, n_at = E[d, :tmax + 1].astype(np.float64), at[d, :tmax + 1].astype(np.float64)
+        top = int(top_d[order[-1]] if order[-1] != d else top_d[order[-2]])   # the others' _km_top
+        ev, n_at = E[d, :top].astype(np.float64), at[d, :top].astype(np.float64)
         h = np.divide(ev, n_at, out=np.zeros_like(ev), where=n_at > 0)
         out[d] = float(np.cumprod(1 - h).sum())
     return out

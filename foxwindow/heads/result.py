@@ -16,7 +16,7 @@ import io
 import math
 
 from foxwindow import outputs, report
-from foxwindow.heads import table
+from foxwindow.heads import table, verdict
 from foxwindow.laws import gates
 
 __all__ = ["HeadsResult"]
@@ -49,34 +49,47 @@ class HeadsResult:
         Lq = gates.level(eps, L)
         out = []
         for h in self.to_json()["heads"]:
-            rec = next((r for r in h["at"] if abs(r["L"] - Lq) <= 1e-9 * Lq), None)
+            # within 1e-7 of L: an eps given in float32 (1e-3 is 1.0000000475e-3 there) finds its record
+            rec = next((r for r in h["at"] if abs(r["L"] - Lq) <= 1e-7 * max(Lq, 1.0)), None)
             if rec is None:
-                scan = ", ".join(f"{r['eps']:.3g}" for r in h["at"])
-                raise KeyError(f"eps = {math.exp(-Lq):.3g} (L = {Lq:.4g}) is not in the scan (eps = {scan})")
+                if not h["at"]:
+                    raise KeyError(f"head {h['label']} has no per-eps records (its per-law evaluation needs at "
+                                   f"least {verdict.MIN_DOCS} documents: half fitted, half held out)")
+                scan = ", ".join(f"{r['eps']:.6g}" for r in h["at"])
+                raise KeyError(f"eps = {math.exp(-Lq):.6g} (L = {Lq:.8g}) is not in the scan (eps = {scan})")
             out.append(dict(layer=h["layer"], head=h["head"], label=h["label"], **rec))
         return out
 
-    def table(self):
-        """The per-head table that `python forget.py` prints, as a string."""
+    def table(self, *, eps=None, L=None):
+        """The per-head table that `python forget.py` prints, as a string. Its columns are eps 1e-2, 1e-3 and
+        1e-4; every other threshold of eps= or L= (keywords, a number or a sequence; of the scan) gets a block of
+        its own after it, and with neither, so does every threshold of a scan that holds none of those three."""
+        if eps is None and L is None:
+            scan = [math.exp(-v) for v in self.L]
+            shown = [e for e in scan if any(abs(e - r) <= 1e-6 * r for r in table.REPORT_EPS)]
+            asked = [] if shown else scan
+        else:
+            asked = [math.exp(-v) for v in gates.levels(eps, L)]
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            table.print_table(self.heads, self.info)
+            table.print_table(self.heads, self.info, eps=asked)
         return buf.getvalue()
 
     def to_json(self):
         """The per-head document of schema 1 (heads/table.py's to_json; docs/HEADS_JSON.md), JSON-ready."""
         return outputs.json_clean(outputs.stamped(table.to_json(self.heads, self.info), "heads"))
 
-    def plot(self, head=None, eps=1e-3):
+    def plot(self, head=None, *, eps=1e-3, L=None):
         """One head's figure (foxwindow.report.plot_head): E[W] and Var[W] against L with every law, the window
-        distribution at eps against the predicted one, tau(n) with the regime marks. head: its label ("0.3") or
-        position; None: the first. Returns a matplotlib Figure."""
-        return report.plot_head(self, head=head, eps=eps)
+        distribution at eps= or L= (keywords; default eps 1e-3) against the predicted one, tau(n) with the regime
+        marks. head: its label ("0.3") or (layer, head); None: the first. Returns a matplotlib Figure."""
+        return report.plot_head(self, head=head, **({"L": L} if L is not None else {"eps": eps}))
 
-    def plot_overview(self, eps=1e-3, layers=None):
-        """The model at a glance (foxwindow.report.plot_overview): mean window per layer x head at eps on a log
-        colour scale and every law's state per head. Returns a matplotlib Figure."""
-        return report.plot_overview(self, eps=eps, layers=layers)
+    def plot_overview(self, *, eps=1e-3, L=None, layers=None):
+        """The model at a glance (foxwindow.report.plot_overview): mean window per layer x head at eps= or L=
+        (keywords; default eps 1e-3) on a log colour scale and every law's state per head. Returns a matplotlib
+        Figure."""
+        return report.plot_overview(self, layers=layers, **({"L": L} if L is not None else {"eps": eps}))
 
     def plot_laws(self, which="var", laws=None, layers=None):
         """Every head against every law (foxwindow.report.plot_laws): each law's Var[W] (which="var") or E[W]

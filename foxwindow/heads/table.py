@@ -29,10 +29,10 @@ def _f(v, fmt):
 
 
 def _at(r, eps):
-    """Index of eps in r.eps_list (by L), or None."""
+    """Index of eps in r.eps_list (by L, within 1e-7: an eps given in float32 finds its column), or None."""
     L = gates.threshold(eps)
     for k, Lk in enumerate(r.L_list):
-        if abs(Lk - L) < 1e-9 * L:
+        if abs(Lk - L) <= 1e-7 * max(L, 1.0):
             return k
     return None
 
@@ -159,8 +159,8 @@ def summary_counts(results):
 def print_table(results, info, eps=None):
     """The per-head table within WIDTH columns: measured Var[W] at REPORT_EPS, the lead law's and the
     bootstrap's Var ratio to it (out of sample) with their states, and each head's summary. eps: an eps the user
-    asked for (`--eps`); one outside REPORT_EPS and in the scan gets a block of its own after the table: per
-    head its measured Var[W] and every law's cell there."""
+    asked for (`--eps`), or a sequence of them; each outside REPORT_EPS and in the scan gets a block of its own
+    after the table: per head its measured Var[W] and every law's cell there."""
     info = dict(info or {})
     S = info.get("n_seq", results[0].n_seq if results else 0)
     seq_len = info.get("seq_len")
@@ -205,9 +205,10 @@ def print_table(results, info, eps=None):
             tail, cut = tail[:last - 1] + "+", cut + 1
         print(" ".join(cells) + " " + tail)
     states_block(results)
-    if eps is not None and results and not any(abs(e - eps) <= 1e-12 * e for e in REPORT_EPS) \
-            and _at(results[0], eps) is not None:
-        _asked_block(results, eps)
+    for e in ([] if eps is None else [eps] if np.ndim(eps) == 0 else list(eps)):
+        e = float(e)
+        if results and not any(abs(r - e) <= 1e-6 * r for r in REPORT_EPS) and _at(results[0], e) is not None:
+            _asked_block(results, e)
     vl, counts = summary_counts(results)
     band = summary_band(results)
     _wrap((f"summary ({band}): variance explained by " + ", ".join(f"{k}: {c}" for k, c in vl.items())
@@ -293,7 +294,10 @@ def levelled_at(n_list, tau_n, se_tau_n, tol=dependence.LEVEL_TOL, z=dependence.
 def _source(info):
     model = str(info.get("model", ""))
     fams = info.get("families")
-    fam = info.get("family") or (",".join(fams) if fams else None) or ("lstm" if "lstm" in model.lower() else "fox")
+    fox = (str(info.get("checkpoint", "")).endswith(".pt") or "fox" in model.lower()
+           or any(str(n).endswith("hook_log_fgate") for n in info.get("layers") or ()))   # this package's FoX model
+    fam = (info.get("family") or (",".join(fams) if fams else None)
+           or ("lstm" if "lstm" in model.lower() else "fox" if fox else "unknown"))
     if isinstance(fam, str) and fam.startswith("torch-"):
         fam = fam[len("torch-"):]
     what = info.get("what") or ("model" if fams else

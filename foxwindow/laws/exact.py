@@ -70,8 +70,10 @@ def exact_first_passage(gate, *, eps=None, L=None, tol=1e-8, strict=False, richa
     Raises ValueError at once, before any work, when the expected window L/kappa exceeds MAX_STEPS steps
     (a constant increment excepted: its window is returned in closed form however long).
     """
-    L = gates.level(eps, L)
-    eps = math.exp(-L) if eps is None else eps               # recorded with the result (0.0 past L = 745)
+    if not isinstance(gate, gates.Gate):
+        raise TypeError(f"gate must be a foxwindow Gate (e.g. LogitNormalGate(2, 0.5)); got {type(gate).__name__}")
+    L = gates.recordable(gates.level(eps, L))
+    eps = math.exp(-L) if eps is None else float(eps)       # recorded with the result (L <= gates.L_MAX: normal)
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (0 < tol < 1):
         raise ValueError(f"tol must be a number in (0, 1); got {tol!r}")
     var_tol = tol if var_tol is None else var_tol

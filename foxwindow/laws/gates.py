@@ -11,6 +11,7 @@ is the first-passage index of the walk. Throughout, windows are reported as W (a
 """
 import importlib.util
 import math
+import sys
 import warnings
 from dataclasses import dataclass
 
@@ -20,8 +21,10 @@ from scipy import integrate, signal, special
 
 from foxwindow import safety
 
-__all__ = ["threshold", "L_LOOKS_LIKE_EPS", "ThresholdWarning", "level", "levels", "increments_from_log_gates",
-           "increments_from_gates", "decay_matrix", "windows", "window_row", "window_row_numpy", "WindowRowBuffers",
+__all__ = ["threshold", "L_LOOKS_LIKE_EPS", "L_MAX", "LOG_GATE_MIN", "ThresholdWarning", "level", "levels",
+           "recordable",
+           "increments_from_log_gates", "check_log_gates", "increments_from_gates", "decay_matrix", "windows",
+           "window_row", "window_row_numpy", "WindowRowBuffers",
            "WINDOW_BLOCK", "merge_kernel", "merged", "COMPILED", "COMPILED_MIN",
            "Moments", "Gate", "LogitNormalGate", "BetaGate",
            "GammaIncrement", "ConstantGate", "AR1LogitGate", "EmpiricalGate", "SEED_GATES", "ALIBI_SLOPES",
@@ -30,9 +33,21 @@ __all__ = ["threshold", "L_LOOKS_LIKE_EPS", "ThresholdWarning", "level", "levels
 # ----------------------------------------------------------------------------- validation
 
 
+def _one_number(v, what):
+    """v as a float where it is one real number (a Python or numpy scalar, a 0-d array); ValueError otherwise
+    (a string, a bool, a sequence, None)."""
+    if isinstance(v, (str, bytes, bool, np.bool_)) or v is None or np.ndim(v) != 0:
+        raise ValueError(f"{what} must be one number; got {v!r}" if np.ndim(v) == 0 else
+                         f"{what} must be one number; got a {type(v).__name__} of shape {np.shape(v)}")
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be one number; got {v!r}") from None
+
+
 def threshold(eps):
     """L = ln(1/eps) for eps in (0, 1); raises ValueError otherwise."""
-    eps = float(eps)
+    eps = _one_number(eps, "eps")
     if not (0.0 < eps < 1.0) or math.isnan(eps):
         raise ValueError(f"eps must lie in (0, 1); got {eps}")
     return -math.log(eps)
@@ -45,8 +60,12 @@ class ThresholdWarning(UserWarning):
     """An L = ln(1/eps) small enough to be an eps given by mistake (L < L_LOOKS_LIKE_EPS)."""
 
 
+L_MAX = -math.log(sys.float_info.min)   # 708.4: beyond it eps = e^-L leaves float64's normal range (0 past 745)
+LOG_GATE_MIN = -float(np.finfo(np.float32).max)   # the lowest log-gate (float32's range, where traces are kept)
+
+
 def _checked_L(L):
-    L = float(L)
+    L = _one_number(L, "L")
     if not (math.isfinite(L) and L > 0):
         raise ValueError(f"L must be a finite number > 0; got {L}")
     if L < L_LOOKS_LIKE_EPS:
@@ -67,10 +86,20 @@ def level(eps=None, L=None):
     return _checked_L(L)
 
 
-def levels(eps=None, L=None, default=None):
+def recordable(L):
+    """L itself where a result can record its eps = e^-L as a normal float64 (L <= L_MAX, 708.4); ValueError
+    beyond (eps would be subnormal or 0, and L read back from it wrong), for the routines that record eps."""
+    if L > L_MAX:
+        raise ValueError(f"L = {L:g} is beyond {L_MAX:.1f}, where eps = e^-L is no longer a normal float64 "
+                         f"({math.exp(-L):.3g}), and results record their eps; give L <= {L_MAX:.1f}")
+    return L
+
+
+def levels(eps=None, L=None, default=None, distinct=False):
     """Thresholds L from eps= or L= (at most one of them; each a number or a sequence of numbers), as a list;
     neither: the eps of `default` (a sequence of eps; None: ValueError). For the routines that scan several
-    thresholds at once; level() is the one-threshold form."""
+    thresholds at once; level() is the one-threshold form. distinct: a threshold given twice is a ValueError
+    (where each one is a test of its own), and so is one beyond L_MAX (recordable: the analysis records eps)."""
     if eps is not None and L is not None:
         raise ValueError("give eps (in (0, 1)) or L = ln(1/eps) (> 0), not both")
     if eps is None and L is None:
@@ -84,9 +113,17 @@ def levels(eps=None, L=None, default=None):
     if not given:
         raise ValueError(f"{what} is empty: give at least one threshold")
     try:
-        return [threshold(e) for e in given] if L is None else [_checked_L(x) for x in given]
+        out = [threshold(e) for e in given] if L is None else [_checked_L(x) for x in given]
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what}: {exc}") from None
+    if distinct:
+        for v in out:
+            recordable(v)
+    if distinct and len(set(out)) < len(out):
+        twice = next(given[i] for i, v in enumerate(out) if out.index(v) != i)
+        raise ValueError(f"{what}: {float(twice):g} is given twice; give each threshold once (each is a test of "
+                         "its own)")
+    return out
 
 
 def _as_float_array(a, name):
@@ -95,36 +132,39 @@ def _as_float_array(a, name):
     arr = np.asarray(a)
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
         raise ValueError(f"{name} must be a real-valued array; got dtype {arr.dtype}")
-    arr = np.ascontiguousarray(arr, dtype=np.float64)
-    if arr.ndim == 0 or arr.shape[-1] == 0:
+    if arr.ndim == 0 or arr.size == 0:                  # (before ascontiguousarray, which makes 0-d 1-d)
         raise ValueError(f"{name} is empty (shape {tuple(arr.shape)}); a trace needs at least one position")
-    return arr
+    return np.ascontiguousarray(arr, dtype=np.float64)
 
 
 def _as_float_tensor(a, name):
     t = a if isinstance(a, torch.Tensor) else torch.from_numpy(_as_float_array(a, name))
     if not torch.is_floating_point(t):
         raise ValueError(f"{name} must be a floating-point array; got dtype {t.dtype}")
-    if t.dim() == 0 or t.shape[-1] == 0:
+    if t.dim() == 0 or t.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); a trace needs at least one position")
     return t
 
 
-def _check_log_gates(hi, lo):
-    """The checks of log-gates from their max and min (NaN propagates through both reductions)."""
+def check_log_gates(hi, lo, in_range=False):
+    """The checks of log-gates from their max and min (NaN propagates through both reductions); in_range: also
+    within float32's range (LOG_GATE_MIN), as a trace file holds them (the analysis' moments stay finite)."""
     if math.isnan(hi) or math.isnan(lo):
         raise ValueError("log-gates contain NaN; gates must lie in (0, 1]")
     if math.isinf(lo):
         raise ValueError("log-gates contain infinite values (a gate of 0); gates must lie in (0, 1]")
     if hi > 0:
         raise ValueError(f"log-gates must be <= 0 (gates in (0, 1]); max is {hi:.3g}")
+    if in_range and lo < LOG_GATE_MIN:
+        raise ValueError(f"log-gates must be >= {LOG_GATE_MIN:.3g} (float32's range, where traces are kept); min "
+                         f"is {lo:.3g}")
 
 
 def _np_log_gates(log_g):
     """Validated numpy log-gates, float64 contiguous (the numpy half of increments_from_log_gates, without the
     negation)."""
     a = _as_float_array(log_g, "log-gates")
-    _check_log_gates(float(a.max()), float(a.min()))
+    check_log_gates(float(a.max()), float(a.min()))
     return a
 
 
@@ -136,7 +176,7 @@ def increments_from_log_gates(log_g):
     if not isinstance(log_g, torch.Tensor):
         return np.negative(_np_log_gates(log_g))
     t = _as_float_tensor(log_g, "log-gates")
-    _check_log_gates(t.max().item(), t.min().item())
+    check_log_gates(t.max().item(), t.min().item())
     return -t
 
 
@@ -260,6 +300,8 @@ def windows(log_g, *, eps=None, L=None, dim=None):
     t = t.movedim(dim, -1).to(torch.float64)
     T = t.shape[-1]
     c = torch.cat([t.new_zeros(t.shape[:-1] + (1,)), torch.cumsum(t, dim=-1)], dim=-1)   # (..., T+1), c_0 = 0
+    if not bool(torch.isfinite(c[..., -1]).all()):
+        _overflow(-t)
     # smallest j with c_j >= c_i - L: keys j..i are within eps of query i
     j = torch.searchsorted(c.contiguous(), (c[..., 1:] - L).contiguous(), side="left")   # (..., T)
     i = torch.arange(1, T + 1, device=t.device)
@@ -280,6 +322,17 @@ def _check_dim(dim, shape):
     return dim
 
 
+def _overflow(lg):
+    raise ValueError(f"the running sum of the log-gates passes float64's range (min {float(lg.min()):.3g}): the "
+                     "windows of such a trace are not computable as prefix sums; log-gates are kept in float32")
+
+
+def _no_overflow(rows):
+    """ValueError where a row's sum of log-gates (R, T) is -inf with every value finite: the prefix sums overflow."""
+    if not np.isfinite(rows.sum(axis=-1)).all():
+        _overflow(rows)
+
+
 def _windows_np(lg, L, dim):
     """windows() for numpy log-gates lg float64 contiguous (not yet validated): the prefix sums in float64, the
     search exact; all rows in one compiled merge (which validates as it sums) or row by row (window_row_numpy)."""
@@ -289,14 +342,15 @@ def _windows_np(lg, L, dim):
     rows = np.ascontiguousarray(lm.reshape(-1, T))      # (R, T)
     kernel = _compiled_for(rows.size)
     if kernel is None:
-        _check_log_gates(float(lg.max()), float(lg.min()))
+        check_log_gates(float(lg.max()), float(lg.min()))
     W = np.empty(rows.shape, np.int64)
     cens = np.empty(rows.shape, bool)
     if kernel is not None:
-        if not kernel(rows, float(L), W, cens, _scratch(T + 5)):      # a NaN, a log-gate > 0 or -inf: say which
-            _check_log_gates(float(lg.max()), float(lg.min()))
-            raise ValueError("log-gates must be finite and <= 0")        # not reached: the check above raises
+        if not kernel(rows, float(L), W, cens, _scratch(T + 5)):      # a NaN, a log-gate > 0, -inf or an overflow
+            check_log_gates(float(lg.max()), float(lg.min()))
+            _overflow(lg)
     else:
+        _no_overflow(rows)
         work = WindowRowBuffers(T)
         for r in range(rows.shape[0]):
             window_row_numpy(rows[r], L, W[r], cens[r], work)
@@ -492,14 +546,12 @@ def _merge_rows(lg, L, W, cens, a):
             s += x
             a[i + 1] = s
             top = x if x > top else top
-        # the checks of _check_log_gates, without a branch a position: a NaN makes the sum NaN, a value > 0 the
+        # the checks of check_log_gates, without a branch a position: a NaN makes the sum NaN, a value > 0 the
         # max; -inf only where the sum is -inf (which an overflow also gives): look there
         if not top <= 0.0 or s != s:
             return False
-        if s == -np.inf:
-            for i in range(T):
-                if lg[r, i] == -np.inf:
-                    return False
+        if s == -np.inf:                                # a -inf, or a sum past float64's range: either is refused
+            return False
         # the rest: the last whole block and the part after it. The four chains' step is written out again here,
         # not shared with the block loop through a flag: one loop with the sums behind a branch ran 2.09 cumsums
         # against 1.77 for these two loops (T = 2e6, three alternated runs)
@@ -612,6 +664,8 @@ class Gate:
     name = "gate"
 
     def moments(self) -> Moments:
+        """Moments of X = -log g (kappa = E X, sigma2 = Var X, raw mu2, mu3) from the law itself (quadrature or
+        closed form, never from samples): a Moments of floats."""
         raise NotImplementedError
 
     def cdf(self, x):
@@ -654,8 +708,8 @@ def _check_real(**params):
 
 
 class LogitNormalGate(Gate):
-    """g = sigmoid(Z), Z ~ N(mu, s): X = softplus(-Z). The seed's validation gates are
-    (mu, s) = (2, 0.5), (1, 1), (3, 0.3)."""
+    """g = sigmoid(Z), Z ~ N(mu, s^2) (mu: float, the logit's mean; s: float > 0, its standard deviation):
+    X = softplus(-Z). The seed's validation gates are (mu, s) = (2, 0.5), (1, 1), (3, 0.3)."""
     atomless = True
 
     def __init__(self, mu, s):
@@ -800,7 +854,11 @@ class AR1LogitGate(Gate):
         return self.marginal.cdf(x)
 
     def sample(self, rng, size):
-        return self.marginal.sample(rng, size)
+        """Not available: `sample` draws iid increments, and these are dependent. Raises TypeError naming
+        sample_paths (AR(1) paths along time) and marginal.sample (iid draws of the marginal law)."""
+        raise TypeError(f"{self.name} has dependent increments: sample() would draw them iid; use "
+                        "sample_paths(rng, n, m) for n paths of m steps, or .marginal.sample(rng, size) for iid "
+                        "draws of the marginal law")
 
     def _hermite_c2(self, nmax=80):
         # c_n^2 = E[f(Y) He_n(Y)]^2 / n!, by Gauss-Hermite (probabilists') quadrature
@@ -842,7 +900,12 @@ class EmpiricalGate(Gate):
     smooth = False                                         # atoms: no Richardson on the lattice numerics
 
     def __init__(self, log_g, name="empirical"):
-        x = np.asarray(increments_from_log_gates(np.asarray(log_g, dtype=np.float64)), dtype=np.float64).ravel()
+        """log_g: log-gates <= 0 (any shape; numpy array or torch tensor of a real dtype, bfloat16 included),
+        the trace whose increments X = -log g make the law."""
+        if isinstance(log_g, torch.Tensor):
+            log_g = log_g.detach().cpu()
+            log_g = (log_g.float() if log_g.dtype == torch.bfloat16 else log_g).numpy()
+        x = np.asarray(increments_from_log_gates(_as_float_array(log_g, "log-gates")), dtype=np.float64).ravel()
         self.x = np.sort(x)
         if self.x[-1] <= 0:
             raise ValueError(f"empirical gate: all {len(x)} increments are 0 (every gate is 1), so kappa = 0 and "
@@ -888,8 +951,10 @@ def first_passage_samples(gate, *, trials, eps=None, L=None, seed=0, chunk=None,
     section 5, Monte Carlo). Not prefix-consistent: the first n walks of a run of m > n trials differ from a run
     of n trials with the same seed (the stream is drawn in blocks shaped by the batch).
     """
-    L = level(eps, L)
-    eps = math.exp(-L) if eps is None else eps
+    if not isinstance(gate, Gate):
+        raise TypeError(f"gate must be a foxwindow Gate (e.g. LogitNormalGate(2, 0.5)); got {type(gate).__name__}")
+    L = recordable(level(eps, L))
+    eps = math.exp(-L) if eps is None else float(eps)
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
         raise ValueError(f"trials must be an integer >= 1; got {trials!r}")
     safety.need_memory(16 * trials, f"first_passage_samples: {trials} trials")        # W and the overshoots
@@ -942,6 +1007,12 @@ def first_passage_mc(gate, *, eps=None, L=None, trials=200_000, seed=0, chunk=No
     """Mean and variance of the eps-window W = N - 1 by Monte Carlo (give eps= or L=), with standard errors
     SE_mean = s/sqrt(n) and SE_var = sqrt((m4 - s^4)/n).
 
+    gate: a Gate (iid or dependent: its sample_paths are walked); eps= in (0, 1) or L = ln(1/eps) in (0, L_MAX]
+    (keywords, exactly one); trials: int >= 2 walks; seed: int (numpy Generator seed); chunk: int increments held
+    at once (None: 2**22). Returns MCResult (gate, eps, trials, mean, var, se_mean, se_var, mean_overshoot:
+    floats). SE_var is 0 where the fourth central moment equals s^4 (a two-point law of equal masses): the
+    delta method's first-order term vanishes there.
+
     SE_var is a large-sample (delta-method) error: the sample variance is skewed, so `var +- z SE_var` undercovers
     at few walks, its misses one-sided (the truth above the interval). Measured for the first seed gate at
     eps = 1e-2 against the exact variance, nominal 95%: coverage 0.90 at 50 walks (truth above 8.5%, below 1.3%),
@@ -949,8 +1020,10 @@ def first_passage_mc(gate, *, eps=None, L=None, trials=200_000, seed=0, chunk=No
     for a given (seed, trials, chunk) but is not a prefix of a longer run (see first_passage_samples)."""
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 2:
         raise ValueError(f"trials must be an integer >= 2 (a variance needs two windows); got {trials!r}")
-    L = level(eps, L)
-    eps = math.exp(-L) if eps is None else eps
+    if not isinstance(gate, Gate):
+        raise TypeError(f"gate must be a foxwindow Gate (e.g. LogitNormalGate(2, 0.5)); got {type(gate).__name__}")
+    L = recordable(level(eps, L))
+    eps = math.exp(-L) if eps is None else float(eps)
     # the windows, overshoots and two float copies of the windows: refused before the walks if they cannot fit
     safety.need_memory(MC_BYTES * trials, f"first_passage_mc: {trials} trials")
     W, R = first_passage_samples(gate, L=L, trials=trials, seed=seed, chunk=chunk)

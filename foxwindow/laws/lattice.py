@@ -15,12 +15,13 @@ Derivations: docs/THEORY.md section 5.
 import math
 import warnings
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from scipy import fft as sfft
 
 from foxwindow.laws import gates
-from foxwindow.laws.renewal import alibi_window, gamma_band
+from foxwindow.laws.renewal import gamma_band
 
 __all__ = ["MAX_STEPS", "MAX_CELLS", "GAMMA_CLOSED_MAX", "FULL_SURVIVAL", "FLOOR", "AccuracyWarning", "AccuracyError",
            "FirstPassage", "cdf_support", "hat_pmf", "constant_passage", "closed_gamma", "finish", "lattice_passage",
@@ -408,7 +409,7 @@ def _survival_band(lat, n_lo, n_hi, shift=None):
 def constant_passage(gate, eps, L, m):
     """X = m with probability 1: W = floor(L/m) exactly (computed in exact rationals, no survival array beyond
     FULL_SURVIVAL steps: then survival = [P(N > w), P(N > w + 1)] = [1, 0] from n0 = w)."""
-    w = alibi_window(m, eps)
+    w = int(Fraction(float(L)) // Fraction(float(m)))      # alibi_window's floor, at the L the caller gave
     return finish(gate, eps, np.array([1.0, 0.0]), w, float(w), 0.0, "closed form (lattice)")
 
 

@@ -108,9 +108,11 @@ def alibi_window(m, eps):
 
     m: float slope > 0; eps: float in (0, 1), down to the smallest subnormal. Returns a Python int, computed in
     exact rationals from the floats L and m (so it is exact even where L/m overflows a float). L here is the
-    float threshold(eps), ln(1/eps) rounded to double: the window of the walk as every routine of the project
-    compares it (S_n <= L in floating point). The window for the real number ln(1/eps) differs by one where
-    L/m lies within an ulp of L of an integer (a boundary case): `alibi_window_real` computes that one."""
+    float threshold(eps), ln(1/eps) rounded to double, and n m is compared with it exactly. Routines that add
+    the increments in floating point (Monte Carlo, the windows of a trace) compare a rounded sum of n copies of
+    m instead, which can differ by one where n m lies within that sum's rounding of L (ConstantGate(0.1) at L =
+    6.9: 68 here, 69 from a float sum of 69 copies of 0.1). The window for the real number ln(1/eps) differs by
+    one where L/m lies within an ulp of L of an integer (a boundary case): `alibi_window_real` computes that one."""
     if isinstance(m, bool) or not isinstance(m, (int, float, np.floating, np.integer)):
         raise TypeError(f"ALiBi slope m must be a real number; got {type(m).__name__}")
     if not (m > 0 and math.isfinite(m)):

@@ -106,9 +106,15 @@ def capture_traces(model, inputs, *, batch=8, per_channel=False, progress=False)
     (S, T, ...) input the model takes), `batch` sequences per forward. per_channel: per-channel families as
     H*K channel traces (else their per-head channel mean). ModelError when a kernel of the model cannot run here.
     """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be an integer >= 1 (sequences per forward); got {batch!r}")
     ids = torch.as_tensor(inputs)
     if ids.dim() == 1:
         ids = ids[None]
+    if ids.numel() == 0:
+        raise ValueError(f"inputs are empty (shape {tuple(ids.shape)}): give (S, T) token ids with S, T >= 1")
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     config = getattr(model, "config", None)
     kw = dict(use_cache=False) if config is not None and hasattr(config, "use_cache") else {}

@@ -246,7 +246,11 @@ def save_trace(path, traces, meta=None, force=False):
     for i, (name, a) in enumerate(traces.items()):
         if not isinstance(name, str):
             raise ValueError(f"trace names must be strings; got {name!r}")
-        a = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+        if isinstance(a, torch.Tensor):
+            a = a.detach().cpu()
+            a = (a.float() if a.dtype == torch.bfloat16 else a).numpy()      # bfloat16: exactly as float32
+        else:
+            a = np.asarray(a)
         _check_trace(name, a, "save_trace")
         if isinstance(heads, int) and a.shape[2] != heads:
             raise ValueError(f"save_trace: trace '{name}' has shape {a.shape}, so {a.shape[2]} heads as (B, T, H); "

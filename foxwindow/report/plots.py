@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from foxwindow import safety
+from foxwindow.laws import gates
 from foxwindow.report import schema
 
 __all__ = ["STATE_COLORS", "STATE_MARKS", "MEASURED", "PMF_BINS", "LAW_PALETTE", "short", "law_colors", "plain_log",
@@ -262,18 +263,41 @@ def _state_panel(ax, res, h):
               bbox_to_anchor=(1.0, 1.0), frameon=False)
 
 
-def plot_head(result, head=None, eps=1e-3, dpi=80):
+def _eps_of(eps, L, none_ok=False):
+    """The eps of a figure's threshold, given by keyword as eps= or L= (at most one; neither: eps 1e-3; eps=None
+    where none_ok: None, no threshold)."""
+    if L is not None:
+        if eps is not _DEFAULT:
+            raise ValueError("give eps= or L=, not both")
+        return math.exp(-gates.level(None, L))
+    if eps is _DEFAULT:
+        return 1e-3
+    if eps is None and none_ok:
+        return None
+    return math.exp(-gates.level(eps, None))
+
+
+_DEFAULT = object()         # eps not given
+
+
+def _need_records(heads):
+    """ValueError where no head has per-eps records (fewer than 4 documents: no law was evaluated)."""
+    if not any(h.at for h in heads):
+        raise ValueError("the result has no per-eps records to draw: no law was evaluated (its traces hold fewer "
+                         "than 4 documents; every law is fitted on half of them and scored on the other half)")
+
+
+def plot_head(result, head=None, *, eps=_DEFAULT, L=None, dpi=80):
     """One head's figure (six panels: see the module docstring). head: a label "layer.head" or
-    (layer, head) (None: the first); eps: the threshold of the distribution panel, marked on the L axes.
-    Returns a matplotlib Figure."""
+    (layer, head) (None: the first); eps= or L= (keywords, at most one; neither: eps 1e-3): the threshold of the
+    distribution panel, marked on the L axes (eps=None: none). Returns a matplotlib Figure."""
     res = schema.read(result)
     if not res.heads:
         raise ValueError("the result has no heads")
     h = res.heads[0] if head is None else res.head(head)
+    _need_records([h])
+    eps = _eps_of(eps, L, none_ok=True)
     if eps is not None:
-        eps = float(eps)
-        if not 0 < eps < 1:
-            raise ValueError(f"eps must lie in (0, 1); got {eps}")
         h.at_eps(eps)                       # ValueError naming the scan: else the distribution panel is empty
     cols = law_colors(res)
     fig = Figure(figsize=(14, 7.6), dpi=dpi)
@@ -355,7 +379,7 @@ def _ticks(ax, layers, ncol, many, most=16):
     ax.grid(False)
 
 
-def plot_overview(result, eps=1e-3, layers=None, dpi=80):
+def plot_overview(result, *, eps=_DEFAULT, L=None, layers=None, dpi=80):
     """The model at a glance: the mean window per layer x head at eps on a log colour scale ('>' where
     some windows are censored: a lower bound) and, per law, its state on each head (false anywhere wins,
     then holds, then undetermined). layers: only these layer names (None: all). Returns a Figure."""
@@ -363,9 +387,8 @@ def plot_overview(result, eps=1e-3, layers=None, dpi=80):
     heads = [h for h in res.heads if layers is None or h.layer in {str(x) for x in layers}]
     if not heads:
         raise ValueError("no heads to draw" + (f" in layers {list(layers)}" if layers is not None else ""))
-    eps = float(eps)
-    if not 0 < eps < 1:
-        raise ValueError(f"eps must lie in (0, 1); got {eps}")
+    _need_records(heads)
+    eps = _eps_of(eps, L)
     check_in_scan(heads, eps)                                    # a map of empty cells would say nothing
     laws = [n for n in res.verdict_laws() if any(n in a.laws for h in heads for a in h.at)]
     lay, ncol, g = _grid(res, heads, lambda h: _nan(mean_window(h, eps)[0]))
@@ -530,6 +553,7 @@ def plot_laws(result, which="var", laws=None, layers=None, max_heads=64, title=N
     heads = [h for h in res.heads if layers is None or h.layer in {str(x) for x in layers}]
     if not heads:
         raise ValueError("no heads to draw" + (f" in layers {list(layers)}" if layers is not None else ""))
+    _need_records(heads)
     if len(heads) > max_heads:
         raise ValueError(f"{len(heads)} {res.unit}s is more than max_heads={max_heads} panels; "
                          f"pick layers= (the result has {len(res.layers())})")

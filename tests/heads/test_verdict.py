@@ -87,7 +87,7 @@ def test_kaplan_meier_recovers_a_censored_median():
     rng = np.random.default_rng(3)
     w = rng.geometric(1 / 200, 4000)                                             # median ~ 139
     c = rng.integers(50, 400, 4000)
-    km = predict.kaplan_meier(np.minimum(w, c), w > c)
+    km = predict.kaplan_meier(np.minimum(w, c), w >= c)                          # censored: W >= the value
     truth = math.ceil(math.log(0.5) / math.log(1 - 1 / 200))
     se = 1 / (2 * stats.geom.pmf(truth, 1 / 200) * math.sqrt(4000 * 0.6))       # ~ at-risk share 0.6
     assert abs(km.q50 - truth) <= bonferroni_z(1) * se
@@ -95,6 +95,23 @@ def test_kaplan_meier_recovers_a_censored_median():
     assert km0.mean == pytest.approx(w.mean()) and not km0.mean_is_bound
     short = predict.kaplan_meier(np.full(10, 5), np.ones(10, bool))             # all censored: a bound only
     assert math.isnan(short.q50) and short.mean_is_bound and short.median_bound == 5
+    assert short.mean == 5                                                      # W >= 5, nothing beyond
+
+
+def test_kaplan_meier_censoring_is_at_least():
+    # windows.censored means the true window is at least W: a constant gate whose window is exactly 300 has
+    # rows censored at 1..300, and the estimate is 300 itself, not a bound above it
+    L = math.log(1e3)
+    w, c = gates.windows(np.full(512, -L / 300.5), L=L)
+    assert c[:300].all() and not c[300:].any() and (w[299:] == 300).all()
+    km = predict.kaplan_meier(w[256:], c[256:])
+    assert km.mean == 300 and km.q50 == 300 and not km.mean_is_bound
+    w, c = gates.windows(np.zeros(64), L=L)                                     # g = 1: every row censored
+    km = predict.kaplan_meier(w, c)
+    assert km.mean == 64 and km.mean_is_bound and km.median_bound == 64 and math.isnan(km.q50)
+    # a censored value equal to an event time stays at risk only before it
+    km = predict.kaplan_meier(np.array([3, 3]), np.array([False, True]))
+    assert km.q50 == 3 and km.mean == 3 and not km.mean_is_bound
 
 
 @pytest.mark.parametrize("family", ["ar1", "arma_sign_changing"])
