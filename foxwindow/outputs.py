@@ -700,6 +700,12 @@ def note_input(path, what="the input"):
     return path
 
 
+def is_input(path):
+    """Whether `path` is a recorded input of the running command (note_input), by device and inode."""
+    ident = _identity(path)
+    return ident is not None and ident in _INPUTS
+
+
 def _refuse_input(p, what):
     ident = _identity(p)
     if ident is not None and ident in _INPUTS:

@@ -511,3 +511,79 @@ def test_launchers_from_another_folder(tmp_path):
         assert rc == 2 and err.strip().count("\n") == 0 and "Traceback" not in err, (s, err)
     assert res["debug"][0] != 0 and "Traceback" in res["debug"][1]
     assert not os.path.exists(tmp_path / "runs") or not any(os.scandir(tmp_path / "runs"))
+
+
+def _raw_trace(path, arrays, meta):
+    """A trace file in save_trace's format, written without its checks: {name: array}, extra metadata."""
+    import numpy as np
+    m = dict(meta, format="foxwindow-trace-v1")
+    m.setdefault("names", list(arrays))
+    m.setdefault("shapes", [list(a.shape) for a in arrays.values()])
+    d = {f"trace_{i}": a for i, a in enumerate(arrays.values())}
+    d["meta_json"] = np.frombuffer(json.dumps(m).encode(), np.uint8)
+    with open(path, "wb") as fh:
+        np.savez(fh, **d)
+
+
+def test_crafted_trace_files_are_refused_before_the_work(capsys, tmp_path):
+    """Zero heads, mislabelled metadata, a corrupted byte of a stored member, two members of one name, a local
+    header that names another member: one line each from forget, prune and chunks, before any head."""
+    import zipfile
+
+    import numpy as np
+
+    from foxwindow.heads import command
+    from foxwindow.uses import chunks_report
+    lg = -gates.LogitNormalGate(2, 0.5).sample(np.random.default_rng(0), (8, 256, 2)).astype(np.float32)
+    cases = [("zero_heads", {"a": lg, "b": np.zeros((8, 256, 0), np.float32)}, {}, "is empty"),
+             ("forward", {"a": lg}, {"looks_forward": 5}, "metadata 'looks_forward' is 5"),
+             ("spans", {"a": lg}, {"spans": 5}, "metadata 'spans' is 5"),
+             ("context", {"a": lg}, {"context": -5}, "metadata 'context' is -5"),
+             ("context_bool", {"a": lg}, {"context": True}, "metadata 'context' is True"),
+             ("seq_len", {"a": lg}, {"seq_len": "abc"}, "metadata 'seq_len' is 'abc'"),
+             ("shapes", {"a": lg}, {"shapes": [5]}, "every shape must be three integers")]
+    files = []
+    for name, arrays, meta, msg in cases:
+        p = str(tmp_path / f"{name}.npz")
+        _raw_trace(p, arrays, meta)
+        files.append((p, msg))
+    good = str(tmp_path / "good.npz")
+    _raw_trace(good, {"a": lg, "b": lg}, {})
+    data_ = bytearray(open(good, "rb").read())
+    with zipfile.ZipFile(good) as zf:
+        info = zf.getinfo("trace_1.npy")
+    k = info.header_offset + 30 + len("trace_1.npy") + 128 + 1000   # a float inside trace_1's data
+    data_[k] ^= 0x01
+    flipped = str(tmp_path / "flipped.npz")
+    open(flipped, "wb").write(bytes(data_))
+    files.append((flipped, "fails its CRC-32 check"))
+    dup = str(tmp_path / "dup.npz")
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(dup, "w") as zf:
+        for i in src.infolist():
+            zf.writestr(i, src.read(i))
+        with pytest.warns(UserWarning):
+            zf.writestr("trace_0.npy", src.read("trace_0.npy"))
+    files.append((dup, "two members named 'trace_0.npy'"))
+    renamed = bytearray(open(good, "rb").read())
+    j = renamed.find(b"trace_1.npy")                          # the first: its local header
+    renamed[j:j + 11] = b"trace_9.npy"
+    files.append((str(tmp_path / "renamed.npz"), "another name in its local header"))
+    open(files[-1][0], "wb").write(bytes(renamed))
+    junk = str(tmp_path / "junk.npz")                          # bytes before the zip: numpy reads a pickle
+    open(junk, "wb").write(b"\x80" * 400 + open(good, "rb").read())
+    files.append((junk, "pickles are never loaded"))
+    for path, msg in files:
+        for main, argv in ((command.main, ["--traces", path, "--no-progress", "--workers", "1"]),
+                           (chunks_report.main, ["--traces", path, "--chunks", "16"])):
+            line = _one_line(capsys, main, argv, msg)
+            assert "heads:" not in line
+
+
+def test_chunks_flags_that_would_be_ignored_or_are_not_numbers(capsys, tmp_path):
+    from foxwindow.uses import chunks_report
+    for argv, msg in ((["--gate-range", "-1", "0", "--chunks", "16", "--shift", "nan"], "--shift must be a finite"),
+                      (["--gate-range", "-1", "0", "--chunks", "16", "--shift", "-1e9"], "--shift must be a finite"),
+                      (["--traces", "t.npz", "--shift", "3"], "without --gate-range they would be ignored"),
+                      (["--traces", "t.npz", "--sub-chunk", "8"], "without --gate-range they would be ignored"),
+                      (["--traces", "t.npz", "--n-seq", "5"], "--traces analyses the file's own")):
+        _one_line(capsys, chunks_report.main, argv, msg)

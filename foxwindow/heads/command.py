@@ -78,6 +78,8 @@ def check_args(a):
         a.traces = _input(a.traces, "--traces")
     if a.checkpoint:
         a.checkpoint = _input(a.checkpoint, "--checkpoint")
+    elif not a.traces and not a.synthetic and os.path.exists(DEFAULT_CHECKPOINT):
+        outputs.note_input(DEFAULT_CHECKPOINT, "the shipped checkpoint")          # read by default: never an output
     if not distributed.is_main():
         return                      # under torchrun rank 0 alone writes: the outputs are its machine's to check
     if a.json:

@@ -27,7 +27,7 @@ import torch
 from scipy import stats
 from tqdm import tqdm
 
-from foxwindow import outputs, parallel
+from foxwindow import outputs, parallel, safety
 from foxwindow.heads import dependence, docsplit, predict, verdict
 from foxwindow.heads import laws as headlaws
 from foxwindow.heads.verdict import HeadResult  # noqa: F401  (the result type of every driver)
@@ -530,7 +530,7 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
 
                 def tick(i, r, a=a, halves=halves):
                     j = (a + i) // 2 if halves else a + i
-                    bar.set_postfix_str(f"{names[index[j][0]]}[{index[j][1]}]", refresh=False)
+                    bar.set_postfix_str(f"{safety.shown(str(names[index[j][0]]))}[{index[j][1]}]", refresh=False)
                     bar.update()
 
                 def entry(i, r, a=a, halves=halves):       # done's entry of job i of this group

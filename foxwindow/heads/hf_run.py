@@ -7,6 +7,7 @@ the table and the JSON are heads/table.py's, the same as for the shipped model. 
     main_hf_model(args)        forget.py's --model path: one line on stderr and exit code 2 on a problem
 """
 import math
+import os
 import sys
 import time
 
@@ -22,6 +23,19 @@ from foxwindow.report import command as report_command
 from foxwindow.training import distributed
 
 __all__ = ["analyse_hf_model", "main_hf_model"]
+
+
+def note_inputs(cfg):
+    """Every file the model run reads, recorded as an input (outputs.note_input) before its outputs are checked: the
+    files of the --model and --tokenizer folders (a hub name has none here) and the --text file, so that no
+    output, not even with --force, replaces one of them."""
+    for what, path in (("a file of --model", cfg.model), ("a file of --tokenizer", cfg.tokenizer)):
+        if path and os.path.isdir(path):
+            for root, _, files in os.walk(path):
+                for f in files:
+                    outputs.note_input(os.path.join(root, f), what)
+    if cfg.text and os.path.isfile(cfg.text):
+        outputs.note_input(cfg.text, "--text")
 
 
 def _need_device(cfg):
@@ -156,6 +170,7 @@ def main_hf_model(args):
         def outputs_ok():                   # rank 0 alone writes: the outputs are its machine's to check
             if not distributed.is_main():
                 return
+            note_inputs(cfg)
             for p, what in ((json_path, "--json"), (traces_path, "--save-traces")):
                 if p:
                     outputs.check_writable(p, force=force, what=what)             # before any work

@@ -20,12 +20,14 @@ plugs in with --adapter MODULE:OBJECT or a package's `foxwindow.adapters` entry 
 failure is one line (ModelError).
 """
 import contextlib
+import copy
 import importlib
 import importlib.util
 import inspect
 import json
 import math
 import os
+import pickle
 import struct
 import sys
 import warnings
@@ -474,18 +476,49 @@ def _check_safetensors(name, path):
 SIZE_SLACK = 1.1            # a config may describe at most this many times the parameters its weights files hold
 
 
+MAX_LAYERS = 4096            # a config.json asking for more layers is refused outright (no model has so many)
+
+
+def _meta_params(model_cls, config):
+    """Parameters of model_cls built from config on the meta device (no memory); an Auto class through from_config."""
+    make = model_cls.from_config if model_cls.__name__.startswith("Auto") else model_cls
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sum(p.numel() for p in make(config).parameters())
+
+
+def _config_params(model_cls, config):
+    """The parameters config describes: a model of one and of two layers built on the meta device, and the stack
+    continued layer by layer (exact for a stack of equal layers, and cheap for any depth); the whole model on the
+    meta device where the config cannot be cut to fewer layers."""
+    n = getattr(config, "num_hidden_layers", None)
+    if isinstance(n, int) and not isinstance(n, bool) and n > 2:
+        try:
+            small = []
+            for k in (1, 2):
+                c = copy.deepcopy(config)
+                c.num_hidden_layers = k
+                small.append(_meta_params(model_cls, c))
+            return small[0] + (n - 1) * (small[1] - small[0])
+        except Exception:                    # noqa: BLE001  (a config whose other fields follow its depth)
+            pass
+    return _meta_params(model_cls, config)
+
+
 def _check_size(name, model_cls, config, held):
-    """The parameters config describes (the model built on the meta device: no memory) against the tensor elements
+    """The parameters config describes (_config_params: on the meta device, no memory) against the tensor elements
     `held` in the folder's safetensors files: a config.json that asks for far more than its weights (a crafted or
-    mismatched folder) is refused before the model is built for real. Skipped where the meta build fails (it is
-    only a guard) or no safetensors file holds the weights (a .bin checkpoint is not read twice)."""
+    mismatched folder) is refused before the model is built for real, and so is one of more than MAX_LAYERS
+    layers. Skipped where the meta build fails (it is only a guard) or no safetensors file holds the weights (a
+    .bin checkpoint is not read twice)."""
+    n = getattr(config, "num_hidden_layers", None)
+    if isinstance(n, int) and not isinstance(n, bool) and n > MAX_LAYERS:
+        raise ModelError(f"--model {safety.shown(name)}: config.json asks for {n} layers (more than {MAX_LAYERS}): "
+                         "refused before building it")
     if held is None:
         return
     try:
-        with torch.device("meta"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            meta = model_cls(config)
-        want = sum(p.numel() for p in meta.parameters())
+        want = _config_params(model_cls, config)
     except Exception:                        # noqa: BLE001  (a model class that cannot be built on meta)
         return
     if want > SIZE_SLACK * held + 1_000_000:
@@ -543,7 +576,10 @@ def load_pretrained(name, device="cpu", dtype="float32"):
             warnings.simplefilter("ignore")
             model, info = model_cls.from_pretrained(path, config=config, output_loading_info=True,
                                                     trust_remote_code=False, **_dtype_keyword(load_dtype))
-    except (OSError, ValueError, KeyError, RuntimeError, AttributeError, TypeError) as exc:
+    except Exception as exc:                 # noqa: BLE001  (an UnpicklingError of a .bin weights file too)
+        if isinstance(exc, pickle.UnpicklingError) or "weights_only" in str(exc):
+            raise ModelError(f"--model {name}: its weights file is a pickle that names Python objects beyond "
+                             "tensors; refused as code (weights are only ever loaded with weights_only=True)") from None
         raise ModelError(f"--model {name}: cannot load the weights ({first_line(exc)})") from None
     # a weight left at its random init would give gates that look real: refuse instead
     missing = sorted(info.get("missing_keys") or [])

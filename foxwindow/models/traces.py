@@ -306,6 +306,8 @@ def load_trace(path, mmap=False):
         with np.load(path, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+        if isinstance(exc, ValueError):
+            _pickle_refused(path, ValueError(f"{path}: not a readable .npz trace (corrupt or truncated): {exc}"))
         raise ValueError(f"{path}: not a readable .npz trace (corrupt or truncated): {exc}") from exc
     if "meta_json" not in data:
         raise ValueError(f"{path}: missing metadata (no meta_json entry)")
@@ -332,7 +334,7 @@ def _map_traces(path):
         if t._loc is None:
             raise ValueError(f"{path}: trace '{safety.shown(name)}' is stored compressed and cannot be memory-mapped "
                              "(load it with mmap=False, or save it uncompressed: save_trace)")
-        off, dtype, shape, fortran = t._loc
+        off, dtype, shape, fortran = t._loc[:4]
         if dtype != np.float32:
             raise ValueError(f"{path}: trace '{safety.shown(name)}' is {dtype}, not float32: memory-mapped traces "
                              "are read as stored (load it with mmap=False, which converts it)")
@@ -349,6 +351,9 @@ def _npz_members(path):
     with zipfile.ZipFile(path) as zf, open(path, "rb") as fh:
         for info in zf.infolist():
             name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            if name in out:                                  # the last copy would win, the first unread
+                raise ValueError(f"{path}: the zip holds two members named {safety.shown(info.filename)!r}; a trace "
+                                 "file has one of each")
             if info.compress_type != zipfile.ZIP_STORED:
                 if info.filename.endswith(".npy"):          # its header, so that a claimed size is checked first
                     with zf.open(info) as z:
@@ -362,12 +367,15 @@ def _npz_members(path):
                 out[name] = None
                 continue
             n_name, n_extra = int.from_bytes(head[26:28], "little"), int.from_bytes(head[28:30], "little")
+            if fh.read(n_name) != info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437"):
+                raise ValueError(f"{path}: member {safety.shown(info.filename)!r} has another name in its local "
+                                 "header than in the zip's directory (a corrupt or crafted file)")
             start = info.header_offset + 30 + n_name + n_extra
             fh.seek(start)
             shape, fortran, dtype = _npy_header(fh, path, name)
             # the data must lie inside both the zip entry and the file (a crafted header claims more)
             _check_claim(path, name, shape, dtype, min(info.file_size - (fh.tell() - start), size - fh.tell()))
-            out[name] = (fh.tell(), dtype, shape, fortran)
+            out[name] = (fh.tell(), dtype, shape, fortran, start, info.CRC, info.file_size)
     return out
 
 
@@ -445,20 +453,28 @@ class LazyTrace:
         if self._loc is None or self._loc[3]:
             _check_trace(name, self[...], self.path)
             return
-        off, dtype = self._loc[0], self._loc[1]
+        off, dtype, start, crc, member_size = self._loc[0], self._loc[1], self._loc[4], self._loc[5], self._loc[6]
         total = B * T * H
         per = max(1, READ_CHUNK // dtype.itemsize)                   # values a read (row boundaries do not matter)
         buf = np.empty(min(per, total), dtype)
         lo, hi = math.inf, -math.inf
         with open(self.path, "rb", buffering=0) as fh:
-            fh.seek(off)
+            fh.seek(start)
+            c = zlib.crc32(fh.read(off - start))                     # the member's CRC-32 as its bytes are read
             for v0 in range(0, total, per):
                 part = buf[:min(per, total - v0)]
                 if fh.readinto(memoryview(part).cast("B")) != part.nbytes:
                     raise ValueError(f"{self.path}: trace '{name}' ends early (truncated file)")
+                c = zlib.crc32(memoryview(part).cast("B"), c)
                 if not np.isfinite(part).all():
                     raise ValueError(f"{self.path}: trace '{name}' has NaN or infinite values")
                 lo, hi = min(lo, float(part.min())), max(hi, float(part.max()))
+            rest = member_size - (off - start) - total * dtype.itemsize
+            if rest > 0:
+                c = zlib.crc32(fh.read(rest), c)
+        if c != crc:
+            raise ValueError(f"{self.path}: trace '{name}' fails its CRC-32 check (its bytes changed since the file "
+                             "was written: corrupt)")
         if dtype.itemsize > 4 and max(-lo, hi) > float(np.finfo(np.float32).max):
             raise ValueError(f"{self.path}: trace '{name}' holds values beyond float32's range (min {lo:.3g}; log "
                              f"gates are stored as float32, whose lowest value is {-np.finfo(np.float32).max:.3g})")
@@ -467,7 +483,7 @@ class LazyTrace:
 
     def memmap(self):
         """A read-only numpy.memmap of the (uncompressed) member."""
-        off, dtype, shape, fortran = self._loc
+        off, dtype, shape, fortran = self._loc[:4]
         return np.memmap(self.path, dtype=dtype, mode="r", offset=off, shape=shape, order="F" if fortran else "C")
 
     def __getitem__(self, key):
@@ -528,6 +544,14 @@ def fingerprint(path):
         return os.path.getsize(path), tuple((i.filename, i.file_size, i.CRC) for i in zf.infolist())
 
 
+def _pickle_refused(path, exc):
+    """numpy's refusal of a pickle, said without its advice to load the file unsafely: ValueError naming path."""
+    if "pickle" in str(exc):
+        raise ValueError(f"{path}: numpy reads this file as a pickle (not an .npz trace: bytes before its zip, or "
+                         "another format); pickles are never loaded") from None
+    raise exc
+
+
 def _open_lazy(path):
     """open_traces without its layout checks (load_trace's checks of the file, metadata and shapes)."""
     if not os.path.isfile(path):
@@ -545,6 +569,8 @@ def _open_lazy(path):
             blob = z["meta_json"]
     except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
         raise ValueError(f"{path}: not a readable .npz trace (corrupt or truncated): {exc}") from exc
+    except ValueError as exc:
+        _pickle_refused(path, exc)
     meta = _read_meta(path, blob, set(members) - {"meta_json"})
     traces = {}
     for i, (name, shape) in enumerate(zip(meta["names"], meta["shapes"])):
@@ -581,7 +607,40 @@ def _read_meta(path, blob, members):
                          "its own name (none is dropped)")
     if len(names) != len(shapes) or set(members) != {f"trace_{i}" for i in range(len(names))}:
         raise ValueError(f"{path}: metadata lists {len(names)} traces, file holds {len(members)}")
+    bad = next((sh for sh in shapes if not (isinstance(sh, list) and len(sh) == 3
+                                            and all(isinstance(v, int) and not isinstance(v, bool) for v in sh))), None)
+    if bad is not None:
+        raise ValueError(f"{path}: metadata 'shapes' holds {bad!r}; every shape must be three integers (B, T, H)")
+    _check_meta_fields(path, meta)
     return meta
+
+
+def _is_int(v, lo=1):
+    return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+
+def _is_strs(v):
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+# the metadata the analysis reads, and what each must be where present (null is absent)
+META_FIELDS = {"heads": ("an integer >= 1", _is_int), "seq_len": ("an integer >= 1", _is_int),
+               "context": ("an integer >= 1 (the training context in tokens)", _is_int),
+               "spans": ("a list", lambda v: isinstance(v, list)),
+               "looks_forward": ("a list of layer names", _is_strs),
+               "family": ("a string", lambda v: isinstance(v, str)),
+               "families": ("a string, a list of strings or an object of strings",
+                            lambda v: isinstance(v, str) or _is_strs(v)
+                            or (isinstance(v, dict) and all(isinstance(x, str) for x in v.values())))}
+
+
+def _check_meta_fields(path, meta):
+    """ValueError naming the field where a metadata field the analysis reads is not of its kind (META_FIELDS):
+    a mislabelled file is refused before the work, not printed or used as it is."""
+    for key, (kind, ok) in META_FIELDS.items():
+        v = meta.get(key)
+        if v is not None and not ok(v):
+            raise ValueError(f"{path}: metadata '{key}' is {safety.shown(repr(v))[:80]}; it must be {kind}")
 
 
 MIN_TRACE_LEN = 16
@@ -613,6 +672,9 @@ def check_layout(path, shapes):
     naming the layer (control characters escaped) and the layout."""
     for name, (S, T, H) in shapes.items():
         name = safety.shown(name)
+        if 0 in (S, T, H):
+            raise ValueError(f"{path}: trace '{name}' is empty (shape (B, T, H) = ({S}, {T}, {H})); every dimension "
+                             "must be >= 1")
         if T < H or T < MIN_TRACE_LEN or T < S:
             raise ValueError(f"{path}: trace '{name}' read as (B, T, H) = ({S}, {T}, {H}): {S} sequences x {T} "
                              f"tokens, {H} heads; traces must be (B, T, H) with T >= max(B, H, {MIN_TRACE_LEN}): "

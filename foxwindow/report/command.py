@@ -8,6 +8,7 @@ first and index.html last, so a report interrupted midway never has an index nam
 import io
 import multiprocessing
 import os
+import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -141,12 +142,32 @@ def main(argv=None):
     return 0
 
 
+REPORT_NAMES = re.compile(r"(index\.html|overview\.png|layer-\d+(-laws)?\.(html|png)|head-\d+-\d+\.png)")
+
+
 def check_out_arg(a):
-    """`forget.py --report DIR`, checked before the analysis (not with --synthetic: its table has no heads)."""
+    """`forget.py --report DIR`, checked before the analysis (not with --synthetic: its table has no heads): the
+    folder (check_out); no other output of the command (--json, --save-traces) and no input under a name the
+    report writes in it (REPORT_NAMES); without --force, no file of an earlier report there (its pages and
+    pictures are only named once the heads are known, after the analysis). Returns the absolute folder."""
     if getattr(a, "synthetic", False):
         raise outputs.UsageError("--report draws the per-head analysis (the shipped model, --traces, --model); "
                                  "--synthetic has no heads")
-    return check_out(a.report, force=a.force, what="--report")
+    out = check_out(a.report, force=a.force, what="--report")
+    for flag in ("json", "save_traces"):
+        p = getattr(a, flag, None)
+        if p and os.path.dirname(os.path.abspath(p)) == out and REPORT_NAMES.fullmatch(os.path.basename(p)):
+            raise outputs.UsageError(f"--{flag.replace('_', '-')} {p}: the --report folder {out} gets a file of that "
+                                     "name; choose another name or folder")
+    names = sorted(f for f in os.listdir(out) if REPORT_NAMES.fullmatch(f)) if os.path.isdir(out) else []
+    inputs = [f for f in names if outputs.is_input(os.path.join(out, f))]
+    if inputs:
+        raise outputs.UsageError(f"--report {out}: {inputs[0]} there is an input of this command, and the report "
+                                 "writes a file of that name; choose another folder")
+    if names and not a.force:
+        raise outputs.UsageError(f"--report {out} holds {len(names)} files of an earlier report ({names[0]}, ...); "
+                                 "pass --force to replace them, or choose another folder")
+    return out
 
 
 def after_analysis(result, a):

@@ -11,6 +11,7 @@ The numerics and the per-head analysis are in foxwindow/uses/chunks.py; this mod
 import importlib
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -18,7 +19,7 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from foxwindow import outputs
+from foxwindow import outputs, safety
 from foxwindow.laws import gates
 from foxwindow.models import adapters
 from foxwindow.models.fox import load_checkpoint, shipped_checkpoint
@@ -50,8 +51,10 @@ __all__ = ["print_table", "markdown_table", "SYNTHETIC", "synthetic_check", "pri
 
 
 def _short(name):
+    """A layer's name as the table shows it: this package's block number, else the name with its control
+    characters escaped (a newline or carriage return in a name cannot forge a line)."""
     parts = name.split(".")
-    return parts[1] if len(parts) > 2 and parts[0] == "blocks" else name
+    return parts[1] if len(parts) > 2 and parts[0] == "blocks" else safety.shown(name)
 
 
 def _fmt(p):
@@ -346,12 +349,23 @@ def main(argv=None):
         outputs.positive("--chunks", C)
         if C % a.block:
             raise outputs.UsageError(f"--chunks: {C} is not a multiple of --block {a.block}")
+    if a.traces:
+        outputs.note_input(a.traces, "--traces")
+    elif not (a.random_layers or a.synthetic or a.gate_range is not None) and os.path.exists(shipped_checkpoint()):
+        outputs.note_input(shipped_checkpoint(), "the shipped checkpoint")      # read by default: never an output
     if a.json:
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")
     t0 = time.perf_counter()
     if sum(map(bool, (a.traces, a.random_layers, a.synthetic))) > 1:
         raise outputs.UsageError("--traces, --random-layers and --synthetic exclude each other")
     rng = _gate_range_arg(a)
+    if a.shift is not None and not (math.isfinite(a.shift) and a.shift >= 0):
+        raise outputs.UsageError(f"--shift must be a finite number of nats >= 0; got {a.shift}")
+    if rng is None and (a.shift is not None or a.sub_chunk != p.get_default("sub_chunk")):
+        raise outputs.UsageError("--shift and --sub-chunk set the anchored form of --gate-range; without "
+                                 "--gate-range they would be ignored")
+    if a.traces and a.n_seq != p.get_default("n_seq"):
+        raise outputs.UsageError("--n-seq counts the shipped model's sequences; --traces analyses the file's own")
     if rng is not None:
         outputs.positive("--sub-chunk", a.sub_chunk, lo=2)
         rows = range_safety(*rng, dtypes=a.dtypes, chunks=a.chunks, sub=a.sub_chunk, shift=a.shift)

@@ -275,3 +275,42 @@ def test_deferred_stops_set_a_flag_and_stop_signals_inside_raise():
         os.kill(os.getpid(), signal.SIGINT)
         assert flag.reason == "Ctrl-C"
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_a_model_runs_inputs_are_never_its_outputs(fla_fox, tmp_path, capsys):
+    """Every file the run reads (the --model folder's, --text) is an input: an output naming one is refused with
+    --force too, before any work, and the file is left as it was."""
+    ck, text = fla_fox
+    for flag, target in (("--json", ck / "config.json"), ("--save-traces", ck / "model.safetensors"),
+                         ("--json", text), ("--json", ck / "tokenizer.json")):
+        before = target.read_bytes()
+        code, _, err = _forget(_model_args(fla_fox, flag, str(target), "--force", "--no-progress"), capsys)
+        assert code == 2 and "an input of this command" in err and err.count("\n") == 1, err
+        assert target.read_bytes() == before
+
+
+def test_the_shipped_checkpoint_read_by_default_is_never_an_output(tmp_path, capsys):
+    from foxwindow.heads.driver import DEFAULT_CHECKPOINT
+    for flag in ("--json", "--save-traces"):
+        code, _, err = _forget(["--n-seq", "3", "--seq-len", "64", "--n-boot", "0", flag, DEFAULT_CHECKPOINT,
+                                "--force", "--no-progress"], capsys)
+        assert code == 2 and "is also the shipped checkpoint" in err, err
+
+
+def test_a_config_that_asks_for_more_than_its_weights_is_refused_before_building_it(fla_fox, tmp_path, capsys):
+    """A crafted config.json (2000 or 100000 layers over the weights of 3): one line, in seconds, before the
+    model is built (the meta-device count of one and two layers, continued; past MAX_LAYERS outright)."""
+    import json as _json
+    import shutil as _shutil
+    ck, text = fla_fox
+    for n, msg in ((2000, "config.json describes a model of"), (100_000, "asks for 100000 layers")):
+        bomb = tmp_path / f"bomb{n}"
+        _shutil.copytree(ck, bomb)
+        cfg = _json.loads((bomb / "config.json").read_text())
+        cfg["num_hidden_layers"] = n
+        (bomb / "config.json").write_text(_json.dumps(cfg))
+        t = time.perf_counter()
+        code, _, err = _forget(["--model", str(bomb), "--text", str(text), "--n-seq", "4", "--seq-len", "96",
+                                "--no-progress", "--workers", "1"], capsys)
+        assert code == 2 and msg in err and err.count("\n") == 1, err
+        assert time.perf_counter() - t < 15

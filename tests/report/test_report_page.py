@@ -293,6 +293,25 @@ def test_forget_with_report_end_to_end(tmp_path, capsys):
     assert outputs.cli(forget_command.main, ["--traces", str(path), "--report", str(out), "--no-progress"]) == 2
     assert outputs.cli(forget_command.main, ["--synthetic", "--report", str(tmp_path / "s")]) == 2
     assert "--synthetic has no heads" in capsys.readouterr().err
+    # before any work too: --json under a name the report writes, an earlier report's pages, an input there
+    new = tmp_path / "rep2"
+    new.mkdir()
+    named = "gets a file of that name"
+    for argv, msg in ((["--report", str(new), "--json", str(new / "index.html"), "--force"], named),
+                      (["--report", str(new), "--json", str(new / "head-00-01.png")], named)):
+        assert outputs.cli(forget_command.main, ["--traces", str(path), "--no-progress", *argv]) == 2
+        assert msg in capsys.readouterr().err
+    (out / "index.html").unlink()
+    (out / "overview.png").unlink()                               # what remains is only named after the analysis
+    assert outputs.cli(forget_command.main, ["--traces", str(path), "--report", str(out), "--no-progress"]) == 2
+    assert "holds 5 files of an earlier report (head-00-00.png, ...)" in capsys.readouterr().err
+    inside = tmp_path / "rep3"
+    inside.mkdir()
+    traces_mod.save_trace(str(inside / "t.npz"), {"blocks.0.attn.hook_log_fgate": lg.astype(np.float32)}, {"heads": 2})
+    os.replace(inside / "t.npz", inside / "head-00-00.png")
+    argv = ["--traces", str(inside / "head-00-00.png"), "--report", str(inside), "--no-progress", "--force"]
+    assert outputs.cli(forget_command.main, argv) == 2
+    assert "head-00-00.png there is an input of this command" in capsys.readouterr().err
 
 
 def test_384_heads_make_an_index_and_one_page_per_layer(golden, tmp_path, monkeypatch):
