@@ -305,16 +305,30 @@ def scope():
     an output the run did not need in the end). cli runs every command in one; scoped(main) for a main
     called directly."""
     global _DEPTH
-    held, read = set(_CLAIMS), set(_INPUTS)
+    held, read, made = set(_CLAIMS), set(_INPUTS), len(_MADE)
     _DEPTH += 1
+    failed = False
     try:
         yield
+    except BaseException:
+        failed = True
+        raise
     finally:
         _DEPTH -= 1
         for real in set(_CLAIMS) - held:
             release(real)
         for ident in set(_INPUTS) - read:
             _INPUTS.pop(ident, None)
+        if failed:
+            unmake(made)                            # after the locks: a folder holding only them is empty now
+        del _MADE[made:]
+
+
+def unmake(since=0):
+    """Remove the folders check_dir made from the since-th on (a run that then failed), those still empty."""
+    for d in reversed(_MADE[since:]):
+        with contextlib.suppress(OSError):
+            os.rmdir(d)
 
 
 def scoped(fn):
@@ -392,6 +406,7 @@ def check_dir(path, files, force=False, what="--out"):
             os.makedirs(d, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"{what}: cannot create folder {d}: {exc.strerror}") from exc
+        _MADE.append(d)                             # removed again (if still empty) where the command fails
     for f in files:
         check_writable(os.path.join(d, f), force=force, what=what, claim="shared")
     return d
@@ -684,6 +699,7 @@ def text_file(name, path, limit=1 << 20):
 # scope(), so a file a library caller read earlier in the same process binds no later command
 _INPUTS = {}
 _DEPTH = 0
+_MADE = []                  # folders check_dir made inside the running command's scope
 
 
 def note_input(path, what="the input"):
@@ -763,7 +779,13 @@ def cli(main, argv=None):
         # the command's output locks and inputs end with it; SIGTERM / SIGHUP unwind like Ctrl-C; text read from
         # files reaches the terminal with its control characters escaped
         with safety.terminal_guard(), safety.signals(), scope():
-            return _run(main, argv, debug, prog)
+            made, held = len(_MADE), set(_CLAIMS)
+            rc = _run(main, argv, debug, prog)
+            if rc:
+                for real in set(_CLAIMS) - held:    # a failed run: its locks first, then its empty folders
+                    release(real)
+                unmake(made)
+            return rc
     finally:
         BREAK_LOCK = saved
 

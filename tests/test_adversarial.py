@@ -569,6 +569,17 @@ def test_crafted_trace_files_are_refused_before_the_work(capsys, tmp_path):
     renamed[j:j + 11] = b"trace_9.npy"
     files.append((str(tmp_path / "renamed.npz"), "another name in its local header"))
     open(files[-1][0], "wb").write(bytes(renamed))
+    for name, blob, msg in (("nested", ("[" * 100000 + "]" * 100000).encode(), "nested too deeply"),
+                            ("bigint", b'{"format": "foxwindow-trace-v1", "x": ' + b"9" * 50000 + b"}",
+                             "a number of more than 4300 digits")):
+        p = str(tmp_path / f"{name}.npz")
+        with open(p, "wb") as fh:
+            np.savez(fh, trace_0=lg, meta_json=np.frombuffer(blob, np.uint8))
+        files.append((p, msg))
+    p = str(tmp_path / "objarr.npz")
+    with open(p, "wb") as fh:
+        np.savez(fh, trace_0=lg, meta_json=np.array([{"a": 1}], dtype=object))
+    files.append((p, "holds an object array"))
     junk = str(tmp_path / "junk.npz")                          # bytes before the zip: numpy reads a pickle
     open(junk, "wb").write(b"\x80" * 400 + open(good, "rb").read())
     files.append((junk, "pickles are never loaded"))
@@ -587,3 +598,38 @@ def test_chunks_flags_that_would_be_ignored_or_are_not_numbers(capsys, tmp_path)
                       (["--traces", "t.npz", "--sub-chunk", "8"], "without --gate-range they would be ignored"),
                       (["--traces", "t.npz", "--n-seq", "5"], "--traces analyses the file's own")):
         _one_line(capsys, chunks_report.main, argv, msg)
+
+
+def test_a_refused_run_leaves_no_folder_of_its_own_making(capsys, tmp_path):
+    """prune --out NEW --json NEW/prune.txt: refused before the work, and NEW (made by the --out check) is gone;
+    a folder that was there before stays."""
+    import numpy as np
+
+    from foxwindow.models import traces
+    t = str(tmp_path / "t.npz")
+    traces.save_trace(t, {"a": -np.full((8, 256, 2), 0.1, np.float32)})
+    new = tmp_path / "new"
+    _one_line(capsys, prune_mod.main, ["--traces", t, "--U", "1", "--kind", "softmax", "--out", str(new), "--json",
+                                        str(new / "prune.txt")], "name the same file")
+    assert not new.exists()
+    new.mkdir()
+    _one_line(capsys, prune_mod.main, ["--traces", t, "--U", "1", "--kind", "softmax", "--out", str(new), "--json",
+                                        str(new / "prune.txt")], "name the same file")
+    assert new.is_dir()
+
+
+def test_model_folders_whose_config_is_not_a_json_object(capsys, tmp_path):
+    from foxwindow.models import hf_load
+    for name, text, msg in (("list", "[1, 2]", "holds a list, not a JSON object"),
+                            ("nested", "[" * 100000 + "]" * 100000, "nested too deeply"),
+                            ("bad", "{", "config.json is unreadable")):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(text)
+        with pytest.raises(hf_load.ModelError, match=msg):
+            hf_load._local_config(str(d))
+    d = tmp_path / "dev"
+    d.mkdir()
+    os.symlink("/dev/zero", d / "config.json")
+    with pytest.raises(hf_load.ModelError, match="not a regular file"):
+        hf_load._local_config(str(d))

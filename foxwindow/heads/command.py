@@ -187,6 +187,7 @@ def main(argv=None):
                  if on]
         if clash:
             raise outputs.UsageError(f"--model analyses that model; {' and '.join(clash)} would be ignored: drop one")
+        outputs.device_arg("--device", a.device)
         return hf_run.main_hf_model(a)             # loading, capture and the same table
     if a.synthetic:
         check_args(a)

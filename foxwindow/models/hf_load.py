@@ -240,13 +240,21 @@ def _local_config(path):
         raise ModelError(f"--model {path}: a file, not a model directory (a Hugging Face checkpoint folder "
                          f"with config.json; this project's own .pt checkpoints go to --checkpoint)")
     cfg = os.path.join(path, "config.json")
+    if os.path.lexists(cfg) and not os.path.isfile(cfg):
+        raise ModelError(f"--model {path}: its config.json is not a regular file (a device, a folder or a broken "
+                         "link)")
     if not os.path.isfile(cfg):
         raise ModelError(f"--model {path}: not a model directory (no config.json)")
     try:
         with open(cfg) as fh:
-            return json.load(fh)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ModelError(f"--model {path}: config.json is unreadable ({exc})") from None
+            out = json.load(fh)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:   # ValueError: JSON's own, too long ints
+        why = ("nested too deeply" if isinstance(exc, RecursionError) else "a number of more than 4300 digits"
+               if "integer string conversion" in str(exc) else " ".join(str(exc).split())[:160])
+        raise ModelError(f"--model {path}: config.json is unreadable ({why})") from None
+    if not isinstance(out, dict):
+        raise ModelError(f"--model {path}: config.json holds a {type(out).__name__}, not a JSON object")
+    return out
 
 
 def _import_packages(cfg):

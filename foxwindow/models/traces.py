@@ -385,7 +385,10 @@ def _npy_header(fh, path, name):
     try:
         version = np.lib.format.read_magic(fh)
         read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        return read(fh)
+        shape, fortran, dtype = read(fh)
+        if any(v < 0 for v in shape):
+            raise ValueError(f"negative dimension in shape {shape}")
+        return shape, fortran, dtype
     except (ValueError, EOFError, zlib.error) as exc:
         raise ValueError(f"{path}: member '{name}' is not a readable .npy array ({str(exc).splitlines()[0][:120]})") \
             from None
@@ -546,6 +549,9 @@ def fingerprint(path):
 
 def _pickle_refused(path, exc):
     """numpy's refusal of a pickle, said without its advice to load the file unsafely: ValueError naming path."""
+    if "Object arrays cannot be loaded" in str(exc):
+        raise ValueError(f"{path}: a member holds an object array (pickled Python objects), which is never "
+                         "loaded; a trace file holds float arrays and its metadata as bytes") from None
     if "pickle" in str(exc):
         raise ValueError(f"{path}: numpy reads this file as a pickle (not an .npz trace: bytes before its zip, or "
                          "another format); pickles are never loaded") from None
@@ -589,8 +595,10 @@ def _open_lazy(path):
 def _read_meta(path, blob, members):
     try:
         meta = json.loads(blob.tobytes().decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: metadata is not valid JSON: {exc}") from exc
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:     # ValueError: JSON's own, too long ints
+        why = ("nested too deeply" if isinstance(exc, RecursionError) else "a number of more than 4300 digits"
+               if "integer string conversion" in str(exc) else " ".join(str(exc).split())[:160])
+        raise ValueError(f"{path}: metadata is not valid JSON: {why}") from None
     if not isinstance(meta, dict) or meta.get("format") != TRACE_FORMAT:
         raise ValueError(f"{path}: metadata lacks format '{TRACE_FORMAT}'")
     for key in ("names", "shapes"):

@@ -429,7 +429,7 @@ def test_model_flag_errors_are_one_line(tiny_ckpt, tmp_path, capsys, monkeypatch
         (["--model", str(ck), "--text", str(tmp_path / "none.txt")], "no such file"),
         (["--model", str(ck), "--n-seq", "400"], "windows of 96 tokens; asked for 400"),
         (["--model", str(ck), "--tokenizer", str(tmp_path / "empty")], "no tokenizer"),
-        (["--model", str(ck), "--device", "cuda"] if not torch.cuda.is_available() else None, "no CUDA device"),
+        (["--model", str(ck), "--device", "cuda"] if not torch.cuda.is_available() else None, "CUDA is not available"),
     ]
     for argv, msg in cases:
         if argv is None:
