@@ -294,6 +294,7 @@ def windows(log_g, *, eps=None, L=None, dim=None):
             raise ValueError(f"windows: log_g has shape {tuple(t.shape)}; pass dim, the time dimension "
                              "(dim=1 for a (B, T, H) capture, dim=-1 for (B, H, T))")
         dim = -1
+    dim = int(dim) if isinstance(dim, np.integer) else dim          # numpy's integers are integers too
     if isinstance(dim, bool) or not isinstance(dim, int) or not -t.dim() <= dim < t.dim():
         raise ValueError(f"windows: dim must be an int in [{-t.dim()}, {t.dim() - 1}] for shape "
                          f"{tuple(t.shape)}; got {dim!r}")
@@ -316,6 +317,7 @@ def _check_dim(dim, shape):
             raise ValueError(f"windows: log_g has shape {tuple(shape)}; pass dim, the time dimension "
                              "(dim=1 for a (B, T, H) capture, dim=-1 for (B, H, T))")
         dim = -1
+    dim = int(dim) if isinstance(dim, np.integer) else dim
     if isinstance(dim, bool) or not isinstance(dim, int) or not -len(shape) <= dim < len(shape):
         raise ValueError(f"windows: dim must be an int in [{-len(shape)}, {len(shape) - 1}] for shape "
                          f"{tuple(shape)}; got {dim!r}")
