@@ -580,6 +580,11 @@ def test_crafted_trace_files_are_refused_before_the_work(capsys, tmp_path):
     with open(p, "wb") as fh:
         np.savez(fh, trace_0=lg, meta_json=np.array([{"a": 1}], dtype=object))
     files.append((p, "holds an object array"))
+    dots = str(tmp_path / "dots.npz")                          # a member whose name climbs out of the archive
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(dots, "w") as zf:
+        for i in src.infolist():
+            zf.writestr("../trace_0.npy" if i.filename == "trace_0.npy" else i.filename, src.read(i))
+    files.append((dots, "member '../trace_0' is not one of the file's traces"))
     junk = str(tmp_path / "junk.npz")                          # bytes before the zip: numpy reads a pickle
     open(junk, "wb").write(b"\x80" * 400 + open(good, "rb").read())
     files.append((junk, "pickles are never loaded"))
@@ -598,6 +603,9 @@ def test_chunks_flags_that_would_be_ignored_or_are_not_numbers(capsys, tmp_path)
                       (["--traces", "t.npz", "--sub-chunk", "8"], "without --gate-range they would be ignored"),
                       (["--traces", "t.npz", "--n-seq", "5"], "--traces analyses the file's own")):
         _one_line(capsys, chunks_report.main, argv, msg)
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b"\xff\xfe\x00 not json")
+    _one_line(capsys, chunks_report.main, ["--markdown", str(bad)], "is not a JSON file")
 
 
 def test_a_refused_run_leaves_no_folder_of_its_own_making(capsys, tmp_path):
@@ -633,3 +641,23 @@ def test_model_folders_whose_config_is_not_a_json_object(capsys, tmp_path):
     os.symlink("/dev/zero", d / "config.json")
     with pytest.raises(hf_load.ModelError, match="not a regular file"):
         hf_load._local_config(str(d))
+
+
+def test_a_hub_name_with_no_network_and_no_cache_is_one_line_at_once(monkeypatch):
+    """Not five retries over half a minute: where the hub's host does not resolve and the name is not cached."""
+    import socket
+
+    from foxwindow.models import hf_load
+
+    def no_dns(*a, **k):
+        raise socket.gaierror(-2, "Name or service not known")
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    t = time.perf_counter()
+    with pytest.raises(hf_load.ModelError, match="not in the Hugging Face cache, and huggingface.co cannot be reached"):
+        hf_load.load_pretrained("some-org/no-such-model")
+    with pytest.raises(hf_load.ModelError, match="--tokenizer some-org/no-such-model: not a local folder"):
+        hf_load.load_tokenizer("some-org/no-such-model")
+    assert time.perf_counter() - t < 10
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")                 # offline by choice: transformers' own cache reading
+    hf_load.hub_or_cache("some-org/no-such-model", "--model")

@@ -13,7 +13,7 @@ PACKAGE = os.path.join(REPO, "foxwindow")
 # (numpy and torch in outputs, which imports only the standard library),
 # and parts of torch that only some runs reach
 ON_USE = ("numpy", "triton", "fla", "flash_attn", "transformers", "safetensors", "h5py", "matplotlib", "torch",
-          "foxwindow.kernels", "tensorflow", "mpmath", "numba")
+          "foxwindow.kernels", "tensorflow", "mpmath", "numba", "huggingface_hub")
 
 
 def _modules():

@@ -28,8 +28,10 @@ import json
 import math
 import os
 import pickle
+import socket
 import struct
 import sys
+import urllib.parse
 import warnings
 from dataclasses import dataclass
 from importlib import metadata
@@ -255,6 +257,26 @@ def _local_config(path):
     if not isinstance(out, dict):
         raise ModelError(f"--model {path}: config.json holds a {type(out).__name__}, not a JSON object")
     return out
+
+
+def hub_or_cache(name, what):
+    """A hub name must be in the local Hugging Face cache or the hub reachable: where neither (its host does not
+    resolve: no network here), ModelError at once, instead of transformers' five retries over half a minute."""
+    if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
+        return                                      # offline by choice: transformers reads the cache only
+    try:
+        from huggingface_hub import try_to_load_from_cache  # optional (with transformers): hub names only
+        if any(isinstance(try_to_load_from_cache(name, f), str)
+               for f in ("config.json", "tokenizer_config.json", "tokenizer.json")):
+            return
+    except Exception:                        # noqa: BLE001  (an old or absent hub package, a malformed name)
+        pass
+    host = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname or ""
+    try:
+        socket.getaddrinfo(host, 443)
+    except (OSError, UnicodeError):
+        raise ModelError(f"{what} {safety.shown(name)}: not a local folder, not in the Hugging Face cache, and "
+                         f"{host} cannot be reached from here; give a checkpoint folder") from None
 
 
 def _import_packages(cfg):
@@ -554,6 +576,8 @@ def load_pretrained(name, device="cpu", dtype="float32"):
     safety.no_remote_code(name, "--model")
     _transformers()
     cfg_json = _local_config(name)
+    if cfg_json is None:
+        hub_or_cache(name, "--model")
     held = check_before_loading(name, cfg_json, device)
     _import_packages(cfg_json)
     path = os.path.expanduser(name)
@@ -678,6 +702,8 @@ def load_tokenizer(name):
     files = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "vocab.txt", "spiece.model")
     if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, f)) for f in files):
         raise ModelError(f"no tokenizer at {name}: none of {', '.join(files)} is there; pass --tokenizer DIR_OR_NAME")
+    if not os.path.exists(path):
+        hub_or_cache(name, "--tokenizer")
     if os.path.isfile(tcfg):
         try:
             with open(tcfg) as fh:

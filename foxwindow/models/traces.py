@@ -613,7 +613,12 @@ def _read_meta(path, blob, members):
     if dup:
         raise ValueError(f"{path}: metadata 'names' lists {dup[0]!r} {names.count(dup[0])} times; every layer needs "
                          "its own name (none is dropped)")
-    if len(names) != len(shapes) or set(members) != {f"trace_{i}" for i in range(len(names))}:
+    want = {f"trace_{i}" for i in range(len(names))}
+    if len(names) != len(shapes) or set(members) != want:
+        odd = sorted(set(members) - want)
+        if len(members) == len(names) == len(shapes) and odd:
+            raise ValueError(f"{path}: member {safety.shown(odd[0])!r} is not one of the file's traces (trace_0 ... "
+                             f"trace_{len(names) - 1})")
         raise ValueError(f"{path}: metadata lists {len(names)} traces, file holds {len(members)}")
     bad = next((sh for sh in shapes if not (isinstance(sh, list) and len(sh) == 3
                                             and all(isinstance(v, int) and not isinstance(v, bool) for v in sh))), None)

@@ -332,9 +332,13 @@ def main(argv=None):
     outputs.add_common(p)
     a = p.parse_args(argv)
     if a.markdown:
-        with open(outputs.input_file("--markdown", a.markdown)) as f:
-            res = json.load(f)
-        if "heads" not in res:
+        try:
+            with open(outputs.input_file("--markdown", a.markdown), encoding="utf-8") as f:
+                res = json.load(f)
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise outputs.UsageError(f"--markdown: {a.markdown} is not a JSON file (this command's --json writes "
+                                     "one)") from None
+        if not isinstance(res, dict) or "heads" not in res:
             raise outputs.UsageError(f"--markdown: {a.markdown} holds no per-head results (written by --synthetic?)")
         print(markdown_table(res))
         return 0
