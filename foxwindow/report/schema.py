@@ -13,6 +13,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from foxwindow import safety
 from foxwindow.report import legacy
 
 __all__ = ["SCHEMA_VERSION", "KIND", "STATES", "REFERENCE_LAW", "UNIT_WORDS", "MISSING", "Source", "LawInfo",
@@ -242,7 +243,9 @@ class _Reader:
             return None
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ValueError(f"{self._name(key)}: expected a number or null; got {v!r}")
-        return float(v) if math.isfinite(v) else None
+        if not math.isfinite(v):                # JSON has no NaN or Infinity: the writer puts null there
+            raise ValueError(f"{self._name(key)}: expected a finite number or null; got {v!r}")
+        return float(v)
 
     def sub(self, key, default=MISSING):
         v = self.get(key, default)
@@ -328,11 +331,18 @@ def _head(r):
     s = r.sub("summary", None) or _Reader({}, r._name("summary"))
     dep, mass, pmf = r.sub("dependence", None), r.sub("mass", None), r.sub("pmf", None)
     layer, head = r.get("layer"), r.get("head")
+    if isinstance(head, bool) or not isinstance(head, int) or head < 0:
+        raise ValueError(f"{r._name('head')}: expected an integer >= 0; got {head!r}")
+    if isinstance(layer, (dict, list)) or layer is None:
+        raise ValueError(f"{r._name('layer')}: expected a layer name (a string or an integer); got {layer!r}")
+    kappa = r.num("kappa", None)
+    if kappa is not None and kappa < 0:
+        raise ValueError(f"{r._name('kappa')}: {kappa:g} < 0 (kappa is the mean of -log g)")
     raw = [_at(_Reader(a, f"{r._name('at')}[{k}]")) for k, a in enumerate(r.list("at"))]
     _prediction_scores(r.sub("prediction", None), raw)
     at = sorted(raw, key=lambda a: a.L)
     return Head(layer=str(layer), head=int(head), label=str(r.get("label", f"{layer}.{head}")),
-                kappa=r.num("kappa", None), sigma2=r.num("sigma2", None), tau=r.num("tau", None),
+                kappa=kappa, sigma2=r.num("sigma2", None), tau=r.num("tau", None),
                 tau_se=r.num("tau_se", None),
                 summary=Summary(mean_law=s.get("mean_law", None), var_law=s.get("var_law", None),
                                 var_claim=s.num("var_claim", None), false=list(s.get("false", None) or []),
@@ -365,6 +375,12 @@ def from_dict(d):
         li = cat.sub(name)
         laws[name] = LawInfo(label=str(li.get("label", name)), description=str(li.get("description", "")))
     heads = [_head(_Reader(h, f"heads[{i}]")) for i, h in enumerate(r.list("heads"))]
+    seen = {}
+    for i, h in enumerate(heads):
+        if (h.layer, h.head) in seen:
+            raise ValueError(f"heads[{i}]: layer {safety.shown(h.layer)!r} head {h.head} is listed twice (also "
+                             f"heads[{seen[h.layer, h.head]}]); every head once")
+        seen[h.layer, h.head] = i
     for h in heads:                         # laws met in the records but not in the catalogue: appended
         for a in h.at:
             for n in a.laws:
@@ -387,8 +403,10 @@ def as_dict(obj):
         try:
             with open(obj, encoding="utf-8") as fh:
                 return json.load(fh)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:       # (the caller names the file)
-            raise ValueError(f"not a JSON file ({' '.join(str(exc).split())})") from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # (the caller names the file)
+            why = ("nested too deeply" if isinstance(exc, RecursionError) else "a number of more than 4300 digits"
+                   if "integer string conversion" in str(exc) else " ".join(str(exc).split()))
+            raise ValueError(f"not a JSON file ({why})") from None
     if hasattr(obj, "to_json"):
         d = obj.to_json()
         return json.loads(d) if isinstance(d, str) else d

@@ -70,7 +70,7 @@ def test_refused_in_one_line(pair, tmp_path, capsys):
     legacy = os.path.join(outputs.REPO, "figures", "heads.json")
     other = copy.deepcopy(a)
     for h in other["heads"]:
-        h["layer"], h["label"] = "7", f"7.{h['head']}"
+        h["layer"], h["label"] = f"7{h['layer']}", f"7{h['layer']}.{h['head']}"   # no layer of a's
     (tmp_path / "other.json").write_text(json.dumps(other))
     (tmp_path / "bin.json").write_bytes(b"PK\x03\x04\xb3\xff")
     (tmp_path / "cut.json").write_text('{"a": 1')
@@ -114,3 +114,29 @@ def test_a_censored_mean_gives_no_difference(pair):
     r = compare.compare(a, b)["heads"][0]["at"][3]
     assert r["bound"] == [False, True] and r["d_mean"] is None and r["z_mean"] is None
     assert any("bounds only" in line for line in compare.table(compare.compare(a, b)))
+
+
+def test_crafted_results_are_refused_naming_the_field(tmp_path):
+    """A head listed twice, a bool or negative head index, a NaN or negative kappa, JSON nested past the parser
+    or with a number of 5001 digits: ValueError naming what is wrong, before anything is drawn or compared."""
+    from foxwindow.report import schema
+    with open(GOLDEN) as fh:
+        a = json.load(fh)
+
+    def bad(change):
+        d = copy.deepcopy(a)
+        change(d)
+        return d
+    cases = [(bad(lambda d: d["heads"].__setitem__(1, copy.deepcopy(d["heads"][0]))), "is listed twice"),
+             (bad(lambda d: d["heads"][0].__setitem__("head", True)), r"heads\[0\].head: expected an integer >= 0"),
+             (bad(lambda d: d["heads"][0].__setitem__("head", -3)), r"heads\[0\].head: expected an integer >= 0"),
+             (bad(lambda d: d["heads"][0].__setitem__("kappa", float("nan"))), "expected a finite number or null"),
+             (bad(lambda d: d["heads"][0].__setitem__("kappa", -1.0)), "kappa is the mean of -log g")]
+    for d, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            schema.read(d)
+    (tmp_path / "deep.json").write_text("[" * 100000 + "]" * 100000)
+    (tmp_path / "big.json").write_text('{"schema_version": ' + "1" * 5001 + "}")
+    for name, msg in (("deep.json", "nested too deeply"), ("big.json", "more than 4300 digits")):
+        with pytest.raises(ValueError, match=msg):
+            schema.read(str(tmp_path / name))

@@ -141,7 +141,7 @@ def test_control_characters_of_names_are_escaped_in_the_pages(golden, tmp_path, 
     pictures' text, never raw."""
     d = copy.deepcopy(golden)
     for h in d["heads"]:
-        h["layer"] = "lay\x1b[31mer"
+        h["layer"] = f"lay\x1b[31mer{h['layer']}"
     index, _ = command.write_report(d, str(tmp_path / "r"), jobs=1)
     text = "".join(open(os.path.join(tmp_path / "r", f), encoding="utf-8").read() for f in os.listdir(tmp_path / "r")
                    if f.endswith(".html"))
