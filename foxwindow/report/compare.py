@@ -232,6 +232,10 @@ def build_parser():
 def main(argv=None):
     a = build_parser().parse_args(argv)
     outputs.eps_arg("--eps", a.eps)
+    pa, pb = (os.path.realpath(p) for p in (a.a, a.b))
+    if pa == pb or (os.path.exists(pa) and os.path.exists(pb) and os.path.samefile(pa, pb)):
+        raise outputs.UsageError(f"{a.a} and {a.b} are the same file: a comparison of a result with itself is all "
+                                 "zeros; give two results")
     docs = []
     for what, path in (("A.json", a.a), ("B.json", a.b)):
         p = outputs.input_file(what, path)

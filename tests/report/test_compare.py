@@ -81,7 +81,9 @@ def test_refused_in_one_line(pair, tmp_path, capsys):
                      (str(tmp_path / "bin.json"), "bin.json: not a JSON file"),
                      (str(tmp_path / "cut.json"), "cut.json: not a JSON file (Expecting"),
                      (str(tmp_path / "arr.json"), "arr.json: not a per-head result (a JSON list"),
-                     (str(tmp_path / "noheads.json"), "noheads.json: not a schema-1 per-head result: field heads")):
+                     (str(tmp_path / "noheads.json"), "noheads.json: not a schema-1 per-head result: field heads"),
+                     (str(d / "a.json"), "are the same file"),
+                     (str(d / ".." / d.name / "a.json"), "are the same file")):
         assert cli.main(["compare", str(d / "a.json"), b, "--out", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and words in err, err
