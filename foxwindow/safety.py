@@ -63,6 +63,19 @@ def _escape(m):
     return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
 
 
+JSON_ERRORS = (UnicodeDecodeError, ValueError, RecursionError)   # json.load's: bad bytes, bad JSON, too deep
+
+
+def json_error(exc):
+    """Why json.load failed (one of JSON_ERRORS), in a few words: too deep for the parser, a number past Python's
+    4300-digit limit (not its advice to raise the limit), else the parser's own message on one line."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if "integer string conversion" in str(exc):
+        return "a number of more than 4300 digits"
+    return " ".join(str(exc).split())[:160]
+
+
 def shown(value):
     """str(value) with every control character escaped (ESC as \\x1b, newline as \\n, ...): names, labels and
     paths read from traces, checkpoints, configs and JSON are printed through this, never raw."""

@@ -602,10 +602,13 @@ def test_chunks_flags_that_would_be_ignored_or_are_not_numbers(capsys, tmp_path)
                       (["--traces", "t.npz", "--shift", "3"], "without --gate-range they would be ignored"),
                       (["--traces", "t.npz", "--sub-chunk", "8"], "without --gate-range they would be ignored"),
                       (["--traces", "t.npz", "--n-seq", "5"], "--traces analyses the file's own")):
-        _one_line(capsys, chunks_report.main, argv, msg)
+        line = _one_line(capsys, chunks_report.main, argv, msg)
+        assert ": error: " in line, line
+        assert "t.npz" not in line                               # refused on the flags, before the file is read
     bad = tmp_path / "bad.json"
     bad.write_bytes(b"\xff\xfe\x00 not json")
-    _one_line(capsys, chunks_report.main, ["--markdown", str(bad)], "is not a JSON file")
+    line = _one_line(capsys, chunks_report.main, ["--markdown", str(bad)], "is not a JSON file")
+    assert str(bad) in line                                       # the file is named
 
 
 def test_a_refused_run_leaves_no_folder_of_its_own_making(capsys, tmp_path):

@@ -250,9 +250,8 @@ def _local_config(path):
     try:
         with open(cfg) as fh:
             out = json.load(fh)
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:   # ValueError: JSON's own, too long ints
-        why = ("nested too deeply" if isinstance(exc, RecursionError) else "a number of more than 4300 digits"
-               if "integer string conversion" in str(exc) else " ".join(str(exc).split())[:160])
+    except (OSError, *safety.JSON_ERRORS) as exc:
+        why = safety.json_error(exc)
         raise ModelError(f"--model {path}: config.json is unreadable ({why})") from None
     if not isinstance(out, dict):
         raise ModelError(f"--model {path}: config.json holds a {type(out).__name__}, not a JSON object")

@@ -595,9 +595,8 @@ def _open_lazy(path):
 def _read_meta(path, blob, members):
     try:
         meta = json.loads(blob.tobytes().decode())
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:     # ValueError: JSON's own, too long ints
-        why = ("nested too deeply" if isinstance(exc, RecursionError) else "a number of more than 4300 digits"
-               if "integer string conversion" in str(exc) else " ".join(str(exc).split())[:160])
+    except safety.JSON_ERRORS as exc:
+        why = safety.json_error(exc)
         raise ValueError(f"{path}: metadata is not valid JSON: {why}") from None
     if not isinstance(meta, dict) or meta.get("format") != TRACE_FORMAT:
         raise ValueError(f"{path}: metadata lacks format '{TRACE_FORMAT}'")

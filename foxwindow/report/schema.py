@@ -403,9 +403,8 @@ def as_dict(obj):
         try:
             with open(obj, encoding="utf-8") as fh:
                 return json.load(fh)
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # (the caller names the file)
-            why = ("nested too deeply" if isinstance(exc, RecursionError) else "a number of more than 4300 digits"
-                   if "integer string conversion" in str(exc) else " ".join(str(exc).split()))
+        except safety.JSON_ERRORS as exc:                                # (the caller names the file)
+            why = safety.json_error(exc)
             raise ValueError(f"not a JSON file ({why})") from None
     if hasattr(obj, "to_json"):
         d = obj.to_json()
