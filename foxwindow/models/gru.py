@@ -52,7 +52,6 @@ Caveat: reactionrnn read at most 140 characters from a zero state; the traces ru
 so the gates beyond ~140 steps are the network outside its training regime.
 """
 import importlib.util
-import json
 import os
 import sys
 import tarfile
@@ -138,21 +137,11 @@ def read_keras_gru(path, recurrent_activation=None):
     than sigmoid / hard_sigmoid.
     """
     weights, layer_names, version, config = lstm.read_keras_weights(path)
-    emb = [ln for ln, w in weights.items() if "embeddings" in w]
-    if len(emb) != 1:
-        raise ValueError(f"{path}: expected one embedding layer; found {len(emb)} (layers: {layer_names})")
-    E = weights[emb[0]]["embeddings"]
-    if E.ndim != 2:
-        raise ValueError(f"{path}: embedding '{emb[0]}' has shape {E.shape}; expected (vocab, dim)")
+    E = lstm.read_embedding(path, weights, layer_names)
     rnn = [ln for ln, w in weights.items() if any(k.endswith("recurrent_kernel") for k in w)]
     if not rnn:
         raise ValueError(f"{path}: no recurrent layer (no recurrent_kernel weights) in {layer_names}: not a GRU model")
-    cfg = {}
-    if config is not None:
-        for lyr in json.loads(config).get("config", {}).get("layers", []):
-            c = lyr.get("config", {})
-            if c.get("name") in rnn:
-                cfg[c["name"]] = c
+    cfg = lstm.layer_configs(path, config)
     if recurrent_activation is not None and recurrent_activation not in ACTIVATIONS:
         raise ValueError(f"recurrent_activation must be one of {ACTIVATIONS}; got {recurrent_activation!r}")
     layers, width = [], E.shape[1]
@@ -162,7 +151,7 @@ def read_keras_gru(path, recurrent_activation=None):
             raise ValueError(f"{path}: layer '{ln}' has weights {sorted(w)}; a GRU layer has kernel, recurrent_kernel "
                              "and bias (a layer without bias is not supported)")
         k, rk, b = (w[n].astype(np.float32) for n in ("kernel", "recurrent_kernel", "bias"))
-        if rk.ndim != 2 or k.ndim != 2 or rk.shape[1] % rk.shape[0]:
+        if rk.ndim != 2 or k.ndim != 2 or 0 in rk.shape or rk.shape[1] % rk.shape[0]:
             raise ValueError(f"{path}: layer '{ln}': kernel {k.shape}, recurrent_kernel {rk.shape} are not a GRU's "
                              "(in, 3u), (u, 3u)")
         u = rk.shape[0]
@@ -191,9 +180,9 @@ def read_keras_gru(path, recurrent_activation=None):
             if not np.isfinite(a).all():
                 raise ValueError(f"{path}: layer '{ln}': {n} has NaN or infinite entries")
         c = cfg.get(ln, {})
-        if "reset_after" in c and bool(c["reset_after"]) != reset_after:
-            raise ValueError(f"{path}: layer '{ln}': the config says reset_after={c['reset_after']}, the bias "
-                             f"{b.shape} says otherwise")
+        if "reset_after" in c and c["reset_after"] is not reset_after:
+            raise ValueError(f"{path}: layer '{ln}': the config says reset_after={c['reset_after']!r}, the bias "
+                             f"{b.shape} says {reset_after}")
         if recurrent_activation is not None:
             act, src = recurrent_activation, "given"
         elif cudnn:
@@ -454,15 +443,17 @@ def main(argv=None):
     if a.threads is not None:
         outputs.positive("--threads", a.threads)
         torch.set_num_threads(a.threads)
+    if a.archive and a.weights and a.vocab:
+        raise outputs.UsageError("--archive would be ignored: --weights and --vocab name both files it holds; drop it")
     for flag in ("weights", "vocab", "archive"):
         if getattr(a, flag):
             setattr(a, flag, outputs.input_file(f"--{flag}", getattr(a, flag)))
     out = a.out
     if out is not None:
         out = outputs.check_writable(out, force=a.force, what="--out")
+    toks = lstm.heldout(a.n_seq, a.seq_len)
     try:
         _, vocab, info = load_reactionrnn(a.weights, a.vocab, a.archive, a.recurrent_activation)
-        toks, _ = data.heldout_tokens(n_seq=a.n_seq, seq_len=a.seq_len)
         byte_ids(toks, vocab)
     except ValueError as exc:
         raise outputs.UsageError(str(exc)) from None

@@ -64,7 +64,7 @@ import torch
 import torch.nn as nn
 from tqdm import tqdm
 
-from foxwindow import outputs
+from foxwindow import outputs, safety
 from foxwindow.models import traces
 from foxwindow.models.lstm_gates import (  # noqa: F401  (the gate readers, re-exported)
     capture_lstm_gates,
@@ -76,9 +76,10 @@ from foxwindow.models.lstm_gates import (  # noqa: F401  (the gate readers, re-e
 )
 from foxwindow.training import data
 
-__all__ = ["TEXTGENRNN", "TEXTGENRNN_PIP", "WEIGHTS_FILE", "VOCAB_FILE", "textgenrnn_files", "read_keras_lstm",
+__all__ = ["TEXTGENRNN", "TEXTGENRNN_PIP", "WEIGHTS_FILE", "VOCAB_FILE", "textgenrnn_files", "read_keras_weights",
+           "read_embedding", "layer_configs", "read_keras_lstm",
            "keras_to_torch", "read_vocab", "encode_text", "byte_table", "KerasCharLSTM", "load_textgenrnn",
-           "spread_units", "textgenrnn_traces", "default_out", "build_parser", "main"]
+           "spread_units", "textgenrnn_traces", "default_out", "build_parser", "heldout", "main"]
 
 TEXTGENRNN = "textgenrnn==2.0.0"
 TEXTGENRNN_PIP = f"pip install --no-deps {TEXTGENRNN}"
@@ -117,8 +118,9 @@ def _names(attr):
 def read_keras_weights(path):
     """The arrays of a Keras HDF5 weight file (model.save_weights, or model.save: its model_weights group):
     (weights {layer name: {weight name: ndarray}}, layer_names, keras_version str, model_config str or None).
-    Raises FileNotFoundError, or ValueError for a file that is not a readable Keras weight file or a layer
-    holding several weights of one name (a Bidirectional or other wrapper)."""
+    Raises FileNotFoundError, or ValueError for a file that is not a readable Keras weight file, a layer
+    holding several weights of one name (a Bidirectional or other wrapper), or a weight that is not this file's
+    own floating-point data (see _array)."""
     h5py = _h5py()
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Keras weight file not found: {path}")
@@ -127,18 +129,19 @@ def read_keras_weights(path):
     except OSError as exc:
         raise ValueError(f"{path}: not a readable HDF5 file (corrupt or truncated?): {exc}") from None
     with fh:
-        root = fh["model_weights"] if "model_weights" in fh else fh
+        # links are checked before they are followed (an `in` test would already open an external link's file)
+        root = _member(path, fh, fh, "model_weights", h5py) if fh.get("model_weights", getlink=True) else fh
         if "layer_names" not in root.attrs:
             raise ValueError(f"{path}: an HDF5 file but not a Keras weight file (no 'layer_names' attribute)")
         layer_names = _names(root.attrs["layer_names"])
-        weights = {}
+        weights, total = {}, [0]
         for ln in layer_names:
-            if ln not in root:
+            g = _member(path, fh, root, ln, h5py)
+            if g is None:
                 raise ValueError(f"{path}: layer '{ln}' is listed but has no group")
-            g = root[ln]
             wn = _names(g.attrs.get("weight_names", []))
             try:
-                weights[ln] = {w.split("/")[-1].split(":")[0]: np.asarray(g[w][()]) for w in wn}
+                weights[ln] = {w.split("/")[-1].split(":")[0]: _array(path, fh, g, ln, w, total, h5py) for w in wn}
             except (KeyError, OSError) as exc:
                 raise ValueError(f"{path}: layer '{ln}': weights unreadable: {exc}") from None
             if len(weights[ln]) != len(wn):
@@ -150,6 +153,80 @@ def read_keras_weights(path):
     if config is not None:
         config = config.decode() if isinstance(config, bytes) else str(config)
     return weights, layer_names, version, config
+
+
+def _member(path, fh, group, name, h5py):
+    """group[name] (None when absent), each link on the way checked before it is followed: an external link
+    would open another file."""
+    cur = fh if name.startswith("/") else group
+    parts = [p for p in name.split("/") if p]
+    if not parts:                                           # an empty name names nothing (not the group itself)
+        return None
+    for part in parts:
+        link = cur.get(part, getlink=True) if isinstance(cur, h5py.Group) else None
+        if isinstance(link, h5py.ExternalLink):
+            raise ValueError(f"{path}: '{name}' is a link to another file; weights are read from this file only")
+        try:
+            cur = cur[part] if link is not None else None
+        except KeyError:                                    # a soft link to nothing
+            cur = None
+        if cur is None:
+            return None
+    return cur
+
+
+def _array(path, fh, g, layer, name, total, h5py):
+    """Weight `name` of layer group g as an ndarray, once it is known to be this file's own real numbers: no
+    external raw storage, a floating-point dtype, and, for a dataset stored as is, bytes in the file for each
+    element (a crafted shape of gigabytes in a file of kilobytes), all of them fitting in memory."""
+    ds = _member(path, fh, g, name, h5py)
+    where = f"{path}: layer '{layer}': weight '{name}'"
+    if not isinstance(ds, h5py.Dataset):
+        raise ValueError(f"{where} is {'missing' if ds is None else 'not a dataset'}")
+    if ds.external or ds.is_virtual:
+        raise ValueError(f"{where} keeps its values in other files; weights are read from this file only")
+    if ds.dtype.kind != "f":
+        raise ValueError(f"{where} has dtype {ds.dtype}; weights are floating-point numbers")
+    stored = ds.id.get_storage_size()
+    if ds.id.get_create_plist().get_nfilters() == 0 and stored < ds.nbytes:
+        raise ValueError(f"{where} has shape {ds.shape} ({ds.nbytes / 2 ** 20:.1f} MiB) but the file stores "
+                         f"{stored / 2 ** 20:.1f} MiB of it: truncated or crafted")
+    total[0] += ds.nbytes
+    safety.need_memory(total[0], f"{path}: the weights read so far")
+    return np.asarray(ds[()])
+
+
+def read_embedding(path, weights, layer_names):
+    """The one embedding matrix (V, E) of read_keras_weights' layers: ValueError unless it is two-dimensional,
+    without an empty dimension, and finite."""
+    emb = [ln for ln, w in weights.items() if "embeddings" in w]
+    if len(emb) != 1:
+        raise ValueError(f"{path}: expected one embedding layer; found {len(emb)} (layers: {layer_names})")
+    E = weights[emb[0]]["embeddings"]
+    if E.ndim != 2 or 0 in E.shape:
+        raise ValueError(f"{path}: embedding '{emb[0]}' has shape {E.shape}; expected (vocab, dim), neither 0")
+    if not np.isfinite(E).all():
+        raise ValueError(f"{path}: embedding '{emb[0]}' has NaN or infinite entries")
+    return E
+
+
+def layer_configs(path, config):
+    """{layer name: its config dict} of a full-model file's model_config JSON ({} without one); ValueError when
+    the config is not the JSON object Keras writes."""
+    if config is None:
+        return {}
+    try:
+        doc = json.loads(config)
+    except safety.JSON_ERRORS as exc:
+        raise ValueError(f"{path}: model_config is not valid JSON ({safety.json_error(exc)})") from None
+    layers = doc.get("config", {}) if isinstance(doc, dict) else None
+    layers = layers.get("layers", []) if isinstance(layers, dict) else None
+    if not isinstance(layers, list) or not all(isinstance(c, dict) and isinstance(c.get("config", {}), dict)
+                                               for c in layers):
+        raise ValueError(f"{path}: model_config is not a Keras model config (an object whose config.layers is a "
+                         "list of objects)")
+    return {c["config"]["name"]: c["config"] for c in layers
+            if isinstance(c.get("config", {}).get("name"), str)}
 
 
 def read_keras_lstm(path):
@@ -166,16 +243,12 @@ def read_keras_lstm(path):
     weights, or layers that do not chain.
     """
     weights, layer_names, version, config = read_keras_weights(path)
-    emb = [ln for ln, w in weights.items() if "embeddings" in w]
-    if len(emb) != 1:
-        raise ValueError(f"{path}: expected one embedding layer; found {len(emb)} (layers: {layer_names})")
-    E = weights[emb[0]]["embeddings"]
-    if E.ndim != 2:
-        raise ValueError(f"{path}: embedding '{emb[0]}' has shape {E.shape}; expected (vocab, dim)")
+    E = read_embedding(path, weights, layer_names)
     rnn = [ln for ln, w in weights.items() if any(k.endswith("recurrent_kernel") for k in w)]
     if not rnn:
         raise ValueError(f"{path}: no recurrent layer (no recurrent_kernel weights) in {layer_names}: "
                          "not an LSTM model")
+    configs = layer_configs(path, config)
     layers, width = [], E.shape[1]
     for ln in rnn:
         w = weights[ln]
@@ -184,7 +257,7 @@ def read_keras_lstm(path):
                              "recurrent_kernel and bias (a Bidirectional wrapper or a layer without bias is not "
                              "supported)")
         k, rk, b = (w[n].astype(np.float32) for n in ("kernel", "recurrent_kernel", "bias"))
-        if rk.ndim != 2 or k.ndim != 2 or b.ndim != 1 or rk.shape[1] % rk.shape[0]:
+        if rk.ndim != 2 or k.ndim != 2 or b.ndim != 1 or 0 in rk.shape or rk.shape[1] % rk.shape[0]:
             raise ValueError(f"{path}: layer '{ln}': kernel {k.shape}, recurrent_kernel {rk.shape}, bias {b.shape} "
                              "are not an LSTM's (in, 4u), (u, 4u), (4u or 8u,)")
         u = rk.shape[0]
@@ -202,13 +275,10 @@ def read_keras_lstm(path):
                 raise ValueError(f"{path}: layer '{ln}': {n} has NaN or infinite entries")
         layers.append(dict(name=ln, kernel=k, recurrent_kernel=rk, bias=b, cudnn=b.shape[0] == 8 * u, units=u))
         width = u
-    if config is not None:                                  # a full-model file says which activations it used
-        txt = config.decode() if isinstance(config, bytes) else str(config)
-        for lyr in json.loads(txt).get("config", {}).get("layers", []):
-            c = lyr.get("config", {})
-            if c.get("name") in rnn and c.get("recurrent_activation", "sigmoid") != "sigmoid":
-                raise ValueError(f"{path}: layer '{c['name']}' uses recurrent_activation "
-                                 f"{c['recurrent_activation']!r}; only sigmoid gates are rebuilt")
+    for ln, c in configs.items():                           # a full-model file says which activations it used
+        if ln in rnn and c.get("recurrent_activation", "sigmoid") != "sigmoid":
+            raise ValueError(f"{path}: layer '{ln}' uses recurrent_activation "
+                             f"{c['recurrent_activation']!r}; only sigmoid gates are rebuilt")
     head = None
     att = [w for w in weights.values() if set(w) == {"attention_W"}]
     outl = weights.get("output", {})
@@ -246,8 +316,8 @@ def read_vocab(path, n_classes=None):
             vocab = json.load(fh)
     except FileNotFoundError:
         raise
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a JSON vocabulary: {exc}") from None
+    except safety.JSON_ERRORS as exc:
+        raise ValueError(f"{path}: not a JSON vocabulary: {safety.json_error(exc)}") from None
     if not isinstance(vocab, dict) or not vocab or not all(
             isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in vocab.items()):
         raise ValueError(f"{path}: a vocabulary is a JSON object of string -> int")
@@ -425,6 +495,14 @@ def parse_units(spec, hidden):
         raise outputs.UsageError(f"--units {spec}: {exc}") from None
 
 
+def heldout(n_seq, seq_len):
+    """The held-out tokens of --n-seq windows of --seq-len bytes; UsageError naming both when the split is short."""
+    try:
+        return data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)[0]
+    except ValueError as exc:
+        raise outputs.UsageError(f"--n-seq {n_seq} --seq-len {seq_len}: {exc}") from None
+
+
 def main(argv=None):
     """`python lstm_traces.py`: write the held-out forget-gate trace file of the textgenrnn LSTM."""
     a = build_parser().parse_args(argv)
@@ -440,9 +518,9 @@ def main(argv=None):
     out = a.out
     if out is not None:
         out = outputs.check_writable(out, force=a.force, what="--out")
+    heldout(a.n_seq, a.seq_len)
     try:                                                       # everything checked before any work
         _, _, info = load_textgenrnn(a.weights, a.vocab)
-        data.heldout_tokens(n_seq=a.n_seq, seq_len=a.seq_len)
     except ValueError as exc:
         raise outputs.UsageError(str(exc)) from None
     units = parse_units(a.units, min(info["units"]))

@@ -28,6 +28,7 @@ the model gives its own top prediction at i; the window is the smallest d whose 
 1 - eps of sum_d a_d. Averaged over rows (and reported per row).
 """
 import json
+import math
 import os
 import platform
 import sys
@@ -37,7 +38,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from foxwindow import outputs
+from foxwindow import outputs, safety
 from foxwindow.laws import exact, gates, renewal
 from foxwindow.models import kinds as ak
 from foxwindow.models.traces import capture_gates
@@ -46,7 +47,7 @@ from foxwindow.training import data, train
 __all__ = ["DEFAULT_KINDS", "MARK", "fox_gate_windows", "predicted_window", "attribution_profile",
            "attribution_window", "passkey_batch", "passkey_loss", "passkey_accuracy", "passkey_reach", "run_kind",
            "fmt_window", "print_table", "plot", "write_readme", "OUT_FILES", "finish", "check_args", "check_out",
-           "readme_notes", "main"]
+           "readme_notes", "read_result", "main"]
 
 DEFAULT_KINDS = {"softmax": {}, "fox": {}, "alibi": {}, "swa": {"w": 32}, "bswa": {"block": 32, "mem": 1},
                  "fam": {"block": 32, "mem": 1, "fam_len": 8, "state_passing": 0.5}}
@@ -394,8 +395,14 @@ def finish(info, args):
 
 def check_args(a):
     """Every argument checked before any work; UsageError naming the argument."""
-    for name in ("n_eval", "attr_rows", "key_len"):
+    for name in ("n_eval", "key_len"):
         outputs.positive("--" + name.replace("_", "-"), getattr(a, name))
+    outputs.positive("--attr-rows", a.attr_rows, lo=2)         # the sd over rows needs two
+    for flag, vals in (("--kinds", a.kinds), ("--depths", a.depths)):
+        twice = sorted({v for v in vals if vals.count(v) > 1}, key=vals.index)
+        if twice:
+            raise outputs.UsageError(f"{flag} lists {', '.join(map(str, twice))} more than once; each is "
+                                     "run once: drop the repeats")
     for name in ("text_batch", "key_batch"):
         outputs.positive("--" + name.replace("_", "-"), getattr(a, name), lo=0)
     if a.text_batch + a.key_batch == 0:
@@ -450,6 +457,125 @@ def readme_notes(path):
     return "\n".join(lines[table[-1] + 1:fig[-1]]).strip()
 
 
+REPLOT_LIMIT = 16 << 20         # bytes; a results JSON is tens of kB (results/kinds/reach.json: 29 kB)
+REPLOT_DEPTH = 16               # nesting; the results JSON nests 5 deep
+
+
+def _refuse(name, field, why):
+    return outputs.UsageError(f"--replot {safety.shown(name)}: {field} {why}")
+
+
+def _number(name, field, v, lo=0.0, hi=None, integer=False, above=False):
+    """v itself when it is a finite number (an int with integer=True) >= lo (> lo with above) and <= hi."""
+    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+    try:
+        ok = ok and not isinstance(v, bool) and math.isfinite(float(v))
+    except OverflowError:                   # an int beyond float64
+        ok = False
+    if ok and (v <= lo if above else v < lo) or ok and hi is not None and v > hi:
+        ok = False
+    if not ok:
+        want = f"{'an integer' if integer else 'a finite number'} {'>' if above else '>='} {lo:g}"
+        raise _refuse(name, field, f"must be {want}{f' and <= {hi:g}' if hi is not None else ''}; got "
+                                   f"{safety.shown(repr(v))[:60]}")
+    return v
+
+
+def _walk(name, doc):
+    """Every value of the document, without recursion: nesting past REPLOT_DEPTH, NaN / inf and strings with
+    control characters (they would reach the README) are refused, the field named."""
+    stack = [("the document", doc, 0)]
+    while stack:
+        where, v, depth = stack.pop()
+        if depth > REPLOT_DEPTH:
+            raise _refuse(name, where, f"is nested more than {REPLOT_DEPTH} deep; a reach.py result is not")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise _refuse(name, where, f"is {v}; a result holds finite numbers")
+        if isinstance(v, str) and safety.shown(v) != v:
+            raise _refuse(name, where, f"holds control characters ({safety.shown(v)[:60]})")
+        if isinstance(v, dict):
+            stack += [(f"{where}.{k}" if depth else k, u, depth + 1) for k, u in v.items()]
+            stack += [(f"{where} key", k, depth + 1) for k in v]
+        elif isinstance(v, list):
+            stack += [(f"{where}[{i}]", u, depth + 1) for i, u in enumerate(v)]
+
+
+def _depths(name, field, v, a):
+    lo, hi = a["key_len"], a["context"] - a["key_len"] - 1
+    if not isinstance(v, list) or not v or len(set(map(repr, v))) != len(v):
+        raise _refuse(name, field, "must be a non-empty list of distinct depths")
+    return [_number(name, f"{field}[{i}]", d, lo, hi, integer=True) for i, d in enumerate(v)]
+
+
+def read_result(path, name):
+    """The results JSON of an earlier run (--replot), every field the table, figure and README read checked:
+    UsageError naming the field."""
+    text = outputs.text_file("--replot", path, limit=REPLOT_LIMIT)
+    try:
+        info = json.loads(text)
+    except safety.JSON_ERRORS as exc:
+        raise _refuse(name, "the file", f"is not valid JSON ({safety.json_error(exc)})") from None
+    if not (isinstance(info, dict) and isinstance(info.get("results"), list) and isinstance(info.get("args"), dict)):
+        raise _refuse(name, "the file", "is not a reach.py results JSON (needs 'args' and 'results')")
+    if info.get("kind", "reach") != "reach":
+        raise _refuse(name, "kind", f"is {safety.shown(repr(info['kind']))[:60]}; a reach.py result's is 'reach'")
+    _walk(name, info)
+    a = info["args"]
+    for old, new in (("layers", "n_layers"), ("heads", "n_heads")):    # results written before the renaming
+        if old in a:
+            a[new] = a.pop(old)
+    need = dict(context=2, seed=0, n_layers=1, d_model=1, n_heads=1, steps=1, warmup=0, text_batch=0, key_batch=0,
+                key_len=1, n_eval=1, attr_rows=1, eval_seqs=1)
+    for k, lo in need.items():
+        _number(name, f"args.{k}", a.get(k), lo, integer=True)
+    _number(name, "args.lr", a.get("lr"), 0, above=True)
+    for k in ("eps", "attr_eps"):
+        _number(name, f"args.{k}", a.get(k), 0, 1, above=True)
+    _depths(name, "args.depths", a.get("depths"), a)
+    for k in ("argv", "device", "torch"):
+        if not isinstance(info.get(k), str):
+            raise _refuse(name, k, "must be a string")
+    _number(name, "wall_s", info.get("wall_s"))
+    if not info["results"]:
+        raise _refuse(name, "results", "is empty; nothing to show")
+    seen = set()
+    for i, r in enumerate(info["results"]):
+        at = f"results[{i}]"
+        if not isinstance(r, dict):
+            raise _refuse(name, at, "must be an object")
+        kind = r.get("kind")
+        if kind not in ak.AttentionRegistry.names() or kind in seen:
+            raise _refuse(name, f"{at}.kind", f"{safety.shown(repr(kind))[:60]} is not one of "
+                                             f"{ak.AttentionRegistry.names()} listed once")
+        seen.add(kind)
+        try:
+            if not isinstance(r.get("params"), dict):
+                raise ValueError("not an object")
+            ak.AttentionRegistry.validate(kind, **r["params"])
+        except ValueError as exc:
+            raise _refuse(name, f"{at}.params", f"are not {kind}'s parameters ({exc})") from None
+        for k in ("final_key_loss", "val_bpc", "train_wall_s"):
+            _number(name, f"{at}.{k}", r.get(k))
+        parts = [r.get(k) for k in ("predicted", "attribution", "passkey")]
+        if not all(isinstance(x, dict) for x in parts):
+            raise _refuse(name, at, "needs the objects 'predicted', 'attribution' and 'passkey'")
+        pred, attr, pk = parts
+        if pred.get("model") is not None:
+            _number(name, f"{at}.predicted.model", pred.get("model"))
+        per = pred.get("per_layer")
+        for j, w in enumerate(per if isinstance(per, list) and per else [] if per is None else [per]):
+            _number(name, f"{at}.predicted.per_layer" + (f"[{j}]" if isinstance(per, list) else ""), w)
+        for k in ("window_mean", "window_sd"):
+            _number(name, f"{at}.attribution.{k}", attr.get(k))
+        depths = _depths(name, f"{at}.passkey.depths", pk.get("depths"), a)
+        acc = pk.get("accuracy")
+        if not isinstance(acc, list) or len(acc) != len(depths):
+            raise _refuse(name, f"{at}.passkey.accuracy", f"must be a list of {len(depths)} accuracies, one per depth")
+        for j, x in enumerate(acc):
+            _number(name, f"{at}.passkey.accuracy[{j}]", x, 0, 1)
+    return info
+
+
 @outputs.scoped
 def main(argv=None):
     p = outputs.parser(__doc__.split("\n")[0])
@@ -477,19 +603,15 @@ def main(argv=None):
     outputs.add_common(p)
     args = p.parse_args(argv)
     if args.replot:
+        # the training and measurement flags have no effect on a replot: refused rather than ignored
+        kept = ("replot", "out", "notes", "force", "debug", "break_lock", "help")
+        ignored = [act.option_strings[0] for act in p._actions if act.dest not in kept
+                   and getattr(args, act.dest, act.default) != act.default]
+        if ignored:
+            raise outputs.UsageError(f"{' and '.join(ignored)} would be ignored: --replot rebuilds the table, figure "
+                                     "and README from the JSON, without training; drop them")
         src = outputs.input_file("--replot", args.replot, note=False)        # rebuilt in place on purpose
-        try:
-            with open(src) as fh:
-                info = json.load(fh)
-            ok = isinstance(info, dict) and isinstance(info.get("results"), list) and "args" in info
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise outputs.UsageError(f"--replot {args.replot}: not valid JSON ({exc})") from None
-        if not ok:
-            raise outputs.UsageError(f"--replot {args.replot}: not a reach.py results JSON "
-                                     "(needs 'args' and 'results')")
-        for old, new in (("layers", "n_layers"), ("heads", "n_heads")):    # results written before the renaming
-            if old in info["args"]:
-                info["args"][new] = info["args"].pop(old)
+        info = read_result(src, args.replot)
         check_out(args)
         return finish(info, args)
     check_args(args)

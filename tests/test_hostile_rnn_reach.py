@@ -1,0 +1,242 @@
+"""Hostile input to `reach.py --replot` (a crafted or corrupt earlier result), `reach.py`'s own flags, and
+`gru_traces.py` / `lstm_traces.py` (crafted Keras weight files and vocabularies): each refused in one line that
+names the field or file, exit 2, before any work, and nothing written. The weight files are small Keras-layout
+HDF5 files made here with h5py."""
+import json
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import REPO, run_cli
+from foxwindow.models import gru, lstm, traces
+from foxwindow.training import reach
+
+SHIPPED = os.path.join(REPO, "results", "kinds", "reach.json")
+
+
+def _one_line(capsys, main, argv, *words):
+    rc, err = run_cli(capsys, main, argv)
+    lines = [li for li in err.strip().splitlines() if li.strip()]
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, (argv, rc, err)
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------- reach.py --replot
+
+
+def _shipped():
+    with open(SHIPPED) as fh:
+        return json.load(fh)
+
+
+def _edit(path, **changes):
+    """The shipped result with one change, written to `path` (raw text where JSON cannot say it)."""
+    doc = _shipped()
+    if "raw" in changes:
+        path.write_text(changes["raw"](json.dumps(doc)))
+        return path
+    changes["fn"](doc)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _set(keys, value):
+    def fn(doc):
+        d = doc
+        for k in keys[:-1]:
+            d = d[k]
+        d[keys[-1]] = value
+    return fn
+
+
+REPLOTS = [
+    ("nan", dict(raw=lambda t: t.replace('"window_mean": ', '"window_mean": NaN, "x": ', 1)),
+     "results[0].attribution.window_mean is nan"),
+    ("inf", dict(raw=lambda t: t.replace('"val_bpc": ', '"val_bpc": 1e999, "x": ', 1)), "results[0].val_bpc is inf"),
+    ("list", dict(raw=lambda t: "[1, 2]"), "not a reach.py results JSON"),
+    ("deep", dict(raw=lambda t: "[" * 100000 + "]" * 100000), "nested too deeply"),
+    ("digits", dict(raw=lambda t: t[:-1] + ', "x": ' + "9" * 5000 + "}"), "more than 4300 digits"),
+    ("nested", dict(fn=_set(["results", 0, "extra"], json.loads("[" * 30 + "]" * 30))), "nested more than 16"),
+    ("no_context", dict(fn=lambda d: d["args"].pop("context")), "args.context must be an integer >= 2; got None"),
+    ("context_str", dict(fn=_set(["args", "context"], "big")), "args.context must be an integer"),
+    ("negative_window", dict(fn=_set(["results", 1, "predicted", "model"], -30)), "results[1].predicted.model"),
+    ("negative_depth", dict(fn=_set(["results", 0, "passkey", "depths", 0], -4)), "results[0].passkey.depths[0]"),
+    ("short_accuracy", dict(fn=_set(["results", 0, "passkey", "accuracy"], [0.5])), "results[0].passkey.accuracy"),
+    ("bool_accuracy", dict(fn=_set(["results", 0, "passkey", "accuracy", 0], True)),
+     "results[0].passkey.accuracy[0] must be a finite number >= 0 and <= 1; got True"),
+    ("null_loss", dict(fn=_set(["results", 0, "final_key_loss"], None)), "results[0].final_key_loss"),
+    ("no_passkey", dict(fn=lambda d: d["results"][0].pop("passkey")), "results[0] needs the objects"),
+    ("escape_kind", dict(fn=_set(["results", 0, "kind"], "fox\x1b]0;pwned\x07")), "results[0].kind holds control"),
+    ("unknown_kind", dict(fn=_set(["results", 0, "kind"], "nosuch")), "results[0].kind 'nosuch' is not one of"),
+    ("twice", dict(fn=_set(["results", 1, "kind"], "softmax")), "results[1].kind 'softmax'"),
+    ("params", dict(fn=_set(["results", 3, "params"], {"w": -1})), "results[3].params are not swa's"),
+    ("no_results", dict(fn=_set(["results"], [])), "results is empty"),
+    ("eps", dict(fn=_set(["args", "eps"], 1.5)), "args.eps must be a finite number > 0 and <= 1"),
+    ("other_kind", dict(fn=_set(["kind"], "forget")), "kind is 'forget'"),
+]
+
+
+@pytest.mark.parametrize("case, change, words", REPLOTS, ids=[c[0] for c in REPLOTS])
+def test_replot_refuses_a_crafted_result_naming_the_field(capsys, tmp_path, case, change, words):
+    src = _edit(tmp_path / f"{case}.json", **change)
+    line = _one_line(capsys, reach.main, ["--replot", str(src), "--out", str(tmp_path / "out")], "--replot", words)
+    assert "\x1b" not in line and "\x07" not in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_replot_refuses_a_huge_file_before_reading_it(capsys, tmp_path):
+    big = tmp_path / "big.json"
+    big.write_text('{"args": {}, "results": [' + "0," * (9 << 20) + "0]}")
+    _one_line(capsys, reach.main, ["--replot", str(big), "--out", str(tmp_path / "out")], "--replot", "over 16 MiB")
+    assert not (tmp_path / "out").exists()
+
+
+def test_replot_of_an_untouched_result_still_works(capsys, tmp_path):
+    src = _edit(tmp_path / "same.json", fn=lambda d: None)
+    assert run_cli(capsys, reach.main, ["--replot", str(src), "--out", str(tmp_path / "out")])[0] == 0
+    assert sorted(os.listdir(tmp_path / "out")) == ["README.md", "reach.json", "reach.png"]
+
+
+def test_replot_refuses_the_flags_it_would_ignore(capsys, tmp_path):
+    _one_line(capsys, reach.main, ["--replot", SHIPPED, "--steps", "5", "--kinds", "swa", "--out",
+                                   str(tmp_path / "out")], "--kinds and --steps would be ignored", "--replot")
+    _one_line(capsys, reach.main, ["--replot", SHIPPED, "--eps", "0.01"], "--eps would be ignored")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--kinds", "swa", "fox", "swa"], ["--kinds", "swa", "more than once"]),
+    (["--depths", "4", "8", "4"], ["--depths", "4", "more than once"]),
+    (["--attr-rows", "1"], ["--attr-rows", ">= 2"]),          # the sd over one row would be NaN, written as null
+])
+def test_reach_refuses_repeats_and_one_attribution_row(capsys, tmp_path, monkeypatch, argv, words):
+    monkeypatch.chdir(tmp_path)
+    _one_line(capsys, reach.main, argv, *words)
+    assert not (tmp_path / "runs").exists()
+
+
+# ----------------------------------------------------------------------------- gru_traces.py, lstm_traces.py
+
+UNITS, WIDTH = 4, 3
+VOCAB = {chr(b): b for b in range(1, 128)}                   # every ASCII byte: the held-out text maps whole
+
+
+def _weights(path, family, edit=None, config=None):
+    """A small Keras-layout weight file: embedding (128, WIDTH) and one GRU (3 gates) or LSTM (4) layer."""
+    rng = np.random.default_rng(0)
+    g = 3 if family == "gru" else 4
+    arrays = {"embedding": {"embeddings:0": rng.normal(size=(128, WIDTH))},
+              "rnn": {"kernel:0": rng.normal(size=(WIDTH, g * UNITS)), "bias:0": np.zeros(g * UNITS),
+                      "recurrent_kernel:0": rng.normal(size=(UNITS, g * UNITS))}}
+    with h5py.File(path, "w") as f:
+        f.attrs["layer_names"] = np.array([n.encode() for n in arrays])
+        f.attrs["keras_version"] = b"2.1.5"
+        if config is not None:
+            f.attrs["model_config"] = config
+        for ln, ws in arrays.items():
+            grp = f.create_group(ln)
+            grp.attrs["weight_names"] = np.array([f"{ln}/{w}".encode() for w in ws])
+            for w, a in ws.items():
+                grp.create_dataset(f"{ln}/{w}", data=a.astype(np.float32))
+        if edit is not None:
+            edit(f)
+    return path
+
+
+def _vocab(path, text=None):
+    path.write_text(json.dumps(VOCAB) if text is None else text)
+    return path
+
+
+def _replace(name, **kw):
+    def edit(f):
+        del f[name]
+        f.create_dataset(name, **kw)
+    return edit
+
+
+def _nan_embedding(f):
+    d = f["embedding/embedding/embeddings:0"]
+    a = d[()]
+    a[3, 1] = np.nan
+    d[...] = a
+
+
+WEIGHTS = [
+    ("nan_embedding", dict(edit=_nan_embedding), "embedding 'embedding' has NaN or infinite entries"),
+    ("complex", dict(edit=_replace("rnn/rnn/bias:0", data=np.ones(12, np.complex64) * 1j)), "has dtype complex64"),
+    ("integers", dict(edit=_replace("embedding/embedding/embeddings:0", data=np.ones((128, WIDTH), np.int64))),
+     "has dtype int64"),
+    # 40 GB claimed by a file of kilobytes (chunks never written): refused before anything is read
+    ("unwritten", dict(edit=_replace("embedding/embedding/embeddings:0", shape=(100000, 100000), dtype="f4",
+                                     chunks=(1000, 1000))), "the file stores 0.0 MiB of it"),
+    ("zero_units", dict(edit=lambda f: [_replace(f"rnn/rnn/{n}", shape=s, dtype="f4")(f) for n, s in
+                                        (("kernel:0", (WIDTH, 0)), ("recurrent_kernel:0", (0, 0)), ("bias:0", (0,)))]),
+     "layer 'rnn': kernel (3, 0)"),
+    ("config_list", dict(config="[1, 2]"), "model_config is not a Keras model config"),
+    ("config_deep", dict(config="[" * 100000 + "]" * 100000), "model_config is not valid JSON (nested too deeply)"),
+    ("config_layers", dict(config=json.dumps({"config": {"layers": [1]}})), "model_config is not a Keras model"),
+]
+
+
+@pytest.mark.parametrize("family", ["gru", "lstm"])
+@pytest.mark.parametrize("case, craft, words", WEIGHTS, ids=[c[0] for c in WEIGHTS])
+def test_trace_commands_refuse_crafted_weight_files(capsys, tmp_path, family, case, craft, words):
+    main = gru.main if family == "gru" else lstm.main
+    w = _weights(tmp_path / "w.hdf5", family, **craft)
+    _one_line(capsys, main, ["--weights", str(w), "--vocab", str(_vocab(tmp_path / "v.json")), "--n-seq", "3",
+                             "--seq-len", "16", "--no-progress", "--out", str(tmp_path / "t.npz")], "w.hdf5", words)
+    assert not (tmp_path / "t.npz").exists()
+
+
+@pytest.mark.parametrize("family", ["gru", "lstm"])
+def test_trace_commands_read_this_file_only(capsys, tmp_path, family):
+    """An external link would open (and read weights from) another file: refused before it is followed."""
+    main = gru.main if family == "gru" else lstm.main
+    other = _weights(tmp_path / "other.hdf5", family)
+
+    def link(f):
+        del f["embedding"]
+        f["embedding"] = h5py.ExternalLink(str(other), "/embedding")
+    w = _weights(tmp_path / "w.hdf5", family, edit=link)
+    _one_line(capsys, main, ["--weights", str(w), "--vocab", str(_vocab(tmp_path / "v.json")), "--n-seq", "3",
+                             "--seq-len", "16", "--no-progress", "--out", str(tmp_path / "t.npz")],
+              "'embedding' is a link to another file")
+    assert not (tmp_path / "t.npz").exists()
+
+
+@pytest.mark.parametrize("family", ["gru", "lstm"])
+@pytest.mark.parametrize("text, words", [("{\"a\": " + "[" * 100000 + "]" * 100000 + "}", "nested too deeply"),
+                                         ("{\"a\": " + "9" * 5000 + "}", "more than 4300 digits")])
+def test_trace_commands_refuse_crafted_vocabularies(capsys, tmp_path, family, text, words):
+    main = gru.main if family == "gru" else lstm.main
+    w = _weights(tmp_path / "w.hdf5", family)
+    _one_line(capsys, main, ["--weights", str(w), "--vocab", str(_vocab(tmp_path / "v.json", text)), "--n-seq", "3",
+                             "--seq-len", "16", "--no-progress", "--out", str(tmp_path / "t.npz")],
+              "v.json: not a JSON vocabulary", words)
+
+
+@pytest.mark.parametrize("family", ["gru", "lstm"])
+def test_trace_commands_on_a_plain_file_work_and_keep_inputs(capsys, tmp_path, family):
+    main = gru.main if family == "gru" else lstm.main
+    w, v = _weights(tmp_path / "w.hdf5", family), _vocab(tmp_path / "v.json")
+    base = ["--weights", str(w), "--vocab", str(v), "--n-seq", "3", "--seq-len", "16", "--no-progress"]
+    assert run_cli(capsys, main, base + ["--units", "all", "--out", str(tmp_path / "t.npz")])[0] == 0
+    got = traces.load_trace(str(tmp_path / "t.npz"))[0]["rnn"]
+    assert got.shape == (3, 16, UNITS) and np.isfinite(got).all() and (got <= 0).all()
+    before = w.read_bytes()
+    _one_line(capsys, main, base + ["--out", str(w), "--force"], "--out", "is also --weights")
+    assert w.read_bytes() == before
+    _one_line(capsys, main, base + ["--n-seq", "3", "--seq-len", "100000000"], "--n-seq 3 --seq-len 100000000")
+
+
+def test_gru_refuses_an_archive_it_would_ignore(capsys, tmp_path):
+    w, v = _weights(tmp_path / "w.hdf5", "gru"), _vocab(tmp_path / "v.json")
+    (tmp_path / "a.tar.gz").write_bytes(b"not read")
+    _one_line(capsys, gru.main, ["--weights", str(w), "--vocab", str(v), "--archive", str(tmp_path / "a.tar.gz"),
+                                 "--out", str(tmp_path / "t.npz")], "--archive would be ignored")
+    assert not (tmp_path / "t.npz").exists()
