@@ -407,12 +407,27 @@ def _gamma_tails(k, y, exact, upper=False):
 
 def _s_parts(m, v, m3):
     """The parts of _s_cdf's cells that do not depend on L (arrays of m's shape): sd, the skewness g, the
-    conditioned cells that are always evaluated (SUPPORT; None without it), and whether every v > 0."""
+    conditioned cells that are always evaluated (SUPPORT; None without it), whether every v > 0, and f0, the
+    conditioning P(S <= 0) of those kept cells (NaN elsewhere; None without SUPPORT): it does not depend on L, so a
+    cell evaluated at several L computes it once (two incomplete gammas a cell become one)."""
     sd = np.sqrt(np.maximum(v, 1e-300))
+    f0 = None
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         g = m3 / sd ** 3
         keep = ((g > 1e-3) & (m - 2 * sd / g < 0) & (m < math.sqrt(2 * TAIL_E) * sd)) if SUPPORT else None
-    return sd, g, keep, bool(np.all(v > 0))
+        if keep is not None:
+            f0 = np.full(m.shape, np.nan)
+            i = np.nonzero(keep & (v > 0))
+            f0[i] = _support_f0(m[i], v[i], g[i])
+    return sd, g, keep, bool(np.all(v > 0)), f0
+
+
+def _support_f0(m, v, g):
+    """P(S <= 0) of the shifted gamma of mean m, variance v > 0 and skewness g > 1e-3 (1-D arrays): _s_cdf_cells'
+    f0, the same operations, exact where it is not near 0."""
+    k = 4 / g ** 2
+    y0 = np.maximum(k - (m / np.sqrt(v)) * np.sqrt(k), 0)
+    return _gamma_tails(k, y0, y0 >= k)
 
 
 def _s_cdf(L, m, v, m3, parts=None):
@@ -421,7 +436,7 @@ def _s_cdf(L, m, v, m3, parts=None):
     shift is below 0 is conditioned on S >= 0 (SUPPORT). Cells far in a tail (bound below e^-TAIL_E) are
     their limit, 0 or 1, without being evaluated. parts: _s_parts(m, v, m3) when the caller has them (the same
     cells at several L; None: formed here)."""
-    sd, g, keep, vpos = _s_parts(m, v, m3) if parts is None else parts
+    sd, g, keep, vpos, f0 = _s_parts(m, v, m3) if parts is None else parts
     z = (L - m) / sd
     # Chernoff: the tail beyond z of a standardised gamma of skewness g (and of the normal law) is at most
     # exp(-z^2 / (2 + max(z g, 0))); a conditioned cell (SUPPORT) whose P(S <= 0) may be above e^-TAIL_E (its
@@ -436,13 +451,15 @@ def _s_cdf(L, m, v, m3, parts=None):
             far &= ~keep
     out = (z > 0).astype(np.float64)
     near = ~far
-    out[near] = _s_cdf_cells(L, m[near], v[near], m3[near], sd[near], z[near], g[near])
+    out[near] = _s_cdf_cells(L, m[near], v[near], m3[near], sd[near], z[near], g[near],
+                             None if f0 is None else f0[near])
     return out if vpos else np.where(v > 0, out, (m <= L).astype(np.float64))
 
 
-def _s_cdf_cells(L, m, v, m3, sd=None, z=None, g=None):
+def _s_cdf_cells(L, m, v, m3, sd=None, z=None, g=None, f0=None):
     """_s_cdf on the cells it evaluates (1-D arrays), each tail cell of the gamma laws by _gamma_tails; sd, z, g:
-    those of _s_cdf for these cells when the caller has them (None: formed here, the same numbers)."""
+    those of _s_cdf for these cells when the caller has them (None: formed here, the same numbers); f0: _s_parts'
+    f0 of these cells (NaN where not formed there, then formed here)."""
     if sd is None:
         sd = np.sqrt(np.maximum(v, 1e-300))
         z = (L - m) / sd
@@ -461,9 +478,10 @@ def _s_cdf_cells(L, m, v, m3, sd=None, z=None, g=None):
         # f0 exact where it is not near 0, and the cell exact where 1 - f0 < 1e-3 (its tail bound divided by it)
         below = ml[pos] - 2 * np.sqrt(v[live][pos]) / gl[pos] < 0
         bad = np.nonzero(pos)[0][below]
-        kb = 4 / gl[bad] ** 2
-        y0 = np.maximum(kb - (ml[bad] / np.sqrt(v[live][bad])) * np.sqrt(kb), 0)
-        f0 = _gamma_tails(kb, y0, y0 >= kb)
+        vb = v[live][bad]
+        f0 = np.full(len(bad), np.nan) if f0 is None else f0[live][bad]
+        new = np.isnan(f0)
+        f0[new] = _support_f0(ml[bad][new], vb[new], gl[bad][new])
         exact[below] = 1 - f0 < 1e-3
     o[pos] = _gamma_tails(k, np.maximum(k + zl[pos] * np.sqrt(k), 0), exact)       # (L - shift)/theta
     if SUPPORT:
@@ -541,7 +559,7 @@ def lead_survival(bs, Ls, wts, kappa, w_cap=predict.N_CAP, mixed=None):
         mm = np.concatenate([m, m[:, -1:] + sl[0][:, None] * e], 1)
         vv = np.concatenate([v, v[:, -1:] + np.maximum(sl[1], 0)[:, None] * e], 1)
         tt = np.concatenate([m3, m3[:, -1:] + sl[2][:, None] * e], 1)
-    sd, g, keep, _ = _s_parts(mm, vv, tt)
+    sd, g, keep, _, f0 = _s_parts(mm, vv, tt)
     nonpos = np.flatnonzero(~np.all(vv > 0, axis=0))
     first_nonpos = int(nonpos[0]) if len(nonpos) else w_top                 # columns before it: every v > 0
     kernel = _surv[0] if _surv and gates.COMPILED and not mixed and SHAPE == "gamma" else None
@@ -551,15 +569,16 @@ def lead_survival(bs, Ls, wts, kappa, w_cap=predict.N_CAP, mixed=None):
         if kernel is not None:              # the same cells in one compiled pass (compile_fast_paths)
             s = np.empty((mm.shape[0], w_max))
             kernel(float(L), mm[:, c], vv[:, c], sd[:, c], g[:, c],
-                   keep[:, c] if keep is not None else np.zeros((1, 1), np.bool_), keep is not None,
-                   w_max <= first_nonpos, s)
+                   keep[:, c] if keep is not None else np.zeros((1, 1), np.bool_),
+                   f0[:, c] if f0 is not None else np.zeros((1, 1)), keep is not None, w_max <= first_nonpos, s)
             out.append(s)
             continue
         if SHAPE == "lognormal":
             s = _lognormal_cdf(L, mm[:, c], vv[:, c], tt[:, c])
         else:
             s = _s_cdf(L, mm[:, c], vv[:, c], tt[:, c],
-                       (sd[:, c], g[:, c], None if keep is None else keep[:, c], w_max <= first_nonpos))
+                       (sd[:, c], g[:, c], None if keep is None else keep[:, c], w_max <= first_nonpos,
+                        None if f0 is None else f0[:, c]))
         if mixed:
             s = (wts @ s) / wts.sum(1)[:, None]
         out.append(np.minimum.accumulate(np.clip(s, 0, 1), axis=1))
@@ -575,7 +594,8 @@ def _surv_kernel(gammainc, gammaincc, ndtr, jit=lambda f: f):
     cell of it can be NaN (finite m, v, g), the rest of the row is 0 without being evaluated. It differs from the
     numpy path only where a gamma cell's tail bound k (r - 1 - ln r) lies within rounding of TAIL_E (the compiled
     log may differ from numpy's in the last bit), by less than that bound, e^-TAIL_E. Returns loop(L, m, v, sd, g,
-    keep, use_keep, vpos, out) (m3 enters through the skewness g of _s_parts)."""
+    keep, f0, use_keep, vpos, out) (m3 enters through the skewness g of _s_parts; f0 its conditioning P(S <= 0) of
+    the kept cells, NaN where not formed there, read only where use_keep)."""
     tail_e, support = TAIL_E, SUPPORT
 
     @jit
@@ -600,7 +620,7 @@ def _surv_kernel(gammainc, gammaincc, ndtr, jit=lambda f: f):
         return gammaincc(k, y) if upper else gammainc(k, y)
 
     @jit
-    def _cell(L, m, v, z, g):                       # _s_cdf_cells on one cell
+    def _cell(L, m, v, z, g, f0c):                  # _s_cdf_cells on one cell (f0c: _s_parts' f0 or NaN)
         o = 1.0 if z > 0.0 else 0.0
         if abs(z) < 60.0 and v > 0.0:
             if g > 1e-3:
@@ -608,8 +628,11 @@ def _surv_kernel(gammainc, gammaincc, ndtr, jit=lambda f: f):
                 exact, bad, f0 = False, False, 0.0
                 if support and m - 2.0 * np.sqrt(v) / g < 0.0:
                     bad = True
-                    y0 = _max0(k - (m / np.sqrt(v)) * np.sqrt(k))
-                    f0 = _tail(k, y0, y0 >= k, False)
+                    if f0c == f0c:
+                        f0 = f0c
+                    else:
+                        y0 = _max0(k - (m / np.sqrt(v)) * np.sqrt(k))
+                        f0 = _tail(k, y0, y0 >= k, False)
                     exact = 1.0 - f0 < 1e-3
                 o = _tail(k, _max0(k + z * np.sqrt(k)), exact, False)
                 if bad:
@@ -625,7 +648,7 @@ def _surv_kernel(gammainc, gammaincc, ndtr, jit=lambda f: f):
             o = 1.0 if m <= L else 0.0
         return o
 
-    def loop(L, m, v, sd, g, keep, use_keep, vpos, out):
+    def loop(L, m, v, sd, g, keep, f0, use_keep, vpos, out):
         B, n = out.shape
         for b in range(B):
             run = 0.0
@@ -641,7 +664,7 @@ def _surv_kernel(gammainc, gammaincc, ndtr, jit=lambda f: f):
                 if far:
                     val = 1.0 if z > 0.0 else 0.0
                 else:
-                    val = _cell(L, mm, vv, z, gg)
+                    val = _cell(L, mm, vv, z, gg, f0[b, w] if use_keep else np.nan)
                 if not vpos and not vv > 0.0:
                     val = 1.0 if mm <= L else 0.0
                 val = 0.0 if val < 0.0 else (1.0 if val > 1.0 else val)   # np.clip: NaN stays NaN
@@ -1084,7 +1107,7 @@ def _compile_surv(numba):
     """The compiled _surv_kernel loop."""
     loop = _surv_kernel(*_special_scalars(), jit=numba.njit)
     return numba.njit("void(float64, float64[:, :], float64[:, :], float64[:, :], float64[:, :], boolean[:, :], "
-                      "boolean, boolean, float64[:, ::1])", cache=False)(loop)
+                      "float64[:, :], boolean, boolean, float64[:, ::1])", cache=False)(loop)
 
 
 def _lattice_cells_numpy(x, h, M, xmax):

@@ -75,7 +75,8 @@ def _numpy_survival(L, m, v, m3, w_max):
     first = np.flatnonzero(~np.all(v > 0, axis=0))
     vpos = w_max <= (int(first[0]) if len(first) else m.shape[1])
     c = slice(0, w_max)
-    s = headlaws._s_cdf(L, m[:, c], v[:, c], m3[:, c], (parts[0][:, c], parts[1][:, c], parts[2][:, c], vpos))
+    s = headlaws._s_cdf(L, m[:, c], v[:, c], m3[:, c],
+                        (parts[0][:, c], parts[1][:, c], parts[2][:, c], vpos, parts[4][:, c]))
     return np.minimum.accumulate(np.clip(s, 0, 1), axis=1), parts, vpos
 
 
@@ -115,8 +116,12 @@ def test_compiled_lead_law_cells_are_the_numpy_cells(compiled, monkeypatch):
                 got = np.empty((B, w_max))
                 c = slice(0, w_max)
                 headlaws._surv[0](L, m[:, c], v[:, c], parts[0][:, c], parts[1][:, c], parts[2][:, c],
-                                  True, vpos, got)
+                                  parts[4][:, c], True, vpos, got)
                 assert np.all(np.abs(got - ref) <= bound), (case, L, w_max, np.abs(got - ref).max())
+                again = np.empty((B, w_max))                            # f0 formed in the loop: the same cells
+                headlaws._surv[0](L, m[:, c], v[:, c], parts[0][:, c], parts[1][:, c], parts[2][:, c],
+                                  np.full((B, w_max), np.nan), True, vpos, again)
+                assert np.array_equal(again, got, equal_nan=True)
     # rows whose minimum reaches 0 early (the kernel stops evaluating them there), and rows with NaN, infinite or
     # absurd cells after that point (where it may not): the numpy path's numbers either way
     m = w * rng.uniform(0.5, 2, (6, 1))
@@ -127,7 +132,7 @@ def test_compiled_lead_law_cells_are_the_numpy_cells(compiled, monkeypatch):
     for L in (2.0, 50.0):
         ref, parts, vpos = _numpy_survival(L, m, v, m3, n)
         got = np.empty((6, n))
-        headlaws._surv[0](L, m, v, parts[0], parts[1], parts[2], True, vpos, got)
+        headlaws._surv[0](L, m, v, parts[0], parts[1], parts[2], parts[4], True, vpos, got)
         assert np.array_equal(np.isnan(got), np.isnan(ref)) and np.all(np.abs(got - ref)[~np.isnan(ref)] <= bound)
         assert np.all(ref[0, n // 2:] == 0)                     # the early zeros are there
 

@@ -140,6 +140,8 @@ def test_s_cdf_skips_only_cells_beyond_its_tail_bound(kind, monkeypatch):
         got = real(L, m, v, m3, parts)
         assert np.max(np.abs(got - old_s_cdf(L, m, v, m3))) <= 3 * math.exp(-headlaws.TAIL_E)
         assert np.array_equal(got, real(L, m, v, m3))          # the caller's L-independent parts: the same cells
+        if parts[4] is not None:                                # P(S <= 0) of the kept cells formed per L instead
+            assert np.array_equal(got, real(L, m, v, m3, parts[:4] + (np.full(m.shape, np.nan),)))
 
 
 def test_s_cdf_on_every_branch():
