@@ -2,8 +2,10 @@
 `gru_traces.py` / `lstm_traces.py` (crafted Keras weight files and vocabularies): each refused in one line that
 names the field or file, exit 2, before any work, and nothing written. The weight files are small Keras-layout
 HDF5 files made here with h5py."""
+import io
 import json
 import os
+import tarfile
 
 import h5py
 import numpy as np
@@ -240,3 +242,46 @@ def test_gru_refuses_an_archive_it_would_ignore(capsys, tmp_path):
     _one_line(capsys, gru.main, ["--weights", str(w), "--vocab", str(v), "--archive", str(tmp_path / "a.tar.gz"),
                                  "--out", str(tmp_path / "t.npz")], "--archive would be ignored")
     assert not (tmp_path / "t.npz").exists()
+
+
+def _archive(path, files):
+    """A tar.gz holding {member name: bytes, or None for a symbolic link}."""
+    with tarfile.open(path, "w:gz") as tf:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                tf.addfile(info)
+            else:
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_gru_archive_is_read_without_writing_beside_it(capsys, tmp_path):
+    """--archive: the two files read from a temporary copy, nothing written beside the archive, and a stale copy
+    already there never read in their place; a member that is a link, or missing, is refused."""
+    w, v = _weights(tmp_path / "w.hdf5", "gru"), _vocab(tmp_path / "v.json")
+    src = tmp_path / "src"
+    src.mkdir()
+    a = _archive(src / "reactionrnn-0.1.tar.gz", {gru.ARCHIVE_MEMBERS[0]: w.read_bytes(),
+                                                  gru.ARCHIVE_MEMBERS[1]: v.read_bytes()})
+    stale = src / "reactionrnn-0.1" / "reactionrnn"
+    stale.mkdir(parents=True)
+    (stale / gru.WEIGHTS_FILE).write_bytes(b"not an HDF5 file")      # would be refused if it were read
+    (stale / gru.VOCAB_FILE).write_text("[]")
+    before = sorted(p.relative_to(src) for p in src.rglob("*"))
+    out = tmp_path / "t.npz"
+    argv = ["--archive", str(a), "--n-seq", "3", "--seq-len", "16", "--units", "all", "--no-progress"]
+    assert run_cli(capsys, gru.main, argv + ["--out", str(out)])[0] == 0
+    assert sorted(p.relative_to(src) for p in src.rglob("*")) == before
+    assert traces.load_trace(str(out))[0]["rnn"].shape == (3, 16, UNITS)
+    _, _, info = gru.load_reactionrnn(archive=str(a))
+    assert info["weights"] == f"{a}:{gru.ARCHIVE_MEMBERS[0]}" and info["vocab"] == f"{a}:{gru.ARCHIVE_MEMBERS[1]}"
+    link = _archive(tmp_path / "link.tar.gz", {gru.ARCHIVE_MEMBERS[0]: None, gru.ARCHIVE_MEMBERS[1]: b"{}"})
+    _one_line(capsys, gru.main, ["--archive", str(link), "--out", str(tmp_path / "u.npz")],
+              "not a regular file", "not the reactionrnn 0.1 source archive")
+    half = _archive(tmp_path / "half.tar.gz", {gru.ARCHIVE_MEMBERS[1]: b"{}"})
+    _one_line(capsys, gru.main, ["--archive", str(half), "--out", str(tmp_path / "u.npz")],
+              "not the reactionrnn 0.1 source archive")
+    assert not (tmp_path / "u.npz").exists()

@@ -51,10 +51,13 @@ none it lacks (every byte of it is in the vocabulary, '\\n' included), so the tr
 Caveat: reactionrnn read at most 140 characters from a zero state; the traces run it continuously over 2048,
 so the gates beyond ~140 steps are the network outside its training regime.
 """
+import atexit
 import importlib.util
 import os
+import shutil
 import sys
 import tarfile
+import tempfile
 import time
 
 import numpy as np
@@ -316,23 +319,32 @@ class KerasCharGRU(nn.Module):
 
 # ----------------------------------------------------------------------------- reactionrnn
 
+ARCHIVE_MEMBERS = tuple(f"reactionrnn-0.1/reactionrnn/{f}" for f in (WEIGHTS_FILE, VOCAB_FILE))
+ARCHIVE_MEMBER_MAX = 64 << 20       # bytes; the archive's weights are 1.2 MB, its vocabulary 2 kB
+
+
 def reactionrnn_files(archive=None):
     """(weights path, vocab path) of reactionrnn: the installed package's (found without importing it: it
-    imports keras), or, given `archive` (the reactionrnn-0.1.tar.gz of REACTIONRNN_DOWNLOAD), the two files
-    extracted beside it into reactionrnn-0.1/reactionrnn/. Raises outputs.MissingPiece when neither is at hand."""
+    imports keras), or, given `archive` (the reactionrnn-0.1.tar.gz of REACTIONRNN_DOWNLOAD), its two files
+    (ARCHIVE_MEMBERS, regular files of at most ARCHIVE_MEMBER_MAX bytes) extracted into a fresh temporary folder
+    removed when the process ends: nothing is written beside the archive, and a copy there is never read in its
+    place. Raises outputs.MissingPiece when neither is at hand."""
     if archive is not None:
         if not os.path.isfile(archive):
             raise FileNotFoundError(f"reactionrnn archive not found: {archive}")
-        d = os.path.join(os.path.dirname(os.path.abspath(archive)), "reactionrnn-0.1", "reactionrnn")
-        want = [f"reactionrnn-0.1/reactionrnn/{f}" for f in (WEIGHTS_FILE, VOCAB_FILE)]
-        if not all(os.path.isfile(os.path.join(d, f)) for f in (WEIGHTS_FILE, VOCAB_FILE)):
-            try:
-                with tarfile.open(archive) as tf:
-                    members = [tf.getmember(w) for w in want]
-                    tf.extractall(os.path.dirname(os.path.abspath(archive)), members=members, filter="data")
-            except (KeyError, tarfile.TarError) as exc:
-                raise ValueError(f"{archive}: not the reactionrnn 0.1 source archive ({exc})") from None
-        return os.path.join(d, WEIGHTS_FILE), os.path.join(d, VOCAB_FILE)
+        try:
+            with tarfile.open(archive) as tf:
+                members = [tf.getmember(w) for w in ARCHIVE_MEMBERS]
+                for m in members:
+                    if not m.isfile() or m.size > ARCHIVE_MEMBER_MAX:
+                        what = "not a regular file" if not m.isfile() else f"{m.size} bytes"
+                        raise ValueError(f"{archive}: {m.name} is {what}; not the reactionrnn 0.1 source archive")
+                d = tempfile.mkdtemp(prefix="foxwindow-reactionrnn-")
+                atexit.register(shutil.rmtree, d, ignore_errors=True)
+                tf.extractall(d, members=members, filter="data")
+        except (KeyError, tarfile.TarError, EOFError, OSError) as exc:
+            raise ValueError(f"{archive}: not the reactionrnn 0.1 source archive ({exc})") from None
+        return tuple(os.path.join(d, m) for m in ARCHIVE_MEMBERS)
     spec = importlib.util.find_spec("reactionrnn")
     if spec is None or not spec.submodule_search_locations:
         raise outputs.MissingPiece(f"the reactionrnn package is not installed: {REACTIONRNN_PIP} (or "
@@ -349,12 +361,17 @@ def reactionrnn_files(archive=None):
 def load_reactionrnn(weights_path=None, vocab_path=None, archive=None, recurrent_activation=None):
     """(KerasCharGRU, vocab, info) of reactionrnn's shipped model (or the given files). recurrent_activation:
     None (the file's: hard_sigmoid for reactionrnn's Keras 2.0.6), or 'sigmoid' / 'hard_sigmoid' to override."""
+    shown = {}
     if weights_path is None or vocab_path is None:
         w, v = reactionrnn_files(archive)
+        if archive is not None:             # the files' names for the record: in the archive, not the temporary copy
+            shown = {w: f"{os.path.abspath(archive)}:{ARCHIVE_MEMBERS[0]}",
+                     v: f"{os.path.abspath(archive)}:{ARCHIVE_MEMBERS[1]}"}
         weights_path, vocab_path = weights_path or w, vocab_path or v
     wts = read_keras_gru(weights_path, recurrent_activation)
     vocab = lstm.read_vocab(vocab_path, n_classes=wts["embedding"].shape[0])
-    info = dict(weights=weights_path, vocab=vocab_path, keras_version=wts["keras_version"],
+    info = dict(weights=shown.get(weights_path, weights_path), vocab=shown.get(vocab_path, vocab_path),
+                keras_version=wts["keras_version"],
                 layers=[lyr["name"] for lyr in wts["layers"]], units=[lyr["units"] for lyr in wts["layers"]],
                 reset_after=[lyr["reset_after"] for lyr in wts["layers"]],
                 activation=[lyr["activation"] for lyr in wts["layers"]],
