@@ -139,6 +139,9 @@ def test_at_finds_a_float32_eps_and_says_what_the_scan_holds():
         r.plot("0.0", 1e-3)                                     # the threshold by keyword only
     assert r.plot(head="0.0", L=r.L[0]).axes and r.plot_overview(eps=1e-2).axes
     assert "at --eps 0.001" not in r.table() and "at --eps 0.005" not in r.table()
+    assert r.table(eps=np.float32(1e-3)) == r.table()                 # in the scan: the table's own column
+    with pytest.raises(KeyError, match=r"eps = 0.0001 .* not in the scan \(eps = 0.01, 0.001\)"):
+        r.table(eps=1e-4)                                       # not in the scan: said, not ignored
     r5 = foxwindow.analyse({"a": _lg(S=6, T=256, H=1)}, eps=[5e-3], n_boot=0, seed=0)
     assert "at --eps 0.005 (L = 5.298)" in r5.table()           # a scan without the table's columns: its own block
     r3 = foxwindow.analyse({"a": _lg(S=3, T=256, H=1)}, eps=[1e-2], n_boot=0, seed=0)   # too few to fit and score

@@ -69,7 +69,12 @@ class HeadsResult:
             shown = [e for e in scan if any(abs(e - r) <= 1e-6 * r for r in table.REPORT_EPS)]
             asked = [] if shown else scan
         else:
-            asked = [math.exp(-v) for v in gates.levels(eps, L)]
+            Ls = gates.levels(eps, L)
+            for Lq in Ls:                       # a threshold outside the scan has no block: said, as at() says it
+                if not any(abs(v - Lq) <= 1e-7 * max(Lq, 1.0) for v in self.L):
+                    scan = ", ".join(f"{math.exp(-v):.6g}" for v in self.L)
+                    raise KeyError(f"eps = {math.exp(-Lq):.6g} (L = {Lq:.8g}) is not in the scan (eps = {scan})")
+            asked = [math.exp(-v) for v in Ls]
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             table.print_table(self.heads, self.info, eps=asked)
