@@ -217,9 +217,14 @@ def test_trace_commands_read_this_file_only(capsys, tmp_path, family):
 def test_trace_commands_refuse_crafted_vocabularies(capsys, tmp_path, family, text, words):
     main = gru.main if family == "gru" else lstm.main
     w = _weights(tmp_path / "w.hdf5", family)
-    _one_line(capsys, main, ["--weights", str(w), "--vocab", str(_vocab(tmp_path / "v.json", text)), "--n-seq", "3",
-                             "--seq-len", "16", "--no-progress", "--out", str(tmp_path / "t.npz")],
-              "v.json: not a JSON vocabulary", words)
+    v = _vocab(tmp_path / "v.json", text)
+    rc, err = run_cli(capsys, main, ["--weights", str(w), "--vocab", str(v), "--n-seq", "3", "--seq-len", "16",
+                                     "--no-progress", "--out", str(tmp_path / "t.npz")])
+    lines = [li for li in err.splitlines() if li.strip()]
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert "v.json: not a JSON vocabulary" in lines[0] and words in lines[0], lines[0]
+    assert "RecursionError" not in err and "sys.set_int_max_str_digits" not in err     # not Python's own words
+    assert not (tmp_path / "t.npz").exists() and v.read_text() == text                 # nothing written, input kept
 
 
 @pytest.mark.parametrize("family", ["gru", "lstm"])
@@ -258,9 +263,9 @@ def _archive(path, files):
     return path
 
 
-def test_gru_archive_is_read_without_writing_beside_it(capsys, tmp_path):
+def test_gru_archive_is_read_without_writing_beside_it(capsys, tmp_path, monkeypatch):
     """--archive: the two files read from a temporary copy, nothing written beside the archive, and a stale copy
-    already there never read in their place; a member that is a link, or missing, is refused."""
+    already there never read in their place; a member that is a link, too large or missing is refused."""
     w, v = _weights(tmp_path / "w.hdf5", "gru"), _vocab(tmp_path / "v.json")
     src = tmp_path / "src"
     src.mkdir()
@@ -281,6 +286,10 @@ def test_gru_archive_is_read_without_writing_beside_it(capsys, tmp_path):
     link = _archive(tmp_path / "link.tar.gz", {gru.ARCHIVE_MEMBERS[0]: None, gru.ARCHIVE_MEMBERS[1]: b"{}"})
     _one_line(capsys, gru.main, ["--archive", str(link), "--out", str(tmp_path / "u.npz")],
               "not a regular file", "not the reactionrnn 0.1 source archive")
+    big = _archive(tmp_path / "big.tar.gz", {gru.ARCHIVE_MEMBERS[0]: b"x" * 65, gru.ARCHIVE_MEMBERS[1]: b"{}"})
+    monkeypatch.setattr(gru, "ARCHIVE_MEMBER_MAX", 64)
+    _one_line(capsys, gru.main, ["--archive", str(big), "--out", str(tmp_path / "u.npz")],
+              f"{gru.ARCHIVE_MEMBERS[0]} is 65 bytes", "not the reactionrnn 0.1 source archive")
     half = _archive(tmp_path / "half.tar.gz", {gru.ARCHIVE_MEMBERS[1]: b"{}"})
     _one_line(capsys, gru.main, ["--archive", str(half), "--out", str(tmp_path / "u.npz")],
               "not the reactionrnn 0.1 source archive")

@@ -28,6 +28,17 @@ PER_L = ("censored_frac", "mean_W", "se_mean_W", "var_W", "se_var_W", "km_mean",
          "oos_z_mean", "oos_z_var", "oos_censored")
 
 
+def _same_L(a, b):
+    """Thresholds equal within 1e-7 of L: an eps given in float32 (1e-3 is 1.0000000475e-3 there) finds its own."""
+    return abs(a - b) <= 1e-7 * max(b, 1.0)
+
+
+def _not_in_scan(Lq, Ls):
+    """The KeyError of a threshold L = Lq that is not among the scan's Ls."""
+    scan = ", ".join(f"{math.exp(-v):.6g}" for v in Ls)
+    return KeyError(f"eps = {math.exp(-Lq):.6g} (L = {Lq:.8g}) is not in the scan (eps = {scan})")
+
+
 class HeadsResult:
     """Per-head results of one analysis (see the module docstring). heads: [HeadResult]; info: what was analysed
     (source, sizes, seed, timings)."""
@@ -49,14 +60,12 @@ class HeadsResult:
         Lq = gates.level(eps, L)
         out = []
         for h in self.to_json()["heads"]:
-            # within 1e-7 of L: an eps given in float32 (1e-3 is 1.0000000475e-3 there) finds its record
-            rec = next((r for r in h["at"] if abs(r["L"] - Lq) <= 1e-7 * max(Lq, 1.0)), None)
+            rec = next((r for r in h["at"] if _same_L(r["L"], Lq)), None)
             if rec is None:
                 if not h["at"]:
                     raise KeyError(f"head {h['label']} has no per-eps records (its per-law evaluation needs at "
                                    f"least {verdict.MIN_DOCS} documents: half fitted, half held out)")
-                scan = ", ".join(f"{r['eps']:.6g}" for r in h["at"])
-                raise KeyError(f"eps = {math.exp(-Lq):.6g} (L = {Lq:.8g}) is not in the scan (eps = {scan})")
+                raise _not_in_scan(Lq, [r["L"] for r in h["at"]])
             out.append(dict(layer=h["layer"], head=h["head"], label=h["label"], **rec))
         return out
 
@@ -71,9 +80,8 @@ class HeadsResult:
         else:
             Ls = gates.levels(eps, L)
             for Lq in Ls:                       # a threshold outside the scan has no block: said, as at() says it
-                if not any(abs(v - Lq) <= 1e-7 * max(Lq, 1.0) for v in self.L):
-                    scan = ", ".join(f"{math.exp(-v):.6g}" for v in self.L)
-                    raise KeyError(f"eps = {math.exp(-Lq):.6g} (L = {Lq:.8g}) is not in the scan (eps = {scan})")
+                if not any(_same_L(v, Lq) for v in self.L):
+                    raise _not_in_scan(Lq, self.L)
             asked = [math.exp(-v) for v in Ls]
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):

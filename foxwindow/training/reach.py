@@ -467,13 +467,12 @@ def _refuse(name, field, why):
 
 def _number(name, field, v, lo=0.0, hi=None, integer=False, above=False):
     """v itself when it is a finite number (an int with integer=True) >= lo (> lo with above) and <= hi."""
-    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+    ok = isinstance(v, int if integer else (int, float)) and not isinstance(v, bool)
     try:
-        ok = ok and not isinstance(v, bool) and math.isfinite(float(v))
+        ok = ok and math.isfinite(float(v))
     except OverflowError:                   # an int beyond float64
         ok = False
-    if ok and (v <= lo if above else v < lo) or ok and hi is not None and v > hi:
-        ok = False
+    ok = ok and (v > lo if above else v >= lo) and (hi is None or v <= hi)
     if not ok:
         want = f"{'an integer' if integer else 'a finite number'} {'>' if above else '>='} {lo:g}"
         raise _refuse(name, field, f"must be {want}{f' and <= {hi:g}' if hi is not None else ''}; got "
