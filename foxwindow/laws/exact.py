@@ -168,6 +168,10 @@ class MarkovPassage(lattice.WindowLaw):
     survival: np.ndarray    # P(N > n) = P(W >= n), n = 0..
     offset = 0
 
+    def _widen(self, e1, e2):
+        self.err_mean += e1
+        self.err_var += e2
+
     @property
     def mean_err(self):
         """err_mean under the name every first-passage result uses."""

@@ -69,7 +69,22 @@ class AccuracyError(RuntimeError):
 class WindowLaw:
     """What every first-passage result (FirstPassage, iid; markov.ChainPassage and exact.MarkovPassage, chains)
     offers alike: survival[i] = P(W >= offset + i) (P(W >= n) = 1 below offset), mean and var of W with their
-    estimated errors mean_err and var_err, pmf[i] = P(W = offset + i), quantile(p). W = N - 1 throughout."""
+    estimated errors mean_err and var_err, pmf[i] = P(W = offset + i), quantile(p). W = N - 1 throughout.
+
+    The survival is stored as a survival function: in [0, 1] and nonincreasing. Extrapolated and FFT lattices
+    leave ripples of about 1e-13 (entries just below 0 or above their predecessor); they are projected away on
+    construction by a running minimum, which moves no entry further from a nonincreasing truth than it was,
+    and the mass moved is added to mean_err and var_err, so pmf is a probability vector."""
+
+    def __post_init__(self):
+        s, e1, e2 = _monotone_survival(self.survival, self.mean + 1.0 - self.offset)
+        if e1 > 0.0:
+            self.survival = s
+            self._widen(e1, e2)
+
+    def _widen(self, e1, e2):
+        self.mean_err += e1
+        self.var_err += e2
 
     @property
     def pmf(self):
@@ -116,6 +131,20 @@ class FirstPassage(WindowLaw):
     def L(self):
         """The threshold ln(1/eps)."""
         return -math.log(self.eps) if self.eps > 0 else math.inf
+
+
+def _monotone_survival(s, ebar):
+    """(s', e1, e2): s clipped to [0, 1] and made nonincreasing by a running minimum; e1 = sum |s' - s| bounds
+    the move of E[W], e2 the move of Var[W] (weights |2i + 1 - 2 ebar|, ebar = E[N - offset], as in
+    _bracket_atoms). A nonincreasing s comes back as it is, with e1 = e2 = 0."""
+    s = np.asarray(s, dtype=np.float64)
+    if len(s) == 0 or (s[0] <= 1.0 and s[-1] >= 0.0 and not np.any(s[1:] > s[:-1])):
+        return s, 0.0, 0.0
+    t = np.minimum.accumulate(np.clip(s, 0.0, 1.0))
+    d = np.abs(t - s)
+    e1 = float(d.sum())
+    e2 = float(np.sum(np.abs(2 * np.arange(len(s)) + 1 - 2 * ebar) * d)) + e1 * e1
+    return t, e1, e2
 
 
 def _moments_from_survival(s, n0=0):
