@@ -536,22 +536,27 @@ def lead_survival(bs, Ls, wts, kappa, w_cap=predict.N_CAP, mixed=None):
     mixed = MIXED if mixed is None else mixed
     if SHAPE not in ("gamma", "lognormal"):
         raise ValueError(f"laws.SHAPE must be 'gamma' or 'lognormal', not {SHAPE!r}")
+    nw = bs.nw
+    h = nw // 2
     if mixed == "rates":                       # each document its own mean, the documents' average shape
         m, v, m3 = bs.doc_moments()
         v = np.broadcast_to(v.mean(0), v.shape)
         m3 = np.broadcast_to(m3.mean(0), m3.shape)
-    else:
-        m, v, m3 = bs.doc_moments() if mixed else bs.moments(wts)
-    nw = bs.nw
-    h = nw // 2
-    sl = [(a[:, -1] - a[:, h - 1]) / (nw - h) for a in (m, v, m3)]
+    elif mixed:
+        m, v, m3 = bs.doc_moments()
+    # the moments at w = T/4 and T/2 set the range; pooled, they come first and then only the block lengths the
+    # cells read (a fast head's cells stop far below T/2: the moments of every w were up to 12% of a head's time)
+    ends = [a[:, [h - 1, nw - 1]] for a in (m, v, m3)] if mixed else bs.moments(wts, [h - 1, nw - 1])
+    sl = [(a[:, 1] - a[:, 0]) / (nw - h) for a in ends]
     tops = []
     for L in Ls:
         n_L = L / kappa
-        v_L = float(v[:, -1].max()) + max(float(sl[1].max()), 0) * max(n_L - nw, 0)
+        v_L = float(ends[1][:, 1].max()) + max(float(sl[1].max()), 0) * max(n_L - nw, 0)
         tops.append(int(min(w_cap, max(64, 1.2 * n_L + 30 * math.sqrt(max(v_L, 1e-12)) / kappa + 64))))
     # the cells up to the largest w_max once: a cell's m, v, m3 (and sd, skewness) depend on w alone, not on L
     w_top = max(tops, default=0)
+    if not mixed:
+        m, v, m3 = bs.moments(wts, slice(0, min(w_top, nw)))
     if w_top <= nw:
         mm, vv, tt = m[:, :w_top], v[:, :w_top], m3[:, :w_top]
     else:
@@ -832,12 +837,12 @@ def evaluate(x, Ls, rng, eps_list=None, pmf_L=None, windows=None, all_docs=True,
     numbers (state and claim are set by `assign_states` over the whole model)."""
     S, T = x.shape
     fit, test = np.arange(0, S, 2), np.arange(1, S, 2)
-    xf, xt = x[fit], x[test]
+    xf = x[fit]                             # (a copy: the held-out half is read through its windows alone)
     Sf = len(fit)
     Ls = np.asarray(Ls, dtype=np.float64)
     r0 = T // 2
     if windows is None:
-        Wt, Ct = predict.window_rows(xt, Ls, r0)
+        Wt, Ct = predict.window_rows(x[test], Ls, r0)
         Wf_, Cf_ = predict.window_rows(xf, Ls, r0)
     else:
         Wt, Ct, Wf_ = windows[0][test], windows[1][test], windows[0][fit]
