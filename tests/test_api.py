@@ -153,6 +153,74 @@ def test_at_finds_a_float32_eps_and_says_what_the_scan_holds():
             draw()
 
 
+def test_plots_take_layers_by_the_names_the_result_gives_them():
+    """plot(head=(layer, head)) takes the layer by its name in `layers` and the table ("attn") or by its number in
+    the labels (1); plot_overview / plot_laws take one layer name as a string, not as its characters; an unknown
+    layer is refused naming the result's layers."""
+    import foxwindow
+    r = foxwindow.analyse({"attn": _lg(T=256, seed=0), "mlp": _lg(T=256, seed=1)}, eps=[1e-2, 1e-3], n_boot=0,
+                          seed=0)
+    assert [h["layer"] for h in r.to_json()["heads"]] == ["attn", "attn", "mlp", "mlp"]
+    for head, label in ((("mlp", 1), "1.1"), (("attn", 1), "0.1"), ((1, 0), "1.0"), ((np.int64(0), 0), "0.0"),
+                        ("1.0", "1.0")):
+        assert r.plot(head=head).get_suptitle().startswith(f"head {label}:"), head
+    with pytest.raises(ValueError, match=r"no layer 'mlpx' in this result; its layers: 'attn', 'mlp' \(numbered "
+                                         r"0, 1 in the labels\)"):
+        r.plot(head=("mlpx", 1))
+    with pytest.raises(ValueError, match="no layer 5 in this result; its layers: 'attn', 'mlp'"):
+        r.plot(head=(5, 0))
+    with pytest.raises(ValueError, match=r"layer 'mlp' has no head 2 \(heads 0..1\)"):
+        r.plot(head=("mlp", 2))
+    with pytest.raises(TypeError, match=r"head=\(layer, head\): the head must be an integer index; got '1'"):
+        r.plot(head=("mlp", "1"))
+    for draw in (r.plot_overview, r.plot_laws):
+        one, both = draw(layers="mlp"), draw(layers=["attn", "mlp"])
+        assert "2 heads" in one.get_suptitle() and "4 heads" in both.get_suptitle()
+        with pytest.raises(ValueError, match=r"no heads to draw in layers \['mlpx'\]: the result's layers are "
+                                             "'attn', 'mlp'"):
+            draw(layers="mlpx")
+        with pytest.raises(ValueError, match=r"in layers \['x'\]"):
+            draw(layers=["mlp", "x"])                       # one unknown name among known ones: said, not dropped
+        with pytest.raises(TypeError, match="layers must be a layer name or a sequence of names; got int 1"):
+            draw(layers=1)
+
+
+def test_analyse_speaks_of_tokens_and_of_the_array_given(monkeypatch):
+    """A model's tokens are checked before the capture, the error naming tokens= and what it must be; tokens=
+    with traces is refused, not ignored; a (T, H) array of one sequence is told how it is read and what x[None]
+    gives."""
+    import foxwindow
+    from foxwindow.heads import driver
+    from foxwindow.models import hf_capture
+    net = torch.nn.LSTM(3, 4, batch_first=True).eval()
+    captured, analysed = [], []
+    real = hf_capture.capture_traces
+    monkeypatch.setattr(hf_capture, "capture_traces", lambda *a, **k: (captured.append(1), real(*a, **k))[1])
+    monkeypatch.setattr(driver, "_analyse_x", lambda *a, **k: analysed.append(1))
+    want = r"tokens must be \(S, T\) token ids, int64 \(floats \(S, T, features\) for a model that takes features"
+    for tokens, msg in (((6, 3), want + r".*got a tuple of shape \(2,\) \(a tuple of ints is read as the ids, not "
+                         r"as a shape: torch.randint\(vocab, \(6, 3\)\)"),
+                        (torch.zeros(6, 3, dtype=torch.long), want + r".*S >= 3 sequences .* and T >= max\(S, 4\) "
+                         r"tokens each; got shape \(6, 3\) \(S = 6, T = 3\)"),
+                        (torch.randn(2, 30, 3), r"got shape \(2, 30, 3\) \(S = 2, T = 30\)"),
+                        ([[1, 2, 3, 4], [1, 2]], want + ".*got a list that is not one array"),
+                        (np.zeros((4, 30), bool), want + ".*got dtype bool")):
+        with pytest.raises(ValueError, match=msg) as info:
+            foxwindow.analyse(net, tokens=tokens, eps=1e-2, n_boot=0, seed=0)
+        assert "lg" not in str(info.value).split() and "transpose" not in str(info.value)
+    assert captured == []
+    lg = _lg(S=6, T=400, H=2)
+    for x, kind in ((lg, "an array of log-gates"), ({"l": lg}, "a mapping of traces"),
+                    ("no/such/file.npz", "a trace file path")):
+        with pytest.raises(ValueError, match=f"tokens= is for a model .*; x is {kind}.*: drop tokens="):
+            foxwindow.analyse(x, tokens=torch.zeros(4, 30, dtype=torch.long), eps=1e-2, n_boot=0, seed=0)
+    with pytest.raises(ValueError, match=r"'layer0': a 2-D array is read as \(S, T\), S sequences of one head; got "
+                                         r"shape \(400, 2\), 400 sequences x 2 tokens.*If it is \(T, H\), one "
+                                         r"sequence of H heads, x\[None\] makes it \(1, T, H\)"):
+        foxwindow.analyse(lg[0], eps=1e-2, n_boot=0, seed=0)
+    assert analysed == []
+
+
 def test_analyse_checks_a_whole_trace_file_before_any_head(tmp_path, monkeypatch):
     """A trace file's bad value in its last head is found before the first head is analysed."""
     import foxwindow

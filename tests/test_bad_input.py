@@ -351,6 +351,47 @@ def test_windows_needs_time_dim_for_captures():
             assert np.array_equal(W[b, :, h], w1) and np.array_equal(c[b, :, h], c1)
 
 
+def test_windows_refuses_alike_from_numpy_and_torch():
+    """Integer log-gates are refused from numpy as from torch (one message), a number without a time axis is told
+    so (not "empty"), and a ragged list gets one line naming log_g, not numpy's own message."""
+    for bad in (np.zeros(8, np.int64), torch.zeros(8, dtype=torch.int64)):
+        with pytest.raises(ValueError, match=r"^windows: log_g \(log-gates\) must be floating point; got dtype "
+                                             r"int64$"):
+            gates.windows(bad, eps=1e-2)
+    for bad in (np.zeros(8, bool), torch.zeros(8, dtype=torch.bool)):
+        with pytest.raises(ValueError, match="must be floating point; got dtype bool$"):
+            gates.windows(bad, eps=1e-2)
+    for bad in (-0.5, np.float32(-0.5), torch.tensor(-0.5)):
+        with pytest.raises(ValueError, match=r"^windows: log_g is one number \(-0.5\); it needs at least one "
+                                             r"dimension, the time axis: a trace \(T,\) or traces \(S, T\)$"):
+            gates.windows(bad, eps=1e-2)
+    with pytest.raises(ValueError, match=r"^windows: log_g must be one array of log-gates, \(T,\) or \(S, T\); "
+                                         r"got a list that is not one \(rows of different lengths\?\)$"):
+        gates.windows([[-0.1, -0.2], [-0.1]], eps=1e-2)
+    # what is valid still works, the same from either: float lists, float32 tensors
+    W, c = gates.windows([-0.1, -0.2, -5.0], eps=0.5)
+    Wt, ct = gates.windows(torch.tensor([-0.1, -0.2, -5.0]), eps=0.5)
+    assert W.tolist() == Wt.tolist() == [1, 2, 0] and c.tolist() == ct.tolist() == [True, True, False]
+
+
+def test_load_checkpoint_of_a_folder_says_it_is_one(tmp_path):
+    """A folder given as a checkpoint is not "not found": the error says it is a folder, which file is expected and
+    which .pt files the folder holds (or that it is a Hugging Face style model folder)."""
+    with pytest.raises(ValueError, match=f"^checkpoint {re.escape(str(tmp_path))} is a folder; load_checkpoint "
+                                         r"reads one .pt file written by save_model or train.py \(such as "
+                                         r"fox_shakespeare.pt\), and this folder holds no .pt file$"):
+        model.load_checkpoint(str(tmp_path))
+    (tmp_path / "b.pt").write_bytes(b"x")
+    (tmp_path / "a.pt").write_bytes(b"x")
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"this folder holds a.pt, b.pt: pass one of them; a folder with "
+                                         r"config.json is a Hugging Face style model: "
+                                         r"foxwindow.load_pretrained\(folder\) reads it$"):
+        model.load_checkpoint(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="checkpoint not found"):       # a missing path is still missing
+        model.load_checkpoint(str(tmp_path / "absent.pt"))
+
+
 def _head_traces(S=4, T=600, seed=0):
     rng = np.random.default_rng(seed)
     return -gates.LogitNormalGate(1, 1).sample(rng, (S, T))
@@ -577,7 +618,7 @@ def test_python_api_inputs_get_one_clear_error_before_any_work(tmp_path):
              (lambda: gates.windows(torch.full((10,), -1.7e308, dtype=torch.float64), eps=1e-3), ValueError,
               "passes float64's range"),
              (lambda: gates.windows(np.zeros((0, 5)), eps=1e-3), ValueError, "empty"),
-             (lambda: gates.windows(np.array(-0.1), eps=1e-3), ValueError, "empty"),
+             (lambda: gates.windows(np.array(-0.1), eps=1e-3), ValueError, "needs at least one dimension"),
              (lambda: gates.EmpiricalGate(None), ValueError, "real-valued array; got dtype object"),
              (lambda: fw.capture_traces(torch.nn.LSTM(3, 4, batch_first=True), torch.randn(4, 30, 3), batch=0),
               ValueError, "batch must be an integer >= 1"),

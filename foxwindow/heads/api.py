@@ -56,6 +56,14 @@ def _as_traces(x, layout=True):
         if not np.issubdtype(a.dtype, np.floating):
             raise ValueError(f"{what} must be a real floating-point array (S, T, H); got dtype {a.dtype}")
         if a.ndim == 2:
+            S, T = a.shape
+            if layout and 0 not in a.shape and (T < S or T < traces.MIN_TRACE_LEN):
+                # a (T, H) capture of one sequence reads as many sequences of a few tokens: say what 2-D means
+                raise ValueError(f"{what}: a 2-D array is read as (S, T), S sequences of one head; got shape "
+                                 f"{a.shape}, {S} sequences x {T} tokens, and the analysis needs T >= max(S, "
+                                 f"{traces.MIN_TRACE_LEN}). If it is (T, H), one sequence of H heads, x[None] makes "
+                                 "it (1, T, H): the analysis needs (S, T, H) with S >= 3 sequences (np.stack "
+                                 "them); if it is (T, S), transpose it (x.T)")
             a = a[:, :, None]
         if a.ndim != 3:
             raise ValueError(f"{what} must be (S, T, H) (or (S, T) for one head); got shape {a.shape}")
@@ -76,6 +84,46 @@ def _as_traces(x, layout=True):
     return out
 
 
+MIN_TOKENS = 4              # tokens per sequence the per-head analysis needs (its lag sums over documents)
+
+
+def _check_tokens(tokens):
+    """The tokens a model's gates are captured on, before any forward: (S, T) ids, or (S, T, features) for a model
+    that takes features (an nn.LSTM), with S >= 3 sequences (the errors are jackknifed over them) and
+    T >= max(S, MIN_TOKENS)."""
+    want = ("(S, T) token ids, int64 (floats (S, T, features) for a model that takes features, such as an "
+            "nn.LSTM)")
+    if isinstance(tokens, torch.Tensor):
+        shape, dtype = tuple(tokens.shape), str(tokens.dtype).removeprefix("torch.")
+        ok = not (tokens.is_complex() or tokens.dtype == torch.bool)
+    else:
+        try:
+            a = np.asarray(tokens)
+        except (ValueError, TypeError):
+            raise ValueError(f"tokens must be {want}; got a {type(tokens).__name__} that is not one array "
+                             "(rows of different lengths?)") from None
+        shape, dtype = a.shape, str(a.dtype)
+        ok = np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)
+    if not ok:
+        raise ValueError(f"tokens must be {want}; got dtype {dtype}")
+    if len(shape) < 2:
+        ints = isinstance(tokens, tuple) and all(isinstance(v, int) for v in tokens)
+        raise ValueError(f"tokens must be {want}; got a {type(tokens).__name__} of shape {shape}"
+                         + (" (a tuple of ints is read as the ids, not as a shape: torch.randint(vocab, "
+                            f"{tokens}) draws ids of that shape)" if ints else ""))
+    S, T = shape[:2]
+    if S < 3 or T < max(S, MIN_TOKENS):
+        raise ValueError(f"tokens must be {want} with S >= 3 sequences (the errors are jackknifed over them) and "
+                         f"T >= max(S, {MIN_TOKENS}) tokens each; got shape {shape} (S = {S}, T = {T})")
+
+
+def _kind(x):
+    """What x is, for a message: the user's word for it."""
+    if isinstance(x, (str, os.PathLike)):
+        return "a trace file path"
+    return "a mapping of traces" if isinstance(x, Mapping) else f"an array of log-gates ({type(x).__name__})"
+
+
 def analyse(x, *, eps=None, L=None, n_boot=driver.N_BOOT, seed=None, tokens=None, n_seq=32, seq_len=2048, batch=8,
             per_channel=False, progress=False):
     """The per-head verdict and windows of x at thresholds eps= or L= (keywords, at most one; each a number or
@@ -83,11 +131,15 @@ def analyse(x, *, eps=None, L=None, n_boot=driver.N_BOOT, seed=None, tokens=None
 
     x: a path to a trace file (models.traces.save_trace), a mapping {layer name: (S, T, H) log-gates <= 0},
       one (S, T, H) or (S, T) array or tensor, or a gated torch.nn.Module. A model's gates are captured on
-      `tokens` ((S, T) ids; for this package's FoX model the default is n_seq held-out sequences of seq_len
-      bytes), `batch` sequences per forward, on the model's device (on the CPU with the CPU fallbacks).
+      `tokens` ((S, T) ids, S >= 3 and T >= S, or (S, T, features) for a model that takes features; for this
+      package's FoX model the default is n_seq held-out sequences of seq_len bytes; only for a model), `batch`
+      sequences per forward, on the model's device (on the CPU with the CPU fallbacks).
     n_boot, seed: the verdict's document bootstrap (heads.verdict); seed None draws fresh (recorded).
     Returns a HeadsResult (.heads, .at(eps=...), .table(), .to_json()).
     """
+    if tokens is not None and not isinstance(x, torch.nn.Module):
+        raise ValueError(f"tokens= is for a model (a torch.nn.Module, its gates captured on them); x is "
+                         f"{_kind(x)}, which holds the gates already: drop tokens=")
     if isinstance(x, (str, os.PathLike)):
         traces.check_trace_file(os.fspath(x))       # every value before the work, streamed (a file of any size)
         results, info = driver.analyse_traces(os.fspath(x), eps=eps, L=L, n_boot=n_boot, seed=seed,
@@ -99,6 +151,8 @@ def analyse(x, *, eps=None, L=None, n_boot=driver.N_BOOT, seed=None, tokens=None
             if not isinstance(x, FoXLM):
                 raise ValueError(f"{type(x).__name__}: give tokens= (S, T) ids to capture its gates on")
             tokens, _ = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
+        else:
+            _check_tokens(tokens)
         layers = _as_traces(hf_capture.capture_traces(x, tokens, batch=batch, per_channel=per_channel,
                                                       progress=progress), layout=False)
         what = f"model {type(x).__name__}"

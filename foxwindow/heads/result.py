@@ -95,19 +95,21 @@ class HeadsResult:
     def plot(self, head=None, *, eps=1e-3, L=None):
         """One head's figure (foxwindow.report.plot_head): E[W] and Var[W] against L with every law, the window
         distribution at eps= or L= (keywords; default eps 1e-3) against the predicted one, tau(n) with the regime
-        marks. head: its label ("0.3") or (layer, head); None: the first. Returns a matplotlib Figure."""
+        marks. head: its label ("0.3") or (layer, head), the layer by its name as `layers` and the table give it
+        ("layer0") or its number in the labels (0); None: the first. Returns a matplotlib Figure."""
         return report.plot_head(self, head=head, **({"L": L} if L is not None else {"eps": eps}))
 
     def plot_overview(self, *, eps=1e-3, L=None, layers=None):
         """The model at a glance (foxwindow.report.plot_overview): mean window per layer x head at eps= or L=
-        (keywords; default eps 1e-3) on a log colour scale and every law's state per head. Returns a matplotlib
-        Figure."""
+        (keywords; default eps 1e-3) on a log colour scale and every law's state per head. layers: only these
+        layer names, one as a string or a sequence (None: all). Returns a matplotlib Figure."""
         return report.plot_overview(self, layers=layers, **({"L": L} if L is not None else {"eps": eps}))
 
     def plot_laws(self, which="var", laws=None, layers=None):
         """Every head against every law (foxwindow.report.plot_laws): each law's Var[W] (which="var") or E[W]
         ("mean") over the measured one against L, one panel per head, the lead law's state at each eps.
-        laws: the law names to draw (None: all); layers: only these layers. Returns a matplotlib Figure."""
+        laws: the law names to draw (None: all); layers: only these layer names, one as a string or a sequence.
+        Returns a matplotlib Figure."""
         return report.plot_laws(self, which=which, laws=laws, layers=layers)
 
     def __len__(self):

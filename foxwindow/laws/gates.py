@@ -284,6 +284,7 @@ def windows(log_g, *, eps=None, L=None, dim=None):
     O(T log T) a row. Both are identical to searchsorted(c, c_i - L, side="left") on the float64 prefix sums.
     """
     L = level(eps, L)
+    log_g = _windows_input(log_g)
     is_np = not isinstance(log_g, torch.Tensor)
     if is_np:
         return _windows_np(_as_float_array(log_g, "log-gates"), L, dim)
@@ -309,6 +310,26 @@ def windows(log_g, *, eps=None, L=None, dim=None):
     w = (i - j).movedim(-1, dim)
     cens = (j == 0).movedim(-1, dim)
     return (w.numpy(), cens.numpy()) if is_np else (w, cens)
+
+
+def _windows_input(log_g):
+    """windows()' log_g as a numpy array or the torch tensor it is, refused alike from either: not one array (a
+    ragged list), not floating point (integer gates are not log-gates), or 0-d (no time axis)."""
+    if isinstance(log_g, torch.Tensor):
+        floating, dtype = torch.is_floating_point(log_g), str(log_g.dtype).removeprefix("torch.")
+    else:
+        try:
+            log_g = np.asarray(log_g)
+        except (ValueError, TypeError):
+            raise ValueError(f"windows: log_g must be one array of log-gates, (T,) or (S, T); got a "
+                             f"{type(log_g).__name__} that is not one (rows of different lengths?)") from None
+        floating, dtype = np.issubdtype(log_g.dtype, np.floating), str(log_g.dtype)
+    if not floating:
+        raise ValueError(f"windows: log_g (log-gates) must be floating point; got dtype {dtype}")
+    if log_g.ndim == 0:
+        raise ValueError(f"windows: log_g is one number ({float(log_g):.6g}); it needs at least one dimension, "
+                         "the time axis: a trace (T,) or traces (S, T)")
+    return log_g
 
 
 def _check_dim(dim, shape):

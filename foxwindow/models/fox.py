@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from foxwindow import outputs
+from foxwindow import outputs, safety
 from foxwindow.models.attention import (
     forgetting_attention,
     forgetting_attention_reference,
@@ -457,13 +457,31 @@ def load_weights_only(path):
                          f"{(why.group(1) if why else text)[:200]})") from None
 
 
+def _folder_message(path):
+    """What load_checkpoint says of a folder: it reads one file, and which files of the folder could be it."""
+    try:
+        names = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n)))
+    except OSError:
+        names = []
+    pts = [n for n in names if n.endswith(".pt")]
+    shown = ", ".join(safety.shown(n) for n in pts[:6]) + (", ..." if len(pts) > 6 else "")
+    msg = (f"checkpoint {safety.shown(path)} is a folder; load_checkpoint reads one .pt file written by save_model "
+           f"or train.py (such as {os.path.basename(SHIPPED_CHECKPOINT)})")
+    msg += f", and this folder holds {shown}: pass one of them" if pts else ", and this folder holds no .pt file"
+    if "config.json" in names:              # a Hugging Face style model folder
+        msg += "; a folder with config.json is a Hugging Face style model: foxwindow.load_pretrained(folder) reads it"
+    return msg
+
+
 def load_checkpoint(path, device="cpu"):
     """Load a checkpoint written by save_model. Returns (model, meta): the FoXLM in eval mode
     with float32 weights on `device`, and the checkpoint's metadata dict.
 
-    Raises FileNotFoundError if the file is missing; ValueError if it is not a readable
+    Raises FileNotFoundError if the file is missing; ValueError if path is a folder, not a readable
     checkpoint, lacks fields, has a bad config, or its weights do not match the config.
     """
+    if os.path.isdir(path):
+        raise ValueError(_folder_message(path))
     if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:

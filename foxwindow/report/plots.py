@@ -30,7 +30,7 @@ from foxwindow.report import schema
 
 __all__ = ["STATE_COLORS", "STATE_MARKS", "MEASURED", "PMF_BINS", "LAW_PALETTE", "short", "law_colors", "plain_log",
            "plot_head", "mean_window", "plot_overview", "ATTENTION_EPS", "RATIO_CLIP",
-           "plot_laws", "TICK_ROOM", "layer_ticks", "check_in_scan"]
+           "plot_laws", "TICK_ROOM", "layer_ticks", "check_in_scan", "pick_layers"]
 
 STATE_COLORS = {"holds": "#2ca02c", "false": "#d62728", "undetermined": "#ff9f1c", "not claimed": "#d9d9d9"}
 STATE_MARKS = {"holds": "✓", "false": "✗", "undetermined": "?", "not claimed": "·"}
@@ -280,6 +280,27 @@ def _eps_of(eps, L, none_ok=False):
 _DEFAULT = object()         # eps not given
 
 
+def pick_layers(res, layers):
+    """The heads of the layers named (None: every head): one name as a string or a sequence of names, each as
+    the result names its layers. ValueError naming the unknown ones and the result's layers."""
+    if layers is None:
+        if not res.heads:
+            raise ValueError("no heads to draw: the result has none")
+        return list(res.heads)
+    if isinstance(layers, str):                     # one name, not its characters
+        layers = [layers]
+    elif not hasattr(layers, "__iter__"):
+        raise TypeError(f"layers must be a layer name or a sequence of names; got {type(layers).__name__} "
+                        f"{layers!r}")
+    names = [str(x) for x in layers]
+    have = set(res.layers())
+    bad = [n for n in names if n not in have]
+    if bad or not names:
+        raise ValueError(f"no heads to draw in layers {[safety.shown(n) for n in (bad or names)]}: the result's "
+                         f"layers are {res.shown_layers()}")
+    return [h for h in res.heads if h.layer in set(names)]
+
+
 def _need_records(heads):
     """ValueError where no head has per-eps records (fewer than 4 documents: no law was evaluated)."""
     if not any(h.at for h in heads):
@@ -382,11 +403,10 @@ def _ticks(ax, layers, ncol, many, most=16):
 def plot_overview(result, *, eps=_DEFAULT, L=None, layers=None, dpi=80):
     """The model at a glance: the mean window per layer x head at eps on a log colour scale ('>' where
     some windows are censored: a lower bound) and, per law, its state on each head (false anywhere wins,
-    then holds, then undetermined). layers: only these layer names (None: all). Returns a Figure."""
+    then holds, then undetermined). layers: only these layer names, one as a string or a sequence (None: all).
+    Returns a Figure."""
     res = schema.read(result)
-    heads = [h for h in res.heads if layers is None or h.layer in {str(x) for x in layers}]
-    if not heads:
-        raise ValueError("no heads to draw" + (f" in layers {list(layers)}" if layers is not None else ""))
+    heads = pick_layers(res, layers)
     _need_records(heads)
     eps = _eps_of(eps, L)
     check_in_scan(heads, eps)                                    # a map of empty cells would say nothing
@@ -544,15 +564,14 @@ def plot_laws(result, which="var", laws=None, layers=None, max_heads=64, title=N
     its markers, the eps attention uses (1e-2 ... 1e-4) shaded. A panel's title names the laws that explain
     the head's mean and variance there and those that are false (its summary line).
 
-    laws: the law names to draw (None: every law of the result); layers: only these layer names;
+    laws: the law names to draw (None: every law of the result); layers: only these layer names (one as a
+    string or a sequence);
     max_heads: refuse more panels than this (ValueError; pass layers=); title: put before the figure's own
     title. Returns a matplotlib Figure."""
     res = schema.read(result)
     if which not in ("var", "mean"):
         raise ValueError(f"which must be 'var' or 'mean'; got {which!r}")
-    heads = [h for h in res.heads if layers is None or h.layer in {str(x) for x in layers}]
-    if not heads:
-        raise ValueError("no heads to draw" + (f" in layers {list(layers)}" if layers is not None else ""))
+    heads = pick_layers(res, layers)
     _need_records(heads)
     if len(heads) > max_heads:
         raise ValueError(f"{len(heads)} {res.unit}s is more than max_heads={max_heads} panels; "

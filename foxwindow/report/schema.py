@@ -189,15 +189,50 @@ class Result:
                 seen.append(h.layer)
         return seen
 
+    def shown_layers(self, most=12):
+        """The layer names for a message: quoted, control characters escaped, the first `most` of them."""
+        names = self.layers()
+        return ", ".join(repr(safety.shown(n)) for n in names[:most]) + (", ..." if len(names) > most else "")
+
     def head(self, label):
-        """The head named `label` ("0.3", or (layer, head)); ValueError listing a few labels."""
+        """The head named `label`: its label "0.3", or a pair (layer, head) whose layer is the layer's name as
+        the result gives it ("layer0", "blocks.0.attn.hook_log_fgate") or its number in the labels (0).
+        ValueError listing a few labels, or the layer names where the layer is unknown."""
         if isinstance(label, (tuple, list)) and len(label) == 2:
-            label = f"{label[0]}.{label[1]}"
+            return self._head_in(*label)
         for h in self.heads:
             if h.label == str(label):
                 return h
         shown = ", ".join(h.label for h in self.heads[:8]) + (", ..." if len(self.heads) > 8 else "")
         raise ValueError(f"no {self.unit} {label!r} in this result ({len(self.heads)} {self.unit}s: {shown})")
+
+    def _head_in(self, layer, head):
+        """The head (layer, head) of head(): layer a name or the number of the labels' "number.head"."""
+        unit = self.unit
+        if isinstance(head, bool) or not hasattr(head, "__index__"):
+            raise TypeError(f"head=(layer, {unit}): the {unit} must be an integer index; got {head!r}")
+        head = head.__index__()
+        if isinstance(layer, str) and layer in self.layers():
+            hs = [h for h in self.heads if h.layer == layer]
+        elif isinstance(layer, str) or (not isinstance(layer, bool) and hasattr(layer, "__index__")):
+            # a layer's number: the part of the labels before the last "." (a number written as a string too)
+            num = str(layer.__index__() if not isinstance(layer, str) else layer)
+            hs = [h for h in self.heads if h.label.rpartition(".")[0] == num]
+            if not hs:
+                nums = list(dict.fromkeys(h.label.rpartition(".")[0] for h in self.heads))
+                nums = [n for n in nums if n.isdigit()]
+                raise ValueError(f"no layer {safety.shown(layer) if isinstance(layer, str) else layer!r} in this "
+                                 f"result; its layers: {self.shown_layers()}"
+                                 + (f" (numbered {', '.join(nums[:12])}{', ...' if len(nums) > 12 else ''} in the "
+                                    "labels)" if nums else ""))
+        else:
+            raise TypeError(f"head=(layer, {unit}): the layer must be a layer name or its integer index; got "
+                            f"{layer!r}")
+        for h in hs:
+            if h.head == head:
+                return h
+        have = sorted(h.head for h in hs)
+        raise ValueError(f"layer {safety.shown(hs[0].layer)!r} has no {unit} {head} ({unit}s {have[0]}..{have[-1]})")
 
     def verdict_laws(self):
         """The laws given a state, in display order: the catalogue less the reference, and the reference too
