@@ -157,6 +157,25 @@ def test_monte_carlo_mc_result_and_alibi():
     assert abs(r.mean - lam) <= z * r.se_mean and abs(r.var - lam) <= z * r.se_var
 
 
+def test_se_of_var_is_not_zero_on_a_two_point_law():
+    # +-1 of equal masses: m4 = s^4 (the delta method's SE is exactly 0), yet Var(s^2) = 2 sigma^4 / (n (n - 1))
+    for n in (10, 50, 1000):
+        w = np.repeat([-1.0, 1.0], n // 2)
+        exact = math.sqrt(2.0 / (n * (n - 1)))
+        assert gates.se_of_var(w) == pytest.approx(exact, rel=1e-12)
+    # random samples of that law (unequal counts): never 0, where the delta method's SE was 0 on a third of them,
+    # and not below the replicates' sd of s^2 (the plug-in's m4 / m2^2 - 1 is >= 0 there: it errs upwards)
+    rng = np.random.default_rng(0)
+    w = rng.integers(0, 2, size=(4000, 40)) * 2.0 - 1.0
+    s2 = w.var(axis=1, ddof=1)
+    se = np.array([gates.se_of_var(row) for row in w])
+    m4 = np.mean((w - w.mean(1, keepdims=True)) ** 4, axis=1)
+    assert np.mean(m4 - s2 * s2 <= 0) > 0.3 and np.all(se > 0)
+    sd = s2.std(ddof=1)
+    sd_se = sd * math.sqrt((np.mean((s2 - s2.mean()) ** 4) / sd ** 4 - 1) / (4 * len(s2)))   # delta method, sd
+    assert se.mean() >= sd - 4 * math.hypot(sd_se, se.std(ddof=1) / math.sqrt(len(se)))
+
+
 def test_monte_carlo_is_seeded_and_chunked():
     g = SEED_GATES[1]
     a, _ = gates.first_passage_samples(g, eps=1e-3, trials=5000, seed=7, chunk=2000)
