@@ -1,11 +1,12 @@
 """Hostile input to `reach.py --replot` (a crafted or corrupt earlier result), `reach.py`'s own flags, and
 `gru_traces.py` / `lstm_traces.py` (crafted Keras weight files and vocabularies): each refused in one line that
 names the field or file, exit 2, before any work, and nothing written. The weight files are small Keras-layout
-HDF5 files made here with h5py."""
+HDF5 files made here with h5py (compressed ones with chunks written as is: decompression bombs)."""
 import io
 import json
 import os
 import tarfile
+import zlib
 
 import h5py
 import numpy as np
@@ -127,8 +128,9 @@ UNITS, WIDTH = 4, 3
 VOCAB = {chr(b): b for b in range(1, 128)}                   # every ASCII byte: the held-out text maps whole
 
 
-def _weights(path, family, edit=None, config=None):
-    """A small Keras-layout weight file: embedding (128, WIDTH) and one GRU (3 gates) or LSTM (4) layer."""
+def _weights(path, family, edit=None, config=None, stored=None):
+    """A small Keras-layout weight file: embedding (128, WIDTH) and one GRU (3 gates) or LSTM (4) layer; stored:
+    create_dataset's filter arguments for every array (compression, shuffle, ...)."""
     rng = np.random.default_rng(0)
     g = 3 if family == "gru" else 4
     arrays = {"embedding": {"embeddings:0": rng.normal(size=(128, WIDTH))},
@@ -143,7 +145,7 @@ def _weights(path, family, edit=None, config=None):
             grp = f.create_group(ln)
             grp.attrs["weight_names"] = np.array([f"{ln}/{w}".encode() for w in ws])
             for w, a in ws.items():
-                grp.create_dataset(f"{ln}/{w}", data=a.astype(np.float32))
+                grp.create_dataset(f"{ln}/{w}", data=a.astype(np.float32), **(stored or {}))
         if edit is not None:
             edit(f)
     return path
@@ -159,6 +161,37 @@ def _replace(name, **kw):
         del f[name]
         f.create_dataset(name, **kw)
     return edit
+
+
+def _rename(new):
+    """The recurrent layer renamed `new` (its group and the layer list)."""
+    def edit(f):
+        f.move("rnn", new)
+        f.attrs["layer_names"] = np.array([b"embedding", new.encode()])
+    return edit
+
+
+def _bomb(compression, shape, chunks, unpacks_to):
+    """The embedding as a compressed dataset whose every chunk is written as is and unpacks to `unpacks_to` bytes."""
+    if compression == "gzip":
+        raw = zlib.compress(bytes(unpacks_to), 9)
+    else:                                                   # lzf: one zero byte, then back references of 264 bytes
+        raw = b"\x00\x00" + b"\xe0\xff\x00" * ((unpacks_to - 1) // 264)
+
+    def edit(f):
+        name = "embedding/embedding/embeddings:0"
+        del f[name]
+        d = f.create_dataset(name, shape=shape, dtype="f4", chunks=chunks, compression=compression)
+        for idx in np.ndindex(*(-(-n // c) for n, c in zip(shape, chunks))):
+            d.id.write_direct_chunk(tuple(i * c for i, c in zip(idx, chunks)), raw)
+    return edit
+
+
+def _some_chunks(f):
+    name = "embedding/embedding/embeddings:0"
+    a = f[name][()]
+    del f[name]
+    f.create_dataset(name, shape=a.shape, dtype="f4", chunks=(16, WIDTH), compression="gzip")[:16] = a[:16]
 
 
 def _nan_embedding(f):
@@ -182,6 +215,21 @@ WEIGHTS = [
     ("config_list", dict(config="[1, 2]"), "model_config is not a Keras model config"),
     ("config_deep", dict(config="[" * 100000 + "]" * 100000), "model_config is not valid JSON (nested too deeply)"),
     ("config_layers", dict(config=json.dumps({"config": {"layers": [1]}})), "model_config is not a Keras model"),
+    # names are printed and become the trace's layer names: control characters are refused, shown escaped
+    ("escape_name", dict(edit=_rename("rnn\x1b[31m")), "layer name 'rnn\\x1b[31m' holds control characters"),
+    ("newline_name", dict(edit=_rename("rnn\nwrote t.npz")), "layer name 'rnn\\nwrote t.npz' holds control"),
+    ("escape_version", dict(edit=lambda f: f.attrs.__setitem__("keras_version", b"2.1.5\x1b]0;x\x07")),
+     "keras_version '2.1.5\\x1b]0;x\\x07' holds control characters"),
+    ("cr_weight_name", dict(edit=lambda f: f["rnn"].attrs.__setitem__("weight_names", [b"rnn/kernel:0\r"])),
+     "layer 'rnn': weight name 'rnn/kernel:0\\r' holds control characters"),
+    ("bytes_name", dict(edit=lambda f: f.attrs.__setitem__("layer_names", np.array([b"embedding", b"rnn\xff"]))),
+     "layer name b'rnn\\xff' is not UTF-8 text"),
+    ("vlen_bytes_name", dict(edit=lambda f: f.attrs.__setitem__("layer_names", [b"embedding", b"rnn\xff"])),
+     "layer name 'rnn\\udcff' is not UTF-8 text"),
+    ("dot_name", dict(edit=_rename("rnn.1")), "recurrent layer 'rnn.1' cannot name a torch module"),
+    ("keys_name", dict(edit=_rename("keys")), "recurrent layer 'keys' cannot name a torch module"),
+    ("scaleoffset", dict(stored=dict(scaleoffset=3)), "is stored with HDF5 filter 6"),
+    ("missing_chunks", dict(edit=_some_chunks), "weight 'embedding/embeddings:0' stores 1 of its 8 chunks"),
 ]
 
 
@@ -190,9 +238,57 @@ WEIGHTS = [
 def test_trace_commands_refuse_crafted_weight_files(capsys, tmp_path, family, case, craft, words):
     main = gru.main if family == "gru" else lstm.main
     w = _weights(tmp_path / "w.hdf5", family, **craft)
+    before = w.read_bytes()
+    line = _one_line(capsys, main, ["--weights", str(w), "--vocab", str(_vocab(tmp_path / "v.json")), "--n-seq", "3",
+                                    "--seq-len", "16", "--no-progress", "--out", str(tmp_path / "t.npz")], "w.hdf5",
+                     words)
+    assert "\x1b" not in line and "\x07" not in line and "Traceback" not in line
+    assert not (tmp_path / "t.npz").exists() and w.read_bytes() == before
+
+
+# the embedding (128, WIDTH) float32: 1536 bytes, one chunk
+BOMBS = [
+    # every chunk present and unpacking to its own 32 MiB: 320 MiB from a file of kilobytes
+    ("gzip_shape", _bomb("gzip", (1024, 81920), (1024, 8192), 32 << 20),
+     "weight 'embedding/embeddings:0' has shape (1024, 81920) (320.0 MiB), over the 256 MiB read for one weight"),
+    # a small array whose chunk unpacks to 16 MiB: HDF5's filters would grow their buffer to all of it
+    ("gzip_chunk", _bomb("gzip", (128, WIDTH), (128, WIDTH), 16 << 20), "unpacks to more than its 1536 bytes"),
+    ("lzf_chunk", _bomb("lzf", (128, WIDTH), (128, WIDTH), 16 << 20), "unpacks to more than its 1536 bytes"),
+    ("gzip_short", _bomb("gzip", (128, WIDTH), (128, WIDTH), 100), "a chunk unpacks to 100 of its 1536 bytes"),
+]
+
+
+@pytest.mark.parametrize("family", ["gru", "lstm"])
+@pytest.mark.parametrize("case, edit, words", BOMBS, ids=[c[0] for c in BOMBS])
+def test_trace_commands_refuse_decompression_bombs_unread(capsys, tmp_path, monkeypatch, family, case, edit, words):
+    """A compressed weight is measured before HDF5 unpacks it: refused in one line naming it, its data never read."""
+    main = gru.main if family == "gru" else lstm.main
+    w = _weights(tmp_path / "w.hdf5", family, edit=edit)
+    assert os.path.getsize(w) < 2 << 20
+    reads = []
+    read = h5py.Dataset.__getitem__
+    monkeypatch.setattr(h5py.Dataset, "__getitem__", lambda ds, key: reads.append(ds.name) or read(ds, key))
     _one_line(capsys, main, ["--weights", str(w), "--vocab", str(_vocab(tmp_path / "v.json")), "--n-seq", "3",
                              "--seq-len", "16", "--no-progress", "--out", str(tmp_path / "t.npz")], "w.hdf5", words)
-    assert not (tmp_path / "t.npz").exists()
+    assert reads == [] and not (tmp_path / "t.npz").exists()
+
+
+@pytest.mark.parametrize("family", ["gru", "lstm"])
+@pytest.mark.parametrize("stored", [dict(compression="gzip"), dict(compression="lzf", shuffle=True, fletcher32=True)],
+                         ids=["gzip", "lzf_shuffle_fletcher32"])
+def test_trace_commands_read_compressed_weights_as_stored_ones(capsys, tmp_path, family, stored):
+    main = gru.main if family == "gru" else lstm.main
+    v = _vocab(tmp_path / "v.json")
+    got = []
+    for name, kw in (("plain", None), ("packed", stored)):
+        w = _weights(tmp_path / f"{name}.hdf5", family, stored=kw)
+        argv = ["--weights", str(w), "--vocab", str(v), "--n-seq", "3", "--seq-len", "16", "--no-progress",
+                "--units", "all", "--out", str(tmp_path / f"{name}.npz")]
+        assert run_cli(capsys, main, argv)[0] == 0
+        got.append(traces.load_trace(str(tmp_path / f"{name}.npz"))[0]["rnn"])
+    with h5py.File(tmp_path / "packed.hdf5") as f:
+        assert f["rnn/rnn/kernel:0"].compression == stored["compression"]
+    assert np.array_equal(got[0], got[1])
 
 
 @pytest.mark.parametrize("family", ["gru", "lstm"])
@@ -239,6 +335,49 @@ def test_trace_commands_on_a_plain_file_work_and_keep_inputs(capsys, tmp_path, f
     _one_line(capsys, main, base + ["--out", str(w), "--force"], "--out", "is also --weights")
     assert w.read_bytes() == before
     _one_line(capsys, main, base + ["--n-seq", "3", "--seq-len", "100000000"], "--n-seq 3 --seq-len 100000000")
+
+
+UNITS_BAD = [
+    # the form is checked before the weight file is read (here one that is not HDF5 at all)
+    ("1e9", True, "(not a whole number >= 0)"),
+    ("-3", True, "(not a whole number >= 0)"),
+    ("3,1e9", True, "(not a whole number >= 0)"),
+    ("", True, "(empty)"),
+    (",", True, "(no unit)"),
+    # the count and the indices against the layers' 4 units
+    ("1000000000", False, "units 1 .. 4 spread over each layer, or unit indices 0 .. 3 separated by commas"),
+    ("0", False, "(the layers have 4 units)"),
+    ("9" * 5000, False, "(the layers have 4 units)"),
+    ("3,99", False, "(unit 99 is past the layers' 4 units)"),
+    ("2,2", False, "(unit 2 is listed twice)"),
+]
+
+
+@pytest.mark.parametrize("family", ["gru", "lstm"])
+@pytest.mark.parametrize("units, form, words", UNITS_BAD, ids=[c[0][:12] or "empty" for c in UNITS_BAD])
+def test_trace_commands_refuse_bad_units_in_their_own_words(capsys, tmp_path, family, units, form, words):
+    main = gru.main if family == "gru" else lstm.main
+    w = _weights(tmp_path / "w.hdf5", family)
+    if form:
+        w.write_bytes(b"not an HDF5 file")
+    line = _one_line(capsys, main, ["--weights", str(w), "--vocab", str(_vocab(tmp_path / "v.json")), "--n-seq", "3",
+                                    "--seq-len", "16", "--no-progress", "--units", units, "--out",
+                                    str(tmp_path / "t.npz")], "--units takes 'all', a number of units",
+                     f"got '{units[:40]}'", words)
+    assert "invalid literal" not in line and "int()" not in line and "Exceeds the limit" not in line
+    assert not (tmp_path / "t.npz").exists()
+
+
+@pytest.mark.parametrize("family", ["gru", "lstm"])
+def test_trace_commands_keep_the_units_asked_for(capsys, tmp_path, family):
+    main = gru.main if family == "gru" else lstm.main
+    w, v = _weights(tmp_path / "w.hdf5", family), _vocab(tmp_path / "v.json")
+    for units, want in (("3,1", [3, 1]), ("2", [0, 2]), ("2,", [2])):
+        assert run_cli(capsys, main, ["--weights", str(w), "--vocab", str(v), "--n-seq", "3", "--seq-len", "16",
+                                      "--no-progress", "--units", units, "--out", str(tmp_path / "t.npz"),
+                                      "--force"])[0] == 0
+        tr, meta = traces.load_trace(str(tmp_path / "t.npz"))[:2]
+        assert meta["units"] == want and tr["rnn"].shape == (3, 16, len(want)), units
 
 
 def test_gru_refuses_an_archive_it_would_ignore(capsys, tmp_path):

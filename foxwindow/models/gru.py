@@ -137,7 +137,8 @@ def read_keras_gru(path, recurrent_activation=None):
     'Keras <version> default').
     Raises ValueError naming the problem: no embedding, no GRU layer (an LSTM's 4 gates are named), a bias
     layout that is none of (3u,), (2, 3u), (6u,), NaN weights, layers that do not chain, an activation other
-    than sigmoid / hard_sigmoid.
+    than sigmoid / hard_sigmoid, and lstm.read_keras_weights' refusals (names with control characters, a weight
+    over lstm.MAX_ARRAY_BYTES or compressed so that it would unpack past its size) and lstm.rnn_name's.
     """
     weights, layer_names, version, config = lstm.read_keras_weights(path)
     E = lstm.read_embedding(path, weights, layer_names)
@@ -149,7 +150,7 @@ def read_keras_gru(path, recurrent_activation=None):
         raise ValueError(f"recurrent_activation must be one of {ACTIVATIONS}; got {recurrent_activation!r}")
     layers, width = [], E.shape[1]
     for ln in rnn:
-        w = weights[ln]
+        w = weights[lstm.rnn_name(path, ln)]
         if set(w) != {"kernel", "recurrent_kernel", "bias"}:
             raise ValueError(f"{path}: layer '{ln}' has weights {sorted(w)}; a GRU layer has kernel, recurrent_kernel "
                              "and bias (a layer without bias is not supported)")
@@ -462,6 +463,7 @@ def main(argv=None):
         torch.set_num_threads(a.threads)
     if a.archive and a.weights and a.vocab:
         raise outputs.UsageError("--archive would be ignored: --weights and --vocab name both files it holds; drop it")
+    lstm.parse_units(a.units)                                  # its form, before the weights are read
     for flag in ("weights", "vocab", "archive"):
         if getattr(a, flag):
             setattr(a, flag, outputs.input_file(f"--{flag}", getattr(a, flag)))

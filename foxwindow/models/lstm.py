@@ -21,7 +21,8 @@ vocabulary textgenrnn_vocab.json ship inside the package; only those two files a
 json: neither tensorflow nor textgenrnn's own code is imported):
 
     textgenrnn_files()                 the installed package's (weights, vocab) paths
-    read_keras_lstm(path)              the embedding and LSTM layers of a Keras HDF5 weight file
+    read_keras_lstm(path)              the embedding and LSTM layers of a Keras HDF5 weight file (each array at
+                                       most MAX_ARRAY_BYTES, compressed ones measured before they are unpacked)
     read_vocab(path, n_classes)        textgenrnn's char -> id map, checked against the embedding
     KerasCharLSTM(weights)             the same network in torch: embedding -> LSTM_1 -> LSTM_2 -> ...
                                        (each layer's input is the previous layer's output; the
@@ -58,6 +59,7 @@ import json
 import os
 import sys
 import time
+import zlib
 
 import numpy as np
 import torch
@@ -77,13 +79,18 @@ from foxwindow.models.lstm_gates import (  # noqa: F401  (the gate readers, re-e
 from foxwindow.training import data
 
 __all__ = ["TEXTGENRNN", "TEXTGENRNN_PIP", "WEIGHTS_FILE", "VOCAB_FILE", "textgenrnn_files", "read_keras_weights",
-           "read_embedding", "layer_configs", "read_keras_lstm",
+           "read_embedding", "rnn_name", "layer_configs", "read_keras_lstm", "parse_units", "MAX_ARRAY_BYTES",
            "keras_to_torch", "read_vocab", "encode_text", "byte_table", "KerasCharLSTM", "load_textgenrnn",
            "spread_units", "textgenrnn_traces", "default_out", "build_parser", "heldout", "main"]
 
 TEXTGENRNN = "textgenrnn==2.0.0"
 TEXTGENRNN_PIP = f"pip install --no-deps {TEXTGENRNN}"
 WEIGHTS_FILE, VOCAB_FILE = "textgenrnn_weights.hdf5", "textgenrnn_vocab.json"
+# bytes one weight array of a Keras file may unpack to: the shipped files' largest is 0.75 MiB (reactionrnn's
+# recurrent kernel; textgenrnn's output kernel 0.63 MiB), an LSTM of 4096 units has kernels of 256 MiB
+MAX_ARRAY_BYTES = 256 << 20
+# the HDF5 filters h5py writes, in its order (shuffle, one compression, fletcher32); any other is refused
+FILTERS = {2: (0, "shuffle"), 1: (1, "gzip"), 32000: (1, "lzf"), 3: (2, "fletcher32")}
 
 
 # ----------------------------------------------------------------------------- Keras weight files
@@ -111,16 +118,36 @@ def textgenrnn_files():
     return paths
 
 
-def _names(attr):
-    return [v.decode() if isinstance(v, bytes) else str(v) for v in np.atleast_1d(attr)]
+def _names(path, attr, what):
+    """The names of an HDF5 attribute as str; ValueError for bytes that are not UTF-8 or a name with control
+    characters (layer names become the trace's layer names and are printed)."""
+    out = []
+    for v in np.atleast_1d(attr):
+        try:
+            name = v.decode() if isinstance(v, bytes) else str(v)
+            name.encode()                   # h5py gives a variable-length name's bad bytes as surrogates
+        except UnicodeError:
+            raise ValueError(f"{path}: {what} {ascii(bytes(v) if isinstance(v, bytes) else str(v))[:60]} is not "
+                             "UTF-8 text") from None
+        out.append(_plain(path, what, name))
+    return out
+
+
+def _plain(path, what, v):
+    """v, unless it holds control characters (an escape sequence, a line break): ValueError naming it escaped."""
+    if safety.shown(v) != v:
+        raise ValueError(f"{path}: {what} '{safety.shown(v)[:60]}' holds control characters; a name read from the "
+                         "file is printed and stored in the trace file as it is")
+    return v
 
 
 def read_keras_weights(path):
     """The arrays of a Keras HDF5 weight file (model.save_weights, or model.save: its model_weights group):
     (weights {layer name: {weight name: ndarray}}, layer_names, keras_version str, model_config str or None).
-    Raises FileNotFoundError, or ValueError for a file that is not a readable Keras weight file, a layer
-    holding several weights of one name (a Bidirectional or other wrapper), or a weight that is not this file's
-    own floating-point data (see _array)."""
+    Raises FileNotFoundError, or ValueError for a file that is not a readable Keras weight file, a layer or
+    weight name or keras_version that is not UTF-8 or holds control characters, a layer holding several weights
+    of one name (a Bidirectional or other wrapper), or a weight that is not this file's own floating-point data
+    of at most MAX_ARRAY_BYTES (see _array)."""
     h5py = _h5py()
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Keras weight file not found: {path}")
@@ -133,13 +160,13 @@ def read_keras_weights(path):
         root = _member(path, fh, fh, "model_weights", h5py) if fh.get("model_weights", getlink=True) else fh
         if "layer_names" not in root.attrs:
             raise ValueError(f"{path}: an HDF5 file but not a Keras weight file (no 'layer_names' attribute)")
-        layer_names = _names(root.attrs["layer_names"])
+        layer_names = _names(path, root.attrs["layer_names"], "layer name")
         weights, total = {}, [0]
         for ln in layer_names:
             g = _member(path, fh, root, ln, h5py)
             if g is None:
                 raise ValueError(f"{path}: layer '{ln}' is listed but has no group")
-            wn = _names(g.attrs.get("weight_names", []))
+            wn = _names(path, g.attrs.get("weight_names", []), f"layer '{ln}': weight name")
             try:
                 weights[ln] = {w.split("/")[-1].split(":")[0]: _array(path, fh, g, ln, w, total, h5py) for w in wn}
             except (KeyError, OSError) as exc:
@@ -147,9 +174,9 @@ def read_keras_weights(path):
             if len(weights[ln]) != len(wn):
                 raise ValueError(f"{path}: layer '{ln}' holds several weights of one name ({wn[:6]}): a "
                                  "Bidirectional or other wrapper, not a plain LSTM layer")
-        version = fh.attrs.get("keras_version", root.attrs.get("keras_version", b"?"))
+        version = _names(path, fh.attrs.get("keras_version", root.attrs.get("keras_version", b"?")),
+                         "keras_version")[0]
         config = fh.attrs.get("model_config")
-    version = version.decode() if isinstance(version, bytes) else str(version)
     if config is not None:
         config = config.decode() if isinstance(config, bytes) else str(config)
     return weights, layer_names, version, config
@@ -177,8 +204,10 @@ def _member(path, fh, group, name, h5py):
 
 def _array(path, fh, g, layer, name, total, h5py):
     """Weight `name` of layer group g as an ndarray, once it is known to be this file's own real numbers: no
-    external raw storage, a floating-point dtype, and, for a dataset stored as is, bytes in the file for each
-    element (a crafted shape of gigabytes in a file of kilobytes), all of them fitting in memory."""
+    external raw storage, a floating-point dtype, at most MAX_ARRAY_BYTES, and bytes in the file for each element
+    (a crafted shape of gigabytes in a file of kilobytes): for a dataset stored as is its storage, for a
+    compressed one every chunk stored and unpacking to its own size (_chunks_fit); all of them fitting in
+    memory."""
     ds = _member(path, fh, g, name, h5py)
     where = f"{path}: layer '{layer}': weight '{name}'"
     if not isinstance(ds, h5py.Dataset):
@@ -188,12 +217,90 @@ def _array(path, fh, g, layer, name, total, h5py):
     if ds.dtype.kind != "f":
         raise ValueError(f"{where} has dtype {ds.dtype}; weights are floating-point numbers")
     stored = ds.id.get_storage_size()
-    if ds.id.get_create_plist().get_nfilters() == 0 and stored < ds.nbytes:
+    plist = ds.id.get_create_plist()
+    if plist.get_nfilters() == 0 and stored < ds.nbytes:
         raise ValueError(f"{where} has shape {ds.shape} ({ds.nbytes / 2 ** 20:.1f} MiB) but the file stores "
                          f"{stored / 2 ** 20:.1f} MiB of it: truncated or crafted")
+    if ds.nbytes > MAX_ARRAY_BYTES:
+        raise ValueError(f"{where} has shape {ds.shape} ({ds.nbytes / 2 ** 20:.1f} MiB), over the "
+                         f"{MAX_ARRAY_BYTES >> 20} MiB read for one weight array")
+    if plist.get_nfilters():
+        _chunks_fit(where, ds, plist)
     total[0] += ds.nbytes
     safety.need_memory(total[0], f"{path}: the weights read so far")
     return np.asarray(ds[()])
+
+
+def _chunks_fit(where, ds, plist):
+    """A compressed dataset, checked before HDF5 unpacks it: only FILTERS in h5py's order, every chunk stored (a
+    missing one would read as zeros), and each unpacking to exactly its chunk's bytes. HDF5's gzip and lzf
+    filters grow their buffer to whatever a chunk holds, so a chunk of kilobytes could unpack to gigabytes;
+    here gzip is unpacked with a cap and lzf's lengths are summed, neither past the chunk's size."""
+    ids = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
+    for f in ids:
+        if f not in FILTERS:
+            raise ValueError(f"{where} is stored with HDF5 filter {f}; weights are read stored as is or with h5py's "
+                             f"{', '.join(n for _, n in FILTERS.values())} filters")
+    ranks = [FILTERS[f][0] for f in ids]
+    if ranks != sorted(set(ranks)):
+        raise ValueError(f"{where} is stored with the filters {[FILTERS[f][1] for f in ids]}; h5py writes at most "
+                         "one compression, after shuffle and before fletcher32")
+    size = int(np.prod(ds.chunks)) * ds.dtype.itemsize
+    want = int(np.prod([-(-n // c) for n, c in zip(ds.shape, ds.chunks)]))
+    if ds.id.get_num_chunks() != want:
+        raise ValueError(f"{where} stores {ds.id.get_num_chunks()} of its {want} chunks: truncated or crafted")
+
+    def check(info):
+        mask, raw = ds.id.read_direct_chunk(info.chunk_offset)
+        n = stored = len(raw)
+        for k in reversed(range(len(ids))):                # reading undoes the last filter written first
+            if mask >> k & 1:                              # a chunk the filter left as it was
+                continue
+            if ids[k] == 3:                                # fletcher32: a 4-byte checksum at the end
+                raw, n = raw[:-4], n - 4
+            elif ids[k] == 1:
+                try:
+                    n = len(zlib.decompressobj().decompress(raw, size + 1))
+                except zlib.error as exc:
+                    raise ValueError(f"{where}: a chunk's gzip data is corrupt ({exc})") from None
+            elif ids[k] == 32000:
+                n = _lzf_length(raw, size)
+        if n > size:
+            raise ValueError(f"{where}: a chunk of {stored} stored bytes unpacks to more than its {size} bytes: a "
+                             "decompression bomb, or a corrupt file")
+        if n < size:
+            raise ValueError(f"{where}: a chunk unpacks to {n} of its {size} bytes: truncated or crafted")
+
+    try:
+        ds.id.chunk_iter(check)
+    except AttributeError:                                 # HDF5 before 1.12.3: by index
+        for i in range(want):
+            check(ds.id.get_chunk_info(i))
+
+
+def _lzf_length(data, cap):
+    """The bytes an lzf stream unpacks to, counted until they pass cap (liblzf's format: a control byte c < 32
+    is followed by c + 1 literal bytes; any other is a back reference of (c >> 5) + 2 bytes, 7 meaning one more
+    length byte, then an offset byte)."""
+    n = i = 0
+    while i < len(data) and n <= cap:
+        c = data[i]
+        if c < 32:
+            n, i = n + c + 1, i + c + 2
+        else:
+            long = c >> 5 == 7
+            n += (c >> 5) + 2 + (data[i + 1] if long and i + 1 < len(data) else 0)
+            i += 3 if long else 2
+    return n
+
+
+def rnn_name(path, ln):
+    """A recurrent layer's name, which the torch rebuild takes as its module's (model.rnn[name]): ValueError for
+    one torch cannot hold (a '.', or an attribute of nn.ModuleDict such as 'keys')."""
+    if "." in ln or hasattr(nn.ModuleDict(), ln):
+        raise ValueError(f"{path}: recurrent layer '{ln}' cannot name a torch module ('.' in it, or an attribute "
+                         "of nn.ModuleDict); rename the layer")
+    return ln
 
 
 def read_embedding(path, weights, layer_names):
@@ -240,7 +347,8 @@ def read_keras_lstm(path):
     else None; layer_names (all layers); keras_version.
     Raises ValueError naming the problem: not a readable HDF5 file, no Keras layer list, no embedding, no
     LSTM layer, an RNN whose shapes are not an LSTM's (e.g. a GRU's 3 gates), bidirectional layers, NaN
-    weights, or layers that do not chain.
+    weights, layers that do not chain, a name with control characters or one torch cannot take (rnn_name), or
+    a weight over MAX_ARRAY_BYTES or compressed so that it would unpack past its size (read_keras_weights).
     """
     weights, layer_names, version, config = read_keras_weights(path)
     E = read_embedding(path, weights, layer_names)
@@ -251,7 +359,7 @@ def read_keras_lstm(path):
     configs = layer_configs(path, config)
     layers, width = [], E.shape[1]
     for ln in rnn:
-        w = weights[ln]
+        w = weights[rnn_name(path, ln)]
         if set(w) != {"kernel", "recurrent_kernel", "bias"}:
             raise ValueError(f"{path}: layer '{ln}' has weights {sorted(w)}; an LSTM layer has kernel, "
                              "recurrent_kernel and bias (a Bidirectional wrapper or a layer without bias is not "
@@ -482,17 +590,40 @@ def build_parser():
     return p
 
 
-def parse_units(spec, hidden):
-    """--units: 'all' -> None; 'N' -> N spread units; '3,17' (a comma anywhere) -> that list."""
-    spec = spec.strip()
-    if spec == "all":
+def parse_units(spec, hidden=None):
+    """--units: 'all' -> None; 'N' -> N units spread over each layer; '3,17' (a comma anywhere) -> those unit
+    indices. hidden: the layers' (smallest) unit count; None checks only the form (before the weights are read).
+    UsageError naming --units, what it takes and what was given."""
+    s = spec.strip()
+    if s == "all":
         return None
-    try:
-        if "," in spec:
-            return check_units([int(s) for s in spec.split(",") if s.strip()], hidden, "--units")
-        return spread_units(int(spec), hidden)
-    except ValueError as exc:
-        raise outputs.UsageError(f"--units {spec}: {exc}") from None
+    listed = "," in s
+    parts = [p.strip() for p in s.split(",") if p.strip()] if listed else [s] if s else []
+    if not parts:
+        raise _units_error(spec, hidden, "no unit" if s else "empty")
+    if not all(p.isascii() and p.isdigit() for p in parts):     # int() would also take '1_0', '+3', '٣'
+        raise _units_error(spec, hidden, "not a whole number >= 0")
+    if hidden is None:
+        return parts
+    nums = [int(p) if len(p) < 10 else hidden + 1 for p in parts]   # ten digits: past any layer (and int's limit)
+    if not listed:
+        if not 1 <= nums[0] <= hidden:
+            raise _units_error(spec, hidden, f"the layers have {hidden} units")
+        return spread_units(nums[0], hidden)
+    past = [p for p, u in zip(parts, nums) if u >= hidden]
+    if past:
+        raise _units_error(spec, hidden, f"unit {past[0][:12]} is past the layers' {hidden} units")
+    if len(set(nums)) != len(nums):
+        raise _units_error(spec, hidden, f"unit {next(u for u in nums if nums.count(u) > 1)} is listed twice")
+    return nums
+
+
+def _units_error(spec, hidden, why):
+    n, last = ((f" 1 .. {hidden}", f" 0 .. {hidden - 1}") if hidden is not None else
+               (" up to the layers' unit count", " below it"))
+    return outputs.UsageError(f"--units takes 'all', a number of units{n} spread over each layer, or unit "
+                              f"indices{last} separated by commas ('3,17'; one unit: '5,'); got "
+                              f"'{safety.shown(spec)[:40]}' ({why})")
 
 
 def heldout(n_seq, seq_len):
@@ -512,6 +643,7 @@ def main(argv=None):
     if a.threads is not None:
         outputs.positive("--threads", a.threads)
         torch.set_num_threads(a.threads)
+    parse_units(a.units)                                       # its form, before the weights are read
     for flag in ("weights", "vocab"):
         if getattr(a, flag):
             setattr(a, flag, outputs.input_file(f"--{flag}", getattr(a, flag)))
