@@ -236,6 +236,25 @@ def variance_function(x, ns=None, sums=None, rows=None):
 BLOCK_ROWS = 4              # DocSums.block_columns: documents a pass (each row's sum is its own: the same numbers)
 
 
+def grand_lags(x, seq, grand_mean):
+    """Lag sums about the grand mean, (S, K + 1), from those about each document's mean seq (S, K + 1) of x (S, T):
+    with y = x - mean_d and c_d = mean_d - grand_mean, sum_t (y_t + c)(y_{t+k} + c) = sum_t y_t y_{t+k} +
+    c (sum_{t < T-k} y_t + sum_{t >= k} y_t) + (T - k) c^2, the partial sums from the first and last K steps
+    alone. Each row from that row and grand_mean alone (a block of documents gives its rows' numbers)."""
+    S, T = x.shape
+    K = seq.shape[1] - 1
+    p1 = x.sum(1)
+    md = p1 / T                                                         # (S,)
+    c = (md - grand_mean)[:, None]
+    y_head, y_tail = x[:, :K] - md[:, None], x[:, T - K:][:, ::-1] - md[:, None]
+    tot = (p1 - T * md)[:, None]                                        # sum_t y_t: 0 to rounding
+    zero = np.zeros((S, 1))
+    head = np.concatenate([zero, np.cumsum(y_head, 1)], 1)              # sum_{t < k} y_t, k = 0..K
+    tail = np.concatenate([zero, np.cumsum(y_tail, 1)], 1)              # sum_{t >= T-k} y_t
+    k = np.arange(K + 1)[None, :]
+    return seq + c * ((tot - tail) + (tot - head)) + (T - k) * c * c
+
+
 class DocSums:
     """Per-document sums of one head's increments x (S, T) that its verdict and its per-law evaluation both read
     (the verdict on every document, the laws on the fitted half), formed once on every document: the
@@ -262,26 +281,11 @@ class DocSums:
 
     def lag_sums(self, K, centre="sequence"):
         """renewal.lag_sums(x, K, centre), (S, K + 1), formed once; the grand-centred from the sequence-centred
-        (no second transform: to rounding the same numbers)."""
+        (grand_lags: no second transform, to rounding the same numbers)."""
         if (K, centre) not in self._lags:
             self._lags[K, centre] = (renewal.lag_sums(self.x, K, centre) if centre == "sequence" else
-                                     self._grand_lags(K))
+                                     grand_lags(self.x, self.lag_sums(K), self.x.mean()))
         return self._lags[K, centre]
-
-    def _grand_lags(self, K):
-        """Lag sums about the grand mean from those about each document's mean: with y = x - mean_d and c_d =
-        mean_d - grand mean, sum_t (y_t + c)(y_{t+k} + c) = sum_t y_t y_{t+k} + c (sum_{t < T-k} y_t + sum_{t >= k}
-        y_t) + (T - k) c^2, the partial sums from the first and last K steps alone."""
-        x, T = self.x, self.T
-        md = self.p1 / T                                                   # (S,)
-        c = (md - x.mean())[:, None]
-        y_head, y_tail = x[:, :K] - md[:, None], x[:, T - K:][:, ::-1] - md[:, None]
-        tot = (self.p1 - T * md)[:, None]                                  # sum_t y_t: 0 to rounding
-        zero = np.zeros((self.S, 1))
-        head = np.concatenate([zero, np.cumsum(y_head, 1)], 1)             # sum_{t < k} y_t, k = 0..K
-        tail = np.concatenate([zero, np.cumsum(y_tail, 1)], 1)             # sum_{t >= T-k} y_t
-        k = np.arange(K + 1)[None, :]
-        return self.lag_sums(K) + c * ((tot - tail) + (tot - head)) + (T - k) * c * c
 
     def block_columns(self, ns):
         """V(n)'s per-document sums at block lengths ns (ints in [1, T/2]): Q (S, m), the sums of squares of the

@@ -18,7 +18,6 @@ import numpy as np
 from foxwindow import parallel
 from foxwindow.heads import dependence, predict, verdict
 from foxwindow.heads import laws as headlaws
-from foxwindow.laws import renewal
 
 __all__ = ["ROW_ALIGN", "DocParts", "block_lengths", "blocks", "doc_rows", "assemble", "doc_parts"]
 
@@ -86,7 +85,7 @@ def doc_rows(x, Ls, rows, workers, deadline=None):
     Ls = np.ascontiguousarray(Ls, dtype=np.float64).reshape(-1)
     r0, n, K, ns, nw = _sizes(x, Ls)
     a0, b0 = rows
-    gmean = x.mean()                                              # the grand centring's mean (renewal.lag_sums')
+    gmean = x.mean()                                              # the grand centring's mean (DocSums')
     m = b0 - a0
     out = dict(W=_shared((m, n, T - r0), np.int64), C=_shared((m, n, T - r0), np.bool_),
                seq=_shared((m, K + 1), np.float64), grand=_shared((m, K + 1), np.float64),
@@ -103,7 +102,7 @@ def doc_rows(x, Ls, rows, workers, deadline=None):
         out["C"][a:b] = C.transpose(0, 2, 1)
         sums = dependence.DocSums(xa)
         out["seq"][a:b] = sums.lag_sums(K)
-        out["grand"][a:b] = renewal.lag_products(xa - gmean, K)
+        out["grand"][a:b] = dependence.grand_lags(xa, out["seq"][a:b], gmean)
         out["Q"][a:b], out["E"][a:b] = sums.block_columns(ns)
         bs = headlaws.BlockSums(xa, r0)
         out["kd"][a:b], out["q1"][a:b], out["q2"][a:b], out["q3"][a:b] = bs.kappa_d, bs.q1, bs.q2, bs.q3

@@ -33,10 +33,12 @@ def test_doc_parts_are_the_numbers_of_one_process(S, T, workers):
     W, C = predict.window_rows(x, LS, T // 2)
     assert _same(W, p.windows[0]) and _same(C, p.windows[1]) and W.strides == p.windows[0].strides
     K = min(dependence.MAX_LAG, T - 1)
-    for centre in ("sequence", "grand"):
-        assert _same(p.sums.lag_sums(K, centre), renewal.lag_sums(x, K, centre))
-    ns = docsplit.block_lengths(x, LS)
     ref = dependence.DocSums(x)
+    for centre in ("sequence", "grand"):
+        assert _same(p.sums.lag_sums(K, centre), ref.lag_sums(K, centre))
+        direct = renewal.lag_sums(x, K, centre)              # by its own transform: the same to rounding
+        np.testing.assert_allclose(ref.lag_sums(K, centre), direct, rtol=0, atol=1e-12 * np.abs(direct).max())
+    ns = docsplit.block_lengths(x, LS)
     for a, b in zip(ref.block_columns(ns), p.sums.block_columns(ns)):
         assert _same(a, b)
     extra = np.array([int(ns.max()) - 1, 3])                     # not asked up front: formed on use
@@ -49,6 +51,18 @@ def test_doc_parts_are_the_numbers_of_one_process(S, T, workers):
     wts = np.concatenate([np.ones((1, S)), dependence.group_weights(S, 8)])
     for a, b in zip(bs.moments(wts), p.block_sums.moments(wts)):
         assert _same(a, b)
+
+
+@pytest.mark.parametrize("S, T, K", [(3, 4, 3), (5, 10, 0), (4, 64, 63), (7, 300, 256), (2, 5000, 256)])
+def test_grand_lags_from_the_sequence_lags_equal_their_own_transform(S, T, K):
+    """The grand-centred lag sums derived from the sequence-centred ones, on documents whose rates are 1e4 apart
+    (the between-document term dominates) and at the edge lags K = 0 and K = T - 1."""
+    rng = np.random.default_rng(S * T + K)
+    x = rng.gamma(2.0, 0.1, (S, T)) * np.logspace(-2, 2, S)[:, None]
+    direct = renewal.lag_sums(x, K, "grand")
+    got = dependence.grand_lags(x, renewal.lag_sums(x, K, "sequence"), x.mean())
+    np.testing.assert_allclose(got, direct, rtol=0, atol=1e-12 * np.abs(direct).max())
+    assert _same(dependence.DocSums(x).lag_sums(K, "grand"), got)
 
 
 def test_blocks_of_documents_start_at_multiples_of_16_rows_and_cover_every_row():
