@@ -123,6 +123,20 @@ def test_block_sums_equal_the_power_of_two_transforms(kind, S, T, r0):
         assert np.max(np.abs(got - ref)) <= 1e-12 * np.max(np.abs(ref))      # the transforms' rounding
 
 
+@pytest.mark.parametrize("kind,S,T,r0", [("iid", 7, 333, 166), ("regime", 5, 501, 250), ("censored", 4, 2048, 1024)])
+def test_lead_law_moments_of_the_columns_it_reads_are_those_of_every_column(kind, S, T, r0):
+    """lead_survival forms the pooled moments at w = T/4, T/2 first and then only up to the longest walk: those
+    columns are the columns of the moments of every w, under any weights."""
+    bs = headlaws.BlockSums(_head(kind, S, T), r0)
+    wts = np.concatenate([np.ones((1, S)), dependence.group_weights(S, 4)])
+    full = bs.moments(wts)
+    h, nw = bs.nw // 2, bs.nw
+    for cols, ref in (([h - 1, nw - 1], [a[:, [h - 1, nw - 1]] for a in full]),
+                      (slice(0, 37), [a[:, :37] for a in full]), (slice(0, nw), full)):
+        for got, want in zip(bs.moments(wts, cols), ref):
+            np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_s_cdf_skips_only_cells_beyond_its_tail_bound(kind, monkeypatch):
     """Every _s_cdf call of a head's evaluation, against every cell evaluated: within e^-TAIL_E of it."""
