@@ -980,6 +980,8 @@ def first_passage_samples(gate, *, trials, eps=None, L=None, seed=0, chunk=None,
     eps = math.exp(-L) if eps is None else float(eps)
     if isinstance(trials, bool) or not isinstance(trials, (int, np.integer)) or trials < 1:
         raise ValueError(f"trials must be an integer >= 1; got {trials!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0; got {seed!r}")
     safety.need_memory(16 * trials, f"first_passage_samples: {trials} trials")        # W and the overshoots
     rng = np.random.default_rng(seed)
     mom = gate.moments()
