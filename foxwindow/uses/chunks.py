@@ -224,8 +224,8 @@ def _powers_cdf(pmf, pairs):
 
 def _atoms_pmf(values, h, K, mode):
     """Empirical law of `values` on the lattice {0, h, ..}: floor, ceil or nearest cell; cells >= K dropped."""
-    idx = {"floor": np.floor, "ceil": np.ceil, "nearest": np.rint}[mode](values / h).astype(np.int64)
-    idx = idx[idx < K]
+    cells = {"floor": np.floor, "ceil": np.ceil, "nearest": np.rint}[mode](values / h)
+    idx = cells[cells < K].astype(np.int64)        # dropped before the cast: a cell past int64 (X = 3e38) too
     return np.bincount(idx, minlength=K)[:K].astype(np.float64) / len(values)
 
 
@@ -675,11 +675,13 @@ def _chunk_job(i):
     return analyse_head(xh, name, h, *_JOBS["args"])
 
 
-def analyse(traces, chunks=CHUNKS, dtypes=DTYPES, risk=RISK, block=BLOCK, cells=CELLS, groups=GROUPS, workers=1):
+def analyse(traces, chunks=CHUNKS, dtypes=DTYPES, risk=RISK, block=BLOCK, cells=CELLS, groups=GROUPS, workers=1,
+            on_result=None):
     """Every head of traces {name: (S, T, H) log-gates}: a list of HeadChunks (heads x dtypes).
     Chunk sizes must be multiples of `block` and at most T. workers: processes, one head each at a time (None:
     the available processors); the results do not depend on it. A traces.LazyTrace layer (a file's, from
-    open_traces or check_trace_file) is read head by head, a block of heads at a time, never whole."""
+    open_traces or check_trace_file) is read head by head, a block of heads at a time, never whole.
+    on_result(i, per_dtype): called in this process as head i is done (a progress bar)."""
     chunks = _check_chunks(chunks, block)
     if not (0 < risk < 1):
         raise ValueError(f"risk must lie in (0, 1); got {risk}")
@@ -693,7 +695,8 @@ def analyse(traces, chunks=CHUNKS, dtypes=DTYPES, risk=RISK, block=BLOCK, cells=
     _JOBS.update(x=xs, index=index, args=(dtypes, chunks, risk, block, cells, groups))
     try:
         with parallel.stop_signals():
-            per_head = parallel.run_jobs(_chunk_job, len(index), parallel.resolve_workers(workers, len(index)))
+            per_head = parallel.run_jobs(_chunk_job, len(index), parallel.resolve_workers(workers, len(index)),
+                                         on_result=on_result)
     finally:
         _JOBS.clear()
     return [hc for hs in per_head for hc in hs]

@@ -18,6 +18,7 @@ from dataclasses import asdict
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from foxwindow import outputs, safety
 from foxwindow.laws import gates
@@ -25,6 +26,7 @@ from foxwindow.models import adapters
 from foxwindow.models.fox import load_checkpoint, shipped_checkpoint
 from foxwindow.models.traces import check_trace_file, run_with_cache
 from foxwindow.training import data
+from foxwindow.uses import fit_number, given, record_given
 from foxwindow.uses.chunks import (
     BLOCK,
     CHUNKS,
@@ -74,27 +76,39 @@ def say_items(lead, items, file=None):
     print("\n".join(outputs.fill_items(lead, items, width=WIDTH)), file=file or sys.stdout)
 
 
+LABEL_MAX = 48                  # the widest head label of the table: a longer layer name is cut at its start
+
+
+def _label(h):
+    """The table's label of a head: its layer (_short) and head index, at most LABEL_MAX characters (a longer
+    name keeps its end, where layer names differ, after '...')."""
+    text = f"{_short(h.name)}:{h.head}"
+    return text if len(text) <= LABEL_MAX else "..." + text[-(LABEL_MAX - 3):]
+
+
 def print_table(heads, risk, file=None):
     """Two lines a head and dtype: the predicted P(chunk overflows) and the measured one, one column per chunk
-    size; more chunk sizes than fit in WIDTH columns go to further blocks of the table."""
+    size; more chunk sizes than fit in WIDTH columns go to further blocks of the table. The head column is as
+    wide as the longest label (10 at least, LABEL_MAX at most), so every line stays within WIDTH."""
     chunks, file = heads[0].chunks, file or sys.stdout
     say(f"P(chunk overflows) per head and dtype: predicted (dependence-aware, all sequences), then measured "
         f"(failures / chunks; '<' a bound where none failed); safe = largest chunk with risk <= {risk:g}", file)
-    lead = f"{'head':>10s} {'dtype':>8s} {'kappa':>7s} {'':4s}"
+    labels = [_label(h) for h in heads]
+    lw = max([10] + [len(t) for t in labels])
+    lead = f"{'head':>{lw}s} {'dtype':>8s} {'kappa':>7s} {'':4s}"
     per = max(1, (WIDTH - len(lead) - 6) // 9)
     for b in range(0, len(chunks), per):
         cols = range(b, min(b + per, len(chunks)))
         last = cols[-1] == len(chunks) - 1
         hdr = lead + "".join(f" {'C=' + str(chunks[i]):>8s}" for i in cols) + (f" {'safe':>5s}" if last else "")
         print(("\n" if b else "") + hdr, file=file)
-        for h in heads:
+        for h, label in zip(heads, labels):
             pred = "".join(f" {_fmt(h.dep[i]):>8s}" for i in cols)
             meas = "".join(f" {_fmt(m['p']) if m['failures'] else '<' + _fmt(m['upper']):>8s}"
                            for m in (h.measured[i] for i in cols))
             safe = f" {h.safe_dep or 're-c':>5}" if last else ""
-            print(f"{_short(h.name) + ':' + str(h.head):>10s} {h.dtype:>8s} {h.kappa:7.4f} pred" + pred + safe,
-                  file=file)
-            print(f"{'':>10s} {'':>8s} {'':>7s} meas" + meas, file=file)
+            print(f"{label:>{lw}s} {h.dtype:>8s} {fit_number(h.kappa, 7, 4)} pred" + pred + safe, file=file)
+            print(f"{'':>{lw}s} {'':>8s} {'':>7s} meas" + meas, file=file)
 
 
 def markdown_table(res, dtypes=("float32", "float16"), lo=1e-6):
@@ -249,7 +263,19 @@ def _gate_range_arg(a):
         if form:
             if a.a_log_range is None:
                 raise ValueError("--dt-range / --dt-raw-range / --dt-limit need --a-log-range")
-            return decay_range_from_a_log(a.a_log_range, a.dt_range, a.dt_raw_range, a.dt_limit)
+            if (a.dt_range is None) == (a.dt_raw_range is None):
+                raise ValueError("--a-log-range needs one of --dt-range (dt after softplus) and --dt-raw-range (the "
+                                 "softplus argument raw + dt_bias)" + (", not both" if a.dt_range else ""))
+            for flag, r, nonneg in (("--a-log-range", a.a_log_range, False), ("--dt-range", a.dt_range, True),
+                                    ("--dt-raw-range", a.dt_raw_range, False), ("--dt-limit", a.dt_limit, True)):
+                if r is not None and (not all(map(math.isfinite, r)) or r[0] > r[1] or (nonneg and r[0] < 0)):
+                    raise ValueError(f"{flag} needs finite LO <= HI{' with LO >= 0' if nonneg else ''}; got "
+                                     f"{r[0]:g} {r[1]:g}")
+            lo, hi = decay_range_from_a_log(a.a_log_range, a.dt_range, a.dt_raw_range, a.dt_limit)
+            if not (math.isfinite(lo) and math.isfinite(hi)):
+                raise ValueError(f"{_range_source(a)}: the strongest decay exp(A_log) dt is beyond float64 (log g = "
+                                 f"{lo:g}); give ranges whose decay is finite")
+            return lo, hi
     except ValueError as exc:
         raise outputs.UsageError(str(exc)) from None
     return None
@@ -293,9 +319,170 @@ def print_range(rows, a, file=None):
         "never overflows. " + r0.risk_note + ".", file)
 
 
+MAX_CHUNK = 1 << 19             # the largest chunk size taken (no chunked kernel comes near; the table's column)
+# the flags each source of gates reads besides --json and --force: a flag given that the run would ignore is refused
+_SOURCE_FLAGS = {"synthetic": (), "range": ("chunks", "dtypes", "sub_chunk", "shift"),
+                 "traces": ("chunks", "dtypes", "risk", "block", "op", "workers", "no_progress", "sub_chunk", "shift"),
+                 "model": ("n_seq", "seq_len", "chunks", "dtypes", "risk", "block", "op", "workers", "no_progress")}
+_FLAG = {"n_seq": "--n-seq", "seq_len": "--seq-len", "chunks": "--chunks", "dtypes": "--dtypes", "risk": "--risk",
+         "block": "--block", "op": "--op", "workers": "--workers", "no_progress": "--no-progress",
+         "sub_chunk": "--sub-chunk", "shift": "--shift"}
+
+
+def _check_paths(a):
+    """An empty path is refused (it would read as 'not given' and run another analysis, or write nothing)."""
+    for flag, v in (("--traces", a.traces), ("--json", a.json), ("--markdown", a.markdown)):
+        if v is not None and not v.strip():
+            raise outputs.UsageError(f"{flag}: expected a file path; got an empty one")
+
+
+def _given_flags(a):
+    """The dests the command line set: options taking a value (record_given) and the store_true flags that are on."""
+    on = {d for d in ("op", "no_progress", "random_layers", "synthetic") if getattr(a, d)}
+    return set(getattr(a, "given_flags", ())) | on
+
+
+def _print_markdown(a):
+    """--markdown FILE: the README table of a JSON this command wrote; nothing else may be given beside it."""
+    extra = sorted(_given_flags(a) - {"markdown"}) + (["force"] if a.force else [])
+    if extra:
+        names = ", ".join(_FLAG.get(d, "--" + d.replace("_", "-")) for d in extra)
+        raise outputs.UsageError(f"--markdown prints the table of a JSON this command wrote and stops: {names} "
+                                 "would be ignored beside it")
+    path = outputs.input_file("--markdown", a.markdown)                  # missing, a folder: said so
+    try:
+        with open(path, encoding="utf-8") as f:
+            res = json.load(f)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise outputs.UsageError(f"--markdown: {a.markdown} is not a JSON file (this command's --json writes "
+                                 "one)") from None
+    if not isinstance(res, dict) or "heads" not in res:
+        raise outputs.UsageError(f"--markdown: {a.markdown} holds no per-head results (written by --synthetic?)")
+    _check_markdown_heads(a.markdown, res)
+    print(markdown_table(res))
+    return 0
+
+
+def _check_markdown_heads(path, res):
+    """UsageError naming the entry where res['heads'] is not what --json writes (markdown_table's fields)."""
+    heads = res["heads"]
+    if not isinstance(heads, list):
+        raise outputs.UsageError(f"--markdown: {path}: 'heads' is {type(heads).__name__}, not a list of heads")
+
+    def num(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    for i, h in enumerate(heads):
+        where = f"--markdown: {path}: heads[{i}]"
+        if not isinstance(h, dict):
+            raise outputs.UsageError(f"{where} is {type(h).__name__}, not an object")
+        for key, ok, kind in (("name", lambda v: isinstance(v, str), "a string"),
+                              ("dtype", lambda v: isinstance(v, str), "a string"),
+                              ("head", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                               "an integer >= 0"),
+                              ("chunks", lambda v: isinstance(v, list) and all(isinstance(c, int) for c in v),
+                               "a list of integers")):
+            if not ok(h.get(key)):
+                raise outputs.UsageError(f"{where}: '{key}' is missing or not {kind}")
+        n = len(h["chunks"])
+        for key in ("dep", "dep_se", "iid", "z_dep", "z_iid"):
+            v = h.get(key)
+            if not (isinstance(v, list) and len(v) == n and all(x is None or num(x) for x in v)):
+                raise outputs.UsageError(f"{where}: '{key}' is missing or not {n} numbers (one per chunk size)")
+        m = h.get("measured")
+        if not (isinstance(m, list) and len(m) == n and all(
+                isinstance(x, dict) and all(num(x.get(k)) for k in ("p", "se", "failures", "chunks")) for x in m)):
+            raise outputs.UsageError(f"{where}: 'measured' is missing or not {n} objects with p, se, failures and "
+                                     "chunks")
+    if any(x is None for h in heads for key in ("dep", "dep_se", "iid", "z_dep", "z_iid") for x in h[key]):
+        raise outputs.UsageError(f"--markdown: {path}: a head's prediction or z is null (not a number)")
+
+
+def _check_flags(a, p):
+    """The flags on their own, before any file is read: values, duplicates, sizes, which sources exclude others."""
+    if sum(map(bool, (a.traces, a.random_layers, a.synthetic))) > 1:
+        raise outputs.UsageError("--traces, --random-layers and --synthetic exclude each other")
+    outputs.eps_arg("--risk", a.risk)
+    if a.workers is not None:                   # more than the processors or the jobs: as many as there are jobs
+        outputs.positive("--workers", a.workers)
+    outputs.positive("--block", a.block)
+    for flag, vals in (("--chunks", a.chunks), ("--dtypes", a.dtypes)):
+        twice = sorted({v for v in vals if vals.count(v) > 1}, key=vals.index)
+        if twice:
+            raise outputs.UsageError(f"{flag}: {', '.join(map(str, twice))} given more than once")
+    for C in a.chunks:
+        outputs.positive("--chunks", C)
+        if C > MAX_CHUNK:
+            raise outputs.UsageError(f"--chunks: {C} is beyond any chunked kernel's chunk; chunk sizes go up to "
+                                     f"{MAX_CHUNK} tokens here")
+
+
+def _check_mode_flags(a, rng):
+    """A flag that the chosen source of gates would ignore is refused, naming the source."""
+    if a.synthetic:
+        mode, what = "synthetic", "--synthetic runs its fixed synthetic cases (their own chunk sizes and dtypes)"
+    elif a.traces:
+        mode, what = "traces", "--traces analyses the file's own sequences"
+    elif a.random_layers:
+        mode, what = "model", "--random-layers"
+    elif rng is not None:
+        mode, what = "range", "a gate range alone (--gate-range / --a-log-range) is a worst case with no gates"
+    else:
+        mode, what = "model", "the shipped model"
+    if mode in ("traces", "model"):                                  # the dependence-aware prediction's blocks
+        for C in a.chunks:
+            if C % a.block:
+                raise outputs.UsageError(f"--chunks: {C} is not a multiple of --block {a.block}")
+    extra = [d for d in _FLAG if d in _given_flags(a) and d not in _SOURCE_FLAGS[mode]]
+    if rng is not None and mode == "traces":
+        extra = [d for d in extra if d not in ("sub_chunk", "shift")]
+    if extra:
+        names = ", ".join(_FLAG[d] for d in extra)
+        raise outputs.UsageError(f"{names}: {what}; {'it' if len(extra) == 1 else 'they'} would be ignored")
+
+
+def heldout_windows(seq_len):
+    """How many held-out sequences of seq_len bytes the text holds (data.heldout_tokens' windows)."""
+    return sum(max(0, (len(b) - seq_len) // seq_len + 1) for _, b in data.load_split("val"))
+
+
+def _check_capture(a):
+    """--n-seq and --seq-len of a capture (the shipped model, --random-layers), against the chunk sizes and the
+    held-out text, before the model is loaded."""
+    outputs.positive("--n-seq", a.n_seq, 2)
+    outputs.positive("--seq-len", a.seq_len)
+    if a.seq_len < max(a.chunks):
+        raise outputs.UsageError(f"--seq-len {a.seq_len} is shorter than the largest of --chunks ({max(a.chunks)}): "
+                                 "a chunk must fit in a sequence")
+    have = heldout_windows(a.seq_len)
+    if have < a.n_seq:
+        raise outputs.UsageError(f"--n-seq {a.n_seq} x --seq-len {a.seq_len}: the held-out text holds {have} "
+                                 f"sequences of {a.seq_len} bytes; ask for at most {have} (or shorter ones)")
+
+
+def _open_traces(path, chunks):
+    """check_trace_file of --traces (every value streamed), with its layers against the chunk sizes; the messages
+    name --traces. Returns (traces, meta)."""
+    try:
+        if os.path.isfile(path) and os.path.getsize(path) == 0:
+            raise ValueError(f"{path} is empty (0 bytes); expected an .npz trace file (save_trace writes one)")
+        traces, meta = check_trace_file(outputs.input_file("--traces", path))      # streamed, read head by head
+    except outputs.UsageError:
+        raise
+    except ValueError as exc:
+        raise outputs.UsageError(f"--traces: {exc}") from None
+    if not traces:
+        raise outputs.UsageError(f"--traces: {path} holds no traces (its metadata lists no layers)")
+    T = next(iter(traces.values())).shape[1]
+    if max(chunks) > T:
+        raise outputs.UsageError(f"--chunks: {max(chunks)} exceeds the trace length T = {T} of {path}; give chunk "
+                                 f"sizes up to {T}")
+    return traces, meta
+
+
 def main(argv=None):
     p = outputs.parser("Chunk-size safety: the probability that a chunk of C tokens overflows a chunked "
                        "kernel's exp(-cum), per head, predicted from the gates and measured on the trace.")
+    record_given(p)                 # which options were given: a flag the chosen mode ignores is refused
     p.add_argument("--traces", default=None, help="trace file (.npz from save_trace; None: capture the shipped "
                    "FoX model's gates on held-out text)")
     p.add_argument("--random-layers", action="store_true", help="instead: flash-linear-attention layers (FoX, GLA, "
@@ -329,30 +516,14 @@ def main(argv=None):
     p.add_argument("--workers", type=int, default=None, help="processes analysing heads in parallel (default: the "
                    "available processors); the results do not depend on it")
     p.add_argument("--markdown", default=None, help="print the README table of a JSON this command wrote, and stop")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar over the heads (it is shown on a "
+                   "terminal only)")
     outputs.add_common(p)
     a = p.parse_args(argv)
-    if a.markdown:
-        try:
-            with open(outputs.input_file("--markdown", a.markdown), encoding="utf-8") as f:
-                res = json.load(f)
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            raise outputs.UsageError(f"--markdown: {a.markdown} is not a JSON file (this command's --json writes "
-                                     "one)") from None
-        if not isinstance(res, dict) or "heads" not in res:
-            raise outputs.UsageError(f"--markdown: {a.markdown} holds no per-head results (written by --synthetic?)")
-        print(markdown_table(res))
-        return 0
-    outputs.eps_arg("--risk", a.risk)
-    if a.workers is not None:
-        outputs.positive("--workers", a.workers)
-    outputs.positive("--block", a.block)
-    twice = sorted({C for C in a.chunks if a.chunks.count(C) > 1})
-    if twice:
-        raise outputs.UsageError(f"--chunks: {', '.join(map(str, twice))} given more than once")
-    for C in a.chunks:
-        outputs.positive("--chunks", C)
-        if C % a.block:
-            raise outputs.UsageError(f"--chunks: {C} is not a multiple of --block {a.block}")
+    _check_paths(a)
+    if a.markdown is not None:
+        return _print_markdown(a)
+    _check_flags(a, p)
     if a.traces:
         outputs.note_input(a.traces, "--traces")
     elif not (a.random_layers or a.synthetic or a.gate_range is not None) and os.path.exists(shipped_checkpoint()):
@@ -360,8 +531,6 @@ def main(argv=None):
     if a.json:
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")
     t0 = time.perf_counter()
-    if sum(map(bool, (a.traces, a.random_layers, a.synthetic))) > 1:
-        raise outputs.UsageError("--traces, --random-layers and --synthetic exclude each other")
     rng = _gate_range_arg(a)
     if a.shift is not None and not (math.isfinite(a.shift) and a.shift >= 0):
         raise outputs.UsageError(f"--shift must be a finite number of nats >= 0; got {a.shift}")
@@ -370,8 +539,15 @@ def main(argv=None):
                                  "--gate-range they would be ignored")
     if a.traces and a.n_seq != p.get_default("n_seq"):
         raise outputs.UsageError("--n-seq counts the shipped model's sequences; --traces analyses the file's own")
+    _check_mode_flags(a, rng)
     if rng is not None:
         outputs.positive("--sub-chunk", a.sub_chunk, lo=2)
+        if given(a, "sub_chunk") and a.sub_chunk > max(a.chunks):
+            raise outputs.UsageError(f"--sub-chunk {a.sub_chunk} is longer than the largest of --chunks "
+                                     f"({max(a.chunks)}): a sub-chunk lies inside a chunk")
+    if a.traces:
+        traces, meta = _open_traces(a.traces, a.chunks)                 # checked before any table is printed
+    if rng is not None:
         rows = range_safety(*rng, dtypes=a.dtypes, chunks=a.chunks, sub=a.sub_chunk, shift=a.shift)
         print_range(rows, a)
         if not a.traces:
@@ -388,23 +564,28 @@ def main(argv=None):
         if a.json:
             outputs.write_result(a.json, {"info": {"synthetic": True}, "rows": rows}, "chunks")
         return 0
-    if a.traces:
-        traces, meta = check_trace_file(outputs.input_file("--traces", a.traces))     # streamed, read head by head
-    elif a.random_layers:
-        outputs.positive("--n-seq", a.n_seq, 2)
+    if a.random_layers:
+        _check_capture(a)
         traces, meta = random_layer_traces(n_seq=a.n_seq, seq_len=a.seq_len)
-    else:
-        outputs.positive("--n-seq", a.n_seq, 2)
+    elif not a.traces:                                                  # a.traces: opened above
+        _check_capture(a)
         traces, meta = _capture_shipped(a.n_seq, a.seq_len)
     t_load = time.perf_counter() - t0
-    heads = analyse(traces, a.chunks, a.dtypes, a.risk, a.block, workers=a.workers)
+    n_heads = sum(int(t.shape[2]) for t in traces.values())
+    bar = tqdm(total=n_heads, desc="heads", file=sys.stderr, disable=True if a.no_progress else None)
+    try:
+        heads = analyse(traces, a.chunks, a.dtypes, a.risk, a.block, workers=a.workers,
+                        on_result=lambda i, r: bar.update())
+    finally:
+        bar.close()
     t_an = time.perf_counter() - t0 - t_load
     print_table(heads, a.risk)
     rec = recommend(heads, a.dtypes)
     per = recommend_per_trace(heads, a.dtypes)
     print("\nRecommendation (every head under the risk, dependence-aware prediction + 2 SE):")
     for dt, r in rec.items():
-        say(f"  {dt:>8s}: {r['advice']}; limiting: {', '.join(r['limiting_heads'][:6])}", indent=" " * 12)
+        say(f"  {dt:>8s}: {r['advice']}; limiting: {', '.join(map(safety.shown, r['limiting_heads'][:6]))}",
+            indent=" " * 12)
     if len(per) > 1:
         say("per trace: " + "; ".join(f"{_short(n)}: " + ", ".join(f"{dt} {r['chunk'] or 're-centre'}"
                                                                 for dt, r in rs.items()) for n, rs in per.items()))

@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import time
+import zipfile
 from functools import partial
 
 import numpy as np
@@ -34,6 +35,7 @@ from foxwindow.laws import gates
 from foxwindow.models import adapters, traces
 from foxwindow.models import fox as fm
 from foxwindow.training import data
+from foxwindow.uses import given, record_given
 from foxwindow.uses.prune_laws import (
     CONTEXTS,
     HeadLaw,
@@ -465,6 +467,7 @@ def _parser():
     p = outputs.parser("ACP block pruning and KV-cache horizons of FoX heads: predictions from the gate laws "
                        "against the shipped model, or against any model's gate traces (--traces, from forget.py "
                        "--save-traces; a recurrent model's traces give the memory horizon of its state instead).")
+    record_given(p)                 # which options were given: a flag the chosen mode ignores is refused
     g = p.add_mutually_exclusive_group()
     g.add_argument("--tol", type=float, nargs="+", help="tolerated pruned attention mass, each in (0, 1)")
     g.add_argument("--log-tol", type=float, nargs="+",
@@ -474,13 +477,14 @@ def _parser():
                    help="held-out sequences measured (as many again fit the laws; default 8; model only)")
     p.add_argument("--seq-len", type=int, default=None,
                    help="tokens per sequence (default 1024, the training context; model only)")
-    p.add_argument("--seed", type=int, default=0, help="torch seed (the sequences are fixed; nothing is sampled)")
+    p.add_argument("--seed", type=int, default=None, help="torch seed, >= 0 (default 0; the sequences are fixed, "
+                   "nothing is sampled; model only)")
     p.add_argument("--p", type=float, default=0.99, help="probability for the horizon quantiles")
     p.add_argument("--U", default=None, help="logit bound: 'auto' (ACP, from the q/k norms; the default with the "
                    "model) or a number >= 0 (a fixed U, e.g. 0 for the decay alone; not a bound, so pruning may "
                    "exceed tol); required with --traces of a softmax model")
     p.add_argument("--decode-seqs", type=int, default=None,
-                   help="sequences decoded token by token (default 4; 0: skip; model only)")
+                   help="sequences decoded token by token (default 4, at most --n-seq; 0: skip; model only)")
     p.add_argument("--checkpoint", default=None, help=f"FoX checkpoint (.pt; default {DEFAULT_CHECKPOINT})")
     p.add_argument("--traces", default=None, help="gate trace file (.npz from forget.py --save-traces) of any "
                    "model: fits the laws on its odd sequences and measures on the even ones")
@@ -500,66 +504,165 @@ def _parser():
     return outputs.add_common(p)
 
 
+MAX_LEVEL = -math.log(sys.float_info.min)      # 708.4: tol = e^-L below this is not a normal float64
+MAX_U = 1000.0                                  # --U: a logit bound in nats (ACP's auto U of the shipped model: ~22)
+MAX_CONTEXT = 1 << 53                           # --context: tokens (exact in float64; the laws' counts are int64)
+
+
 def _levels(a):
-    """The user's tols as levels L_tol = ln(1/tol), converted once here."""
+    """The user's tols as levels L_tol = ln(1/tol), converted once here; each tol once, each a normal float64."""
     if a.tol is not None:
-        return [-math.log(outputs.eps_arg("--tol", t)) for t in a.tol]
-    return [level_of_log_tol(t, "--log-tol") for t in a.log_tol] if a.log_tol else list(DEFAULT_L_TOLS)
+        flag, vals = "--tol", a.tol
+        levels = [-math.log(outputs.eps_arg("--tol", t)) for t in a.tol]
+    elif a.log_tol:
+        flag, vals = "--log-tol", a.log_tol
+        levels = [level_of_log_tol(t, "--log-tol") for t in a.log_tol]
+    else:
+        return list(DEFAULT_L_TOLS)
+    twice = sorted({v for v, L in zip(vals, levels) if levels.count(L) > 1}, key=vals.index)
+    if twice:
+        raise outputs.UsageError(f"{flag}: {', '.join(f'{v:g}' for v in twice)} given more than once (each tol is "
+                                 "one row of the report)")
+    for v, L in zip(vals, levels):
+        if L > MAX_LEVEL:
+            raise outputs.UsageError(f"{flag} {v:g}: tol = e^-{L:.4g} is below the smallest normal float64 "
+                                     f"(e^-{MAX_LEVEL:.1f} = {sys.float_info.min:.3g}); no attention mass is "
+                                     "resolved that finely")
+    return levels
 
 
 def _check_mode(a):
     """The options of one mode (--traces or the model) checked; the model's defaults filled in."""
     if a.traces is not None:
-        given = [f for f, v in (("--checkpoint", a.checkpoint), ("--n-seq", a.n_seq), ("--seq-len", a.seq_len),
-                                ("--decode-seqs", a.decode_seqs)) if v is not None]
-        if given:
-            raise outputs.UsageError(f"{given[0]} cannot be used with --traces (it needs the model; the traces fix "
-                                     "the sequences)")
+        model_only = [f for f, v in (("--checkpoint", a.checkpoint), ("--n-seq", a.n_seq), ("--seq-len", a.seq_len),
+                                     ("--decode-seqs", a.decode_seqs)) if v is not None]
+        if model_only:
+            raise outputs.UsageError(f"{model_only[0]} cannot be used with --traces (it needs the model; the traces "
+                                     "fix the sequences)")
+        if a.seed is not None:
+            raise outputs.UsageError("--seed cannot be used with --traces (it seeds the model's run; nothing is "
+                                     "sampled from a trace file)")
         if a.context is not None:
             outputs.positive("--context", a.context)
+            if a.context > MAX_CONTEXT:
+                raise outputs.UsageError(f"--context {a.context} is beyond any context; at most 2^53 = "
+                                         f"{MAX_CONTEXT} tokens")
         try:
+            if os.path.isfile(a.traces) and os.path.getsize(a.traces) == 0:
+                raise ValueError(f"{a.traces} is empty (0 bytes); expected an .npz trace file (forget.py "
+                                 "--save-traces writes one)")
             a.opened = trs, meta = load_traces(a.traces)              # checked once: analyse_traces reuses it
-            kind = trace_kind(meta, list(trs), a.kind)[0]
+            if not trs:
+                raise ValueError(f"{a.traces} holds no traces (its metadata lists no layers)")
+            kind, source = trace_kind(meta, list(trs), a.kind)
         except (FileNotFoundError, ValueError) as exc:
             raise outputs.UsageError(f"--traces: {exc}") from None
+        S, T = next(iter(trs.values())).shape[:2]
+        if S < 6:
+            raise outputs.UsageError(f"--traces: {a.traces} holds {S} sequences; the laws are fitted on half of them "
+                                     "and measured on the other half, so at least 6 are needed (3 for each half's "
+                                     "jackknife)")
         if kind == "softmax" and a.U in (None, "auto"):
             raise outputs.UsageError("--traces needs --U X for a softmax model, a number >= 0 ('auto' takes U from "
                                      "the model's q/k norms, which a trace file does not hold)")
         if kind == "recurrent":
+            unused = [f for f, d in (("--U", "U"), ("--block", "block")) if given(a, d)]
+            if unused:
+                raise outputs.UsageError(f"{' and '.join(unused)}: the traces are of a recurrent model (kind: "
+                                         f"{source}), which has no attention logits or blocks; "
+                                         f"{'it' if len(unused) == 1 else 'they'} would be ignored")
             a.U = None                                      # a state has no logits: U does not enter
+        else:
+            _block_fits(a, T, f"the trace length T = {T} of --traces")
         return None
     for f, v in (("--context", a.context), ("--kind", a.kind)):
         if v is not None:
             raise outputs.UsageError(f"{f} applies to --traces only (the model's own training context and kind are "
                                      "used)")
+    if a.workers is not None:
+        raise outputs.UsageError("--workers applies to --traces only (the model's run is one process: --threads sets "
+                                 "its torch threads)")
+    a.seed = 0 if a.seed is None else a.seed
+    if a.seed < 0:
+        raise outputs.UsageError(f"--seed must be >= 0; got {a.seed}")
     a.n_seq = outputs.positive("--n-seq", 8 if a.n_seq is None else a.n_seq)
     a.seq_len = outputs.positive("--seq-len", 1024 if a.seq_len is None else a.seq_len)
-    a.decode_seqs = 4 if a.decode_seqs is None else a.decode_seqs
+    a.decode_seqs = min(4, a.n_seq) if a.decode_seqs is None else a.decode_seqs      # the default: 4 at most
     if a.decode_seqs < 0:
         raise outputs.UsageError(f"--decode-seqs must be >= 0; got {a.decode_seqs}")
+    if a.decode_seqs > a.n_seq:
+        raise outputs.UsageError(f"--decode-seqs {a.decode_seqs} exceeds --n-seq {a.n_seq}: it decodes some of the "
+                                 "measured sequences")
+    if a.n_seq < 3:
+        raise outputs.UsageError(f"--n-seq must be >= 3 (the law's jackknife over sequences); got {a.n_seq}")
+    _block_fits(a, a.seq_len, f"--seq-len {a.seq_len}")
+    have = heldout_windows(a.seq_len + 1) // 2                   # each measured sequence beside a fitted one
+    if have < a.n_seq:
+        raise outputs.UsageError(f"--n-seq {a.n_seq} x --seq-len {a.seq_len}: the held-out text holds {have} pairs "
+                                 f"of sequences of {a.seq_len} tokens (each measured one beside one the laws are "
+                                 f"fitted on); ask for at most {have} (or shorter ones)")
     ck = a.checkpoint or DEFAULT_CHECKPOINT
-    return outputs.input_file("--checkpoint", outputs.repo_path(ck) if not os.path.exists(ck) else ck)
+    path = outputs.input_file("--checkpoint", outputs.repo_path(ck) if not os.path.exists(ck) else ck)
+    if _is_trace_file(path):
+        raise outputs.UsageError(f"--checkpoint: {ck} is a gate trace file (.npz), not a model checkpoint; pass it "
+                                 "as --traces")
+    return path
+
+
+def heldout_windows(seq_len):
+    """How many held-out sequences of seq_len bytes the text holds (data.heldout_tokens' windows)."""
+    return sum(max(0, (len(b) - seq_len) // seq_len + 1) for _, b in data.load_split("val"))
+
+
+def _is_trace_file(path):
+    """Whether `path` is a zip holding a trace file's metadata member (save_trace's format)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return "meta_json.npy" in zf.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def _block_fits(a, T, what):
+    """UsageError when a --block size exceeds the sequences' length T (one block would hold the whole sequence:
+    nothing could be pruned)."""
+    big = [b for b in a.block if b > T]
+    if big:
+        raise outputs.UsageError(f"--block {' '.join(map(str, a.block))}: a block of {big[0]} exceeds {what} (one "
+                                 "block would hold the whole sequence and nothing could be pruned)")
 
 
 def _check_args(a):
     """Every argument and output checked before any work. Returns (L_tols, block, U, checkpoint, txt, json)."""
+    for f, v in (("--out", a.out), ("--json", a.json), ("--traces", a.traces), ("--checkpoint", a.checkpoint)):
+        if v is not None and not v.strip():
+            raise outputs.UsageError(f"{f}: expected a path; got an empty one")
     L_tols = _levels(a)
     if len(a.block) > 2:
         raise outputs.UsageError(f"--block takes one or two sizes; got {a.block}")
     if min(a.block) < 1:
         raise outputs.UsageError(f"--block sizes must be >= 1; got {' '.join(map(str, a.block))}")
     block = check_block(tuple(a.block) if len(a.block) == 2 else a.block[0])
-    outputs.positive("--threads", a.threads)
-    if a.workers is None:
-        a.workers = parallel.default_workers()
-    outputs.positive("--workers", a.workers)
+    cpus = parallel.default_workers()
+    for f, v in (("--threads", a.threads), ("--workers", a.workers)):
+        if v is not None:
+            outputs.positive(f, v)
+    # workers beyond the processors or the jobs run as many as there are jobs; torch's threads are set as given
+    if a.threads is not None and a.threads > cpus:
+        raise outputs.UsageError(f"--threads {a.threads}: this machine lets the command use {cpus} processor"
+                                 f"{'s' if cpus > 1 else ''}; give at most {cpus} (the results do not depend on it)")
     outputs.eps_arg("--p", a.p)
     if a.U not in (None, "auto"):
         try:
             a.U = check_U(a.U)
         except ValueError as exc:
             raise outputs.UsageError(f"--U: {exc}") from None
+        if a.U > MAX_U:
+            raise outputs.UsageError(f"--U {a.U:g} is beyond any attention logit bound (|q.k| * scale in nats; ACP's "
+                                     f"auto U on the shipped model is about 22); give at most {MAX_U:g}")
     checkpoint = _check_mode(a)
+    if a.workers is None:
+        a.workers = cpus
     U = "auto" if (a.U is None and a.traces is None) else a.U
     # every output checked before any work; nothing existing is replaced without --force
     out = outputs.check_dir(a.out, [] if a.json else ["prune.json"], force=a.force) if a.out else \
@@ -583,7 +686,7 @@ def run(argv=None):
         res = analyse_traces(a.traces, U, L_tols, block, a.p, a.context, kind=a.kind, opened=a.opened,
                              progress=not a.no_progress, workers=a.workers)
     else:
-        res = analyse_model(checkpoint, L_tols, block, a.n_seq, a.seq_len, a.p, decode_seqs=min(a.decode_seqs, a.n_seq),
+        res = analyse_model(checkpoint, L_tols, block, a.n_seq, a.seq_len, a.p, decode_seqs=a.decode_seqs,
                             seed=a.seed, progress=not a.no_progress, U=U)
     ck = res["info"].get("checkpoint")
     if ck and os.path.commonpath([os.path.abspath(ck), outputs.REPO]) == outputs.REPO:

@@ -373,6 +373,8 @@ def window_quantile(law, L, p=0.99, n_max=1 << 24):
     L = check_level(L)
     # P(W <= h) = 1 - P(W >= h + 1): smallest h with survival(h + 1) <= 1 - p, by doubling then bisection
     hi = max(int(2 * L / law.kappa) + 2, 16)
+    if hi >= 1 << 62:                          # the windows' counts are int64: a level this far is no window
+        raise ValueError(f"{law.name}: the window at L = {L:.3g} (kappa = {law.kappa:.3g}) is beyond 2^62 steps")
     while law.survival(L, np.array([hi + 1]))[0] > 1 - p:
         hi *= 2
         if hi > n_max:

@@ -1,12 +1,16 @@
 """The text report of prune.py: per-head table at one tol, per-tol summary, decoding and extrapolation lines.
 
 format_report(res) takes the dict of prune.analyse_model or prune.analyse_traces (softmax or recurrent kind).
+What a trace file or checkpoint names (its path, model, family and layer names) is shown with its control characters
+escaped (safety.shown), in the printed report and in prune.txt alike; a number too wide for its column is written in
+e-notation (fit_number), so every line stays within outputs.WIDTH.
 """
 import math
 
 import numpy as np
 
-from foxwindow import outputs
+from foxwindow import outputs, safety
+from foxwindow.uses import fit_number
 from foxwindow.uses.prune_laws import CONTEXTS
 
 __all__ = ["LAW_SHORT", "format_recurrent", "format_report"]
@@ -24,6 +28,7 @@ def _header(info, traced):
 
 
 def _header_text(info, traced):
+    info = {k: safety.shown(v) if k in ("traces", "model", "kind_source", "checkpoint") else v for k, v in info.items()}
     if traced:
         ctx = info["context"]
         return [f"ACP block pruning and KV horizons from gate traces: {info['traces']} (model {info['model']}, "
@@ -60,8 +65,9 @@ def _head_rows(res, traced, i):
             cols = (f" {e.get('mass_window_max', -1):5d} {e.get('horizon_coverage', float('nan')):5.3f} "
                     f"{_count(cert, 7):>7}")
         meas = f"{e['meas_frac_blocks']:.3f}+-{e['se_meas']:.3f}"
-        out.append(f"{hd['layer']:>2d}.{hd['head']:<1d} {hd['kappa']:7.4f} {hd['tau']:5.2f} {law:>9s} {e['U']:6.2f} "
-                   f"{e['L']:5.1f} {e['pred_frac_blocks']:6.3f} {meas:>12s} {e['err']:+6.3f} "
+        out.append(f"{hd['layer']:>2d}.{hd['head']:<1d} {fit_number(hd['kappa'], 7, 4)} {fit_number(hd['tau'], 5, 2)} "
+                   f"{law:>9s} {fit_number(e['U'], 6, 2)} "
+                   f"{fit_number(e['L'], 5, 1)} {e['pred_frac_blocks']:6.3f} {meas:>12s} {e['err']:+6.3f} "
                    f"{_count(e['horizon'][str(info['seq_len'])], 6):>6s}{cols} {e['mem_saved']['32768']:7.3f} "
                    f"{e['mem_saved']['1048576']:7.3f} {e['p_window_beyond_context']:8.3f}")
     return out
@@ -77,7 +83,7 @@ def _count(v, width):
 
 def _layer_names(res):
     names = sorted({(hd["layer"], hd["layer_name"]) for hd in res["heads"]})
-    return "layers: " + ", ".join(f"{li} = {n}" for li, n in names)
+    return "layers: " + ", ".join(f"{li} = {safety.shown(n)}" for li, n in names)
 
 
 def _tol_rows(res, traced):
@@ -137,6 +143,7 @@ def format_recurrent(res):
     info = res["info"]
     i = info["log_tols"].index(info["decode_log_tol"])
     ctx = info["context"]
+    info = {k: safety.shown(v) if k in ("traces", "model", "kind_source") else v for k, v in info.items()}
     texts = [f"Memory horizons of a recurrent state from gate traces: {info['traces']} (model {info['model']}, kind "
              f"recurrent: {info['kind_source']}), laws fitted on {info['n_fit']} sequences x {info['seq_len']} "
              "tokens.",
@@ -149,8 +156,9 @@ def format_recurrent(res):
     out.append("-" * len(out[-1]))
     for hd in res["heads"]:
         e = hd["tols"][i]
-        out.append(f"{hd['layer']:>2d}.{hd['head']:<1d} {hd['kappa']:7.4f} {hd['tau']:5.2f} "
-                   f"{LAW_SHORT.get(e['method'], e['method'][:9]):>9s} {e['L']:6.2f} {e['state_horizon']:>9d} "
+        out.append(f"{hd['layer']:>2d}.{hd['head']:<1d} {fit_number(hd['kappa'], 7, 4)} {fit_number(hd['tau'], 5, 2)} "
+                   f"{LAW_SHORT.get(e['method'], e['method'][:9]):>9s} {fit_number(e['L'], 6, 2)} "
+                   f"{e['state_horizon']:>9d} "
                    f"{e['p_window_beyond_context']:8.3f}")
     out += _wrap(_layer_names(res)) + ["", "Per tol, all heads:",
             f"{'ln tol':>6s} {'median h':>9s} {'max h':>9s} {'mean P(W>ctx)':>13s}"]
