@@ -1053,11 +1053,12 @@ def _cells_loop(x, h, clamp, a, b):
         y = x[i] / h
         fl = np.floor(y)
         f = y - fl
-        k = int(fl)
-        if clamp >= 0:
-            a[min(k, clamp)] += 1.0 - f
+        if clamp >= 0:                  # clamped as a float first: an increment of 1e28 h is no int64
+            k = int(min(fl, float(clamp)))
+            a[k] += 1.0 - f
             b[min(k + 1, clamp)] += f
         else:
+            k = int(fl)
             a[k] += 1.0 - f
             b[k + 1] += f
 
@@ -1123,15 +1124,15 @@ def _lattice_cells_numpy(x, h, M, xmax):
     y = x / h
     fl = np.floor(y)
     np.subtract(y, fl, out=y)                                                # f
-    k = fl.astype(np.intp)
-    top = int(math.floor(xmax / h))                                          # = k.max(): x / h is monotone in x
+    top = int(math.floor(xmax / h))                                          # = max k: x / h is monotone in x
     if top + 1 <= M - 1:                                                     # no clamp: the upper cell is k + 1
+        k = fl.astype(np.intp)
         lo = np.bincount(k, weights=1 - y, minlength=top + 2)
         lo[1:] += np.bincount(k, weights=y, minlength=top + 1)[:top + 1]
         return lo
-    kc = np.minimum(k, M - 1)
+    kc = np.minimum(fl, M - 1).astype(np.intp)                               # clamped as floats: 1e28 h is no int64
     p = np.bincount(kc, weights=1 - y, minlength=M)[:M]
-    p += np.bincount(np.minimum(k + 1, M - 1), weights=y, minlength=M)[:M]
+    p += np.bincount(np.minimum(kc + 1, M - 1), weights=y, minlength=M)[:M]
     return p
 
 

@@ -24,10 +24,6 @@ __all__ = ["REPORT_EPS", "WIDE_CI", "print_table", "ratio_cell", "states_block",
 REPORT_EPS = (1e-2, 1e-3, 1e-4)              # the eps whose predictions the table prints
 
 
-def _f(v, fmt):
-    return format(v, fmt) if isinstance(v, (int, float)) and math.isfinite(v) else "-"
-
-
 def _at(r, eps):
     """Index of eps in r.eps_list (by L, within 1e-7: an eps given in float32 finds its column), or None."""
     L = gates.threshold(eps)
@@ -47,12 +43,34 @@ SHORT = {"iid": "iid", "marginal": "marg", "dependent": "dep", "second_order": "
 
 
 def _g(v):
-    """A number in at most 6 characters."""
+    """A number >= 0 in at most 6 characters (1.2e4, 1.2e-5 beyond [1e-3, 1e4))."""
     if v is None or not math.isfinite(v):
         return "-"
-    if abs(v) >= 1e4:
-        return f"{v:.1e}".replace("e+0", "e").replace("e+", "e")
+    if abs(v) >= 1e4 or 0 < abs(v) < 1e-3:
+        for p in (1, 0):
+            text = f"{v:.{p}e}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
+            if len(text) <= 6:
+                break
+        return text
     return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def _fit(v, width, prec):
+    """v as f"{v:.{prec}f}" where that fits in `width` characters (every ordinary value), else in e-notation with
+    as many digits as fit (a rate of 1e29 per token is printed as one, not cut to its first digits); '-' for
+    None and non-finite values."""
+    if not isinstance(v, (int, float)) or not math.isfinite(v):
+        return "-"
+    text = f"{v:.{prec}f}"
+    for p in range(prec, -1, -1):
+        if len(text) <= width:
+            break
+        text = f"{v:.{p}e}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
+    return text
+
+
+def _label(r):
+    return f"{r.layer}.{r.head}"
 
 
 def _rec(r, e):
@@ -94,8 +112,7 @@ def _short(name):
 
 def _columns(shown):
     """The table's columns: (header, width, cell function of a HeadResult); the last takes the rest."""
-    cols = [("L.H", 4, lambda r: f"{r.layer}.{r.head}"), ("kappa", 7, lambda r: _f(r.kappa, ".4f")),
-            ("tau", 5, lambda r: _f(r.tau, ".2f"))]
+    cols = [("L.H", 4, _label), ("kappa", 7, lambda r: _fit(r.kappa, 7, 4)), ("tau", 5, lambda r: _fit(r.tau, 5, 2))]
     for e in shown:
         cols.append((f"V{e:.0e}".replace("e-0", "e-"), 6, lambda r, e=e: _meas_var(r, e)))
     for e in shown:
@@ -185,20 +202,23 @@ def print_table(results, info, eps=None):
           + ". Every law's numbers at every eps: --json (docs/HEADS_JSON.md).")
     shown = [e for e in REPORT_EPS if results and _at(results[0], e) is not None]
     cols = _columns(shown)
-    fixed = sum(w + 1 for _, w, _ in cols[:-1])
-    last = WIDTH - fixed
-    print(" ".join(f"{h:>{w}s}" for h, w, _ in cols[:-1]) + " " + cols[-1][0][:last])
+    # every cell whole: a column as wide as its widest cell (a label "0.127" or a number is never cut)
+    rows = [[fn(r) for _, _, fn in cols[:-1]] for r in results]
+    widths = [max([w] + [len(row[i]) for row in rows]) for i, (_, w, _) in enumerate(cols[:-1])]
+    fixed = sum(w + 1 for w in widths)
+    last = max(WIDTH - fixed, 4)                       # (below 4 only where some cell is extreme)
+    print(" ".join(f"{h:>{w}s}" for (h, _, _), w in zip(cols[:-1], widths)) + " " + cols[-1][0][:last])
     print("-" * WIDTH)
     # layers marked under the table: backward directions (their windows look forward) and delta-rule families
     names = info.get("layers") or []
     fwd = {i for i, n in enumerate(names) if n in set(info.get("looks_forward") or ())}
     upper = {i for i, n in enumerate(names) if (info.get("memory_bound_by_layer") or {}).get(n, "") == MEMORY_UPPER}
     cut, pos, shown_fwd, shown_upper = 0, -1, set(), set()
-    for r in results:
+    for r, row in zip(results, rows):
         pos += r.head == 0                              # heads of a layer are consecutive, from 0: its position
         shown_fwd |= {r.layer} if pos in fwd else set()
         shown_upper |= {r.layer} if pos in upper else set()
-        cells = [f"{fn(r):>{w}s}"[:w] for _, w, fn in cols[:-1]]
+        cells = [f"{c:>{w}s}" for c, w in zip(row, widths)]
         # the marks first, so that a cut row keeps them
         tail = ("[fwd] " if pos in fwd else "") + ("[ub] " if pos in upper else "") + cols[-1][2](r)
         if len(tail) > last:
@@ -246,12 +266,13 @@ def states_block(results):
     w = max(len(eps), 4)
     _wrap("every law's state at eps " + ", ".join(f"{e:g}" for e in eps)
           + " (H holds, F false, - not claimed, ? undetermined):")
-    print(f"{'L.H':>6s} " + " ".join(f"{SHORT[n]:>{w}s}" for n in laws))
+    lw = max([6] + [len(_label(r)) for r in results])
+    print(f"{'L.H':>{lw}s} " + " ".join(f"{SHORT[n]:>{w}s}" for n in laws))
     for r in results:
         recs = [_rec(r, e) for e in eps]
         cells = ["".join(_CODE[rec["laws"][n]["state"]] if rec is not None and n in rec["laws"] else " "
                          for rec in recs) for n in laws]
-        print(f"{str(r.layer) + '.' + str(r.head):>6s}"[:6] + " " + " ".join(f"{c:>{w}s}" for c in cells))
+        print(f"{_label(r):>{lw}s} " + " ".join(f"{c:>{w}s}" for c in cells))
 
 
 def _asked_block(results, eps):
@@ -259,12 +280,12 @@ def _asked_block(results, eps):
     laws = _law_order([_rec(r, eps) or {} for r in results])            # the reference last
     print(f"at --eps {eps:g} (L = {gates.threshold(eps):.4g}): measured Var[W] and every law's Var_law / "
           "Var_measured with its state")
-    print(f"{'L.H':>6s} {'V':>7s} " + " ".join(f"{SHORT[n]:>8s}" for n in laws))
+    lw = max([6] + [len(_label(r)) for r in results])
+    print(f"{'L.H':>{lw}s} {'V':>7s} " + " ".join(f"{SHORT[n]:>8s}" for n in laws))
     for r in results:
         rec = _rec(r, eps)
         cells = [ratio_cell(rec["laws"][n]) if rec is not None and n in rec["laws"] else "-" for n in laws]
-        print(f"{str(r.layer) + '.' + str(r.head):>6s}"[:6] + f" {_meas_var(r, eps):>7s} "
-              + " ".join(f"{c:>8s}"[:8] for c in cells))
+        print(f"{_label(r):>{lw}s} {_meas_var(r, eps):>7s} " + " ".join(f"{c:>8s}" for c in cells))
 
 
 def to_json(results, info):

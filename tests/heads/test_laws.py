@@ -202,6 +202,29 @@ def test_table_fits_120_columns(capsys):
     assert "at --eps" not in capsys.readouterr().out
 
 
+def test_table_cuts_no_label_and_no_number(capsys):
+    """Heads past 99 (an LSTM layer's units 100-127: "0.127" was cut to "0.12", a label that another unit has) and
+    a rate of 1e29 per token ("1032707" was the first digits of its fixed-point text): whole in every block."""
+    rng = np.random.default_rng(5)
+    lg = np.stack([-x for x in _model("ar1", rng, H=2, S=8, T=256)], 2)
+    lg[:, :, 1] *= 1e30                                                    # every window 0, kappa ~1e29
+    results, seed = heads.analyse_layers({"x": lg}, n_boot=100, seed=1)
+    results[0].head, results[1].head = 127, 1005
+    info = dict(checkpoint="x.npz", n_seq=8, seq_len=256, seed=seed)
+    table.print_table(results, info, eps=0.03)
+    out = capsys.readouterr().out.splitlines()
+    rows = [line.split() for line in out if line.split() and line.split()[0] in ("0.127", "0.1005")]
+    assert len(rows) == 6 and max(map(len, out)) <= table.WIDTH               # the table, the states, the eps block
+    main = [r for r in rows if len(r) > 10]
+    assert [r[0] for r in main] == ["0.127", "0.1005"]
+    kappa = float(main[1][1])
+    assert kappa == pytest.approx(results[1].kappa, rel=1e-2) and kappa > 1e28
+    assert table._fit(1.1007, 7, 4) == "1.1007" and table._fit(123456.7, 7, 4) == "1.235e5"
+    assert table._fit(None, 7, 4) == "-" and table._fit(float("nan"), 5, 2) == "-"
+    assert table._g(3.4e-29) == "3e-29" and table._g(1.2e-5) == "1.2e-5" and table._g(0.5) == "0.5"
+    assert table._g(2.5e4) == "2.5e4" and table._g(1e300) == "1e300"
+
+
 def test_law_study_runs_small_and_calls_the_iid_law_false_on_regimes():
     # a small always-on version of `python -m foxwindow.heads.calibration --laws` (the full run: results/verdict)
     res = verdict_calibration.law_study(["regime_switching"], reps=2, S=16, T=512, seed=0)["regime_switching"]
