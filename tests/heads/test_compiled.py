@@ -60,6 +60,12 @@ def test_compiled_windows_and_cells_are_the_numpy_numbers(compiled, monkeypatch)
             ref = headlaws._lattice_cells_numpy(xr, h, M, float(xr.max()))
             assert got.dtype == ref.dtype and got.shape == ref.shape
             assert np.array_equal(got.view(np.int64), ref.view(np.int64))     # to the bit
+    # increments of 1e28 cells (log-gates of -1e29, finite in float32): clamped as floats, no int64 overflow
+    huge = np.concatenate([_heads()[0].ravel()[:500], [1e28, 3e29, 0.7e28]])
+    for h, M in ((1.0, 64), (1e-3, 1 << 10)):
+        got = headlaws._lattice_cells(huge, h, M, float(huge.max()))
+        ref = headlaws._lattice_cells_numpy(huge, h, M, float(huge.max()))
+        assert np.array_equal(got, ref) and got.sum() == pytest.approx(len(huge)) and got[-1] >= 3
     with pytest.raises(ValueError, match="thresholds must be > 0"):         # refused before the loop runs
         predict.window_rows(_heads()[0], np.array([1.0, 0.0]), 100)
     monkeypatch.setattr(gates, "COMPILED", False)                          # the switch takes the numpy paths
