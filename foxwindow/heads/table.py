@@ -56,17 +56,14 @@ def _g(v):
 
 
 def _fit(v, width, prec):
-    """v as f"{v:.{prec}f}" where that fits in `width` characters (every ordinary value), else in e-notation with
-    as many digits as fit (a rate of 1e29 per token is printed as one, not cut to its first digits); '-' for
-    None and non-finite values."""
+    """v as f"{v:.{prec}f}" where that fits in `width` characters (every ordinary value), else with fewer decimals
+    (tau 140.6), else in e-notation with as many digits as fit (a rate of 1e29 per token is printed as one, not
+    cut to its first digits); '-' for None and non-finite values."""
     if not isinstance(v, (int, float)) or not math.isfinite(v):
         return "-"
-    text = f"{v:.{prec}f}"
-    for p in range(prec, -1, -1):
-        if len(text) <= width:
-            break
-        text = f"{v:.{p}e}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
-    return text
+    texts = [f"{v:.{p}f}" for p in range(prec, -1, -1)]
+    texts += [f"{v:.{p}e}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-") for p in range(prec, -1, -1)]
+    return next((s for s in texts if len(s) <= width and (s.strip("-0.") or v == 0)), texts[-1])
 
 
 def _label(r):

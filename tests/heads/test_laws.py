@@ -219,7 +219,8 @@ def test_table_cuts_no_label_and_no_number(capsys):
     assert [r[0] for r in main] == ["0.127", "0.1005"]
     kappa = float(main[1][1])
     assert kappa == pytest.approx(results[1].kappa, rel=1e-2) and kappa > 1e28
-    assert table._fit(1.1007, 7, 4) == "1.1007" and table._fit(123456.7, 7, 4) == "1.235e5"
+    assert table._fit(1.1007, 7, 4) == "1.1007" and table._fit(123456.7, 7, 4) == "123457"
+    assert table._fit(140.65, 5, 2) == "140.7" and table._fit(1.234e-5, 7, 4) == "1.23e-5"
     assert table._fit(None, 7, 4) == "-" and table._fit(float("nan"), 5, 2) == "-"
     assert table._g(3.4e-29) == "3e-29" and table._g(1.2e-5) == "1.2e-5" and table._g(0.5) == "0.5"
     assert table._g(2.5e4) == "2.5e4" and table._g(1e300) == "1e300"
