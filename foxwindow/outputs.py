@@ -43,6 +43,7 @@ import sys
 import sysconfig
 import textwrap
 import time
+import warnings
 
 from foxwindow import __version__, safety
 
@@ -775,6 +776,9 @@ def cli(main, argv=None):
     if prog in ("__main__.py", "-c", ""):
         prog = "foxwindow"
     saved, BREAK_LOCK = BREAK_LOCK, "--break-lock" in argv
+    fmt = warnings.formatwarning
+    if not debug:                                   # a warning is one line too (its source line with --debug)
+        warnings.formatwarning = functools.partial(_one_line_warning, prog)
     try:
         # the command's output locks and inputs end with it; SIGTERM / SIGHUP unwind like Ctrl-C; text read from
         # files reaches the terminal with its control characters escaped
@@ -788,6 +792,14 @@ def cli(main, argv=None):
             return rc
     finally:
         BREAK_LOCK = saved
+        warnings.formatwarning = fmt
+
+
+def _one_line_warning(prog, message, category, filename, lineno, line=None):
+    """warnings' text for a command: `prog: warning: Category: message` on one line, without Python's file, line
+    number and source line (printed only; a recorder such as pytest.warns still gets the warning itself)."""
+    text = " ".join(str(message).split())
+    return f"{prog}: warning: {category.__name__}: {safety.shown(text)}\n"
 
 
 def _run(main, argv, debug, prog):

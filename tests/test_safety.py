@@ -560,3 +560,31 @@ def test_a_trace_header_claiming_more_than_the_file_holds_is_refused_before_any_
         zf.writestr("trace_0.npy", b"not an npy header at all" * 4)
     with pytest.raises(ValueError, match="garbled.npz: member 'trace_0' is not a readable .npy array"):
         traces.check_trace_file(str(tmp_path / "garbled.npz"))
+
+
+WARNER = """
+import sys, warnings
+from foxwindow import outputs
+def main(argv):
+    warnings.warn("exact numerics reached |err E[W]| <= 0.02\\n(tol 1e-3) for 'a\\x1b[31m'", RuntimeWarning)
+    return 0
+sys.exit(outputs.cli(main, sys.argv[1:]))
+"""
+
+
+def test_a_commands_warning_is_one_line_and_still_a_warning():
+    """A warning inside a command prints as `prog: warning: Category: message` on one line (Python's file, line and
+    source line only with --debug); a recorder such as pytest.warns still receives the warning itself."""
+    import warnings
+    err = subprocess.run([PY, "-c", WARNER], env=ENV, capture_output=True, text=True, check=True).stderr
+    assert err.count("\n") == 1 and err.startswith("foxwindow: warning: RuntimeWarning: exact numerics reached"), err
+    assert "(tol 1e-3)" in err and "\x1b" not in err and "warnings.warn" not in err
+    err = subprocess.run([PY, "-c", WARNER, "--debug"], env=ENV, capture_output=True, text=True, check=True).stderr
+    assert err.startswith("<string>:5: RuntimeWarning:")                   # Python's own format with --debug
+
+    def main(argv):
+        warnings.warn("exact numerics reached", RuntimeWarning)
+        return 0
+    with pytest.warns(RuntimeWarning, match="exact numerics"):
+        assert outputs.cli(main, []) == 0
+    assert warnings.formatwarning.__name__ == "formatwarning"               # restored after the command

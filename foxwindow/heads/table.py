@@ -88,11 +88,12 @@ def _ratio(r, law, e):
 def ratio_cell(lw):
     """A law's table cell from its record at one eps (docs/HEADS_JSON.md): the held-out Var_law / Var_measured,
     '~' where its 95% interval spans more than WIDE_CI (the ratio says little there), and the state's letter:
-    '0.97H', '1.59~H', '?' (no ratio)."""
+    '0.97H', '1.59~H', '0.003F' (one digit below 0.005, not 0.00), '?' (no ratio)."""
     v = lw.get("var_ratio")
     ci = lw.get("var_ratio_ci") or [None, None]
     wide = None not in ci and (ci[0] <= 0 or ci[1] / ci[0] > WIDE_CI)
-    return (("" if v is None else f"{v:.2f}" if v < 9.995 else f"{v:.0f}" if v < 1e4 else ">1e4")
+    return (("" if v is None else f"{v:.1g}" if v < 0.005 else f"{v:.2f}" if v < 9.995 else f"{v:.0f}" if v < 1e4
+             else ">1e4")
             + ("~" if v is not None and wide else "") + _CODE[lw["state"]])
 
 

@@ -175,6 +175,8 @@ def test_table_fits_120_columns(capsys):
     assert table.ratio_cell({"var_ratio": 1.59, "var_ratio_ci": [0.64, 3.97], "state": "holds"}) == "1.59~H"
     assert table.ratio_cell({"var_ratio": 0.97, "var_ratio_ci": [0.8, 1.2], "state": "false"}) == "0.97F"
     assert table.ratio_cell({"var_ratio": None, "var_ratio_ci": None, "state": "undetermined"}) == "?"
+    assert table.ratio_cell({"var_ratio": 0.0031, "var_ratio_ci": [0.002, 0.005], "state": "false"}) == "0.003F"
+    assert table.ratio_cell({"var_ratio": 2e-7, "var_ratio_ci": [1e-8, 1e-5], "state": "false"}) == "2e-07~F"
     # every law's state at eps 1e-2 ... 1e-4, a letter an eps, read back against the JSON's records
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("every law's state at eps 0.01, 0.003, 0.001"))
