@@ -15,6 +15,7 @@ run (all figures) leaves such a figure out, says so before and after the work, a
 in the summary. Output: <out>/figN_*.png and .pdf.
 """
 import json
+import math
 import os
 import sys
 import time
@@ -60,17 +61,55 @@ def _check_json_input(path, what):
         return False
     if not os.path.isfile(path):
         raise outputs.UsageError(f"{what}: {path} is not a file")
+    outputs.note_input(os.path.abspath(path), what)          # no output of this run may be this file
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             doc = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise outputs.UsageError(f"{what}: {path} is not valid JSON ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise outputs.UsageError(f"{what}: {path} is not valid JSON (not UTF-8 text: byte {exc.start})") from None
+    except safety.JSON_ERRORS as exc:
+        raise outputs.UsageError(f"{what}: {path} is not valid JSON ({safety.json_error(exc)})") from None
     if what in (*HEADS_FLAGS, "--prune-json") and not isinstance(doc, dict):
         raise outputs.UsageError(f"{what}: {path} holds a JSON {type(doc).__name__}; expected the object that "
                                  f"{'forget.py --json' if what in HEADS_FLAGS else 'prune.py --json'} writes")
     if what in HEADS_FLAGS:
         _check_heads(doc.get("heads"), path, what, named=doc.get("schema_version") is not None)
+        _check_result(doc, path, what)
+    if what == "--prune-json":
+        _check_prune(doc, path, what)
     return True
+
+
+def _check_result(doc, path, what):
+    """The whole per-head result as the figure reads it (report.schema: every field of its kind), before any
+    figure is computed: a file the figure would refuse after minutes of Monte Carlo is refused now."""
+    from foxwindow.report import schema
+    try:
+        res = schema.read(doc)
+    except ValueError as exc:
+        raise outputs.UsageError(f"{what}: {path}: {exc}") from None
+    if not res.heads:
+        raise outputs.UsageError(f"{what}: {path} has no heads")
+    if what == "--heads-json" and len(res.heads) > 64:
+        raise outputs.UsageError(f"{what}: {path} has {len(res.heads)} {res.unit}s: figure 6 draws up to 64 panels")
+
+
+def _check_prune(doc, path, what):
+    """The entries figure 8 reads: heads with tols of finite numbers, and per-tol rows."""
+    heads, per_tol = doc.get("heads"), doc.get("per_tol")
+    if not (isinstance(heads, list) and heads and isinstance(per_tol, list) and per_tol):
+        raise outputs.UsageError(f"{what}: {path} has no per-head or per-tol entries (the lists 'heads' and "
+                                 "'per_tol' that prune.py --json writes)")
+    for i, h in enumerate(heads):
+        tols = h.get("tols") if isinstance(h, dict) else None
+        if not (isinstance(tols, list) and tols):
+            raise outputs.UsageError(f"{what}: {path}: heads[{i}] needs a non-empty list 'tols'")
+        for j, e in enumerate(tols):
+            for key in ("log_tol", "pred_frac_blocks", "meas_frac_blocks"):
+                v = e.get(key) if isinstance(e, dict) else None
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise outputs.UsageError(f"{what}: {path}: heads[{i}].tols[{j}].{key}: expected a finite number; "
+                                             f"got {safety.shown(repr(v))[:40]}")
 
 
 def _index(v):
@@ -89,10 +128,12 @@ def _check_heads(heads, path, what, named=False):
         # schema 1 (named) names a layer by a string, the earlier shape by its index
         ok = isinstance(h, dict) and _index(h.get("head")) \
             and (_index(h.get("layer")) or (named and isinstance(h.get("layer"), str) and h.get("layer") != "")) \
-            and isinstance(h.get("kappa"), (int, float)) and not isinstance(h.get("kappa"), bool)
+            and isinstance(h.get("kappa"), (int, float)) and not isinstance(h.get("kappa"), bool) \
+            and math.isfinite(h["kappa"]) and h["kappa"] >= 0
         if not ok:
             raise outputs.UsageError(f"{what}: {path}: heads[{i}] = {safety.shown(str(h)[:80])} needs 'layer' (an "
-                                     "integer >= 0 or a name), 'head' (an integer >= 0) and 'kappa' (a number)")
+                                     "integer >= 0 or a name), 'head' (an integer >= 0) and 'kappa' (a finite "
+                                     "number >= 0)")
         if (h["layer"], h["head"]) in seen:
             raise outputs.UsageError(f"{what}: {path}: head {h['layer']}.{h['head']} is listed twice (heads[{i}]); "
                                      "each head once")
@@ -157,9 +198,20 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     a = p.parse_args(argv)
     a.given = {x.split("=")[0] for x in argv if x.startswith("--")}
-    trials = a.trials or (4000 if a.fast else 200_000)
+    trials = a.trials if a.trials is not None else (4000 if a.fast else 200_000)     # (0 is refused, not the default)
     if trials < 2:
-        p.error("--trials must be >= 2")
+        p.error(f"--trials must be >= 2; got {trials}")          # (argparse's exit 2, one line)
+    if a.seed < 0:
+        raise outputs.UsageError(f"--seed must be an integer >= 0; got {a.seed}")
+    if a.only and len(set(a.only)) < len(a.only):
+        twice = next(n for n in a.only if a.only.count(n) > 1)
+        raise outputs.UsageError(f"--only: figure {twice} is listed twice (it would be made twice); list each once")
+    chosen = a.only or sorted(FIGURES)
+    for flag in sorted({f for f, _ in INPUTS.values()}):
+        readers = [m for m, (f, _) in INPUTS.items() if f == flag] + ([11] if flag == "--overview-json" else [])
+        if flag in a.given and not any(m in chosen for m in readers):
+            raise outputs.UsageError(f"{flag} is read by figure {' and '.join(map(str, readers))} only, and --only "
+                                     f"{' '.join(map(str, chosen))} leaves it out: it would be ignored")
     only, left = check_inputs(a, a.only or sorted(FIGURES), asked=a.only is not None)
     check_out(a, only)
     for n, why in left.items():

@@ -39,7 +39,7 @@ import time
 import numpy as np
 from scipy import signal, special
 
-from foxwindow import outputs
+from foxwindow import outputs, safety
 from foxwindow.heads import dependence, verdict
 from foxwindow.heads import laws as headlaws
 from foxwindow.laws import gates, lawtable
@@ -449,10 +449,12 @@ def _law_result(path):
     """The `results` of a saved --laws study (laws_calibration.json), checked before use."""
     real = outputs.input_file("--population", path)
     try:
-        with open(real) as fh:
+        with open(real, encoding="utf-8") as fh:
             doc = json.load(fh)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise outputs.UsageError(f"--population: {path} is not valid JSON ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise outputs.UsageError(f"--population: {path} is not valid JSON (not UTF-8 text: byte {exc.start})") from None
+    except safety.JSON_ERRORS as exc:
+        raise outputs.UsageError(f"--population: {path} is not valid JSON ({safety.json_error(exc)})") from None
     res = doc.get("results") if isinstance(doc, dict) else None
     if not (isinstance(res, dict) and res and all(isinstance(r, dict) and isinstance(r.get("population_ratio"), dict)
                                                   for r in res.values())):
@@ -484,6 +486,23 @@ def main(argv=None):
                         "the documents, each document's own rate) on --families and stop (writes nothing)")
     outputs.add_common(p)                          # --force, --debug (the error lines offer it), --break-lock
     a = p.parse_args(argv)
+    if a.seed < 0:
+        raise outputs.UsageError(f"--seed must be an integer >= 0; got {a.seed}")
+    if a.families and len(set(a.families)) < len(a.families):
+        twice = next(f for f in a.families if a.families.count(f) > 1)
+        raise outputs.UsageError(f"--families: {safety.shown(twice)!r} is listed twice (it would be run twice); "
+                                 "list each once")
+    # the modes that print and stop read only some flags: any other given would be ignored
+    reads = {"population": (), "lead_variants": ("laws", "families", "seed")}
+    for mode, used in reads.items():
+        if getattr(a, mode):
+            flag = "--" + mode.replace("_", "-")
+            ignored = [f"--{d.replace('_', '-')}" for d in ("laws", "reps", "n_seq", "seq_len", "seed", "families",
+                                                           "out", "force", "lead_variants", "population")
+                       if d != mode and d not in used and getattr(a, d) != p.get_default(d)]
+            if ignored:
+                raise outputs.UsageError(f"{flag} prints a table and stops: {', '.join(ignored)} would be ignored; "
+                                         f"drop {ignored[0]} or {flag}")
     if a.population:
         print(population_table(_law_result(a.population)))
         return 0

@@ -14,6 +14,8 @@ Laws: mean  E[W] = L/kappa - 1/2 + sigma_LR^2/(2 kappa^2);  lead  sigma_LR^2 L/k
 bartlett  lead - 2 sum k gamma_k/kappa^2;  second  lead + C_dep (renewal.second_order_constant);
 finite_n  Var(S_n)/kappa^2 at n = L/kappa. Errors are law/reference - 1 (mean: law - reference, in tokens).
 """
+import contextlib
+import io
 import json
 import math
 import sys
@@ -22,7 +24,7 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from foxwindow import outputs
+from foxwindow import outputs, safety
 from foxwindow.laws import exact, gates, markov, renewal
 
 __all__ = ["PHIS", "RATIOS", "TAU_MULTS", "TOLS", "MAX_SECONDS", "SEC_PER_EXACT_UNIT", "SEC_PER_MC_STEP",
@@ -284,6 +286,64 @@ def markdown(saved):
                   + f" | {f(t['mean_0.1'])} | {f(t['mean_0.01'])} |")
 
 
+ROW_FIELDS = ("phi", "tau", "L_over_kappa", "L_over_kappa_tau", "mc_var", "mc_se_var", "exact_var", "mean_err_vs_mc",
+              "mc_se_mean")
+
+
+def _read_saved(path):
+    """The saved run of --markdown: a JSON object read strictly (one line naming the file and the problem)."""
+    real = outputs.input_file("--markdown", path)
+    try:
+        with open(real, encoding="utf-8") as f:
+            saved = json.load(f)
+    except UnicodeDecodeError as exc:
+        raise outputs.UsageError(f"--markdown {path}: not a JSON file (not UTF-8 text: byte {exc.start})") from None
+    except safety.JSON_ERRORS as exc:
+        raise outputs.UsageError(f"--markdown {path}: not a JSON file ({safety.json_error(exc)})") from None
+    except OSError as exc:
+        raise outputs.UsageError(f"--markdown {path}: not readable ({exc.strerror or exc})") from None
+    return saved
+
+
+def _markdown_text(saved, path):
+    """markdown(saved) as text, its fields checked first: a file that is not this command's --json is refused in
+    one line naming the field, and nothing is printed."""
+    def bad(field, want):
+        return outputs.UsageError(f"--markdown {path}: not a results JSON of this command (--json): {field} {want}")
+
+    def number(v, none=False):
+        return (v is None and none) or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+    if not isinstance(saved, dict):
+        raise bad("the file", f"is a JSON {type(saved).__name__}, not an object")
+    rows = saved.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise bad("field rows", "is missing or not a non-empty list")
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise bad(f"rows[{i}]", "is not an object")
+        for k in ROW_FIELDS + tuple(f"{law}_err_vs_mc" for law in VAR_LAWS):
+            if not number(r.get(k), none=k.endswith("_err_vs_mc")):
+                raise bad(f"rows[{i}].{k}", "is missing or not a finite number")
+        if r["mc_var"] == 0:
+            raise bad(f"rows[{i}].mc_var", "is 0 (the SE in % divides by it)")
+    scan = saved.get("regime_scan") or []
+    if not isinstance(scan, list):
+        raise bad("field regime_scan", "is not a list")
+    keys = [f"{k}_{t:g}" for k in VAR_LAWS for t in TOLS] + [f"lead_from_C_{t:g}" for t in TOLS] + ["mean_0.1",
+                                                                                                    "mean_0.01"]
+    for i, sc in enumerate(scan):
+        t = sc.get("thresholds") if isinstance(sc, dict) else None
+        if not (isinstance(t, dict) and number(sc.get("phi")) and number(sc.get("tau"))):
+            raise bad(f"regime_scan[{i}]", "needs numbers phi, tau and an object thresholds")
+        for k in keys:
+            if not number(t.get(k), none=not k.startswith("lead_from_C")):
+                raise bad(f"regime_scan[{i}].thresholds.{k}", "is missing or not a number")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        markdown(saved)
+    return buf.getvalue()
+
+
 @outputs.scoped
 def main(argv=None):
     p = outputs.parser("Measure the dependent-increment window laws against Monte Carlo "
@@ -309,21 +369,25 @@ def main(argv=None):
     a = p.parse_args(argv)
     try:
         if a.markdown:
-            try:
-                with open(a.markdown) as f:
-                    saved = json.load(f)
-            except (OSError, ValueError) as e:
-                raise outputs.UsageError(f"--markdown {a.markdown}: {e}") from None
-            try:
-                markdown(saved)
-            except (KeyError, TypeError, AttributeError, ValueError) as e:
-                raise outputs.UsageError(f"--markdown {a.markdown}: not a results JSON of this command "
-                                         f"({type(e).__name__}: {e})") from None
+            run_flags = [f"--{d.replace('_', '-')}" for d in ("mu", "s", "phi", "ratios", "trials", "seed", "cells",
+                                                             "scan_cells", "no_scan", "structures", "json",
+                                                             "no_progress", "max_minutes", "force")
+                         if getattr(a, d) != p.get_default(d)]
+            if run_flags:
+                raise outputs.UsageError(f"--markdown prints the tables of a saved run and measures nothing: "
+                                         f"{', '.join(run_flags)} would be ignored; drop {run_flags[0]} or --markdown")
+            text = _markdown_text(_read_saved(a.markdown), a.markdown)
+            print(text, end="")
             return
         if not (a.s > 0 and math.isfinite(a.s)) or not math.isfinite(a.mu):
             raise outputs.UsageError(f"--mu must be finite and --s positive; got mu={a.mu}, s={a.s}")
         if any(not (-1 < f < 1) for f in a.phi):   # (also NaN)
             raise outputs.UsageError(f"--phi values must lie in (-1, 1); got {a.phi}")
+        for flag, vals in (("--phi", a.phi), ("--ratios", a.ratios)):
+            twice = [v for i, v in enumerate(vals) if v in vals[:i]]
+            if twice:
+                raise outputs.UsageError(f"{flag}: {twice[0]:g} is listed twice (its cells would be measured twice); "
+                                         "list each once")
         if any(not (r > 0 and math.isfinite(r)) for r in a.ratios):
             raise outputs.UsageError(f"--ratios must be positive; got {a.ratios}")
         if a.trials < MIN_TRIALS:

@@ -82,6 +82,17 @@ def _pictures(res, jobs, n_jobs, progress):
                 print(f"report: {k + 1}/{len(jobs)} pictures", file=sys.stderr)
 
 
+def _no_bare_heads(res, where=""):
+    """UsageError where a head of schema.Result res has no per-eps records (a run of too few documents: no law's
+    numbers to draw); where: the file it was read from, for the message."""
+    bare = [h.label for h in res.heads if not h.at]
+    if bare:
+        raise outputs.UsageError(f"{where + ': ' if where else ''}{len(bare)} of the result's {len(res.heads)} "
+                                 f"{res.unit}s ({', '.join(bare[:6])}{', ...' if len(bare) > 6 else ''}) have no "
+                                 "per-eps records to draw: no law was evaluated (their traces hold fewer than 4 "
+                                 "documents)")
+
+
 def write_report(result, out, force=False, eps=1e-3, progress=False, dpi=80, jobs=None):
     """Draw and write the report of `result` (a schema-1 dict, a JSON path, anything with to_json(), or a
     schema.Result) into folder `out`. jobs: drawing processes (None: default_jobs(); 1: this process).
@@ -90,6 +101,7 @@ def write_report(result, out, force=False, eps=1e-3, progress=False, dpi=80, job
     res = schema.read(result)
     if not res.heads:
         raise outputs.UsageError("the result has no heads: nothing to report")
+    _no_bare_heads(res)
     try:
         plots.check_in_scan(res.heads, eps)
     except ValueError as exc:
@@ -126,16 +138,32 @@ def build_parser():
     return p
 
 
+def check_jobs(jobs):
+    """--jobs from 1 to the CPUs this process may use (more would start processes that wait for a CPU)."""
+    outputs.positive("--jobs", jobs)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    if jobs > cpus:
+        raise outputs.UsageError(f"--jobs {jobs}: this machine lets the report use {cpus} CPUs; give --jobs from 1 to "
+                                 f"{cpus} (or leave it out: {default_jobs()})")
+    return jobs
+
+
 def main(argv=None):
     a = build_parser().parse_args(argv)
     outputs.eps_arg("--eps", a.eps)
     if a.jobs is not None:
-        outputs.positive("--jobs", a.jobs)
+        check_jobs(a.jobs)
+    if not a.result:
+        raise outputs.UsageError("RESULT: an empty path; give the per-head result JSON (forget.py --json)")
     path = outputs.input_file("RESULT", a.result)
     try:
         res = schema.read(path)
     except ValueError as exc:
         raise outputs.UsageError(f"{a.result}: {exc}") from None
+    _no_bare_heads(res, a.result)
     out = a.out if a.out is not None else outputs.run_dir("report", make=False)
     index, secs = write_report(res, out, force=a.force, eps=a.eps, progress=True, jobs=a.jobs)
     print(f"report of {len(res.heads)} {res.unit}s in {os.path.dirname(index)} ({secs:.1f} s): open {index}")

@@ -262,6 +262,10 @@ def main(argv=None):
         c = compare(docs[0], docs[1], names)
     except ValueError as exc:
         raise outputs.UsageError(str(exc)) from None
+    scan = sorted({x["eps"] for r in c["heads"] for x in r["at"]}, reverse=True)
+    if not any(abs(e - a.eps) <= 1e-9 * a.eps for e in scan):
+        raise outputs.UsageError(f"--eps {a.eps:g} is in no scan of the heads both results hold (one of "
+                                 f"{', '.join(format(e, 'g') for e in scan) or 'none'}): give --eps with one of them")
     out = a.out if a.out is not None else outputs.run_dir("compare", make=False)
     if os.path.splitext(out)[1].lower() in (".txt", ".json", ".png"):
         raise outputs.UsageError(f"--out {out}: the output is a folder (it receives {', '.join(OUT_FILES)})")

@@ -254,6 +254,17 @@ def overall_state(states):
 # ----------------------------------------------------------------------------- reading
 
 
+MAX_ABS = 1e100                 # no window, rate or score of a result comes near: a larger one is a crafted file
+MAX_INT = 2 ** 53
+MAX_TEXT = 1 << 16              # characters of one name or text of a result (its notes, a law's why, a label)
+
+
+def _text(v, name):
+    if len(v) > MAX_TEXT:
+        raise ValueError(f"{name}: a text of {len(v)} characters; a name or note of a result holds at most {MAX_TEXT}")
+    return v
+
+
 class _Reader:
     """Field access with the path in every message: heads[3].at[0].measured.mean."""
 
@@ -278,9 +289,7 @@ class _Reader:
             return None
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ValueError(f"{self._name(key)}: expected a number or null; got {v!r}")
-        if not math.isfinite(v):                # JSON has no NaN or Infinity: the writer puts null there
-            raise ValueError(f"{self._name(key)}: expected a finite number or null; got {v!r}")
-        return float(v)
+        return _finite(v, self._name(key))
 
     def sub(self, key, default=MISSING):
         v = self.get(key, default)
@@ -299,8 +308,68 @@ class _Reader:
         for i, v in enumerate(self.list(key, default)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
                 raise ValueError(f"{self._name(key)}[{i}]: expected a number or null; got {v!r}")
-            out.append(None if v is None or not math.isfinite(v) else float(v))
+            out.append(None if v is None else _finite(v, f"{self._name(key)}[{i}]"))
         return out
+
+    def str(self, key, default=MISSING):
+        """A string or null (a number is written as text: layer names, versions)."""
+        v = self.get(key, default)
+        if isinstance(v, str):
+            return _text(v, self._name(key))
+        if v is None:
+            return v
+        if isinstance(v, int) and not isinstance(v, bool):
+            return str(v)
+        raise ValueError(f"{self._name(key)}: expected a string or null; got {_brief(v)}")
+
+    def int(self, key, default=MISSING, lo=0, hi=MAX_INT):
+        v = self.get(key, default)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+            span = f"from {lo} to {hi}" if hi is not None else f">= {lo}"
+            raise ValueError(f"{self._name(key)}: expected an integer {span} or null; got {_brief(v)}")
+        return v
+
+    def flag(self, key, default=False):
+        v = self.get(key, default)
+        if not isinstance(v, bool):
+            raise ValueError(f"{self._name(key)}: expected true or false; got {_brief(v)}")
+        return v
+
+    def quantiles(self, key):
+        """A {level: window} object, or null."""
+        v = self.get(key, None)
+        if v is None:
+            return None
+        if not isinstance(v, dict):
+            raise ValueError(f"{self._name(key)}: expected an object of quantiles or null; got {_brief(v)}")
+        return {k: None if x is None else _finite(x, f"{self._name(key)}.{k}") for k, x in v.items()}
+
+    def strings(self, key):
+        out = self.list(key, None)
+        for i, v in enumerate(out):
+            if not isinstance(v, str):
+                raise ValueError(f"{self._name(key)}[{i}]: expected a law name (a string); got {_brief(v)}")
+        return list(out)
+
+
+def _brief(v):
+    """A value for a message: escaped, at most 60 characters."""
+    t = safety.shown(repr(v))
+    return t if len(t) <= 60 else t[:57] + "..."
+
+
+def _finite(v, name):
+    """float(v) of a JSON number; ValueError naming the field for NaN, Infinity or a magnitude past MAX_ABS."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"{name}: expected a number or null; got {_brief(v)}")
+    if isinstance(v, float) and not math.isfinite(v):   # JSON has no NaN or Infinity: the writer puts null there
+        raise ValueError(f"{name}: expected a finite number or null; got {v!r}")
+    if abs(v) > MAX_ABS:
+        shown = f"a number of {len(str(abs(v)))} digits" if isinstance(v, int) else format(v, "g")
+        raise ValueError(f"{name}: {shown} is beyond {MAX_ABS:g}: not a window, rate or score of a result")
+    return float(v)
 
 
 def _dist(r):
@@ -308,21 +377,29 @@ def _dist(r):
     if r is None:
         return None
     off = r.get("offset")
-    if isinstance(off, bool) or not isinstance(off, int):
-        raise ValueError(f"{r._name('offset')}: expected an integer window; got {off!r}")
-    return Dist(offset=off, p=[0.0 if v is None else v for v in r.nums("p")])
+    if isinstance(off, bool) or not isinstance(off, int) or not 0 <= off <= MAX_INT:
+        raise ValueError(f"{r._name('offset')}: expected an integer window >= 0; got {_brief(off)}")
+    p = [0.0 if v is None else v for v in r.nums("p")]
+    for i, v in enumerate(p):
+        if v < 0:
+            raise ValueError(f"{r._name('p')}[{i}]: {v:g} < 0 (a probability)")
+    return Dist(offset=off, p=p)
 
 
 def _law_at(r):
     o = r.sub("oos", None)
     cov = r.num("coverage90", None)                     # the out-of-sample coverage of the law's 90% interval
-    state = r.get("state", "not claimed") or "not claimed"
-    if state not in STATES:
-        raise ValueError(f"{r._name('state')}: {state!r} is not one of {', '.join(STATES)}")
-    ci = r.get("var_ratio_ci", None)
-    return LawAt(mean=r.num("mean", None), var=r.num("var", None), quantiles=r.get("quantiles", None),
+    state = r.get("state", "not claimed")
+    state = "not claimed" if state is None or state == "" else state
+    if not isinstance(state, str) or state not in STATES:
+        raise ValueError(f"{r._name('state')}: {_brief(state)} is not one of {', '.join(STATES)}")
+    ci = r.nums("var_ratio_ci", None)
+    if ci and (len(ci) != 2 or None in ci):
+        raise ValueError(f"{r._name('var_ratio_ci')}: expected two numbers (an interval) or null; got {len(ci)} "
+                         "values" + (" with a null" if len(ci) == 2 else ""))
+    return LawAt(mean=r.num("mean", None), var=r.num("var", None), quantiles=r.quantiles("quantiles"),
                  var_ratio=r.num("var_ratio", None), var_ratio_ci=list(ci) if ci else None, state=state,
-                 claim=r.num("claim", None), why=str(r.get("why", "") or ""),
+                 claim=r.num("claim", None), why=r.str("why", "") or "",
                  oos=(Oos(coverage=o.num("coverage", None), coverage_se=o.num("coverage_se", None),
                           z_mean=o.num("z_mean", None), z_var=o.num("z_var", None),
                           censored_share=o.num("censored_share", None)) if o is not None else
@@ -331,12 +408,22 @@ def _law_at(r):
 
 def _at(r):
     m = r.sub("measured")
-    laws = r.sub("laws", {})
-    return At(eps=r.num("eps"), L=r.num("L"),
-              measured=Measured(mean=m.num("mean"), var=m.num("var"), mean_se=m.num("mean_se", None),
-                                var_se=m.num("var_se", None), censored_share=m.num("censored_share", 0.0) or 0.0,
-                                quantiles=m.get("quantiles", None) or {}, is_bound=bool(m.get("mean_is_bound", False))),
-              laws={name: _law_at(laws.sub(name)) for name in laws.d})
+    laws = r.sub("laws", {}) or _Reader({}, r._name("laws"))
+    eps, L = r.num("eps"), r.num("L")
+    if eps is None or not 0 < eps < 1:
+        raise ValueError(f"{r._name('eps')}: expected a threshold in (0, 1); got {eps!r}")
+    if L is None or abs(L - math.log(1 / eps)) > 0.01 * max(1.0, math.log(1 / eps)):   # (rounded L: allowed)
+        raise ValueError(f"{r._name('L')}: expected ln(1/eps) = {math.log(1 / eps):.6g} for eps {eps:g}; got {L!r}")
+    measured = Measured(mean=m.num("mean"), var=m.num("var"), mean_se=m.num("mean_se", None),
+                        var_se=m.num("var_se", None), censored_share=m.num("censored_share", 0.0) or 0.0,
+                        quantiles=m.quantiles("quantiles") or {}, is_bound=m.flag("mean_is_bound", False))
+    for key in ("mean", "var", "mean_se", "var_se"):
+        v = getattr(measured, key)
+        if v is not None and v < 0:
+            raise ValueError(f"{m._name(key)}: {v:g} < 0 (a window's {key.replace('_', ' ')} is >= 0)")
+    if not 0 <= measured.censored_share <= 1:
+        raise ValueError(f"{m._name('censored_share')}: {measured.censored_share:g} is not a share in [0, 1]")
+    return At(eps=eps, L=L, measured=measured, laws={name: _law_at(laws.sub(name)) for name in laws.d})
 
 
 PREDICTION_SCORES = {"coverage_se": "oos_se_coverage", "z_mean": "oos_z_mean", "z_var": "oos_z_var",
@@ -368,20 +455,44 @@ def _head(r):
     layer, head = r.get("layer"), r.get("head")
     if isinstance(head, bool) or not isinstance(head, int) or head < 0:
         raise ValueError(f"{r._name('head')}: expected an integer >= 0; got {head!r}")
-    if isinstance(layer, (dict, list)) or layer is None:
-        raise ValueError(f"{r._name('layer')}: expected a layer name (a string or an integer); got {layer!r}")
+    if not (isinstance(layer, str) or (isinstance(layer, int) and not isinstance(layer, bool))):
+        raise ValueError(f"{r._name('layer')}: expected a layer name (a string or an integer); got {_brief(layer)}")
     kappa = r.num("kappa", None)
     if kappa is not None and kappa < 0:
         raise ValueError(f"{r._name('kappa')}: {kappa:g} < 0 (kappa is the mean of -log g)")
+    for key in ("sigma2", "tau_se"):
+        v = r.num(key, None)
+        if v is not None and v < 0:
+            raise ValueError(f"{r._name(key)}: {v:g} < 0 (a variance or standard error is >= 0)")
     raw = [_at(_Reader(a, f"{r._name('at')}[{k}]")) for k, a in enumerate(r.list("at"))]
+    seen = {}
+    for k, a in enumerate(raw):
+        key = round(a.L, 6)
+        if key in seen:
+            raise ValueError(f"{r._name('at')}[{k}]: eps {a.eps:g} is listed twice (also "
+                             f"{r._name('at')}[{seen[key]}]); "
+                             "every eps once")
+        seen[key] = k
     _prediction_scores(r.sub("prediction", None), raw)
     at = sorted(raw, key=lambda a: a.L)
-    return Head(layer=str(layer), head=int(head), label=str(r.get("label", f"{layer}.{head}")),
+    label = r.get("label", f"{layer}.{head}")
+    if not isinstance(label, str) or not label:
+        raise ValueError(f"{r._name('label')}: expected a non-empty string; got {_brief(label)}")
+    _text(label, r._name("label"))
+    if isinstance(layer, str):
+        _text(layer, r._name("layer"))
+    if dep is not None:
+        n, tn, ts = dep.nums("n"), dep.nums("tau_n"), dep.nums("tau_n_se", None)
+        if len(tn) != len(n) or (ts and len(ts) != len(n)):
+            raise ValueError(f"{dep._name('tau_n')}: {len(tn)} values" + (f" (tau_n_se {len(ts)})" if ts else "")
+                             + f" for {len(n)} lags n; expected one a lag")
+        dep.int("levelled_at", None)
+    return Head(layer=str(layer), head=int(head), label=label,
                 kappa=kappa, sigma2=r.num("sigma2", None), tau=r.num("tau", None),
                 tau_se=r.num("tau_se", None),
-                summary=Summary(mean_law=s.get("mean_law", None), var_law=s.get("var_law", None),
-                                var_claim=s.num("var_claim", None), false=list(s.get("false", None) or []),
-                                text=str(s.get("text", "") or "")),
+                summary=Summary(mean_law=s.str("mean_law", None), var_law=s.str("var_law", None),
+                                var_claim=s.num("var_claim", None), false=s.strings("false"),
+                                text=s.str("text", "") or ""),
                 dependence=None if dep is None else Dependence(
                     n=dep.nums("n"), tau_n=dep.nums("tau_n"), tau_n_se=dep.nums("tau_n_se", None),
                     levelled_at=dep.get("levelled_at", None)),
@@ -408,10 +519,15 @@ def from_dict(d):
     laws = {}
     for name in cat.d:
         li = cat.sub(name)
-        laws[name] = LawInfo(label=str(li.get("label", name)), description=str(li.get("description", "")))
+        laws[name] = LawInfo(label=li.str("label", name) or name, description=li.str("description", "") or "")
     heads = [_head(_Reader(h, f"heads[{i}]")) for i, h in enumerate(r.list("heads"))]
-    seen = {}
+    seen, labels = {}, {}
     for i, h in enumerate(heads):
+        if h.label in labels:
+            raise ValueError(f"heads[{i}].label: {safety.shown(h.label)!r} is listed twice (also "
+                             f"heads[{labels[h.label]}]); "
+                             "every label once (heads are matched by it)")
+        labels[h.label] = i
         if (h.layer, h.head) in seen:
             raise ValueError(f"heads[{i}]: layer {safety.shown(h.layer)!r} head {h.head} is listed twice (also "
                              f"heads[{seen[h.layer, h.head]}]); every head once")
@@ -420,12 +536,21 @@ def from_dict(d):
         for a in h.at:
             for n in a.laws:
                 laws.setdefault(n, LawInfo(label=n))
-    return Result(source=Source(what=str(src.get("what", "?")), path=src.get("path", None),
-                                family=str(src.get("family", "?")), unit=str(src.get("unit", "head") or "head"),
-                                n_seq=src.get("n_seq", None), seq_len=src.get("seq_len", None),
-                                seed=src.get("seed", None), split=src.get("split", None)),
-                  lead_law=r.get("lead_law", None), alpha=r.num("alpha", None), laws=laws, heads=heads,
-                  foxwindow_version=r.get("foxwindow_version", None), note=str(r.get("note", "") or ""))
+    unit = src.str("unit", "head") or "head"
+    if unit not in UNIT_WORDS:
+        raise ValueError(f"source.unit: {_brief(unit)} is not one of {', '.join(UNIT_WORDS)}")
+    lead = r.str("lead_law", None)
+    if lead is not None and lead not in laws:
+        raise ValueError(f"lead_law: {_brief(lead)} is not one of the result's laws ({', '.join(laws) or 'none'})")
+    alpha = r.num("alpha", None)
+    if alpha is not None and not 0 < alpha < 1:
+        raise ValueError(f"alpha: {alpha:g} is not a level in (0, 1)")
+    return Result(source=Source(what=src.str("what", "?") or "?", path=src.str("path", None),
+                                family=src.str("family", "?") or "?", unit=unit,
+                                n_seq=src.int("n_seq", None, lo=1), seq_len=src.int("seq_len", None, lo=1),
+                                seed=src.int("seed", None, hi=None), split=src.str("split", None)),
+                  lead_law=lead, alpha=alpha, laws=laws, heads=heads,
+                  foxwindow_version=r.str("foxwindow_version", None), note=r.str("note", "") or "")
 
 
 def as_dict(obj):
@@ -438,6 +563,9 @@ def as_dict(obj):
         try:
             with open(obj, encoding="utf-8") as fh:
                 return json.load(fh)
+        except UnicodeDecodeError as exc:
+            bad = exc.object[exc.start:exc.start + 1]
+            raise ValueError(f"not a JSON file (not UTF-8 text: byte {exc.start} is {bad!r})") from None
         except safety.JSON_ERRORS as exc:                                # (the caller names the file)
             why = safety.json_error(exc)
             raise ValueError(f"not a JSON file ({why})") from None
