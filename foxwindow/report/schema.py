@@ -561,7 +561,8 @@ def as_dict(obj):
         return obj
     if isinstance(obj, (str, os.PathLike)):
         try:
-            with open(obj, encoding="utf-8") as fh:
+            # utf-8-sig: a byte-order mark at the start (some editors write one) is read past, as JSON allows
+            with open(obj, encoding="utf-8-sig") as fh:
                 return json.load(fh)
         except UnicodeDecodeError as exc:
             bad = exc.object[exc.start:exc.start + 1]

@@ -227,3 +227,12 @@ def test_a_head_without_records_is_read_and_the_report_says_why_it_draws_none(tm
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "r.json: 1 of the result's" in err and "no per-eps records to draw" in err
     assert not (tmp_path / "out").exists() and r.read_bytes() == before
+
+
+def test_a_result_with_a_byte_order_mark_reads_as_without(tmp_path):
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(_golden()), encoding="utf-8")
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    assert schema.as_dict(str(bom)) == schema.as_dict(str(plain))
+    assert len(schema.read(str(bom)).heads) == len(schema.read(str(plain)).heads)
