@@ -38,12 +38,19 @@ class CdfOnly(gates.Gate):
         return self.law.cdf(x)
 
 
-def run_cli(capsys, main, argv):
-    """Run a command's main in-process through outputs.cli; returns (exit code, stderr)."""
+def run_cli_out(capsys, main, argv):
+    """Run a command's main in-process through outputs.cli; returns (exit code, stdout, stderr)."""
     from foxwindow import outputs
     capsys.readouterr()
     try:
         rc = outputs.cli(main, argv)
     except SystemExit as e:                     # argparse's own usage errors
         rc = e.code
-    return rc, capsys.readouterr().err
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def run_cli(capsys, main, argv):
+    """Run a command's main in-process through outputs.cli; returns (exit code, stderr)."""
+    rc, _, err = run_cli_out(capsys, main, argv)
+    return rc, err

@@ -14,7 +14,6 @@ A figure asked for by --only whose input JSON is absent or unusable is an error 
 run (all figures) leaves such a figure out, says so before and after the work, and lists it as "not made"
 in the summary. Output: <out>/figN_*.png and .pdf.
 """
-import json
 import math
 import os
 import sys
@@ -63,12 +62,9 @@ def _check_json_input(path, what):
         raise outputs.UsageError(f"{what}: {path} is not a file")
     outputs.note_input(os.path.abspath(path), what)          # no output of this run may be this file
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except UnicodeDecodeError as exc:
-        raise outputs.UsageError(f"{what}: {path} is not valid JSON (not UTF-8 text: byte {exc.start})") from None
-    except safety.JSON_ERRORS as exc:
-        raise outputs.UsageError(f"{what}: {path} is not valid JSON ({safety.json_error(exc)})") from None
+        doc = safety.read_json(path)
+    except ValueError as exc:
+        raise outputs.UsageError(f"{what}: {path} is {exc}") from None
     if what in (*HEADS_FLAGS, "--prune-json") and not isinstance(doc, dict):
         raise outputs.UsageError(f"{what}: {path} holds a JSON {type(doc).__name__}; expected the object that "
                                  f"{'forget.py --json' if what in HEADS_FLAGS else 'prune.py --json'} writes")

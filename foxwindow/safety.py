@@ -66,6 +66,19 @@ def _escape(m):
 JSON_ERRORS = (UnicodeDecodeError, ValueError, RecursionError)   # json.load's: bad bytes, bad JSON, too deep
 
 
+def read_json(path):
+    """json.load of the file at path (UTF-8; a byte-order mark at its start is read past, as JSON allows).
+    ValueError "not valid JSON (why)" for bad bytes, bad JSON or nesting past the parser (the caller names the
+    file); OSError as open raises it."""
+    try:
+        with open(path, encoding="utf-8-sig") as fh:
+            return json.load(fh)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not valid JSON (not UTF-8 text: byte {exc.start})") from None
+    except JSON_ERRORS as exc:
+        raise ValueError(f"not valid JSON ({json_error(exc)})") from None
+
+
 def json_error(exc):
     """Why json.load failed (one of JSON_ERRORS), in a few words: too deep for the parser, a number past Python's
     4300-digit limit (not its advice to raise the limit), else the parser's own message on one line."""

@@ -30,7 +30,6 @@ is within its own claim there, "off" where its Var ratio is beyond 1.5x. Size: r
     python -m foxwindow.heads.calibration --population results/verdict/laws_calibration.json   # population errors
     python -m foxwindow.heads.calibration --laws --lead-variants [--families ...]   # the S_w law's four forms
 """
-import json
 import math
 import os
 import sys
@@ -449,12 +448,9 @@ def _law_result(path):
     """The `results` of a saved --laws study (laws_calibration.json), checked before use."""
     real = outputs.input_file("--population", path)
     try:
-        with open(real, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except UnicodeDecodeError as exc:
-        raise outputs.UsageError(f"--population: {path} is not valid JSON (not UTF-8 text: byte {exc.start})") from None
-    except safety.JSON_ERRORS as exc:
-        raise outputs.UsageError(f"--population: {path} is not valid JSON ({safety.json_error(exc)})") from None
+        doc = safety.read_json(real)
+    except ValueError as exc:
+        raise outputs.UsageError(f"--population: {path} is {exc}") from None
     res = doc.get("results") if isinstance(doc, dict) else None
     if not (isinstance(res, dict) and res and all(isinstance(r, dict) and isinstance(r.get("population_ratio"), dict)
                                                   for r in res.values())):

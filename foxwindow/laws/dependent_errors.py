@@ -16,7 +16,6 @@ finite_n  Var(S_n)/kappa^2 at n = L/kappa. Errors are law/reference - 1 (mean: l
 """
 import contextlib
 import io
-import json
 import math
 import sys
 import time
@@ -294,12 +293,9 @@ def _read_saved(path):
     """The saved run of --markdown: a JSON object read strictly (one line naming the file and the problem)."""
     real = outputs.input_file("--markdown", path)
     try:
-        with open(real, encoding="utf-8") as f:
-            saved = json.load(f)
-    except UnicodeDecodeError as exc:
-        raise outputs.UsageError(f"--markdown {path}: not a JSON file (not UTF-8 text: byte {exc.start})") from None
-    except safety.JSON_ERRORS as exc:
-        raise outputs.UsageError(f"--markdown {path}: not a JSON file ({safety.json_error(exc)})") from None
+        saved = safety.read_json(real)
+    except ValueError as exc:
+        raise outputs.UsageError(f"--markdown {path}: {exc}") from None
     except OSError as exc:
         raise outputs.UsageError(f"--markdown {path}: not readable ({exc.strerror or exc})") from None
     return saved

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from conftest import run_cli_out as _run
 from foxwindow import outputs
 from foxwindow.laws import gates
 from foxwindow.models import traces
@@ -52,18 +53,6 @@ def files(tmp_path):
     f["heads_str"], f["heads_nodtype"] = str(d / "heads_str.json"), str(d / "heads_nodtype.json")
     f["dir"] = str(d)
     return f
-
-
-def _run(capsys, main, argv):
-    """(exit code, stdout, stderr) of the command run in-process through outputs.cli."""
-    from foxwindow import outputs
-    capsys.readouterr()
-    try:
-        rc = outputs.cli(main, argv)
-    except SystemExit as e:                     # argparse's own usage errors
-        rc = e.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def _digest(folder):
