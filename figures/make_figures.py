@@ -38,7 +38,7 @@ import fig9_chunks  # noqa: E402
 import fig10_overview  # noqa: E402
 import fig11_law_errors  # noqa: E402
 import figstyle  # noqa: E402  (also puts the repository root on sys.path)
-from foxwindow import outputs, safety  # noqa: E402
+from foxwindow import outputs, safety, uses  # noqa: E402
 
 FIGURES = {1: fig1_decay, 2: fig2_window_pmf, 3: fig3_moments_vs_L, 4: fig4_alibi_limit,
            5: fig5_dependent, 6: fig6_heads, 7: fig7_kernels, 8: fig8_prune,
@@ -172,7 +172,7 @@ def check_out(a, only):
 
 @outputs.scoped
 def main(argv=None):
-    p = outputs.parser(__doc__.split("\n")[0])
+    p = uses.record_given(outputs.parser(__doc__.split("\n")[0]))    # (abbreviated flags are noticed too)
     p.add_argument("--out", default=None,
                    help="output folder (default: figures/, or a fresh runs/figures-fast-<timestamp>/ with --fast)")
     p.add_argument("--fast", action="store_true", help="small trial counts and grids (CI smoke run)")
@@ -193,7 +193,7 @@ def main(argv=None):
     outputs.add_common(p)
     argv = sys.argv[1:] if argv is None else list(argv)
     a = p.parse_args(argv)
-    a.given = {x.split("=")[0] for x in argv if x.startswith("--")}
+    a.given = {"--" + d.replace("_", "-") for d in getattr(a, "given_flags", ())}
     trials = a.trials if a.trials is not None else (4000 if a.fast else 200_000)     # (0 is refused, not the default)
     if trials < 2:
         p.error(f"--trials must be >= 2; got {trials}")          # (argparse's exit 2, one line)

@@ -242,6 +242,10 @@ def _lock_path(real):
 
 # --break-lock on the command line (set by cli for the run): a lock that looks live is removed, said on stderr
 BREAK_LOCK = False
+# --debug on the command line (set by cli, or by the parser for an abbreviation): errors keep their traceback
+DEBUG = False
+_PLAIN_WARNING = warnings.formatwarning     # (Python's own format, put back by a --debug the parser reads)
+_IN_CLI = 0                                 # how many `cli` runs are going (nested: a command run by a command)
 
 
 def _same_arg(a, b):
@@ -731,12 +735,31 @@ def _refuse_input(p, what):
                          "overwrites its own input (not even with --force): choose another output path")
 
 
+class _RunFlag(argparse.Action):
+    """--debug / --break-lock: a store_true that also tells the running `cli`, so that an abbreviation argparse
+    accepts (`--deb`, `--break`) is honoured like the full flag (cli itself sees only the words as typed)."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=False, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        global BREAK_LOCK, DEBUG
+        setattr(namespace, self.dest, True)
+        if not _IN_CLI:                 # a main called from Python: its flags stay in its namespace
+            return
+        if self.dest == "break_lock":
+            BREAK_LOCK = True
+        else:
+            DEBUG = True
+            warnings.formatwarning = _PLAIN_WARNING
+
+
 def add_common(parser):
-    """--force and --debug, shared by every command."""
+    """--force, --debug and --break-lock, shared by every command."""
     parser.add_argument("--force", action="store_true",
                         help="replace existing output files (never tracked source files of the repository)")
-    parser.add_argument("--debug", action="store_true", help="on error, show the full traceback")
-    parser.add_argument("--break-lock", action="store_true",
+    parser.add_argument("--debug", action=_RunFlag, help="on error, show the full traceback")
+    parser.add_argument("--break-lock", action=_RunFlag,
                         help="remove the lock of an output that another run seems to hold (when no such run is "
                              "going: a lock left by a run on another host or a frozen process); see docs/SAFETY.md")
     return parser
@@ -769,16 +792,18 @@ def cli(main, argv=None):
     error (a numerical overflow, an unreadable file, out of memory) -> one line with its kind, exit 1.
     With --debug in argv the traceback is shown instead.
     """
-    global BREAK_LOCK
+    global BREAK_LOCK, DEBUG, _PLAIN_WARNING, _IN_CLI
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
+    saved_debug, DEBUG = DEBUG, debug
     prog = os.path.basename(sys.argv[0]) or "foxwindow"
     if prog in ("__main__.py", "-c", ""):
         prog = "foxwindow"
     saved, BREAK_LOCK = BREAK_LOCK, "--break-lock" in argv
-    fmt = warnings.formatwarning
+    fmt = _PLAIN_WARNING = warnings.formatwarning
     if not debug:                                   # a warning is one line too (its source line with --debug)
         warnings.formatwarning = functools.partial(_one_line_warning, prog)
+    _IN_CLI += 1
     try:
         # the command's output locks and inputs end with it; SIGTERM / SIGHUP unwind like Ctrl-C; text read from
         # files reaches the terminal with its control characters escaped
@@ -791,7 +816,8 @@ def cli(main, argv=None):
                 unmake(made)
             return rc
     finally:
-        BREAK_LOCK = saved
+        _IN_CLI -= 1
+        BREAK_LOCK, DEBUG = saved, saved_debug
         warnings.formatwarning = fmt
 
 
@@ -815,13 +841,13 @@ def _run(main, argv, debug, prog):
         # an int is the exit code; anything else (None, or the results a main also returns to callers) is 0
         return rc if isinstance(rc, int) and not isinstance(rc, bool) else 0
     except KeyboardInterrupt:
-        if debug:
+        if debug or DEBUG:
             raise
         print(f"{prog}: interrupted; outputs not yet written were not written, earlier files are intact",
               file=sys.stderr)
         return 130
     except safety.Stopped as exc:
-        if debug:
+        if debug or DEBUG:
             raise
         print(f"{prog}: stopped by {exc.name}; its lock and temporary files are removed, outputs not yet written "
               "were not written, earlier files are intact", file=sys.stderr)
@@ -832,23 +858,23 @@ def _run(main, argv, debug, prog):
             sys.stdout = open(os.devnull, "w")
         return 141
     except (MissingPiece, ImportError) as exc:
-        if debug:
+        if debug or DEBUG:
             raise
         print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
         return 1
     except (UsageError, ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
             PermissionError, json.JSONDecodeError) as exc:
-        if debug:
+        if debug or DEBUG:
             raise
         print(f"{prog}: error: {_one_line(exc)} (--debug for the traceback)", file=sys.stderr)
         return 2
     except MemoryError:
-        if debug:
+        if debug or DEBUG:
             raise
         print(f"{prog}: error: out of memory (choose smaller sizes; --debug for the traceback)", file=sys.stderr)
         return 1
     except Exception as exc:            # noqa: BLE001  (the promise: no traceback without --debug)
-        if debug:
+        if debug or DEBUG:
             raise
         full = safety.space_error(exc)
         if full is not None:

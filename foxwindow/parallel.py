@@ -23,6 +23,8 @@ import time
 
 from threadpoolctl import threadpool_limits
 
+from foxwindow import safety
+
 
 def default_workers():
     """The processors available to this process (at least 1)."""
@@ -30,6 +32,17 @@ def default_workers():
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+
+
+def threads_arg(flag, n, note=""):
+    """A command's torch CPU threads: an int from 1 to the processors available (torch's thread pool far past them
+    ends the process: `torch.set_num_threads(100000)` crashes it). Returns n; safety.UsageError naming `flag`
+    otherwise (`note`: appended to its line)."""
+    cpus = default_workers()
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= cpus:
+        raise safety.UsageError(f"{flag} {n}: this machine lets the command use {cpus} processor"
+                                f"{'s' if cpus > 1 else ''}; give 1 to {cpus}{note}")
+    return n
 
 
 def resolve_workers(workers, n_jobs):

@@ -20,13 +20,15 @@ import torch
 
 from conftest import run_cli
 from foxwindow import outputs
-from foxwindow.heads import command
+from foxwindow.heads import command, seed_spread
 from foxwindow.heads import driver as heads
 from foxwindow.laws import bench as bench_laws
 from foxwindow.laws import gates, lawtable, renewal
+from foxwindow.laws import second_order_regime as sor
 from foxwindow.models import attention as fa
 from foxwindow.models import fox as model
 from foxwindow.training import reach, train
+from foxwindow.uses import chunks_fla
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "figures"))
 import make_figures  # noqa: E402
@@ -392,6 +394,30 @@ def test_load_checkpoint_of_a_folder_says_it_is_one(tmp_path):
         model.load_checkpoint(str(tmp_path / "absent.pt"))
 
 
+def test_load_checkpoint_refuses_crafted_fields(tmp_path):
+    """A file with the right format tag but crafted fields: one ValueError naming the field, before any model of
+    the file's sizes is allocated (a config of 10^9 blocks or a width past torch's sizes is refused at once)."""
+    good = torch.load(model.shipped_checkpoint(), weights_only=True)
+    sd = good["state_dict"]
+    first = next(iter(sd))
+    cases = [(dict(good, config=[1, 2]), "its 'config' is a list, not a dict"),
+             (dict(good, state_dict=5), "its 'state_dict' is a int, not a dict"),
+             (dict(good, meta="x"), "its 'meta' is a str, not a dict"),
+             (dict(good, config={1: 2}), "its 'config' has a key that is not a string"),
+             (dict(good, state_dict=dict(sd, **{first: 3.0})), f"its weight '{first}' is not a tensor"),
+             (dict(good, config=dict(good["config"], n_layers=10 ** 9)), "n_layers is 1000000000"),
+             (dict(good, config=dict(good["config"], d_model=2 ** 30)), "bad config"),
+             (dict(good, state_dict={k: v.to(torch.complex64) for k, v in sd.items()}), "complex64, the model's is"),
+             (dict(good, state_dict={k: v.to(torch.int32) for k, v in sd.items()}), "int32, the model's is")]
+    for i, (ck, words) in enumerate(cases):
+        path = tmp_path / f"c{i}.pt"
+        torch.save(ck, path)
+        with pytest.raises(ValueError, match=re.escape(words)):
+            model.load_checkpoint(str(path))
+    torch.save(good, tmp_path / "good.pt")
+    assert model.load_checkpoint(str(tmp_path / "good.pt"))[1] == good["meta"]
+
+
 def _head_traces(S=4, T=600, seed=0):
     rng = np.random.default_rng(seed)
     return -gates.LogitNormalGate(1, 1).sample(rng, (S, T))
@@ -633,3 +659,25 @@ def test_python_api_inputs_get_one_clear_error_before_any_work(tmp_path):
     assert gates.EmpiricalGate(bf).moments().kappa == pytest.approx(0.10009765625)
     fw.save_trace(str(tmp_path / "bf.npz"), {"x": bf})
     assert float(fw.load_trace(str(tmp_path / "bf.npz"))[0]["x"][0, 0, 0]) == pytest.approx(-0.10009765625)
+
+
+def test_second_order_regime_chunks_fla_and_seed_spread_refuse_before_work(capsys, monkeypatch):
+    """Counts no run can use and lists that would run a case twice: one line naming the flag, before any numerics
+    (the work is replaced by a stand-in that fails the test if reached)."""
+    def reached(*a, **k):
+        raise AssertionError("the work started")
+    for mod, name in ((sor, "curve"), (chunks_fla, "check"), (seed_spread, "measure")):
+        monkeypatch.setattr(mod, name, reached)
+    trace = os.path.join(REPO, "results", "lstm", "textgenrnn_16units.npz")
+    for main, argv, words in (
+            (sor.main, ["--walks", "1"], ["--walks must be >= 100"]),
+            (sor.main, ["--seed", "-1"], ["--seed must be >= 0"]),                  # (numpy's message before)
+            (sor.main, ["--cells", "0"], ["--cells must be >= 2"]),
+            (sor.main, ["--only", "zzz"], ["--only 'zzz'", "no structure", "AR(1) logits"]),   # (an empty table)
+            (sor.main, ["--only"], ["--only names no structure"]),
+            (sor.main, ["--only", "AR", "AR"], ["--only lists 'AR' twice"]),
+            (chunks_fla.main, ["--seq-len", "64000000"], ["--seq-len 64000000 is beyond 16384"]),
+            (chunks_fla.main, ["--kernels", "gla", "gla"], ["--kernels lists gla more than once"]),
+            (chunks_fla.main, ["--cases", "strong", "strong"], ["--cases lists strong more than once"]),
+            (seed_spread.main, ["--traces", trace, "--per-doc", "64", "64"], ["--per-doc lists a count more"])):
+        _check_usage(capsys, main, argv, *words)

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import run_cli
 from foxwindow import cli, outputs, safety
-from foxwindow.laws import dependent_errors
+from foxwindow.laws import dependent_errors, lawtable
 from foxwindow.models import hf_load as hf_models
 from foxwindow.models import traces
 from foxwindow.training import reach
@@ -297,8 +297,23 @@ def test_live_locks_name_the_way_out(capsys, tmp_path):
         line = _one_line(capsys, _cmd("renewal"), ["--eps", "0.1", "--json", str(out)], "--break-lock", lock,
                          "another run")
         assert "elsewhere.example" in line if i else "process" in line
-        rc, err = run_cli(capsys, _cmd("renewal"), ["--eps", "0.1", "--json", str(out), "--break-lock"])
+        flag = "--break" if i else "--break-lock"             # an abbreviation argparse accepts counts as the flag
+        rc, err = run_cli(capsys, _cmd("renewal"), ["--eps", "0.1", "--json", str(out), flag])
         assert rc == 0 and "removing the lock" in err and out.exists() and not os.path.exists(lock)
+    assert not outputs.BREAK_LOCK and not outputs.DEBUG                    # a run's flags end with it
+
+
+def test_abbreviated_debug_shows_the_traceback(capsys, tmp_path):
+    with pytest.raises(outputs.UsageError, match="--eps must lie in"):
+        cli.command("renewal", ["--eps", "0", "--deb"])
+    assert not outputs.DEBUG
+    # a main called from Python reads the flags into its namespace only: nothing outlives the call
+    out = tmp_path / "r.json"
+    lock = _lock_of(out)
+    open(lock, "w").write(json.dumps(dict(pid=4242, host="elsewhere.example", started=time.time())))
+    with pytest.raises(outputs.UsageError, match="another run"):
+        lawtable.main(["--eps", "0.1", "--json", str(out), "--break-lock", "--debug"])
+    assert not outputs.BREAK_LOCK and not outputs.DEBUG and os.path.exists(lock)
 
 
 def test_failed_lock_write_leaves_nothing(tmp_path, monkeypatch):

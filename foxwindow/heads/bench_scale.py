@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,7 +32,7 @@ import time
 
 import numpy as np
 
-from foxwindow import outputs, parallel
+from foxwindow import outputs, parallel, safety
 from foxwindow.heads import driver as heads
 from foxwindow.heads import laws as headlaws
 from foxwindow.heads import predict, table
@@ -235,7 +236,10 @@ def _big_run(tmp, H, S, T, n, env):
     return wall, rss, user + sys_s, size
 
 
-def big_case(tmp, H, S=256, T=16384, full_heads=384):
+BIG_S, BIG_T = 256, 16384          # the 760M class: documents x tokens of a head
+
+
+def big_case(tmp, H, S=BIG_S, T=BIG_T, full_heads=384):
     """Heads of the 760M class: max RSS and wall of forget.py --traces under /usr/bin/time -v, run with as many
     heads as workers and with H heads (H > workers): the difference is the marginal wall and CPU of H - workers
     heads once every worker runs (the start-up, the imports and each worker's first touch of its memory paid in
@@ -318,6 +322,12 @@ def docs_target(path, force=False):
     for top in outputs.SPECIAL_ROOTS:
         if real == top or real.startswith(top + os.sep):
             raise outputs.UsageError(f"--docs: {p} is on {top}, a special filesystem; choose an ordinary folder")
+    if ".git" in real.split(os.sep):
+        raise outputs.UsageError(f"--docs: refusing to write {p} inside a .git folder")
+    package = os.path.realpath(outputs.PACKAGE)
+    if os.path.commonpath([real, package]) == package:
+        raise outputs.UsageError(f"--docs: refusing to write {p} inside the foxwindow package's own folder {package} "
+                                 "(choose a folder of your own)")
     if os.path.isdir(p):
         raise outputs.UsageError(f"--docs: {p} is a folder; expected a markdown file")
     parent = os.path.dirname(p)
@@ -333,10 +343,14 @@ def docs_target(path, force=False):
                 old = fh.read()
         except (OSError, UnicodeDecodeError) as exc:
             raise outputs.UsageError(f"--docs: {p} cannot be read as UTF-8 text ({type(exc).__name__})") from None
-        if not (BEGIN in old and END in old) and not force:
+        if BEGIN in old and END in old:
+            return p                    # the section regenerated in place (docs/BENCHMARKS.md, tracked, holds one)
+        if not force:
             raise outputs.UsageError(f"--docs: {p} has no bench_scale section ({BEGIN} ... {END}); pass --force to "
                                      "append one")
-    return p
+    # a new file, or a section appended to a file of the user's: the write guard of every output (never a tracked
+    # source or documentation file of the repository, the output's lock, not an output or input of the command)
+    return outputs.check_writable(p, force=True, what="--docs")
 
 
 def write_docs(path, text):
@@ -365,6 +379,15 @@ def main(argv=None):
     outputs.positive("--repeats", rep)
     big_heads = a.big_heads if a.big_heads is not None else (3 if a.quick else 8)
     outputs.positive("--big-heads", big_heads, lo=2)
+    outputs.distinct(("--json", a.json), ("--docs", a.docs))
+    big = big_heads * BIG_S * BIG_T * 4             # the traces of the 760M-class row, float32, written whole
+    room = [(shutil.disk_usage(tempfile.gettempdir()).free, f"the temporary folder {tempfile.gettempdir()}"),
+            (safety.available_memory(), "memory")]
+    for free, where in room:
+        if free is not None and big > free:
+            raise outputs.UsageError(f"--big-heads {big_heads}: the traces of {big_heads} heads of {BIG_S} x {BIG_T} "
+                                     f"take {big / 2 ** 30:.3g} GiB and {where} has {free / 2 ** 30:.3g} GiB free; "
+                                     "give fewer heads")
     if a.json:
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")
     if a.docs:

@@ -161,6 +161,9 @@ def main(argv=None):
             raise outputs.UsageError(f"--seeds must be >= 3; got {a.seeds}")
         if any(m < 2 for m in a.per_doc):
             raise outputs.UsageError(f"--per-doc values must be >= 2; got {a.per_doc}")
+        if len(set(a.per_doc)) < len(a.per_doc):
+            raise outputs.UsageError(f"--per-doc lists a count more than once ({' '.join(map(str, a.per_doc))}): "
+                                     "each would be measured again; list each once")
         shown = a.traces
         a.traces = outputs.input_file("--traces", a.traces)
         if a.json:

@@ -104,12 +104,13 @@ def scan(gate_list, eps_list=EPS_SCAN, progress=True):
 
 
 def _eps_text(e):
-    """eps for the table: 3 significant digits, more where those would show another eps (0.999999, not 1)."""
+    """eps for the table: 3 significant digits, more where those would show another eps (0.999999, not 1), up to 8
+    characters (an eps that needs 17 digits is shown to 3; --json keeps it whole)."""
     for d in (3, 6, 17):
         t = f"{e:.{d}g}"
         if float(t) == e:
-            return t
-    return t
+            return t if len(t) <= 8 else f"{e:.3g}"
+    return f"{e:.3g}"
 
 
 def main(argv=None):
@@ -121,6 +122,10 @@ def main(argv=None):
     a = p.parse_args(argv)
     for e in a.eps:
         outputs.eps_arg("--eps", e)
+        if e < sys.float_info.min:      # the rows record eps: a subnormal one would not read back as its L
+            raise outputs.UsageError(f"--eps {e:.3g} is below the smallest normal float64 "
+                                     f"({sys.float_info.min:.3g}), where the rows could not record it; give eps in "
+                                     f"[{sys.float_info.min:.3g}, 1)")
     a.eps = list(dict.fromkeys(a.eps))              # a repeated eps is one row (the rows are shown to 3 digits)
     if a.json:
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")

@@ -336,6 +336,18 @@ def main(argv=None):
     p.add_argument("--no-progress", action="store_true")
     outputs.add_common(p)
     a = p.parse_args(argv)
+    outputs.positive("--cells", a.cells, lo=2)
+    outputs.positive("--walks", a.walks, lo=100)         # (the GARCH rows' Monte Carlo SE, as dependent-errors)
+    outputs.positive("--seed", a.seed, lo=0)
+    names = [name for name, *_ in structures()]
+    for o in a.only or ():
+        if a.only.count(o) > 1:
+            raise outputs.UsageError(f"--only lists {o!r} twice; list each prefix once")
+        if not any(n.startswith(o) for n in names):
+            raise outputs.UsageError(f"--only {o!r}: no structure's name starts with it; the names: "
+                                     f"{', '.join(names)}")
+    if a.only == []:
+        raise outputs.UsageError("--only names no structure (give name prefixes, or leave it out for all)")
     if a.json:
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")
     t0 = time.time()

@@ -493,17 +493,27 @@ def load_checkpoint(path, device="cpu"):
     for key in ("config", "state_dict", "meta"):
         if key not in ck:
             raise ValueError(f"checkpoint {path} lacks '{key}'")
+        if not isinstance(ck[key], dict):
+            raise ValueError(f"checkpoint {path}: its '{key}' is a {type(ck[key]).__name__}, not a dict")
+        odd = next((k for k in ck[key] if not isinstance(k, str)), None)
+        if odd is not None:
+            raise ValueError(f"checkpoint {path}: its '{key}' has a key that is not a string ({odd!r})")
+    bad = next((k for k, v in ck["state_dict"].items() if not isinstance(v, torch.Tensor)), None)
+    if bad is not None:
+        raise ValueError(f"checkpoint {path}: its weight {safety.shown(bad)!r} is not a tensor")
     known = {f.name for f in fields(FoXConfig)}
     unknown = set(ck["config"]) - known
     if unknown:
-        raise ValueError(f"checkpoint {path} config has unknown fields {sorted(unknown)}")
+        raise ValueError(f"checkpoint {path} config has unknown fields {[safety.shown(u) for u in sorted(unknown)]}")
     try:
         cfg = FoXConfig(**ck["config"])
-    except (TypeError, ValueError) as exc:
+        if cfg.n_layers > len(ck["state_dict"]):        # (each block has weights: no model of the file's is built)
+            raise ValueError(f"n_layers is {cfg.n_layers}, and the file holds {len(ck['state_dict'])} weights")
+        with torch.device("meta"):      # names and shapes first: a crafted config allocates nothing
+            want = FoXLM(cfg).state_dict()
+    except (TypeError, ValueError, RuntimeError) as exc:       # (RuntimeError: sizes past torch's, on meta)
         raise ValueError(f"checkpoint {path} has a bad config: {exc}") from exc
-    model = FoXLM(cfg)
     sd = {k: (v.float() if v.is_floating_point() else v) for k, v in ck["state_dict"].items()}
-    want = model.state_dict()
     missing, extra = sorted(set(want) - set(sd)), sorted(set(sd) - set(want))
     if missing or extra:
         raise ValueError(f"checkpoint {path} weights do not match its config: missing {missing[:5]}, "
@@ -511,8 +521,11 @@ def load_checkpoint(path, device="cpu"):
     for k, v in want.items():
         if sd[k].shape != v.shape:
             raise ValueError(f"checkpoint {path}: {k} has shape {tuple(sd[k].shape)}, config implies {tuple(v.shape)}")
+        if sd[k].dtype != v.dtype and not (sd[k].is_floating_point() and v.is_floating_point()):
+            raise ValueError(f"checkpoint {path}: {k} is {sd[k].dtype}, the model's is {v.dtype}")
         if sd[k].is_floating_point() and not torch.isfinite(sd[k]).all():
             raise ValueError(f"checkpoint {path}: {k} has non-finite values")
+    model = FoXLM(cfg)
     model.load_state_dict(sd)
     return model.to(device).eval(), ck["meta"]
 

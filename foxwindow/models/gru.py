@@ -66,7 +66,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from foxwindow import outputs
+from foxwindow import outputs, parallel
 from foxwindow.models import lstm, lstm_gates, traces
 from foxwindow.training import data
 
@@ -459,7 +459,7 @@ def main(argv=None):
     outputs.positive("--seq-len", a.seq_len, lo=16)
     outputs.positive("--batch", a.batch)
     if a.threads is not None:
-        outputs.positive("--threads", a.threads)
+        parallel.threads_arg("--threads", a.threads)
         torch.set_num_threads(a.threads)
     if a.archive and a.weights and a.vocab:
         raise outputs.UsageError("--archive would be ignored: --weights and --vocab name both files it holds; drop it")

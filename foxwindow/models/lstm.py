@@ -66,7 +66,7 @@ import torch
 import torch.nn as nn
 from tqdm import tqdm
 
-from foxwindow import outputs, safety
+from foxwindow import outputs, parallel, safety
 from foxwindow.models import traces
 from foxwindow.models.lstm_gates import (  # noqa: F401  (the gate readers, re-exported)
     capture_lstm_gates,
@@ -641,7 +641,7 @@ def main(argv=None):
     outputs.positive("--seq-len", a.seq_len, lo=16)
     outputs.positive("--batch", a.batch)
     if a.threads is not None:
-        outputs.positive("--threads", a.threads)
+        parallel.threads_arg("--threads", a.threads)
         torch.set_num_threads(a.threads)
     parse_units(a.units)                                       # its form, before the weights are read
     for flag in ("weights", "vocab"):

@@ -21,18 +21,21 @@ number of ranks with the same global batch.
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 
 import torch
 from tqdm import tqdm
 
 from foxwindow import outputs
 from foxwindow.models.fox import SHIPPED_CHECKPOINT, FoXConfig, FoXLM, load_checkpoint, load_weights_only, save_model
+from foxwindow.parallel import default_workers, threads_arg
 from foxwindow.training import data, distributed
+from foxwindow.uses import given, record_given
 
 __all__ = ["DEFAULT_CHECKPOINT", "TrainConfig", "TRAIN_HELP", "add_train_args", "add_size_args", "check_sizes",
            "train_config", "check_corpus", "is_main_process", "lr_at", "make_optimizer", "train_loop", "evaluate_bpc",
-           "table", "train", "save_state", "load_state", "compare", "check_args", "main", "find_input"]
+           "table", "train", "save_state", "read_state", "check_state", "load_state", "compare", "check_args", "main",
+           "find_input"]
 
 DEFAULT_CHECKPOINT = SHIPPED_CHECKPOINT
 
@@ -56,7 +59,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     seed: int = 0
     device: str = "cpu"
-    threads: int = 2
+    threads: int = field(default_factory=lambda: min(2, default_workers()))    # at most the processors
     eval_seqs: int = 32
     log_every: int = 25
 
@@ -71,6 +74,7 @@ class TrainConfig:
                 raise outputs.UsageError(f"{name(f)} must be an int; got {v!r}")
             if v < lo:
                 raise outputs.UsageError(f"{name(f)} must be >= {lo}; got {v}")
+        threads_arg(name("threads"), self.threads)
         for f, lo, strict in (("lr", 0.0, True), ("weight_decay", 0.0, False), ("grad_clip", 0.0, True)):
             v = getattr(self, f)
             ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
@@ -94,7 +98,8 @@ def add_train_args(p, skip=(), **defaults):
     for f in fields(TrainConfig):
         if f.name in TRAIN_HELP and f.name not in skip:
             p.add_argument("--" + f.name.replace("_", "-"), type=f.type if f.type != "str" else str,
-                           default=defaults.get(f.name, f.default), help=TRAIN_HELP[f.name])
+                           default=defaults.get(f.name, f.default_factory() if f.default is MISSING else f.default),
+                           help=TRAIN_HELP[f.name])
 
 
 def add_size_args(p, d_model, n_layers, n_heads):
@@ -330,23 +335,76 @@ def save_state(path, model, opt, order, step, hist):
     return path
 
 
+STATE_KEYS = ("step", "model", "optim", "order", "history")
+
+
+def read_state(path, steps):
+    """The training state at `path` (save_state's dict) with its fields checked: a step in [0, steps), a dict of
+    model tensors, optimizer and data-order dicts, and one finite loss a step run. Raises ValueError naming
+    --resume and what is wrong."""
+    what = f"--resume {path} is not a training state written by --stop-at"
+    try:
+        state = load_weights_only(path)
+    except ValueError as exc:           # (its reason from load_weights_only)
+        raise ValueError(f"{what}: it {exc}") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{what} (it holds a {type(state).__name__}, not a dict)")
+    missing = [k for k in STATE_KEYS if k not in state]
+    if missing:
+        raise ValueError(f"{what} (it lacks {', '.join(missing)})")
+    step, history = state["step"], state["history"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"{what} (its step is {step!r}, not an int >= 0)")
+    if step >= steps:
+        raise ValueError(f"--resume {path} is at step {step}; --steps {steps} leaves nothing to run")
+    for k in ("model", "optim", "order"):
+        if not isinstance(state[k], dict):
+            raise ValueError(f"{what} (its {k} is a {type(state[k]).__name__}, not a dict)")
+    if not all(isinstance(t, torch.Tensor) for t in state["model"].values()):
+        raise ValueError(f"{what} (its model holds values that are not tensors)")
+
+    def finite_loss(h):
+        v = h.get("loss") if isinstance(h, dict) else None
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if not (isinstance(history, list) and len(history) == step and all(map(finite_loss, history))):
+        raise ValueError(f"{what} (its history is not {step} finite losses, one a step run)")
+    rng, cpu = state.get("rng"), torch.get_rng_state()
+    if rng is not None and not (isinstance(rng, list) and all(
+            isinstance(r, dict) and isinstance(r.get("cpu"), torch.Tensor) and r["cpu"].dtype == cpu.dtype
+            and r["cpu"].shape == cpu.shape for r in rng)):
+        raise ValueError(f"{what} (its rng is not a list of torch RNG states, one a rank)")
+    return state
+
+
+def check_state(path, model_cfg, cfg, stream_len, world=1):
+    """Before the model is built: the training state at `path` (read_state) continues this run: the same data
+    order (seed, global batch of `world` ranks x cfg.batch, context, a training text of stream_len bytes) and
+    weights of FoXLM(model_cfg)'s names and shapes (compared on the meta device). Returns its step; ValueError
+    naming --resume otherwise."""
+    state = read_state(path, cfg.steps)
+    order = data.ShardedWindows(stream_len, cfg.context, cfg.batch, cfg.seed, world=world)
+    try:
+        order.check_resume(state["order"])
+    except ValueError as exc:
+        raise ValueError(f"--resume {path}: {exc}") from None
+    with torch.device("meta"):
+        want = FoXLM(model_cfg).state_dict()
+    have = state["model"]
+    wrong = sorted(set(want) ^ set(have)) or [k for k in want if tuple(want[k].shape) != tuple(have[k].shape)]
+    if wrong:
+        raise ValueError(f"--resume {path} does not fit this model (another --d-model, --n-layers, --n-heads or "
+                         f"--fixed-gate?): {', '.join(wrong[:3])} differ")
+    return state["step"]
+
+
 def load_state(path, model, opt, order, steps):
     """Load a state written by save_state into model and opt (wrapped or not, any number of ranks with the
     same seed and global batch). Returns (first step to run, the history so far). Raises ValueError when the
-    state would change the data order, has no step left to run, or is not a training state."""
-    try:
-        state = load_weights_only(path)
-        step, order_key, history = state["step"], state["order"], state["history"]
-        model_state, optim_state = state["model"], state["optim"]
-    except ValueError as exc:           # (its reason from load_weights_only)
-        raise ValueError(f"--resume {path} is not a training state written by --stop-at: it {exc}") from None
-    except Exception as exc:            # noqa: BLE001  (a foreign file's shape: key and type errors)
-        msg = " ".join(str(exc).split())[:200]
-        raise ValueError(f"--resume {path} is not a training state written by --stop-at "
-                         f"({type(exc).__name__}: {msg})") from None
+    state would change the data order, has no step left to run, or is not a training state (read_state)."""
+    state = read_state(path, steps)
+    step, order_key, history = state["step"], state["order"], state["history"]
+    model_state, optim_state = state["model"], state["optim"]
     order.check_resume(order_key)
-    if not (isinstance(step, int) and 0 <= step < steps):
-        raise ValueError(f"--resume {path} is at step {step}; --steps {steps} leaves nothing to run")
     try:
         distributed.load_train_state(model, opt, model_state, optim_state)
     except (RuntimeError, KeyError, ValueError) as exc:
@@ -358,6 +416,11 @@ def load_state(path, model, opt, order, steps):
         print(f"note: {path} was written by another number of ranks; dropout masks differ from an "
               "uninterrupted run")
     return step, list(history)
+
+
+# what --compare reads of both checkpoints' metadata
+COMPARE_FIELDS = ("config", "steps", "batch", "context", "seed", "lr", "warmup", "tokens_seen", "wall_time_s",
+                  "final_train_loss", "device")
 
 
 def compare(fox_path, base_path, readme=None):
@@ -372,6 +435,20 @@ def compare(fox_path, base_path, readme=None):
         except (ValueError, KeyError, RuntimeError) as exc:
             raise outputs.UsageError(f"--compare {what} {path}: {exc}") from None
     (fox, fmeta), (base, bmeta) = loaded
+    for path, what, meta, keys in ((fox_path, "FOX_CKPT", fmeta, COMPARE_FIELDS + ("val_eval", "params", "data")),
+                                   (base_path, "FIXED_GATE_CKPT", bmeta, COMPARE_FIELDS)):
+        lacks = [k for k in keys if k not in meta] if isinstance(meta, dict) else ["metadata"]
+        if lacks:
+            raise ValueError(f"--compare {what} {path}: its metadata lacks {', '.join(lacks)} (a checkpoint written "
+                             "by train.py holds them)")
+        if not isinstance(meta["config"], dict):
+            raise ValueError(f"--compare {what} {path}: its metadata's config is not a dict")
+    if not (isinstance(fmeta["data"], dict) and isinstance(fmeta["data"].get("val"), list)):
+        raise ValueError(f"--compare FOX_CKPT {fox_path}: its metadata's data names no held-out files (data.val)")
+    ctx, n = fmeta["context"], fmeta["val_eval"].get("n_seq") if isinstance(fmeta["val_eval"], dict) else None
+    for v, k in ((ctx, "context"), (n, "val_eval.n_seq")):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"--compare FOX_CKPT {fox_path}: its metadata's {k} is {v!r}, not an int >= 1")
     if fmeta.get("config", {}).get("fixed_gate"):
         raise ValueError(f"--compare FOX_CKPT {fox_path} is a fixed-gate model; the first checkpoint must be the "
                          "FoX model with its learned forget gate")
@@ -380,8 +457,6 @@ def compare(fox_path, base_path, readme=None):
     for k in ("steps", "batch", "context", "seed", "lr"):
         if fmeta.get(k) != bmeta.get(k):
             raise ValueError(f"runs differ in {k}: {fmeta.get(k)} vs {bmeta.get(k)}")
-    ctx = fmeta["context"]
-    n = fmeta["val_eval"]["n_seq"]
     fb, _ = evaluate_bpc(fox, ctx, n_seq=n)
     bb, _ = evaluate_bpc(base, ctx, n_seq=n)
     fmeta["val_bpc"] = round(fb, 4)
@@ -423,10 +498,18 @@ def compare(fox_path, base_path, readme=None):
     print(f"wrote {readme}")
 
 
+# the flags of a training run, ignored by --eval-only and --compare (--fixed-gate, a switch, is checked apart)
+TRAINING_FLAGS = ("steps", "batch", "context", "lr", "warmup", "weight_decay", "seed", "log_every", "dropout",
+                  "d_model", "n_layers", "n_heads", "parallel", "stop_at", "resume")
+
+
 def check_args(a):
     """Validate every argument before any work (UsageError naming the argument). Returns (FoXConfig,
     TrainConfig)."""
     cfg = train_config(a)
+    if given(a, "warmup") and cfg.warmup > cfg.steps:
+        raise outputs.UsageError(f"--warmup {cfg.warmup} exceeds --steps {cfg.steps}: the learning rate would never "
+                                 "reach --lr; give at most --steps warmup steps")
     check_sizes(a)
     if not 0.0 <= a.dropout < 1.0:
         raise outputs.UsageError(f"--dropout must lie in [0, 1); got {a.dropout}")
@@ -439,7 +522,7 @@ def check_args(a):
 
 @outputs.scoped
 def main(argv=None):
-    p = outputs.parser(__doc__.split("\n")[0])
+    p = record_given(outputs.parser(__doc__.split("\n")[0]))     # a flag the mode ignores is refused
     add_train_args(p, device="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dropout", type=float, default=0.0, help="attention/residual dropout")
     add_size_args(p, d_model=128, n_layers=4, n_heads=4)
@@ -461,6 +544,21 @@ def main(argv=None):
                    help="continue from a training state written by --stop-at (same --seed and global batch)")
     outputs.add_common(p)
     args = p.parse_args(argv)
+    threads_arg("--threads", args.threads)      # (before the mode's own checks: every mode sets it)
+    mode = "--compare" if args.compare else "--eval-only" if args.eval_only else None
+    ignored = [f for f in TRAINING_FLAGS + (("eval_seqs", "device") if args.compare else ())
+               if given(args, f)] + (["fixed_gate"] if mode and args.fixed_gate else [])
+    if mode and ignored:
+        raise outputs.UsageError(f"{mode} scores checkpoints as they were trained; "
+                                 f"{', '.join('--' + f.replace('_', '-') for f in ignored)} would be ignored: "
+                                 "leave them out")
+    if not args.eval_only and given(args, "checkpoint"):
+        raise outputs.UsageError(f"--checkpoint {args.checkpoint} is read by --eval-only alone; to start from a "
+                                 "stopped run, --resume its training state")
+    if given(args, "parallel") and not distributed.launched():
+        raise outputs.UsageError(f"--parallel {args.parallel} splits a run over torchrun's ranks (WORLD_SIZE > 1); "
+                                 "started with python the model trains in one process: leave it out, or start "
+                                 "with torchrun")
     if distributed.launched() and (args.compare or args.eval_only):
         raise outputs.UsageError("--compare and --eval-only run in one process: start them with python, "
                                  "not torchrun")
@@ -475,14 +573,12 @@ def main(argv=None):
         if outputs.resolve(fox) == outputs.resolve(base) or os.path.samefile(fox, base):
             raise outputs.UsageError(f"--compare names the same checkpoint twice ({fox}); give the FoX model and the "
                                      "fixed-gate one")
-        outputs.positive("--threads", args.threads)
         outputs.check_writable(fox, force=args.force, what="--compare FOX_CKPT")
         outputs.check_writable(os.path.join(os.path.dirname(fox), "README.md"), force=args.force,
                                what="--compare (README.md beside FOX_CKPT)")
         torch.set_num_threads(args.threads)
         return compare(fox, base)
     if args.eval_only:
-        outputs.positive("--threads", args.threads)
         outputs.positive("--eval-seqs", args.eval_seqs)
         outputs.device_arg("--device", args.device)
         path = find_input(args.checkpoint, "--checkpoint")
@@ -491,7 +587,16 @@ def main(argv=None):
             model, meta = load_checkpoint(path, device=args.device)
         except (ValueError, KeyError, RuntimeError) as exc:
             raise outputs.UsageError(f"--checkpoint {args.checkpoint}: {exc}") from None
-        bpc, _ = evaluate_bpc(model, meta.get("context", args.context), n_seq=args.eval_seqs, device=args.device)
+        ctx = meta.get("context") if isinstance(meta, dict) else None
+        if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1:
+            raise outputs.UsageError(f"--checkpoint {args.checkpoint}: its metadata holds no training context (an "
+                                     f"int >= 1; got {ctx!r})")
+        try:
+            data.heldout_tokens(n_seq=args.eval_seqs, seq_len=ctx + 1)
+        except ValueError as exc:
+            raise outputs.UsageError(f"--eval-seqs {args.eval_seqs} with --checkpoint {args.checkpoint} (context "
+                                     f"{ctx}): {exc}") from None
+        bpc, _ = evaluate_bpc(model, ctx, n_seq=args.eval_seqs, device=args.device)
         print(table([[meta.get("model", "?"), meta.get("steps", "?"), f"{bpc:.4f}", meta.get("val_bpc", "?")]],
                     ["model", "steps", "val bpc now", "val bpc recorded"]))
         return
@@ -500,6 +605,12 @@ def main(argv=None):
         raise outputs.UsageError(f"--stop-at must lie in [1, --steps {cfg.steps}); got {args.stop_at}")
     resume = outputs.input_file("--resume", args.resume) if args.resume is not None else None
     name = "fixed_gate_shakespeare.pt" if args.fixed_gate else "fox_shakespeare.pt"
+    distributed.setup(cfg.device)
+    if resume is not None:          # the state is read and checked before the model is built
+        start = check_state(resume, model_cfg, cfg, len(data.train_stream()), world=distributed.world_size())
+        if args.stop_at is not None and args.stop_at <= start:
+            raise outputs.UsageError(f"--stop-at {args.stop_at} is not after step {start}, where --resume {resume} "
+                                     f"stopped; give K in ({start}, --steps {cfg.steps})")
 
     def place():
         out = args.out if args.out is not None else os.path.join(outputs.run_dir("train"), name)
@@ -509,7 +620,6 @@ def main(argv=None):
             outputs.check_writable(out + ".state", force=args.force, what="--stop-at (writes OUT.state)",
                                    size=nbytes + 3 * nbytes)
         return out
-    distributed.setup(cfg.device)
     out = distributed.main_only(place)       # under torchrun rank 0 names the run folder, every rank gets it
     train(model_cfg, cfg, out, parallel=args.parallel, stop_at=args.stop_at, resume=resume)
 

@@ -234,6 +234,9 @@ def print_check(rows, file=None):
               file=file)
 
 
+MAX_SEQ_LEN = 16384                 # --seq-len's bound
+
+
 def main(argv=None):
     p = outputs.parser("Check the chunk-safety predictions chunk by chunk on flash-linear-attention's chunked kernels "
                        "(GLA, Gated DeltaNet, KDA with and without safe_gate) under Triton's interpreter on the CPU, "
@@ -250,6 +253,14 @@ def main(argv=None):
     outputs.positive("--seq-len", a.seq_len, lo=CHUNK)
     if a.seq_len % CHUNK:
         raise outputs.UsageError(f"--seq-len must be a multiple of {CHUNK}")
+    if a.seq_len > MAX_SEQ_LEN:
+        raise outputs.UsageError(f"--seq-len {a.seq_len} is beyond {MAX_SEQ_LEN} (Triton's interpreter takes about 2 s "
+                                 f"a kernel and case at 256 tokens, and more with every chunk of {CHUNK})")
+    for flag, vals in (("--kernels", a.kernels), ("--cases", a.cases or [])):
+        twice = sorted({v for v in vals if vals.count(v) > 1}, key=vals.index)
+        if twice:
+            raise outputs.UsageError(f"{flag} lists {', '.join(twice)} more than once (each would run again); list "
+                                     "each once")
     if a.json:
         a.json = outputs.check_writable(a.json, force=a.force, what="--json")
     t0 = time.perf_counter()

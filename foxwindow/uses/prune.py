@@ -643,14 +643,11 @@ def _check_args(a):
     if min(a.block) < 1:
         raise outputs.UsageError(f"--block sizes must be >= 1; got {' '.join(map(str, a.block))}")
     block = check_block(tuple(a.block) if len(a.block) == 2 else a.block[0])
-    cpus = parallel.default_workers()
-    for f, v in (("--threads", a.threads), ("--workers", a.workers)):
-        if v is not None:
-            outputs.positive(f, v)
+    if a.workers is not None:
+        outputs.positive("--workers", a.workers)
     # workers beyond the processors or the jobs run as many as there are jobs; torch's threads are set as given
-    if a.threads is not None and a.threads > cpus:
-        raise outputs.UsageError(f"--threads {a.threads}: this machine lets the command use {cpus} processor"
-                                 f"{'s' if cpus > 1 else ''}; give at most {cpus} (the results do not depend on it)")
+    if a.threads is not None:
+        parallel.threads_arg("--threads", a.threads, " (the results do not depend on it)")
     outputs.eps_arg("--p", a.p)
     if a.U not in (None, "auto"):
         try:
@@ -662,7 +659,7 @@ def _check_args(a):
                                      f"auto U on the shipped model is about 22); give at most {MAX_U:g}")
     checkpoint = _check_mode(a)
     if a.workers is None:
-        a.workers = cpus
+        a.workers = parallel.default_workers()
     U = "auto" if (a.U is None and a.traces is None) else a.U
     # every output checked before any work; nothing existing is replaced without --force
     out = outputs.check_dir(a.out, [] if a.json else ["prune.json"], force=a.force) if a.out else \

@@ -154,6 +154,9 @@ def test_make_figures_refuses_before_any_figure(tmp_path, capsys):
             (["--only", "1", "--seed", "-1"], ["--seed", ">= 0"]),
             (["--only", "1", "1"], ["--only", "figure 1 is listed twice"]),
             (["--only", "1", "--heads-json", str(heads)], ["--heads-json", "figure 6 only", "ignored"]),
+            (["--only", "1", "--heads", str(heads)], ["--heads-json", "figure 6 only", "ignored"]),   # abbreviated
+            (["--only", "1", "--heads-json=" + str(heads)], ["--heads-json", "figure 6 only", "ignored"]),
+            (["--only", "6", "--heads", str(tmp_path / "none.json")], ["figure 6", "needs its input", "not found"]),
             (["--only", "6", "--heads-json", str(nan)], ["--heads-json", "heads[0]", "finite number"]),
             (["--only", "6", "--heads-json", str(deep)], ["--heads-json", "nested too deeply"]),
             (["--heads-json", str(eps2)], ["--heads-json", "heads[0].at[0].eps", "(0, 1)"]),

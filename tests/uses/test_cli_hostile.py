@@ -182,7 +182,7 @@ PRUNE_REFUSED = [
     (["--traces", "{good}", "--U", "0", "--block", "512"], ["--block 512", "exceeds the trace length T = 256"]),
     (["--seed", "-1"], ["--seed must be >= 0; got -1"]),
     (["--traces", "{good}", "--U", "0", "--seed", "3"], ["--seed cannot be used with --traces"]),
-    (["--traces", "{good}", "--U", "0", "--threads", "100000"], ["--threads 100000", "give at most"]),
+    (["--traces", "{good}", "--U", "0", "--threads", "100000"], ["--threads 100000", "give 1 to"]),
     (["--n-seq", "3", "--workers", "1"], ["--workers applies to --traces only"]),
     (["--traces", "{good}", "--U", "0", "--context", "99999999999999999999"], ["--context", "at most 2^53"]),
     (["--n-seq", "1000000"], ["--n-seq 1000000 x --seq-len 1024", "held-out text holds"]),
