@@ -7,6 +7,7 @@
 """
 import math
 import os
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -49,6 +50,10 @@ def _as_traces(x, layout=True):
             a = a.detach().cpu()
             a = (a.float() if a.dtype == torch.bfloat16 else a).numpy()
         else:
+            if isinstance(a, np.ma.MaskedArray) and np.ma.is_masked(a):
+                # np.asarray drops the mask: the masked values would be analysed as gates
+                raise ValueError(f"{what}: a masked array with {int(np.ma.count_masked(a))} masked values; the "
+                                 "analysis reads every value (its mask would be ignored): pass whole sequences")
             try:
                 a = np.asarray(a)
             except (ValueError, TypeError) as exc:
@@ -106,6 +111,10 @@ def _check_tokens(tokens):
         ok = np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)
     if not ok:
         raise ValueError(f"tokens must be {want}; got dtype {dtype}")
+    t = tokens if isinstance(tokens, torch.Tensor) else torch.from_numpy(a) if a.dtype.kind == "f" else None
+    if t is not None and torch.is_floating_point(t) and not bool(torch.isfinite(t).all()):
+        raise ValueError(f"tokens hold NaN or infinite values ({int((~torch.isfinite(t)).sum())} of {t.numel()}); "
+                         "features must be finite")
     if len(shape) < 2:
         ints = isinstance(tokens, tuple) and all(isinstance(v, int) for v in tokens)
         raise ValueError(f"tokens must be {want}; got a {type(tokens).__name__} of shape {shape}"
@@ -115,6 +124,57 @@ def _check_tokens(tokens):
     if S < 3 or T < max(S, MIN_TOKENS):
         raise ValueError(f"tokens must be {want} with S >= 3 sequences (the errors are jackknifed over them) and "
                          f"T >= max(S, {MIN_TOKENS}) tokens each; got shape {shape} (S = {S}, T = {T})")
+
+
+# the arguments of a model's capture, with their defaults: given to anything else they would be ignored
+CAPTURE_ARGS = {"n_seq": 32, "seq_len": 2048, "batch": 8, "per_channel": False}
+
+
+def _named(keys):
+    """'batch= is' / 'n_seq=, seq_len= are': the arguments named in a message."""
+    return ", ".join(f"{k}=" for k in keys) + (" is" if len(keys) == 1 else " are")
+
+
+def _check_capture_args(x, tokens, given):
+    """ValueError for an argument of analyse() that the input x would ignore: the capture's arguments (`given`:
+    {name: value} of CAPTURE_ARGS) with traces, n_seq and seq_len beside tokens=; and the held-out sizes of this
+    package's FoX model (n_seq >= 3 sequences, seq_len >= max(n_seq, MIN_TOKENS) bytes) before any is read."""
+    changed = [k for k, v in given.items() if v is not CAPTURE_ARGS[k] and v != CAPTURE_ARGS[k]]
+    if not isinstance(x, torch.nn.Module):
+        if changed:
+            raise ValueError(f"{_named(changed)} for a model's capture (a torch.nn.Module); x is {_kind(x)}, which "
+                             "holds the gates already: drop " + ("it" if len(changed) == 1 else "them"))
+        return
+    held = [k for k in changed if k in ("n_seq", "seq_len")]
+    if held and (tokens is not None or not isinstance(x, FoXLM)):
+        raise ValueError(f"{_named(held)} for this package's FoX model's held-out text; "
+                         + (f"tokens= are given: drop {'it' if len(held) == 1 else 'them'}" if tokens is not None
+                            else f"{type(x).__name__} is captured on tokens=: give those instead"))
+    if tokens is None and isinstance(x, FoXLM):
+        n_seq, seq_len = given["n_seq"], given["seq_len"]
+        for k, v in (("n_seq", n_seq), ("seq_len", seq_len)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise ValueError(f"{k} must be an integer; got {v!r}")
+        if n_seq < 3 or seq_len < max(n_seq, MIN_TOKENS):
+            raise ValueError(f"n_seq must be >= 3 sequences (the errors are jackknifed over them) and seq_len >= "
+                             f"max(n_seq, {MIN_TOKENS}) bytes each; got n_seq={n_seq}, seq_len={seq_len}")
+
+
+def _check_analysis_args(eps, L, n_boot, seed):
+    """The analysis' own arguments, before a trace is read or a model run: the thresholds (gates.levels, as the
+    analysis converts them), n_boot (an int >= 0, as heads.driver asks) and seed (driver.root_seed)."""
+    with warnings.catch_warnings():             # the analysis itself warns, where it converts them
+        warnings.simplefilter("ignore", gates.ThresholdWarning)
+        gates.levels(eps, L, default=driver.EPS_SCAN, distinct=True)
+    driver.check_n_boot(n_boot)
+    if seed is not None:
+        driver.root_seed(seed)
+
+
+def _check_boot_memory(n_boot, S):
+    """The document bootstrap holds n_boot weights per document (int64 draws and their float64 copy) and eight
+    statistics per draw: refused before the work where that is more memory than is available."""
+    safety.need_memory(int(n_boot) * (16 * int(S) + 64), f"n_boot={n_boot} bootstrap draws over {S} sequences")
 
 
 def _kind(x):
@@ -140,7 +200,10 @@ def analyse(x, *, eps=None, L=None, n_boot=driver.N_BOOT, seed=None, tokens=None
     if tokens is not None and not isinstance(x, torch.nn.Module):
         raise ValueError(f"tokens= is for a model (a torch.nn.Module, its gates captured on them); x is "
                          f"{_kind(x)}, which holds the gates already: drop tokens=")
+    _check_capture_args(x, tokens, dict(n_seq=n_seq, seq_len=seq_len, batch=batch, per_channel=per_channel))
+    _check_analysis_args(eps, L, n_boot, seed)
     if isinstance(x, (str, os.PathLike)):
+        _check_boot_memory(n_boot, next(iter(traces.open_traces(os.fspath(x))[0].values())).shape[0])
         traces.check_trace_file(os.fspath(x))       # every value before the work, streamed (a file of any size)
         results, info = driver.analyse_traces(os.fspath(x), eps=eps, L=L, n_boot=n_boot, seed=seed,
                                               progress=progress)
@@ -150,14 +213,17 @@ def analyse(x, *, eps=None, L=None, n_boot=driver.N_BOOT, seed=None, tokens=None
         if tokens is None:
             if not isinstance(x, FoXLM):
                 raise ValueError(f"{type(x).__name__}: give tokens= (S, T) ids to capture its gates on")
+            _check_boot_memory(n_boot, n_seq)
             tokens, _ = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
         else:
             _check_tokens(tokens)
+            _check_boot_memory(n_boot, tokens.shape[0] if hasattr(tokens, "shape") else len(tokens))
         layers = _as_traces(hf_capture.capture_traces(x, tokens, batch=batch, per_channel=per_channel,
                                                       progress=progress), layout=False)
         what = f"model {type(x).__name__}"
     else:
         layers = _as_traces(x)
+        _check_boot_memory(n_boot, next(iter(layers.values())).shape[0])
         what = "traces"
     results, used = driver.analyse_layers(layers, eps=eps, L=L, n_boot=n_boot, seed=seed, progress=progress)
     T = next(iter(layers.values())).shape[1]

@@ -52,8 +52,8 @@ from foxwindow.models.traces import (  # noqa: F401  (capture, mass_windows: the
 from foxwindow.training import data, distributed
 
 __all__ = ["DEFAULT_CHECKPOINT", "EPS_SCAN", "N_BOOT", "critical_z", "analyse_head", "decay_window_L",
-           "source_labels", "root_seed", "plan_groups", "analyse_layers", "analyse_stream", "analyse_model",
-           "analyse_traces"]
+           "source_labels", "root_seed", "check_n_boot", "plan_groups", "analyse_layers", "analyse_stream",
+           "analyse_model", "analyse_traces"]
 
 DEFAULT_CHECKPOINT = shipped_checkpoint()          # any cwd, installed or not
 EPS_SCAN = lawtable.EPS_SCAN
@@ -110,7 +110,8 @@ def _check_shape(x):
                          "T tokens) with T >= S: is the array transposed (T, S)?")
 
 
-def _check_n_boot(n_boot):
+def check_n_boot(n_boot):
+    """ValueError unless n_boot (the document bootstrap's draws) is an int >= 0."""
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
         raise ValueError(f"n_boot must be an int >= 0; got {n_boot!r}")
 
@@ -132,7 +133,7 @@ def _analyse_x(x, *, eps=None, L=None, z=None, layer=0, head=0, n_heads=1, n_boo
         if isinstance(z, bool) or not isinstance(z, (int, float, np.floating)) or not (math.isfinite(z) and z > 0):
             raise ValueError(f"z must be a finite number > 0 (or None for the default); got {z!r}")
         n_heads = max(1, int(round(verdict.ALPHA / (4 * stats.t.sf(z, S - 1)))))
-    _check_n_boot(n_boot)
+    check_n_boot(n_boot)
     ss = verdict.seed_sequence(seed)
     if parts is None:
         windows = predict.window_rows(x, Ls, T // 2)               # the analysed rows' windows, once for both
@@ -449,7 +450,7 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
       (None, seed)). Returns ([HeadResult], seed); a stopped run raises parallel.Stopped as analyse_layers."""
     Ls = gates.levels(eps, L, default=EPS_SCAN, distinct=True)
     seed = root_seed(seed)
-    _check_n_boot(n_boot)
+    check_n_boot(n_boot)
     names = list(shapes)
     groups = [names] if groups is None else [list(g) for g in groups]
     if [n for g in groups for n in g] != names:

@@ -14,6 +14,7 @@ foxwindow.report reads (every law at every eps of every head).
 import contextlib
 import io
 import math
+from collections.abc import Iterable, Mapping
 
 from foxwindow import outputs, report
 from foxwindow.heads import table, verdict
@@ -39,12 +40,31 @@ def _not_in_scan(Lq, Ls):
     return KeyError(f"eps = {math.exp(-Lq):.6g} (L = {Lq:.8g}) is not in the scan (eps = {scan})")
 
 
+def _threshold(eps, L):
+    """The figures' threshold keywords: eps= or L= (neither: eps 1e-3); both are passed on, and refused there."""
+    if L is None:
+        return {"eps": 1e-3 if eps is None else eps}
+    return {"L": L} if eps is None else {"eps": eps, "L": L}
+
+
 class HeadsResult:
     """Per-head results of one analysis (see the module docstring). heads: [HeadResult]; info: what was analysed
     (source, sizes, seed, timings)."""
 
     def __init__(self, heads, info):
-        self.heads = list(heads)
+        if isinstance(heads, (str, bytes, Mapping)) or not isinstance(heads, Iterable):
+            raise TypeError(f"heads must be a list of heads.verdict.HeadResult (what analyse returns); got "
+                            f"{type(heads).__name__}")
+        heads = list(heads)
+        bad = next((h for h in heads if not isinstance(h, verdict.HeadResult)), None)
+        if bad is not None:
+            raise TypeError(f"heads must be a list of heads.verdict.HeadResult (what analyse returns); got a "
+                            f"{type(bad).__name__}" + (" (a per-head JSON document is read by foxwindow.report.read)"
+                                                       if isinstance(bad, Mapping) else ""))
+        if not isinstance(info, Mapping):
+            raise TypeError(f"info must be a mapping of what was analysed (source, sizes, seed); got "
+                            f"{type(info).__name__}")
+        self.heads = heads
         self.info = dict(info)
 
     @property
@@ -92,18 +112,18 @@ class HeadsResult:
         """The per-head document of schema 1 (heads/table.py's to_json; docs/HEADS_JSON.md), JSON-ready."""
         return outputs.json_clean(outputs.stamped(table.to_json(self.heads, self.info), "heads"))
 
-    def plot(self, head=None, *, eps=1e-3, L=None):
+    def plot(self, head=None, *, eps=None, L=None):
         """One head's figure (foxwindow.report.plot_head): E[W] and Var[W] against L with every law, the window
         distribution at eps= or L= (keywords; default eps 1e-3) against the predicted one, tau(n) with the regime
         marks. head: its label ("0.3") or (layer, head), the layer by its name as `layers` and the table give it
         ("layer0") or its number in the labels (0); None: the first. Returns a matplotlib Figure."""
-        return report.plot_head(self, head=head, **({"L": L} if L is not None else {"eps": eps}))
+        return report.plot_head(self, head=head, **_threshold(eps, L))
 
-    def plot_overview(self, *, eps=1e-3, L=None, layers=None):
+    def plot_overview(self, *, eps=None, L=None, layers=None):
         """The model at a glance (foxwindow.report.plot_overview): mean window per layer x head at eps= or L=
         (keywords; default eps 1e-3) on a log colour scale and every law's state per head. layers: only these
         layer names, one as a string or a sequence (None: all). Returns a matplotlib Figure."""
-        return report.plot_overview(self, layers=layers, **({"L": L} if L is not None else {"eps": eps}))
+        return report.plot_overview(self, layers=layers, **_threshold(eps, L))
 
     def plot_laws(self, which="var", laws=None, layers=None):
         """Every head against every law (foxwindow.report.plot_laws): each law's Var[W] (which="var") or E[W]

@@ -159,9 +159,22 @@ def find_layers(model, adapters=None):
     """[(name, module, adapter)] for every submodule of `model` that a registered adapter (or one of
     `adapters`: GateAdapters or family names) reads, in module order. Raises ValueError when none
     matches, naming the model's class and the known families."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
     if adapters is None:
         chosen = list(ADAPTERS.values())
     else:
+        if isinstance(adapters, (str, GateAdapter)):        # one family or adapter, not its letters
+            adapters = [adapters]
+        try:
+            adapters = list(adapters)
+        except TypeError:
+            raise TypeError(f"adapters must be None, a family name, a GateAdapter or a list of them; got "
+                            f"{type(adapters).__name__}") from None
+        bad = next((a for a in adapters if not isinstance(a, (str, GateAdapter))), None)
+        if bad is not None or not adapters:
+            raise TypeError("adapters must be None, a family name, a GateAdapter or a non-empty list of them; got "
+                            + ("an empty list" if bad is None else f"{bad!r} ({type(bad).__name__}) in it"))
         chosen = [get_adapter(a) if isinstance(a, str) else a for a in adapters]
     out = []
     for name, m in model.named_modules():
@@ -247,6 +260,12 @@ def capture_log_decays(model, *inputs, adapters=None, names_filter=None, cpu_fal
     has no layer of a known family, a layer's decay has the wrong layout or is not a log-decay, or
     a selected layer is never called.
     """
+    if not (cpu_fallbacks is None or isinstance(cpu_fallbacks, bool)):
+        raise TypeError(f"cpu_fallbacks must be None, True or False; got {cpu_fallbacks!r}")
+    if names_filter is not None and not (callable(names_filter) or isinstance(names_filter, str) or (
+            isinstance(names_filter, (list, tuple, set, frozenset)) and all(isinstance(n, str) for n in names_filter))):
+        raise TypeError(f"names_filter must be None, a layer name, a list of names or a callable name -> bool; got "
+                        f"{type(names_filter).__name__} {names_filter!r}")
     layers = find_layers(model, adapters)
     if names_filter is not None:
         names = [n for n, _, _ in layers]
@@ -405,6 +424,10 @@ def _torch_rnn(layer, x, kw):
     if not layer.batch_first:
         raise ValueError(f"nn.{what} with batch_first=False: the adapter path reads (B, T, d) inputs; use "
                          "foxwindow.models.lstm_gates.capture_rnn_gates, which reads either layout")
+    if not torch.is_floating_point(x):
+        raise ValueError(f"nn.{what} reads float features (B, T, input_size {layer.input_size}); got {x.dtype} of "
+                         f"shape {tuple(x.shape)}: token ids go through a model's embedding first (pass the model "
+                         "that holds both)")
     if x.dim() != 3:
         raise ValueError(f"unbatched nn.{what} input: use foxwindow.models.lstm_gates.capture_rnn_gates")
     if layer.bidirectional:

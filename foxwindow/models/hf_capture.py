@@ -110,7 +110,16 @@ def capture_traces(model, inputs, *, batch=8, per_channel=False, progress=False)
         raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be an integer >= 1 (sequences per forward); got {batch!r}")
-    ids = torch.as_tensor(inputs)
+    if not isinstance(per_channel, bool):
+        raise ValueError(f"per_channel must be True or False; got {per_channel!r}")
+    want = "(S, T) token ids (or any (S, T, ...) numeric input the model takes)"
+    try:
+        ids = torch.as_tensor(inputs)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(f"inputs must be {want}; got a {type(inputs).__name__} that is not one numeric array "
+                         f"({' '.join(str(exc).split())})") from None
+    if ids.dim() == 0:
+        raise ValueError(f"inputs must be {want}; got a single number ({ids.item()!r})")
     if ids.dim() == 1:
         ids = ids[None]
     if ids.numel() == 0:

@@ -38,7 +38,7 @@ from importlib import metadata
 
 import torch
 
-from foxwindow import safety
+from foxwindow import outputs, safety
 from foxwindow.models import adapters
 from foxwindow.training import data
 
@@ -571,7 +571,16 @@ def load_pretrained(name, device="cpu", dtype="float32"):
     float16 set model.foxwindow_autocast, applied by capture_batches, as the libraries' own code runs them
     (fla's Mamba-2 mixes float32 norms with bfloat16 projections); the official FoX code's weights stay float32.
     Raises ModelError (one line) for a missing path, a directory that is not a model, a missing package,
-    a model type no adapter reads, or a checkpoint that does not load as saved."""
+    a model type no adapter reads, or a checkpoint that does not load as saved; ValueError (one line, before
+    anything is read) for a name that is not a non-empty path or hub name, a device other than cpu or cuda, or a
+    dtype not in DTYPES."""
+    if not isinstance(name, (str, os.PathLike)) or not os.fspath(name) or "\0" in os.fspath(name):
+        raise ValueError(f"name must be a checkpoint folder or a hub name (a non-empty str or os.PathLike); got "
+                         f"{safety.shown(repr(name))[:80]}")
+    name = os.fspath(name)
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(map(repr, DTYPES))}; got {dtype!r}")
+    outputs.device_arg("device", device)
     safety.no_remote_code(name, "--model")
     _transformers()
     cfg_json = _local_config(name)

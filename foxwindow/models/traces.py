@@ -230,10 +230,12 @@ def save_trace(path, traces, meta=None, force=False):
     Raises ValueError on bad traces or metadata, or when `path` exists and force is False.
     """
     meta = {} if meta is None else meta
-    if os.path.isdir(path):
+    if not isinstance(force, bool):
+        raise ValueError(f"save_trace: force must be True or False; got {force!r}")
+    if isinstance(path, (str, os.PathLike)) and os.path.isdir(path):
         raise ValueError(f"save_trace: {path} is a folder; give a file name (e.g. traces.npz)")
-    if not force and os.path.lexists(path):
-        raise ValueError(f"save_trace: {path} exists; pass force=True to replace it (or choose another path)")
+    # the write guard's checks (a path, its folder, never a tracked source file), without a lock
+    path = outputs.check_writable(path, force=force, what="save_trace", claim=False, force_flag="force=True")
     if not isinstance(traces, dict) or not traces:
         raise ValueError("traces must be a non-empty dict {name: (B, T, H) array}")
     if not isinstance(meta, dict):
@@ -241,16 +243,21 @@ def save_trace(path, traces, meta=None, force=False):
     taken = [k for k in TRACE_RESERVED if k in meta]
     if taken:
         raise ValueError(f"meta keys {taken} are reserved by the trace format (it stores them itself); rename them")
+    _check_meta_fields("save_trace", meta)          # what load_trace would refuse is never written
     heads = meta.get("heads")
     names, arrays = [], {}
     for i, (name, a) in enumerate(traces.items()):
-        if not isinstance(name, str):
-            raise ValueError(f"trace names must be strings; got {name!r}")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"trace names must be non-empty strings; got {name!r}")
         if isinstance(a, torch.Tensor):
             a = a.detach().cpu()
             a = (a.float() if a.dtype == torch.bfloat16 else a).numpy()      # bfloat16: exactly as float32
         else:
-            a = np.asarray(a)
+            try:
+                a = np.asarray(a)
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"save_trace: trace '{safety.shown(name)}' is not one array (B, T, H): "
+                                 f"{' '.join(str(exc).split())}") from None
         _check_trace(name, a, "save_trace")
         if isinstance(heads, int) and a.shape[2] != heads:
             raise ValueError(f"save_trace: trace '{name}' has shape {a.shape}, so {a.shape[2]} heads as (B, T, H); "
@@ -293,6 +300,7 @@ def load_trace(path, mmap=False):
     """
     if mmap is not False and mmap is not True:
         raise ValueError(f"mmap must be True or False; got {mmap!r}")
+    path = _trace_path(path)
     if mmap:
         return _map_traces(path)
     if not os.path.isfile(path):
@@ -302,6 +310,10 @@ def load_trace(path, mmap=False):
     _not_npy(path)
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{path}: not an .npz trace file (not a zip archive; corrupt, truncated or another format)")
+    try:
+        _npz_members(path)          # each member's header against what it holds: a crafted shape allocates nothing
+    except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
+        raise ValueError(f"{path}: not a readable .npz trace (corrupt or truncated): {exc}") from exc
     try:
         with np.load(path, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
@@ -558,8 +570,19 @@ def _pickle_refused(path, exc):
     raise exc
 
 
+def _trace_path(path):
+    """A trace file's path as a string: TypeError for what is not a path, ValueError for an empty one."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(f"a trace file path must be a str or os.PathLike; got {type(path).__name__} {path!r}")
+    path = os.fsdecode(path)
+    if not path or "\0" in path:
+        raise ValueError(f"trace file path {path!r}: give the path of an .npz trace file (save_trace writes one)")
+    return path
+
+
 def _open_lazy(path):
     """open_traces without its layout checks (load_trace's checks of the file, metadata and shapes)."""
+    path = _trace_path(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"trace file not found: {path}" + (" (a folder; expected an .npz file)"
                                                                    if os.path.isdir(path) else ""))

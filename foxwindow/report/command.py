@@ -14,6 +14,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from foxwindow import outputs
+from foxwindow.laws import gates
 from foxwindow.report import pages, plots, schema
 
 __all__ = ["FIRST_FILES", "check_out", "default_jobs", "write_report", "build_parser", "main", "check_out_arg",
@@ -96,33 +97,46 @@ def _no_bare_heads(res, where=""):
 def write_report(result, out, force=False, eps=1e-3, progress=False, dpi=80, jobs=None):
     """Draw and write the report of `result` (a schema-1 dict, a JSON path, anything with to_json(), or a
     schema.Result) into folder `out`. jobs: drawing processes (None: default_jobs(); 1: this process).
-    Returns (path of index.html, seconds taken)."""
+    Returns (path of index.html, seconds taken). Every argument is checked before the folder is made: force
+    True or False, eps in (0, 1) and in the scan, dpi (plots.check_dpi), jobs from 1 to the usable CPUs; a result
+    read from a file is an input, which no page or picture of the report may replace (not even with force)."""
     t0 = time.perf_counter()
-    res = schema.read(result)
-    if not res.heads:
-        raise outputs.UsageError("the result has no heads: nothing to report")
-    _no_bare_heads(res)
-    try:
-        plots.check_in_scan(res.heads, eps)
-    except ValueError as exc:
-        raise outputs.UsageError(f"--{exc}: give --eps with one of them") from None
-    names = pages.Names(res)
-    files = names.files(res)
-    out = check_out(out, force)
-    for f in files:
-        outputs.check_writable(os.path.join(out, f), force=force, what="--out", claim="shared")
-    big = round(dpi * 1.25)                     # the overviews a little larger: the first thing a reader sees
-    todo = [("overview.png", ("overview", None, eps, big))]
-    todo += [(names.layer_png(lay), ("overview", lay, eps, big)) for lay in names.layers]
-    todo += [(names.laws_png(lay), ("laws", lay, eps, dpi)) for lay in names.laws_layers]
-    todo += [(names.head_png(h), ("head", h.label, eps, dpi)) for h in res.heads]
-    n_jobs = default_jobs() if jobs is None else int(jobs)
-    for (name, _), png in zip(todo, _pictures(res, [j for _, j in todo], n_jobs, progress)):
-        outputs.write_bytes(os.path.join(out, name), png)
-    for lay in names.layers:
-        outputs.write_text(os.path.join(out, names.layer_page(lay)), pages.layer_page(res, names, lay, eps))
-    index = os.path.join(out, "index.html")
-    outputs.write_text(index, pages.index_page(res, names, eps))
+    if not isinstance(force, bool):
+        raise outputs.UsageError(f"force must be True or False; got {force!r}")
+    gates.level(eps, None)                                  # one number in (0, 1), as every threshold
+    plots.check_dpi(dpi)
+    if jobs is not None:
+        if isinstance(jobs, bool) or not isinstance(jobs, int):
+            raise outputs.UsageError(f"jobs must be None or an integer (drawing processes); got {jobs!r}")
+        check_jobs(jobs)
+    with outputs.scope():                                   # the input noted, the folder unmade on a failure
+        if isinstance(result, (str, os.PathLike)):
+            outputs.note_input(os.fspath(result), "the result")
+        res = schema.read(result)
+        if not res.heads:
+            raise outputs.UsageError("the result has no heads: nothing to report")
+        _no_bare_heads(res)
+        try:
+            plots.check_in_scan(res.heads, eps)
+        except ValueError as exc:
+            raise outputs.UsageError(f"--{exc}: give --eps with one of them") from None
+        names = pages.Names(res)
+        files = names.files(res)
+        out = check_out(out, force)
+        for f in files:
+            outputs.check_writable(os.path.join(out, f), force=force, what="--out", claim="shared")
+        big = round(dpi * 1.25)                     # the overviews a little larger: the first thing a reader sees
+        todo = [("overview.png", ("overview", None, eps, big))]
+        todo += [(names.layer_png(lay), ("overview", lay, eps, big)) for lay in names.layers]
+        todo += [(names.laws_png(lay), ("laws", lay, eps, dpi)) for lay in names.laws_layers]
+        todo += [(names.head_png(h), ("head", h.label, eps, dpi)) for h in res.heads]
+        n_jobs = default_jobs() if jobs is None else jobs
+        for (name, _), png in zip(todo, _pictures(res, [j for _, j in todo], n_jobs, progress)):
+            outputs.write_bytes(os.path.join(out, name), png)
+        for lay in names.layers:
+            outputs.write_text(os.path.join(out, names.layer_page(lay)), pages.layer_page(res, names, lay, eps))
+        index = os.path.join(out, "index.html")
+        outputs.write_text(index, pages.index_page(res, names, eps))
     return index, time.perf_counter() - t0
 
 

@@ -30,7 +30,8 @@ from foxwindow.report import schema
 
 __all__ = ["STATE_COLORS", "STATE_MARKS", "MEASURED", "PMF_BINS", "LAW_PALETTE", "short", "law_colors", "plain_log",
            "plot_head", "mean_window", "plot_overview", "ATTENTION_EPS", "RATIO_CLIP",
-           "plot_laws", "TICK_ROOM", "layer_ticks", "check_in_scan", "pick_layers"]
+           "plot_laws", "TICK_ROOM", "layer_ticks", "check_in_scan", "pick_layers", "MAX_DPI", "check_dpi",
+           "MAX_CELLS"]
 
 STATE_COLORS = {"holds": "#2ca02c", "false": "#d62728", "undetermined": "#ff9f1c", "not claimed": "#d9d9d9"}
 STATE_MARKS = {"holds": "✓", "false": "✗", "undetermined": "?", "not claimed": "·"}
@@ -280,6 +281,17 @@ def _eps_of(eps, L, none_ok=False):
 _DEFAULT = object()         # eps not given
 
 
+MAX_DPI = 600                   # a figure of 20 x 20 inches is 12000 pixels a side there (matplotlib's limit: 2^23)
+
+
+def check_dpi(dpi):
+    """ValueError unless dpi is a number from 1 to MAX_DPI (dots per inch of the figure). Returns it."""
+    if isinstance(dpi, bool) or not isinstance(dpi, (int, float, np.integer, np.floating)) \
+            or not 1 <= dpi <= MAX_DPI:
+        raise ValueError(f"dpi must be a number from 1 to {MAX_DPI} (dots per inch); got {dpi!r}")
+    return dpi
+
+
 def pick_layers(res, layers):
     """The heads of the layers named (None: every head): one name as a string or a sequence of names, each as
     the result names its layers. ValueError naming the unknown ones and the result's layers."""
@@ -312,6 +324,7 @@ def plot_head(result, head=None, *, eps=_DEFAULT, L=None, dpi=80):
     """One head's figure (six panels: see the module docstring). head: a label "layer.head" or
     (layer, head) (None: the first); eps= or L= (keywords, at most one; neither: eps 1e-3): the threshold of the
     distribution panel, marked on the L axes (eps=None: none). Returns a matplotlib Figure."""
+    check_dpi(dpi)
     res = schema.read(result)
     if not res.heads:
         raise ValueError("the result has no heads")
@@ -348,10 +361,18 @@ def plot_head(result, head=None, *, eps=_DEFAULT, L=None, dpi=80):
 # ----------------------------------------------------------------------------- the model
 
 
+MAX_CELLS = 1 << 22             # cells of an overview's layer x head grid (48 layers x 4096 channels: 196608)
+
+
 def _grid(res, heads, value):
     """(layers, n_cols, array layer x head of value(h)) for the heads given."""
     layers = [lay for lay in res.layers() if any(h.layer == lay for h in heads)]
     ncol = max(h.head for h in heads) + 1
+    if ncol * len(layers) > MAX_CELLS:
+        top = max(heads, key=lambda h: h.head)
+        raise ValueError(f"{res.unit} index {top.head} ({safety.shown(top.label)}): the overview has a column for "
+                         f"every index up to the largest, {ncol} x {len(layers)} layers, more than {MAX_CELLS} cells "
+                         f"(the result holds {len(heads)} {res.unit}s); pick layers=")
     g = np.full((len(layers), ncol), np.nan)
     for h in heads:
         g[layers.index(h.layer), h.head] = value(h)
@@ -405,6 +426,7 @@ def plot_overview(result, *, eps=_DEFAULT, L=None, layers=None, dpi=80):
     some windows are censored: a lower bound) and, per law, its state on each head (false anywhere wins,
     then holds, then undetermined). layers: only these layer names, one as a string or a sequence (None: all).
     Returns a Figure."""
+    check_dpi(dpi)
     res = schema.read(result)
     heads = pick_layers(res, layers)
     _need_records(heads)
@@ -568,6 +590,9 @@ def plot_laws(result, which="var", laws=None, layers=None, max_heads=64, title=N
     string or a sequence);
     max_heads: refuse more panels than this (ValueError; pass layers=); title: put before the figure's own
     title. Returns a matplotlib Figure."""
+    check_dpi(dpi)
+    if isinstance(max_heads, bool) or not isinstance(max_heads, (int, np.integer)) or max_heads < 1:
+        raise ValueError(f"max_heads must be an integer >= 1 (panels); got {max_heads!r}")
     res = schema.read(result)
     if which not in ("var", "mean"):
         raise ValueError(f"which must be 'var' or 'mean'; got {which!r}")
@@ -580,7 +605,13 @@ def plot_laws(result, which="var", laws=None, layers=None, max_heads=64, title=N
     if laws is None:
         laws = known
     else:
+        if isinstance(laws, str):                   # one name, not its characters
+            laws = [laws]
+        elif not hasattr(laws, "__iter__"):
+            raise TypeError(f"laws must be a law name or a sequence of names; got {type(laws).__name__} {laws!r}")
         laws = [str(n) for n in laws]
+        if not laws:
+            raise ValueError(f"laws is empty: name at least one of {', '.join(known)} (or None: all)")
         bad = [n for n in laws if n not in known]
         if bad:
             raise ValueError(f"no law {bad[0]!r} in this result; one of {', '.join(known)}")

@@ -406,14 +406,27 @@ def _law_at(r):
                       Oos(coverage=cov) if cov is not None else None))
 
 
+def _eps(r):
+    """A record's threshold eps, in (0, 1); ValueError naming the field."""
+    eps = r.num("eps")
+    if eps is None or not 0 < eps < 1:
+        raise ValueError(f"{r._name('eps')}: expected a threshold in (0, 1); got {eps!r}")
+    return eps
+
+
+def _eps_L(r):
+    """A record's threshold (eps, L): eps in (0, 1) and L = ln(1/eps) (rounded: allowed); ValueError naming the
+    field."""
+    eps, L = _eps(r), r.num("L")
+    if L is None or abs(L - math.log(1 / eps)) > 0.01 * max(1.0, math.log(1 / eps)):
+        raise ValueError(f"{r._name('L')}: expected ln(1/eps) = {math.log(1 / eps):.6g} for eps {eps:g}; got {L!r}")
+    return eps, L
+
+
 def _at(r):
     m = r.sub("measured")
     laws = r.sub("laws", {}) or _Reader({}, r._name("laws"))
-    eps, L = r.num("eps"), r.num("L")
-    if eps is None or not 0 < eps < 1:
-        raise ValueError(f"{r._name('eps')}: expected a threshold in (0, 1); got {eps!r}")
-    if L is None or abs(L - math.log(1 / eps)) > 0.01 * max(1.0, math.log(1 / eps)):   # (rounded L: allowed)
-        raise ValueError(f"{r._name('L')}: expected ln(1/eps) = {math.log(1 / eps):.6g} for eps {eps:g}; got {L!r}")
+    eps, L = _eps_L(r)
     measured = Measured(mean=m.num("mean"), var=m.num("var"), mean_se=m.num("mean_se", None),
                         var_se=m.num("var_se", None), censored_share=m.num("censored_share", 0.0) or 0.0,
                         quantiles=m.quantiles("quantiles") or {}, is_bound=m.flag("mean_is_bound", False))
@@ -487,6 +500,14 @@ def _head(r):
             raise ValueError(f"{dep._name('tau_n')}: {len(tn)} values" + (f" (tau_n_se {len(ts)})" if ts else "")
                              + f" for {len(n)} lags n; expected one a lag")
         dep.int("levelled_at", None)
+    if mass is not None:
+        _eps(mass)
+        for key in ("decay_window", "mass_window"):
+            v = mass.num(key, None)
+            if v is not None and v < 0:
+                raise ValueError(f"{mass._name(key)}: {v:g} < 0 (a window is >= 0 tokens)")
+    if pmf is not None:
+        _eps_L(pmf)
     return Head(layer=str(layer), head=int(head), label=label,
                 kappa=kappa, sigma2=r.num("sigma2", None), tau=r.num("tau", None),
                 tau_se=r.num("tau_se", None),
