@@ -313,29 +313,35 @@ def bracket_survival(law, L):
     slack = 4 * np.finfo(float).eps * float(v.max())       # d is computed in floats: widened outward
     d_hi, d_lo = float(d.max()) + slack, float(d.min()) - slack
     n_last = int(math.ceil(L / float(v.min()))) + 1      # S_n >= n v_min > L from here: s_n = 0 exactly
+    # roundings below the values (d < 0) put the upper bound's threshold (L - n min d) / h past K: the walk is
+    # kept on Kw >= K points, enough for the n it runs for; a threshold past Kw gets the trivial bound 1
+    Kw = K + int(math.ceil(min(n_last, 2 * steps) * max(-d_lo, 0.0) / h)) + 2
 
-    def index(x):                                          # floor(x) clipped to -1..K
-        return int(min(max(math.floor(x), -1), K))
+    def index(x):                                          # floor(x) clipped to -1..Kw
+        return int(min(max(math.floor(x), -1), Kw))
 
     def up_of(c, n):                                       # the upper bound P(J_n <= floor((L - n min d) / h))
-        a_up = index((L - n * d_lo) / h * (1 + 1e-13) + 1e-9)
+        x = (L - n * d_lo) / h * (1 + 1e-13) + 1e-9
+        if x >= Kw + 1:
+            return 1.0
+        a_up = index(x)
         return float(c[a_up]) if a_up >= 0 else 0.0
 
     lo, up = [], []
-    for n, c in enumerate(_walk_cdfs(m, p, K, n_last, lambda c: up[-1])):   # stop once the upper bound is 0
+    for n, c in enumerate(_walk_cdfs(m, p, Kw, n_last, lambda c: up[-1])):   # stop once the upper bound is 0
         a_lo = index((L - n * d_hi) / h * (1 - 1e-13) - 1e-9)
         lo.append(float(c[a_lo]) if a_lo >= 0 else 0.0)
         up.append(up_of(c, n))
     lo, up = np.array(lo), np.array(up)
     s = 0.5 * (lo + up)
     n = np.arange(len(s))
-    err = 0.5 * (up - lo) + up * (n * (k + 1) + K + 1) * _EPS
+    err = 0.5 * (up - lo) + up * (n * (k + 1) + Kw + 1) * _EPS
     last, n_c = float(up[-1]), len(s) - 1
     tails = (last * max(n_last - n_c, 0), last * float(n_last + 1) ** 2)
     if s[-1] != 0.0:
         s = np.concatenate([s, [0.0]])
         err = np.concatenate([err, [last]])
-    return 0, s, err, tails, (f"bracketed walk ({k} values rounded to multiples of h = {h:.3g}, {K + 1} points, "
+    return 0, s, err, tails, (f"bracketed walk ({k} values rounded to multiples of h = {h:.3g}, {Kw + 1} points, "
                               f"bracket {n_c} x {d_hi - d_lo:.2g} at most)")
 
 
@@ -492,7 +498,9 @@ class AtomGate(gates.EmpiricalGate):
         self.x, self.w, self.name = np.asarray(values, dtype=np.float64), np.asarray(probs, dtype=np.float64), name
 
     def moments(self):
-        return gates.Moments.from_raw(*(float(np.dot(self.w, self.x ** j)) for j in (1, 2, 3)))
+        kappa = float(np.dot(self.w, self.x))
+        d = self.x - kappa
+        return gates.Moments.from_central(kappa, float(np.dot(self.w, d * d)), float(np.dot(self.w, d ** 3)))
 
     def cdf(self, x):
         c = np.concatenate([[0.0], np.cumsum(self.w)])
@@ -548,23 +556,34 @@ def atomic_passage(gate, eps, L, m, tol, strict, richardson, var_tol):
         n0, s, mean, var, me, ve, method = passage(law, L)
         me += lattice.FLOOR * abs(mean)
         ve += lattice.FLOOR * max(abs(var), 1.0)
-        if not (me <= tol * max(abs(mean), 1.0) and ve <= var_tol * max(abs(var), 1.0)):   # the bracketed walk
-            tols = f"{tol:g}" if var_tol == tol else f"{tol:g}, Var[W] {var_tol:g}"
-            msg = (f"{gate} at eps = {eps:g}: exact numerics reached |err E[W]| <= {me:.2g}, |err Var[W]| <= "
-                   f"{ve:.2g} (tol {tols} relative; {method})")
-            if strict:
-                raise lattice.AccuracyError(msg)
-            warnings.warn(msg, lattice.AccuracyWarning, stacklevel=3)
+        ok = me <= tol * max(abs(mean), 1.0) and ve <= var_tol * max(abs(var), 1.0)
+        if not ok:
+            _missed(gate, eps, me, ve, tol, var_tol, method, strict)
         return lattice.finish(gate, eps, s, n0, mean, var, method, me, ve)
     except TooLarge:
         pass
-    if law.q > 0:                                           # many positive values: bracketed lattice, compounded
+    if law.q == 0 and isinstance(gate, gates.EmpiricalGate):
+        return None
+    return _lattice_atoms(gate, law, eps, L, tol, richardson, var_tol, strict)
+
+
+def _lattice_atoms(gate, law, eps, L, tol, richardson, var_tol, strict=False):
+    """The bracketed lattice for a DiscreteLaw (many positive values), compounded over its atom at 0 if any."""
+    if law.q > 0:
         pos = AtomGate(law.values, law.probs, f"{gate} given X > 0")
         fy = lattice.lattice_passage(pos, eps, L, pos.moments(), tol, strict, richardson, var_tol)
         n0, s, mean, var, me, ve, method = compound(fy.n0, fy.survival, fy.mean + 1, fy.var, fy.mean_err,
-                                                            fy.var_err, law.q, fy.method)
+                                                    fy.var_err, law.q, fy.method)
         return lattice.finish(gate, eps, s, n0, mean, var, method, me, ve, fy.h)
-    if isinstance(gate, gates.EmpiricalGate):
-        return None
     atoms = AtomGate(law.values, law.probs, str(gate))
     return lattice.lattice_passage(atoms, eps, L, atoms.moments(), tol, strict, richardson, var_tol)
+
+
+def _missed(gate, eps, me, ve, tol, var_tol, method, strict):
+    """AccuracyWarning (AccuracyError when strict) naming the errors reached against the tolerance."""
+    tols = f"{tol:g}" if var_tol == tol else f"{tol:g}, Var[W] {var_tol:g}"
+    msg = (f"{gate} at eps = {eps:g}: exact numerics reached |err E[W]| <= {me:.2g}, |err Var[W]| <= "
+           f"{ve:.2g} (tol {tols} relative; {method})")
+    if strict:
+        raise lattice.AccuracyError(msg)
+    warnings.warn(msg, lattice.AccuracyWarning, stacklevel=4)

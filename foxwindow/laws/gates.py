@@ -678,6 +678,12 @@ class Moments:
     def from_raw(m1, m2, m3):
         return Moments(m1, m2 - m1 * m1, m2, m3)
 
+    @staticmethod
+    def from_central(m1, c2, c3):
+        """From the mean m1 and the central moments c2 = E(X - m1)^2, c3 = E(X - m1)^3: Var X keeps its relative
+        precision for narrow laws, where m2 - m1^2 of the raw moments cancels to rounding (or below 0)."""
+        return Moments(m1, c2, c2 + m1 * m1, c3 + 3 * m1 * c2 + m1 ** 3)
+
 
 class Gate:
     """An increment law for X = -log g. Subclasses give moments by quadrature (never from samples),
@@ -723,6 +729,22 @@ def _softplus(z):
     return out
 
 
+def _shifted_softplus(mu, s, y, x0, sig):
+    """softplus(-(mu + s y)) - x0, x0 = softplus(-mu), sig = sigmoid(-mu), without cancellation where s y is small:
+    log1p(expm1(-s y) sig) for |s y| <= 1, the plain difference (of size ~1, no cancellation) beyond.
+    y: a float or a numpy array (returned alike)."""
+    if np.ndim(y) == 0:
+        t = s * float(y)
+        if abs(t) <= 1.0:
+            return math.log1p(math.expm1(-t) * sig)
+        return _softplus(-(mu + t)) - x0
+    t = s * np.asarray(y, dtype=np.float64)
+    small = np.abs(t) <= 1.0
+    out = _softplus(-(mu + t)) - x0
+    out[small] = np.log1p(np.expm1(-t[small]) * sig)
+    return out
+
+
 def _check_real(**params):
     """TypeError naming the parameter unless it is a real number (bool and strings excluded)."""
     for k, v in params.items():
@@ -748,22 +770,31 @@ class LogitNormalGate(Gate):
         # s dy <= 1/4); the range covers the weight to e^-800 and the tilt e^{-3 s y} of X ~ e^{-z} for large mu.
         # Within 1e-15 of adaptive quadrature (epsrel 1e-13) on mu in [-3, 40], s in [0.01, 10]; outside that
         # range (where the grid would grow with s or the bounds were not checked) adaptive quadrature itself.
+        # The moments are taken about x0 = softplus(-mu): d = X - x0 = log1p(expm1(-s y) sigmoid(-mu)) has no
+        # cancellation, so Var X keeps its relative precision down to s ~ 1e-300 (raw moments cancel to rounding,
+        # and below 0, once s < ~1e-7).
         mu, s = self.mu, self.s
+        x0 = _softplus(-mu)
+        sig = float(special.expit(-mu))
         if not (-3.0 <= mu <= 40.0 and 0.01 <= s <= 10.0):
             raw = []
             for k in (1, 2, 3):
                 def f(y, k=k):
-                    return _softplus(-(mu + s * y)) ** k * math.exp(-0.5 * y * y) / math.sqrt(2 * math.pi)
-                v, _ = integrate.quad(f, -np.inf, np.inf, epsabs=0.0, epsrel=1e-13, limit=200)
+                    return _shifted_softplus(mu, s, y, x0, sig) ** k * math.exp(-0.5 * y * y) / math.sqrt(2 * math.pi)
+                # E|d|^k ~ (s sigmoid(-mu))^k: an absolute target of 1e-15 of that scale, below what kappa, Var X
+                # and E X^3 resolve (epsabs = 0 asked for relative digits of E d ~ s^2 that roundoff cannot give)
+                v, _ = integrate.quad(f, -np.inf, np.inf, epsabs=1e-15 * (s * sig) ** k, epsrel=1e-13, limit=200)
                 raw.append(v)
-            return Moments.from_raw(*raw)
-        dy = min(0.05, 0.25 / s)
-        y = np.arange(-40.0 - 3.0 * s, 40.0 + dy, dy)
-        w = np.exp(-0.5 * y * y)
-        w /= w.sum()
-        x = _softplus(-(mu + s * y))
-        x2 = x * x
-        return Moments.from_raw(float(w @ x), float(w @ x2), float(w @ (x2 * x)))
+        else:
+            dy = min(0.05, 0.25 / s)
+            y = np.arange(-40.0 - 3.0 * s, 40.0 + dy, dy)
+            w = np.exp(-0.5 * y * y)
+            w /= w.sum()
+            d = _shifted_softplus(mu, s, y, x0, sig)
+            d2 = d * d
+            raw = [float(w @ d), float(w @ d2), float(w @ (d2 * d))]
+        e1, e2, e3 = raw
+        return Moments.from_central(x0 + e1, e2 - e1 * e1, e3 - 3 * e1 * e2 + 2 * e1 ** 3)
 
     def cdf(self, x):
         x = np.asarray(x, dtype=np.float64)
@@ -937,7 +968,9 @@ class EmpiricalGate(Gate):
 
     def moments(self):
         x = self.x
-        return Moments.from_raw(x.mean(), np.mean(x * x), np.mean(x ** 3))
+        kappa = float(x.mean())
+        d = x - kappa
+        return Moments.from_central(kappa, float(np.mean(d * d)), float(np.mean(d ** 3)))
 
     def cdf(self, x):
         return np.searchsorted(self.x, np.asarray(x, dtype=np.float64), side="right") / len(self.x)

@@ -170,7 +170,8 @@ def cdf_support(gate, m):
             else:
                 hi = mid
         x_lo = lo
-    x_hi, step = m.kappa + 8 * sd, max(sd, 1e-3 * m.kappa)
+    # steps from sd X, growing 1.5x: a floor of 1e-3 kappa put ~1e7 cells past the support of a narrow law
+    x_hi, step = m.kappa + 8 * sd, (sd if sd > 0 else 1e-3 * m.kappa)
     for _ in range(200):
         if float(gate.cdf(np.array([x_hi]))[0]) >= 1.0:
             break

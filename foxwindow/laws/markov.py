@@ -329,7 +329,8 @@ def markov_chain_first_passage(P, state_laws, eps=None, L=None, cells_per_kappa=
     with _OneBlasThread():
         s, mean, var, em, ev, t1, t2 = _chain_run(P, pi, laws, supports, Ls, cells_per_kappa, tol, nmax, deadline,
                                                   progress, "Markov-additive walk")
-    res = [ChainPassage(float(Ls[i]), float(mean[i]), float(var[i]), float(em[i] + t1[i] + 1e-12 * abs(mean[i])),
+    res = [ChainPassage(float(Ls[i]), float(mean[i]), max(float(var[i]), 0.0),
+                        float(em[i] + t1[i] + 1e-12 * abs(mean[i])),
                         float(ev[i] + t2[i] + 2 * (mean[i] + 1) * t1[i] + 1e-11 * max(abs(var[i]), 1.0)),
                         s[:, i].copy(), f"Markov-additive walk, {len(pi)} states, Richardson over (h, h/2)")
            for i in range(len(Ls))]
@@ -434,7 +435,9 @@ def ar1_passage(gate, Ls, cells_per_kappa=8, tol=1e-13, nmax=1_000_000, max_seco
                 errs.append(2 * max(abs(d12), abs(d23)))
         me = em[i] + errs[0] + t1[i] + 1e-12 * abs(vals[0])
         ve = ev[i] + errs[1] + t2[i] + 2 * (vals[0] + 1) * t1[i] + 1e-11 * max(abs(vals[1]), 1.0)
-        out.append(ChainPassage(float(L), float(vals[0]), float(vals[1]), float(me), float(ve), s3[:, i].copy(),
+        # Var[W] >= 0: an extrapolated variance below 0 (a window of near-zero spread) is moved to 0, nearer the truth
+        var = max(float(vals[1]), 0.0)
+        out.append(ChainPassage(float(L), float(vals[0]), var, float(me), float(ve), s3[:, i].copy(),
                                 "AR(1) y cells (three grids, extrapolated in dy^2), Richardson over (h, h/2)"))
     return out
 
