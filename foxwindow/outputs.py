@@ -172,6 +172,16 @@ def _refuse_protected(p, real, what, force, force_flag="--force"):
                          f"(not even with {force_flag})")
 
 
+def _refuse_other_kind(real, what, force_flag):
+    """UsageError when a --json output would replace a tracked artefact of the repository that is not JSON (the
+    shipped checkpoint, a trace file): a committed artefact is replaced only by an output of its own kind."""
+    rel = _rel_under(real, REPO)
+    if (rel is not None and what.split(" ")[0] == "--json" and not real.endswith(".json") and os.path.lexists(real)
+            and not os.path.isdir(real) and _tracked(real, rel)):
+        raise UsageError(f"{what}: refusing to replace {rel}, a tracked {os.path.splitext(rel)[1] or 'extensionless'} "
+                         f"file of the repository, with JSON (not even with {force_flag})")
+
+
 def check_writable(path, force=False, what="output", claim=True, force_flag="--force", size=None):
     """Check before any work that `path` can be written as a file, and claim it. Returns the absolute path.
 
@@ -199,6 +209,7 @@ def check_writable(path, force=False, what="output", claim=True, force_flag="--f
     real = resolve(p)
     _refuse_protected(p, real, what, force, force_flag)        # first: whatever else is wrong with the path
     _refuse_input(p, what)
+    _refuse_other_kind(real, what, force_flag)
     if os.path.isdir(p):
         raise UsageError(f"{what}: {p} is a folder; expected a file path")
     parent = os.path.dirname(p)

@@ -178,7 +178,7 @@ def test_analyse_a_trace_file_checks_n_boot_before_reading_the_values(tmp_path, 
     p = str(tmp_path / "t.npz")
     foxwindow.save_trace(p, {"l": _lg().astype(np.float32)})
     monkeypatch.setattr(traces, "check_trace_file", lambda *a: pytest.fail("the values were read first"))
-    with pytest.raises(ValueError, match="n_boot=10000000000000 bootstrap draws over 6 sequences would hold"):
+    with pytest.raises(ValueError, match="n_boot 10000000000000: the bootstrap draws over 6 sequences would hold"):
         foxwindow.analyse(p, eps=1e-3, n_boot=10 ** 13)
     with pytest.raises(ValueError, match="eps must lie in"):
         foxwindow.analyse(p, eps=5)

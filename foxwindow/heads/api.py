@@ -171,12 +171,6 @@ def _check_analysis_args(eps, L, n_boot, seed):
         driver.root_seed(seed)
 
 
-def _check_boot_memory(n_boot, S):
-    """The document bootstrap holds n_boot weights per document (int64 draws and their float64 copy) and eight
-    statistics per draw: refused before the work where that is more memory than is available."""
-    safety.need_memory(int(n_boot) * (16 * int(S) + 64), f"n_boot={n_boot} bootstrap draws over {S} sequences")
-
-
 def _kind(x):
     """What x is, for a message: the user's word for it."""
     if isinstance(x, (str, os.PathLike)):
@@ -203,7 +197,7 @@ def analyse(x, *, eps=None, L=None, n_boot=driver.N_BOOT, seed=None, tokens=None
     _check_capture_args(x, tokens, dict(n_seq=n_seq, seq_len=seq_len, batch=batch, per_channel=per_channel))
     _check_analysis_args(eps, L, n_boot, seed)
     if isinstance(x, (str, os.PathLike)):
-        _check_boot_memory(n_boot, next(iter(traces.open_traces(os.fspath(x))[0].values())).shape[0])
+        driver.check_n_boot(n_boot, next(iter(traces.open_traces(os.fspath(x))[0].values())).shape[0])
         traces.check_trace_file(os.fspath(x))       # every value before the work, streamed (a file of any size)
         results, info = driver.analyse_traces(os.fspath(x), eps=eps, L=L, n_boot=n_boot, seed=seed,
                                               progress=progress)
@@ -213,17 +207,17 @@ def analyse(x, *, eps=None, L=None, n_boot=driver.N_BOOT, seed=None, tokens=None
         if tokens is None:
             if not isinstance(x, FoXLM):
                 raise ValueError(f"{type(x).__name__}: give tokens= (S, T) ids to capture its gates on")
-            _check_boot_memory(n_boot, n_seq)
+            driver.check_n_boot(n_boot, n_seq)
             tokens, _ = data.heldout_tokens(n_seq=n_seq, seq_len=seq_len)
         else:
             _check_tokens(tokens)
-            _check_boot_memory(n_boot, tokens.shape[0] if hasattr(tokens, "shape") else len(tokens))
+            driver.check_n_boot(n_boot, tokens.shape[0] if hasattr(tokens, "shape") else len(tokens))
         layers = _as_traces(hf_capture.capture_traces(x, tokens, batch=batch, per_channel=per_channel,
                                                       progress=progress), layout=False)
         what = f"model {type(x).__name__}"
     else:
         layers = _as_traces(x)
-        _check_boot_memory(n_boot, next(iter(layers.values())).shape[0])
+        driver.check_n_boot(n_boot, next(iter(layers.values())).shape[0])
         what = "traces"
     results, used = driver.analyse_layers(layers, eps=eps, L=L, n_boot=n_boot, seed=seed, progress=progress)
     T = next(iter(layers.values())).shape[1]

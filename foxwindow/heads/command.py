@@ -6,8 +6,8 @@ import math
 import os
 import sys
 
-from foxwindow import outputs
-from foxwindow.heads import hf_run
+from foxwindow import outputs, uses
+from foxwindow.heads import driver, hf_run
 from foxwindow.heads.driver import DEFAULT_CHECKPOINT, EPS_SCAN, N_BOOT, TRACE_GIB, analyse_model, analyse_traces
 from foxwindow.heads.table import print_table, say_partial, to_json
 from foxwindow.laws import gates, lawtable
@@ -22,10 +22,11 @@ __all__ = ["check", "check_args", "run_synthetic", "build_parser", "main", "run"
 
 def check(args):
     """Check the analysis inputs before any work (ValueError naming the argument): the trace file loads
-    with a usable layout, or the checkpoint loads and the corpus holds the held-out windows."""
+    with a usable layout, or the checkpoint loads and the corpus holds the held-out windows. Returns the number
+    of sequences to be analysed."""
     if args.traces:
-        check_trace_file(args.traces)           # streamed: a trace file of any size in a chunk of memory
-        return
+        traces, _ = check_trace_file(args.traces)       # streamed: a trace file of any size in a chunk of memory
+        return next(iter(traces.values())).shape[0]
     try:
         load_checkpoint(args.checkpoint or DEFAULT_CHECKPOINT)
     except (FileNotFoundError, ValueError) as exc:
@@ -34,6 +35,7 @@ def check(args):
         data.heldout_tokens(n_seq=args.n_seq, seq_len=args.seq_len)
     except ValueError as exc:
         raise ValueError(f"--n-seq {args.n_seq} x --seq-len {args.seq_len}: {exc}") from None
+    return args.n_seq
 
 
 
@@ -53,7 +55,8 @@ def _check_all(a):
         if not a.traces and a.max_len > a.seq_len:
             raise outputs.UsageError(f"--max-len {a.max_len} exceeds --seq-len {a.seq_len}")
     try:
-        check(a)
+        S = check(a)
+        driver.check_n_boot(a.n_boot, S, "--n-boot")        # its draws held in memory: refused before the work
     except ValueError as exc:
         raise outputs.UsageError(str(exc)) from None
 
@@ -103,8 +106,8 @@ def run_synthetic(a):
 def build_parser():
     """The command line of the per-head analysis (`python forget.py`): every per-head flag, the --model
     flags of hf_models and --synthetic (forget's synthetic table)."""
-    p = outputs.parser("Every window law at every eps of every head of a gated model, out of sample, with its "
-                       "state (python forget.py)")
+    p = uses.record_given(outputs.parser("Every window law at every eps of every head of a gated model, out of "
+                                         "sample, with its state (python forget.py)"))
     p.add_argument("--synthetic", action="store_true", help="synthetic gates instead of the shipped model's traces")
     p.add_argument("--eps", type=float, default=1e-3,
                    help="decay threshold in (0, 1): added to the scan of the verdict and predictions (one outside "
@@ -146,9 +149,48 @@ def build_parser():
     return p
 
 
+# the flags only some sources of gates read: {dest: the sources that read it}
+_READ_BY = {"trials": ("--synthetic",), "n_seq": ("the shipped model", "--model"),
+            "seq_len": ("the shipped model", "--model"), "device": ("the shipped model", "--model"),
+            "workers": ("the shipped model", "--model", "--traces"),
+            "max_minutes": ("the shipped model", "--model", "--traces")}
+
+
+def _either(names):
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def _check_given(a):
+    """Before any other check: an empty path, an --eps whose L = ln(1/eps) a result cannot record, and a flag the
+    chosen source of gates would ignore are refused (UsageError naming the flag)."""
+    for f in ("--traces", "--checkpoint", "--save-traces", "--json", "--report", "--model", "--tokenizer", "--text"):
+        v = getattr(a, f[2:].replace("-", "_"))
+        if v is not None and not v.strip():
+            raise outputs.UsageError(f"{f}: expected a path; got an empty one")
+    outputs.eps_arg("--eps", a.eps)
+    if gates.threshold(a.eps) > gates.L_MAX:
+        raise outputs.UsageError(f"--eps must be at least {math.exp(-gates.L_MAX):.4g} (the smallest normal float64: "
+                                 f"the results record eps); got {a.eps!r}")
+    if a.traces and not a.synthetic:                  # a trace file has its own sequences: these would be ignored
+        given = [f for f in ("--n-seq", "--seq-len") if uses.given(a, f[2:].replace("-", "_"))]
+        if given:
+            raise outputs.UsageError(f"{' and '.join(given)} {'set' if len(given) > 1 else 'sets'} the held-out text "
+                                     "of a live model; a trace file "
+                                     "has its own sequences (--max-len analyses the first positions of each): drop "
+                                     f"{'them' if len(given) > 1 else 'it'}")
+    model = a.model is not None or bool(a.checkpoint and os.path.isdir(a.checkpoint))
+    source = "--synthetic" if a.synthetic else "--traces" if a.traces else "--model" if model else "the shipped model"
+    unread = [f"--{d.replace('_', '-')}" for d, by in _READ_BY.items() if uses.given(a, d) and source not in by]
+    if unread:
+        raise outputs.UsageError(f"{' and '.join(unread)} {'are' if len(unread) > 1 else 'is'} not read by {source} "
+                                 f"(only by {_either(_READ_BY[unread[0][2:].replace('-', '_')])}): drop "
+                                 f"{'them' if len(unread) > 1 else 'it'}")
+
+
 def main(argv=None):
     """`python forget.py ARGV` (gates.main hands over here). Returns the exit code (None for 0)."""
     a = build_parser().parse_args(argv)
+    _check_given(a)
     # the verdict's own options apply to the shipped model and saved traces only: never ignored silently
     own = [f for f, on in (("--max-len", a.max_len is not None), ("--n-boot", a.n_boot != N_BOOT)) if on]
     if a.synthetic and own:
@@ -170,13 +212,6 @@ def main(argv=None):
             raise outputs.UsageError("--trace-gib applies to a live model (the shipped one or --model); "
                                      f"{'--traces reads its file head by head' if a.traces else '--synthetic'} "
                                      "needs no trace memory: drop it")
-    if a.traces:                    # a trace file has its own sequences: these would be ignored
-        given = [f for f, on in (("--n-seq", a.n_seq != 32), ("--seq-len", a.seq_len != 2048)) if on]
-        if given:
-            raise outputs.UsageError(f"{' and '.join(given)} {'set' if len(given) > 1 else 'sets'} the held-out text "
-                                     "of a live model; a trace file "
-                                     "has its own sequences (--max-len analyses the first positions of each): drop "
-                                     f"{'them' if len(given) > 1 else 'it'}")
     if a.max_minutes is not None and not (math.isfinite(a.max_minutes) and a.max_minutes > 0):
         raise outputs.UsageError(f"--max-minutes must be a number > 0; got {a.max_minutes}")
     outputs.positive("--n-boot", a.n_boot, lo=0)
@@ -188,6 +223,7 @@ def main(argv=None):
         if clash:
             raise outputs.UsageError(f"--model analyses that model; {' and '.join(clash)} would be ignored: drop one")
         outputs.device_arg("--device", a.device)
+        driver.check_n_boot(a.n_boot, a.n_seq, "--n-boot")   # its draws held in memory: refused before the model
         return hf_run.main_hf_model(a)             # loading, capture and the same table
     if a.synthetic:
         check_args(a)
@@ -215,6 +251,7 @@ def main(argv=None):
         raise
     if results is None:
         return                                  # not rank 0: rank 0 prints and writes
+    driver.stop_unless_finished(info)           # stopped before any head: no empty table or JSON
     print_table(results, info, eps=a.eps)
     if a.json:
         outputs.write_result(a.json, to_json(results, info), "heads")

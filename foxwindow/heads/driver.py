@@ -18,6 +18,7 @@ Verdict states and their calibration: verdict.py's docstring and docs/VERDICT.md
 """
 import math
 import os
+import signal
 import sys
 import time
 import warnings
@@ -52,8 +53,8 @@ from foxwindow.models.traces import (  # noqa: F401  (capture, mass_windows: the
 from foxwindow.training import data, distributed
 
 __all__ = ["DEFAULT_CHECKPOINT", "EPS_SCAN", "N_BOOT", "critical_z", "analyse_head", "decay_window_L",
-           "source_labels", "root_seed", "check_n_boot", "plan_groups", "analyse_layers", "analyse_stream",
-           "analyse_model", "analyse_traces"]
+           "source_labels", "root_seed", "check_n_boot", "stop_unless_finished", "plan_groups", "analyse_layers",
+           "analyse_stream", "analyse_model", "analyse_traces"]
 
 DEFAULT_CHECKPOINT = shipped_checkpoint()          # any cwd, installed or not
 EPS_SCAN = lawtable.EPS_SCAN
@@ -110,10 +111,29 @@ def _check_shape(x):
                          "T tokens) with T >= S: is the array transposed (T, S)?")
 
 
-def check_n_boot(n_boot):
-    """ValueError unless n_boot (the document bootstrap's draws) is an int >= 0."""
+def check_n_boot(n_boot, S=None, what="n_boot"):
+    """ValueError unless n_boot (the document bootstrap's draws) is an int >= 0; with S (the sequences), also where
+    its weights over S documents (int64 draws and their float64 copy) and eight statistics a draw would take more
+    memory than is available. what: the argument's name in the message."""
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 0:
-        raise ValueError(f"n_boot must be an int >= 0; got {n_boot!r}")
+        raise ValueError(f"{what} must be an int >= 0; got {n_boot!r}")
+    if S is not None:
+        safety.need_memory(int(n_boot) * (16 * int(S) + 64),
+                           f"{what} {n_boot}: the bootstrap draws over {S} sequences")
+
+
+def stop_unless_finished(info):
+    """A run stopped by Ctrl-C or SIGTERM before any head finished has nothing to print or save: it ends as an
+    interrupted command does (KeyboardInterrupt, safety.Stopped), so that no empty table or JSON replaces an
+    earlier file. A run with finished heads, or stopped by the time bound (its record says that the bound was
+    reached): nothing."""
+    p = (info or {}).get("partial")
+    if not p or p.get("heads_done"):
+        return
+    if p["reason"] == "Ctrl-C":
+        raise KeyboardInterrupt
+    if p["reason"] == "SIGTERM":
+        raise safety.Stopped(signal.SIGTERM)
 
 
 def _analyse_x(x, *, eps=None, L=None, z=None, layer=0, head=0, n_heads=1, n_boot=N_BOOT, seed=None,

@@ -185,6 +185,7 @@ def main_hf_model(args):
                                          trace_gib=getattr(args, "trace_gib", None) or driver.TRACE_GIB)
         if results is None:
             return 0                                  # not rank 0: rank 0 prints and writes
+        driver.stop_unless_finished(info)             # stopped before any head: no empty table or JSON
         table.print_table(results, info, eps=args.eps)
         for f in info["families"]:
             state = "attends over a KV cache" if info["kinds"][f] == "softmax" else "a gated state, no KV cache"

@@ -38,7 +38,7 @@ from importlib import metadata
 
 import torch
 
-from foxwindow import outputs, safety
+from foxwindow import outputs, safety, uses
 from foxwindow.models import adapters
 from foxwindow.training import data
 
@@ -777,9 +777,11 @@ def refuse_model_flags(args):
     """The --model flags given without --model (with --traces, --synthetic or the shipped model) would be
     ignored: UsageError naming them. An --adapter is code: it is never loaded when nothing would use it."""
     g = vars(args).get
+    typed = hasattr(args, "given_flags")           # a parser that records the flags typed (uses.record_given)
     on = [f for f, v in (("--adapter", g("adapter")), ("--tokenizer", g("tokenizer")), ("--text", g("text")),
-                         ("--per-channel", g("per_channel")), ("--dtype", g("dtype", "float32") != "float32"),
-                         ("--batch", g("batch", 4) != 4)) if v]
+                         ("--per-channel", g("per_channel")),
+                         ("--dtype", uses.given(args, "dtype") if typed else g("dtype", "float32") != "float32"),
+                         ("--batch", uses.given(args, "batch") if typed else g("batch", 4) != 4)) if v]
     if on and getattr(args, "model", None) is None:
         mode = "--traces" if getattr(args, "traces", None) else "--synthetic" if getattr(args, "synthetic", False) \
             else "the shipped model"
