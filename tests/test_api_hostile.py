@@ -316,3 +316,23 @@ def test_a_recurrent_layer_given_token_ids_says_so():
     with pytest.raises(ValueError) as exc:
         foxwindow.analyse(torch.nn.LSTM(3, 4, batch_first=True), tokens=torch.randint(0, 256, (4, 64)))
     assert "reads float features (B, T, input_size 3); got torch.int64" in _one_line(exc)
+
+
+def test_trace_spans_are_one_source_a_sequence(tmp_path):
+    """The metadata's spans (data.heldout_tokens' {"file", "start", "end"}, one a sequence) are checked by the writer
+    and the reader: [["a", "b"]], [[0, 1e30]] or 5 spans for 6 sequences were stored and read as they were."""
+    lg = _lg()
+    good = [{"file": "hamlet_gut.txt", "start": 2048 * i, "end": 2048 * (i + 1)} for i in range(6)]
+    traces.save_trace(str(tmp_path / "ok.npz"), {"a": lg}, {"spans": good})
+    assert foxwindow.load_trace(str(tmp_path / "ok.npz"))[1]["spans"] == good
+    for i, spans in enumerate(([["a", "b"]] * 6, [[0, 1e30]] * 6, [dict(good[0], end=-1)] * 6, good[:5])):
+        with pytest.raises(ValueError, match="spans") as exc:
+            traces.save_trace(str(tmp_path / f"bad{i}.npz"), {"a": lg}, {"spans": spans})
+        _one_line(exc)
+        assert not (tmp_path / f"bad{i}.npz").exists()
+    # a file written by other means: refused by the reader, before the analysis
+    raw = tmp_path / "raw.npz"
+    meta = {"spans": good[:5], "format": traces.TRACE_FORMAT, "names": ["a"], "shapes": [list(lg.shape)]}
+    np.savez(raw, trace_0=lg.astype(np.float32), meta_json=np.frombuffer(json.dumps(meta).encode(), np.uint8))
+    with pytest.raises(ValueError, match="lists 5 sources for 6 sequences"):
+        foxwindow.analyse(str(raw), eps=1e-3, n_boot=0)

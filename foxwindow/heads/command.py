@@ -6,7 +6,7 @@ import math
 import os
 import sys
 
-from foxwindow import outputs, uses
+from foxwindow import outputs, safety, uses
 from foxwindow.heads import driver, hf_run
 from foxwindow.heads.driver import DEFAULT_CHECKPOINT, EPS_SCAN, N_BOOT, TRACE_GIB, analyse_model, analyse_traces
 from foxwindow.heads.table import print_table, say_partial, to_json
@@ -65,6 +65,11 @@ def check_args(a):
     """Every argument checked before any work; outputs.UsageError naming the argument."""
     outputs.eps_arg("--eps", a.eps)
     outputs.positive("--trials", a.trials, lo=2)                 # a variance needs two windows
+    if a.synthetic:
+        try:
+            safety.need_memory(gates.MC_BYTES * a.trials, f"--trials {a.trials}: the Monte Carlo windows")
+        except ValueError as exc:
+            raise outputs.UsageError(str(exc)) from None
     outputs.positive("--n-seq", a.n_seq, lo=3)                   # the jackknife needs three sequences
     outputs.positive("--seq-len", a.seq_len, lo=32)              # windows are read on the second half
     outputs.device_arg("--device", a.device)

@@ -515,7 +515,7 @@ def analyse_stream(shapes, capture, *, groups=None, eps=None, L=None, n_boot=N_B
     if max_minutes is not None and wall > 60 * max_minutes:
         raise ValueError(f"the analysis of {n_heads} heads x {S} x {T} is estimated at {wall / 60:.1f} min on "
                          f"{workers} worker(s), past --max-minutes {max_minutes:g}: give more minutes or workers, "
-                         "or fewer sequences (--n-seq) or tokens (--max-len)")
+                         "or fewer tokens (--max-len; from a model also fewer sequences, --n-seq)")
     if progress and wall > ESTIMATE_FROM_S and distributed.is_main():
         parallel.say(f"analysing {n_heads} heads x {S} sequences x {T} tokens on {workers} worker(s)"
                      + (f" x {world} ranks" if world > 1 else "") + ": estimated "

@@ -35,9 +35,10 @@ from foxwindow.models.fox import HookPoint
 from foxwindow.training import distributed
 
 __all__ = ["run_with_cache", "DEFAULT_GATE_SUFFIXES", "GATE_OUTPUTS", "capture_gates", "TRACE_FORMAT",
-           "TRACE_RESERVED", "save_trace", "load_trace", "MIN_TRACE_LEN", "check_layout", "load_traces_checked",
-           "open_traces", "LazyTrace", "READ_CHUNK", "check_trace_file", "fingerprint", "HEAD_BLOCK_BYTES",
-           "HeadBlocks", "capture", "query_rows", "attention_mass_window", "mass_windows", "decay_window_summary"]
+           "TRACE_RESERVED", "save_trace", "load_trace", "MIN_TRACE_LEN", "check_layout", "check_spans",
+           "load_traces_checked", "open_traces", "LazyTrace", "READ_CHUNK", "check_trace_file", "fingerprint",
+           "HEAD_BLOCK_BYTES", "HeadBlocks", "capture", "query_rows", "attention_mass_window", "mass_windows",
+           "decay_window_summary"]
 
 # ----------------------------------------------------------------------------- reading gates
 
@@ -262,6 +263,7 @@ def save_trace(path, traces, meta=None, force=False):
         if isinstance(heads, int) and a.shape[2] != heads:
             raise ValueError(f"save_trace: trace '{name}' has shape {a.shape}, so {a.shape[2]} heads as (B, T, H); "
                              f"meta says heads={heads} (is it (B, H, T)?)")
+        check_spans("save_trace", meta, a.shape[0])          # (what the reader would refuse is never written)
         names.append(name)
         arrays[f"trace_{i}"] = a.astype(np.float32)
     stored = dict(meta)
@@ -548,6 +550,8 @@ def open_traces(path):
     The values (finite, <= 0) are checked as each head is read (heads.increments), once."""
     traces, meta = _open_lazy(path)
     check_layout(path, {n: t.shape for n, t in traces.items()})
+    if traces:                                      # (a file listing no layer is refused where it is read)
+        check_spans(path, meta, next(iter(traces.values())).shape[0])
     return traces, meta
 
 
@@ -654,6 +658,12 @@ def _is_int(v, lo=1):
     return isinstance(v, int) and not isinstance(v, bool) and v >= lo
 
 
+def _is_span(sp):
+    """A held-out sequence's source: {"file": str, "start": int >= 0, "end": int >= start} (data.heldout_tokens')."""
+    return (isinstance(sp, dict) and isinstance(sp.get("file"), str) and _is_int(sp.get("start"), 0)
+            and _is_int(sp.get("end"), 0) and sp["end"] >= sp["start"])
+
+
 def _is_strs(v):
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
@@ -661,7 +671,8 @@ def _is_strs(v):
 # the metadata the analysis reads, and what each must be where present (null is absent)
 META_FIELDS = {"heads": ("an integer >= 1", _is_int), "seq_len": ("an integer >= 1", _is_int),
                "context": ("an integer >= 1 (the training context in tokens)", _is_int),
-               "spans": ("a list", lambda v: isinstance(v, list)),
+               "spans": ("a list of {\"file\": name, \"start\": byte, \"end\": byte} objects, one a sequence",
+                         lambda v: isinstance(v, list) and all(_is_span(sp) for sp in v)),
                "looks_forward": ("a list of layer names", _is_strs),
                "family": ("a string", lambda v: isinstance(v, str)),
                "families": ("a string, a list of strings or an object of strings",
@@ -698,7 +709,17 @@ def load_traces_checked(path):
     metadata's 'heads' already rejected it in load_trace. Raises ValueError naming the layout."""
     traces, meta = load_trace(path)
     check_layout(path, {name: t.shape for name, t in traces.items()})
+    if traces:                                      # (a file listing no layer is refused where it is read)
+        check_spans(path, meta, next(iter(traces.values())).shape[0])
     return traces, meta
+
+
+def check_spans(path, meta, S):
+    """ValueError where the metadata's spans (the sources of the sequences) do not list one span a sequence."""
+    spans = meta.get("spans")
+    if spans is not None and len(spans) != S:
+        raise ValueError(f"{path}: metadata 'spans' lists {len(spans)} sources for {S} sequences; a mislabelled "
+                         "trace (one span a sequence)")
 
 
 def check_layout(path, shapes):

@@ -101,3 +101,14 @@ def test_json_never_replaces_a_tracked_artefact_of_another_kind(capsys, trace_fi
     _refused(capsys, ["--traces", trace_file, "--json", ck, "--force", "--no-progress"], "--json", "tracked .pt",
              "with JSON")
     assert open(ck, "rb").read() == before
+
+
+def test_synthetic_trials_past_the_memory_name_the_flag(capsys):
+    # first_passage_mc's own check had named the routine, not --trials
+    _refused(capsys, ["--synthetic", "--trials", "100000000000000", "--no-progress"], "--trials 100000000000000",
+             "GiB")
+
+
+def test_the_time_bound_of_a_trace_file_advises_what_it_can_take(capsys, trace_file):
+    line = _refused(capsys, ["--traces", trace_file, "--max-minutes", "1e-9", "--no-progress"], "--max-minutes")
+    assert "--max-len" in line and "from a model also fewer sequences" in line
