@@ -336,3 +336,11 @@ def test_trace_spans_are_one_source_a_sequence(tmp_path):
     np.savez(raw, trace_0=lg.astype(np.float32), meta_json=np.frombuffer(json.dumps(meta).encode(), np.uint8))
     with pytest.raises(ValueError, match="lists 5 sources for 6 sequences"):
         foxwindow.analyse(str(raw), eps=1e-3, n_boot=0)
+
+
+def test_trace_metadata_is_strict_json(tmp_path):
+    # a NaN in the metadata had been written as JSON's NaN, which strict readers refuse
+    with pytest.raises(ValueError, match="strict JSON: no NaN or infinity") as exc:
+        traces.save_trace(str(tmp_path / "t.npz"), {"a": _lg()}, {"capture_s": float("nan")})
+    _one_line(exc)
+    assert not (tmp_path / "t.npz").exists()

@@ -197,9 +197,10 @@ def main(argv=None):
     a = build_parser().parse_args(argv)
     _check_given(a)
     # the verdict's own options apply to the shipped model and saved traces only: never ignored silently
-    own = [f for f, on in (("--max-len", a.max_len is not None), ("--n-boot", a.n_boot != N_BOOT)) if on]
+    own = [f for f, on in (("--max-len", a.max_len is not None), ("--n-boot", uses.given(a, "n_boot"))) if on]
     if a.synthetic and own:
-        raise outputs.UsageError(f"{' and '.join(own)} apply to the models and --traces, not to --synthetic")
+        raise outputs.UsageError(f"{' and '.join(own)} appl{'y' if len(own) > 1 else 'ies'} to the models and "
+                                 "--traces, not to --synthetic")
     hf_models.wants_model(a)
     hf_models.refuse_model_flags(a)                # --adapter and the other --model flags never ignored
     if hf_models.wants_model(a) and a.max_len is not None:

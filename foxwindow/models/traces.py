@@ -270,9 +270,9 @@ def save_trace(path, traces, meta=None, force=False):
     stored.update(format=TRACE_FORMAT, names=names,
                   shapes=[list(arrays[f"trace_{i}"].shape) for i in range(len(names))])
     try:
-        blob = json.dumps(stored).encode()
+        blob = json.dumps(stored, allow_nan=False).encode()     # strict JSON: NaN and inf are not numbers there
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"meta is not JSON-serialisable: {exc}") from exc
+        raise ValueError(f"meta is not JSON-serialisable (strict JSON: no NaN or infinity): {exc}") from None
     arrays["meta_json"] = np.frombuffer(blob, dtype=np.uint8)
     outputs.save_npz(path, **arrays)
 

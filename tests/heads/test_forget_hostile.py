@@ -112,3 +112,9 @@ def test_synthetic_trials_past_the_memory_name_the_flag(capsys):
 def test_the_time_bound_of_a_trace_file_advises_what_it_can_take(capsys, trace_file):
     line = _refused(capsys, ["--traces", trace_file, "--max-minutes", "1e-9", "--no-progress"], "--max-minutes")
     assert "--max-len" in line and "from a model also fewer sequences" in line
+
+
+def test_n_boot_typed_at_its_default_with_synthetic_is_refused(capsys):
+    # --n-boot 4000 is the default: typed with --synthetic it had been dropped silently
+    _refused(capsys, ["--synthetic", "--trials", "2", "--n-boot", "4000", "--no-progress"],
+             "--n-boot applies to the models and --traces, not to --synthetic")
