@@ -8,7 +8,6 @@ the table and the JSON are heads/table.py's, the same as for the shipped model. 
 """
 import math
 import os
-import sys
 import time
 
 import torch
@@ -198,10 +197,11 @@ def main_hf_model(args):
         if info.get("partial"):
             return table.say_partial(info, json_path)
     except (hf_models.ModelError, ValueError) as exc:
+        if getattr(args, "debug", False):
+            raise
         msg = str(exc)
         if getattr(args, "model_flag", "--model") == "--checkpoint":      # a folder given as --checkpoint
             msg = msg.replace(f"--model {args.model}", f"--checkpoint {args.model} (a folder, read as a Hugging Face "
                                                        "style checkpoint)")
-        print(f"forget: error: {msg}", file=sys.stderr)
-        return 2
+        raise outputs.UsageError(msg) from None     # one line, exit 2, as every command's (outputs.cli)
     return 0

@@ -265,8 +265,8 @@ def test_a_model_missing_on_one_rank_stops_every_rank_before_any_work(job):
     tmp, ranks, _, _ = job
     got = _ok(ranks, "nomodel")
     assert [g["code"] for g in got] == [2, 2]
-    assert f"forget: error: --model {tmp}/model: not found on this machine" in got[1]["stderr"]
-    assert re.search(r"forget: error: rank 1 \(.+\) stopped before any work: --model .+: not found on this machine",
+    assert f"error: --model {tmp}/model: not found on this machine" in got[1]["stderr"]
+    assert re.search(r"error: rank 1 \(.+\) stopped before any work: --model .+: not found on this machine",
                      got[0]["stderr"]), got[0]["stderr"]
     assert not os.path.exists(f"{tmp}/nomodel2.json")
 
@@ -278,7 +278,7 @@ def test_an_error_in_one_ranks_capture_stops_every_rank_with_its_message(job):
     got = _ok(ranks, "capturefail")
     assert got[1]["code"] == 1 and "CUDA out of memory" in got[1]["stderr"]
     assert got[0]["code"] == 2
-    assert re.search(r"forget: error: rank 1 \(.+\) failed in the capture: RuntimeError: CUDA out of memory",
+    assert re.search(r"error: rank 1 \(.+\) failed in the capture: RuntimeError: CUDA out of memory",
                      got[0]["stderr"]), got[0]["stderr"]
     assert not os.path.exists(f"{tmp}/capturefail2.json")
 
