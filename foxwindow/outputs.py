@@ -52,8 +52,8 @@ __all__ = ["REPO", "PACKAGE", "RUNS", "SPECIAL_ROOTS", "MIN_FREE_BYTES", "GENERA
            "guard_output", "distinct", "check_dir", "runs_root", "run_dir", "atomic", "write_bytes", "write_text",
            "SCHEMA_VERSION", "stamped", "json_clean", "write_json", "save_npz", "save_torch", "save_figure",
            "WIDTH", "fill", "fill_items",
-           "positive", "eps_arg", "device_arg", "input_file", "add_common", "NEGATIVE_NUMBER", "parser", "cli",
-           "describe"]
+           "positive", "eps_arg", "device_arg", "input_file", "json_input", "add_common", "NEGATIVE_NUMBER", "parser",
+           "cli", "describe"]
 
 # the folder above the package: the repository in a source checkout, site-packages (or --target) when installed
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -689,6 +689,18 @@ def input_file(name, path, note=True):
     if not os.path.isfile(p):
         raise UsageError(f"{name}: {path} is not a file")
     return note_input(p, name) if note else p
+
+
+def json_input(name, path):
+    """The JSON document of input file `path` (input_file, then safety.read_json: strict, UTF-8). UsageError naming
+    `name` and the file where it is missing, unreadable or not valid JSON."""
+    real = input_file(name, path)
+    try:
+        return safety.read_json(real)
+    except ValueError as exc:
+        raise UsageError(f"{name}: {path} is {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"{name}: {path} is not readable ({exc.strerror or exc})") from None
 
 
 def text_file(name, path, limit=1 << 20):

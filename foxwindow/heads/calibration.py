@@ -446,11 +446,7 @@ def lead_variants_table(res):
 
 def _law_result(path):
     """The `results` of a saved --laws study (laws_calibration.json), checked before use."""
-    real = outputs.input_file("--population", path)
-    try:
-        doc = safety.read_json(real)
-    except ValueError as exc:
-        raise outputs.UsageError(f"--population: {path} is {exc}") from None
+    doc = outputs.json_input("--population", path)
     res = doc.get("results") if isinstance(doc, dict) else None
     if not (isinstance(res, dict) and res and all(isinstance(r, dict) and isinstance(r.get("population_ratio"), dict)
                                                   for r in res.values())):

@@ -23,7 +23,7 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from foxwindow import outputs, safety
+from foxwindow import outputs
 from foxwindow.laws import exact, gates, markov, renewal
 
 __all__ = ["PHIS", "RATIOS", "TAU_MULTS", "TOLS", "MAX_SECONDS", "SEC_PER_EXACT_UNIT", "SEC_PER_MC_STEP",
@@ -289,18 +289,6 @@ ROW_FIELDS = ("phi", "tau", "L_over_kappa", "L_over_kappa_tau", "mc_var", "mc_se
               "mc_se_mean")
 
 
-def _read_saved(path):
-    """The saved run of --markdown: a JSON object read strictly (one line naming the file and the problem)."""
-    real = outputs.input_file("--markdown", path)
-    try:
-        saved = safety.read_json(real)
-    except ValueError as exc:
-        raise outputs.UsageError(f"--markdown {path}: {exc}") from None
-    except OSError as exc:
-        raise outputs.UsageError(f"--markdown {path}: not readable ({exc.strerror or exc})") from None
-    return saved
-
-
 def _markdown_text(saved, path):
     """markdown(saved) as text, its fields checked first: a file that is not this command's --json is refused in
     one line naming the field, and nothing is printed."""
@@ -372,7 +360,7 @@ def main(argv=None):
             if run_flags:
                 raise outputs.UsageError(f"--markdown prints the tables of a saved run and measures nothing: "
                                          f"{', '.join(run_flags)} would be ignored; drop {run_flags[0]} or --markdown")
-            text = _markdown_text(_read_saved(a.markdown), a.markdown)
+            text = _markdown_text(outputs.json_input("--markdown", a.markdown), a.markdown)
             print(text, end="")
             return
         if not (a.s > 0 and math.isfinite(a.s)) or not math.isfinite(a.mu):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from conftest import run_cli_out
-from foxwindow.heads import command, driver
-from foxwindow.laws import gates
+from foxwindow.heads import command, driver, hf_run
+from foxwindow.laws import gates, lawtable
 from foxwindow.models import traces
 
 
@@ -19,6 +19,23 @@ def trace_file(tmp_path):
     path = tmp_path / "t.npz"
     traces.save_trace(str(path), {"a": (-x).astype(np.float32)}, {"model": "test"})
     return str(path)
+
+
+@pytest.fixture
+def started(monkeypatch):
+    """The analyses forget.py runs (the shipped model's, a trace file's, --model's, --synthetic's), replaced by
+    stand-ins that record their start and stop: a refusal that comes after the work began shows in the list."""
+    seen = []
+
+    def stand_in(name):
+        def run(*a, **k):
+            seen.append(name)
+            raise RuntimeError(f"{name} started")
+        return run
+    for mod, name in ((command, "analyse_model"), (command, "analyse_traces"), (hf_run, "main_hf_model"),
+                      (lawtable, "synthetic_table")):
+        monkeypatch.setattr(mod, name, stand_in(name))
+    return seen
 
 
 def _refused(capsys, argv, *words):
@@ -53,8 +70,9 @@ def test_an_empty_path_is_refused_not_read_as_none(capsys, tmp_path, flag):
     (["--trials", "5", "--n-seq", "2"], ["--trials", "the shipped model", "--synthetic"]),
     (["--model", "no/such/folder", "--trials", "5"], ["--trials", "--model"]),
 ])
-def test_a_flag_the_source_does_not_read_is_refused(capsys, argv, words):
+def test_a_flag_the_source_does_not_read_is_refused(capsys, started, argv, words):
     _refused(capsys, [*argv, "--no-progress"], *words, "drop")
+    assert started == []
 
 
 @pytest.mark.parametrize("more, words", [
@@ -63,14 +81,17 @@ def test_a_flag_the_source_does_not_read_is_refused(capsys, argv, words):
     (["--n-seq", "32"], ["--n-seq", "trace file"]),          # the default value, typed: still ignored
     (["--seq-len", "2048"], ["--seq-len", "trace file"]),
 ])
-def test_a_flag_traces_do_not_read_is_refused(capsys, trace_file, more, words):
+def test_a_flag_traces_do_not_read_is_refused(capsys, started, trace_file, more, words):
     _refused(capsys, ["--traces", trace_file, "--n-boot", "0", "--no-progress", *more], *words)
+    assert started == []
 
 
 @pytest.mark.parametrize("source", ["traces", "model"])
-def test_bootstrap_draws_past_the_memory_are_refused_before_the_work(capsys, trace_file, source):
+def test_bootstrap_draws_past_the_memory_are_refused_before_the_work(capsys, started, trace_file, source):
     argv = ["--traces", trace_file] if source == "traces" else ["--model", "no/such/folder"]
-    _refused(capsys, [*argv, "--n-boot", str(10 ** 15), "--no-progress"], "--n-boot", "GiB")
+    line = _refused(capsys, [*argv, "--n-boot", str(10 ** 15), "--no-progress"], "--n-boot", "GiB")
+    S = 6 if source == "traces" else 32                   # the trace file's sequences; --model's default --n-seq
+    assert started == [] and f"over {S} sequences" in line
 
 
 def test_a_run_stopped_before_any_head_prints_and_writes_nothing(capsys, trace_file, tmp_path, monkeypatch):
@@ -88,10 +109,11 @@ def test_a_run_stopped_before_any_head_prints_and_writes_nothing(capsys, trace_f
     assert json.loads(earlier.read_text()) == {"earlier": 1}
 
 
-def test_model_flags_typed_at_their_defaults_are_refused_without_model(capsys):
+def test_model_flags_typed_at_their_defaults_are_refused_without_model(capsys, started):
     # --dtype float32 and --batch 4 are the defaults: typed without --model they had been dropped silently
     for argv in (["--dtype", "float32"], ["--batch", "4"]):
         _refused(capsys, [*argv, "--no-progress"], argv[0], "--model only")
+    assert started == []
 
 
 def test_json_never_replaces_a_tracked_artefact_of_another_kind(capsys, trace_file):
@@ -103,10 +125,11 @@ def test_json_never_replaces_a_tracked_artefact_of_another_kind(capsys, trace_fi
     assert open(ck, "rb").read() == before
 
 
-def test_synthetic_trials_past_the_memory_name_the_flag(capsys):
+def test_synthetic_trials_past_the_memory_name_the_flag(capsys, started):
     # first_passage_mc's own check had named the routine, not --trials
-    _refused(capsys, ["--synthetic", "--trials", "100000000000000", "--no-progress"], "--trials 100000000000000",
-             "GiB")
+    line = _refused(capsys, ["--synthetic", "--trials", "100000000000000", "--no-progress"],
+                    "--trials 100000000000000", "GiB")
+    assert started == [] and "first_passage_mc" not in line
 
 
 def test_the_time_bound_of_a_trace_file_advises_what_it_can_take(capsys, trace_file):
@@ -114,7 +137,8 @@ def test_the_time_bound_of_a_trace_file_advises_what_it_can_take(capsys, trace_f
     assert "--max-len" in line and "from a model also fewer sequences" in line
 
 
-def test_n_boot_typed_at_its_default_with_synthetic_is_refused(capsys):
+def test_n_boot_typed_at_its_default_with_synthetic_is_refused(capsys, started):
     # --n-boot 4000 is the default: typed with --synthetic it had been dropped silently
     _refused(capsys, ["--synthetic", "--trials", "2", "--n-boot", "4000", "--no-progress"],
              "--n-boot applies to the models and --traces, not to --synthetic")
+    assert started == []

@@ -24,16 +24,23 @@ class Reached(Exception):
     """The work was reached: the refusal came too late (or not at all)."""
 
 
+_STARTED = []                       # the work each stand-in was asked to do (none, where a refusal comes first)
+
+
 def _reached(*a, **k):
+    _STARTED.append("the work")
     raise Reached("the work started")
 
 
 @pytest.fixture
 def no_work(monkeypatch):
-    """train.py's training, scoring and comparison, renewal's numerics and bench_scale's timings: not run."""
+    """train.py's training, scoring and comparison, renewal's numerics and bench_scale's timings: not run. Yields
+    the list of what was started."""
     for mod, name in ((train, "train"), (train, "evaluate_bpc"), (train, "FoXLM"), (lawtable, "scan"),
                       (bench_scale, "hot_paths")):
         monkeypatch.setattr(mod, name, _reached)
+    _STARTED.clear()
+    yield _STARTED
 
 
 def _refused(capsys, main, argv, *words, folder=None):
@@ -83,8 +90,14 @@ def test_train_threads_past_the_processors_is_refused(capsys, no_work, tmp_path)
 
 
 def test_train_warmup_past_the_steps_is_refused(capsys, no_work, tmp_path):
-    _refused(capsys, train.main, TINY + ["--steps", "10", "--warmup", "500", "--out", str(tmp_path / "m.pt")],
-             "--warmup 500", "--steps 10", folder=tmp_path)
+    line = _refused(capsys, train.main, TINY + ["--steps", "10", "--warmup", "500", "--out", str(tmp_path / "m.pt")],
+                    "--warmup 500", "--steps 10", folder=tmp_path)
+    assert "never reach --lr" in line and not no_work
+    # the default warmup (30) with a shorter run stays allowed: it is what short runs have always used
+    i = TINY.index("--warmup")
+    argv = TINY[:i] + TINY[i + 2:] + ["--steps", "10", "--out", str(tmp_path / "m.pt")]
+    rc, err = run_cli(capsys, train.main, argv)
+    assert no_work == ["the work"], err                       # it reached the training (the stand-in)
 
 
 @pytest.mark.parametrize("extra, words", [
@@ -109,7 +122,9 @@ def test_train_flags_the_mode_ignores_are_refused(capsys, no_work, tmp_path, ext
 ])
 def test_train_resume_of_a_crafted_state_is_refused_before_the_model(capsys, no_work, tmp_path, change, words):
     state = _state(tmp_path / "s.state", **change)
+    before = open(state, "rb").read()
     _refused(capsys, train.main, TINY + ["--resume", state, "--out", str(tmp_path / "m.pt")], *words, folder=tmp_path)
+    assert not no_work and open(state, "rb").read() == before          # no model built, the input untouched
 
 
 def test_train_resume_into_another_model_or_an_earlier_stop_is_refused_before_the_model(capsys, no_work, tmp_path):
@@ -127,6 +142,7 @@ def test_train_resume_into_another_model_or_an_earlier_stop_is_refused_before_th
                  folder=tmp_path)
         _refused(capsys, train.main, TINY + ["--stop-at", "1", "--resume", state] + out, "--stop-at 1", "--resume",
                  folder=tmp_path)
+    assert not no_work and not (tmp_path / "m.pt.state").exists()        # the state was not rewritten either
 
 
 def test_train_default_run_folder_is_not_left_by_a_refused_resume(capsys, no_work, tmp_path, monkeypatch):
@@ -167,7 +183,8 @@ def test_train_compare_of_checkpoints_lacking_metadata_is_refused(capsys, no_wor
 @pytest.mark.parametrize("eps", ["1e-320", "5e-324", "1e-308"])
 def test_renewal_subnormal_eps_is_refused_before_the_numerics(capsys, no_work, eps):
     # it had run the numerics of the eps before it, then said "L = 736.827 is beyond 708.4", naming no flag
-    _refused(capsys, lawtable.main, ["--eps", "0.1", eps, "--no-progress"], "--eps", "smallest normal float64")
+    line = _refused(capsys, lawtable.main, ["--eps", "0.1", eps, "--no-progress"], "--eps", "smallest normal float64")
+    assert not no_work and "708.4" not in line
 
 
 # ----------------------------------------------------------------------------- bench_scale.py
@@ -175,14 +192,18 @@ def test_renewal_subnormal_eps_is_refused_before_the_numerics(capsys, no_work, e
 
 def test_bench_scale_docs_never_appends_to_a_tracked_file(capsys, no_work):
     for tracked in ("README.md", os.path.join("docs", "SAFETY.md")):
+        before = open(os.path.join(REPO, tracked), "rb").read()
         _refused(capsys, bench_scale.main, ["--docs", os.path.join(REPO, tracked), "--force"], "--docs",
                  "tracked source file")
+        assert open(os.path.join(REPO, tracked), "rb").read() == before
+    assert not no_work
 
 
 @pytest.mark.parametrize("where, word", [(os.path.join("foxwindow", "notes.md"), "package"),
                                          (os.path.join(".git", "notes.md"), ".git")])
 def test_bench_scale_docs_inside_the_package_or_git_is_refused(capsys, no_work, where, word):
     _refused(capsys, bench_scale.main, ["--docs", os.path.join(REPO, where), "--force"], "--docs", word)
+    assert not no_work and not os.path.exists(os.path.join(REPO, where))
 
 
 def test_bench_scale_docs_and_json_of_one_file_are_refused(capsys, no_work, tmp_path):
@@ -195,7 +216,9 @@ def test_bench_scale_docs_and_json_of_one_file_are_refused(capsys, no_work, tmp_
 
 def test_bench_scale_big_heads_past_the_room_is_refused(capsys, no_work):
     # 100000 heads of 256 x 16384 float32 are 1.6 TB of traces, written to the temporary folder
-    _refused(capsys, bench_scale.main, ["--big-heads", "100000"], "--big-heads 100000", "GiB", "fewer heads")
+    line = _refused(capsys, bench_scale.main, ["--big-heads", "100000"], "--big-heads 100000", "GiB", "fewer heads")
+    gib = float(line.split(" take ")[1].split(" GiB")[0])
+    assert not no_work and gib == pytest.approx(1e5 * 256 * 16384 * 4 / 2 ** 30, rel=0.01)
 
 
 def test_renewal_eps_text_keeps_the_table_within_120_columns():
